@@ -1,0 +1,143 @@
+"""The one entry point the CLI and agent frameworks share.
+
+    import confine
+    status = confine.run(["pytest", "-q"], profile="default", workdir="/srv/agent/repo")
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import stat
+import sys
+import tempfile
+
+from . import plan as _plan
+from .errors import ConfineError
+from .identity import resolve as resolve_identity
+from .kernel import landlock, seccomp
+from .policy import load as _load
+from .policy.load import is_under
+
+# A workdir at or above any of these would hand the agent the system.
+SYSTEM_DIRS = ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32",
+               "/proc", "/run", "/sbin", "/sys", "/usr", "/snap", "/var/run")
+# ...and exactly these (a project below them is fine).
+SYSTEM_ROOTS = ("/", "/home", "/var", "/var/lib", "/var/log", "/var/cache", "/var/spool",
+                "/var/mail", "/tmp", "/var/tmp", "/opt", "/srv", "/mnt", "/media", "/root")
+
+
+def check_workdir(workdir: str, homes: list[str], force: bool) -> str:
+    if not os.path.exists(workdir):
+        raise ConfineError(f"workdir {workdir} does not exist")
+    real = os.path.realpath(workdir)
+    if not os.path.isdir(real):
+        raise ConfineError(f"workdir {workdir} is not a directory")
+    if force:
+        return real
+    why = None
+    if real in SYSTEM_ROOTS:
+        why = "is a system directory"
+    elif any(is_under(real, d) for d in SYSTEM_DIRS):
+        why = "is a system directory"
+    for h in homes:
+        h = os.path.realpath(h)
+        if real == h:
+            why = "is your home directory itself"
+        elif is_under(h, real):
+            why = f"contains your home directory {h}"
+    if why:
+        raise ConfineError(f"refusing workdir {real}: it {why}, so the agent could write "
+                           "everything there; use a project directory (or --force-workdir)")
+    return real
+
+
+def _mktemp(uid: int, gid: int) -> str:
+    tmp = tempfile.mkdtemp(prefix="confine-", dir="/tmp")
+    os.chmod(tmp, 0o700)
+    if os.geteuid() == 0:
+        os.chown(tmp, uid, gid)
+    return tmp
+
+
+def _rmtree(path: str) -> None:
+    def onerror(func, p, exc):
+        try:  # the agent may have removed permissions from its own files
+            os.chmod(os.path.dirname(p), stat.S_IRWXU)
+            os.chmod(p, stat.S_IRWXU)
+            func(p)
+        except OSError:
+            pass
+    shutil.rmtree(path, onerror=onerror)
+
+
+def prepare(argv, *, profile="default", workdir=None, read=(), write=(), env=(), user=None,
+            force_workdir=False):
+    """Resolve identity and workdir, make the private temp dir, load the policy, compile
+    the plan. Returns the plan; its policy.tmp must be removed by the caller."""
+    if not argv:
+        raise ConfineError("no command given (usage: confine exec [OPTIONS] -- CMD [ARGS...])")
+    for item in env:
+        name = item.split("=", 1)[0]
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            raise ConfineError(f"--env {item!r}: invalid variable name")
+    wd = os.path.abspath(workdir or os.getcwd())
+    if not os.path.exists(wd):
+        raise ConfineError(f"workdir {wd} does not exist")
+    ident = resolve_identity(os.path.realpath(wd), user)
+    homes = {ident.home, os.path.expanduser("~")}
+    wd = check_workdir(wd, sorted(homes), force_workdir)
+    for p in list(read) + list(write):
+        if not os.path.exists(os.path.expanduser(p)):
+            raise ConfineError(f"{p} does not exist (from --read/--write)")
+    tmp = _mktemp(ident.uid, ident.gid)
+    try:
+        policy = _load.load(profile, workdir=wd, home=os.path.realpath(ident.home), tmp=tmp,
+                            extra_read=read, extra_write=write)
+        for d in policy.deny:
+            if is_under(wd, d.path):
+                raise ConfineError(f"refusing workdir {wd}: it lies inside the protected secret "
+                                   f"{d.path}")
+        return _plan.compile(policy, list(argv), ident, cli_env=env)
+    except BaseException:
+        _rmtree(tmp)
+        raise
+
+
+def enforce_or_refuse(plan, allow_degraded: bool, warn=None) -> None:
+    warn = warn or (lambda m: print(f"confine: {m}", file=sys.stderr))
+    if plan.missing and not allow_degraded:
+        first = plan.missing[0]
+        more = f" (and {len(plan.missing) - 1} more)" if len(plan.missing) > 1 else ""
+        raise ConfineError(f"cannot enforce {first.feature}: {first.detail}{more}; "
+                           "refusing to run (--allow-degraded runs without it)")
+    for m in plan.missing:
+        warn(f"degraded: NOT enforced: {m.feature}: {m.detail}")
+
+
+def run(argv, *, profile="default", workdir=None, read=(), write=(), env=(), user=None,
+        allow_degraded=False, force_workdir=False, warn=None) -> int:
+    """Run argv confined; returns its exit status (128+N if killed by signal N).
+    Raises ConfineError (status 125/126/127) for confine's own failures."""
+    from .launch import run_plan
+    plan = prepare(argv, profile=profile, workdir=workdir, read=read, write=write, env=env,
+                   user=user, force_workdir=force_workdir)
+    try:
+        enforce_or_refuse(plan, allow_degraded, warn)
+
+        def build_ruleset():
+            if plan.abi == 0:
+                return None
+            return landlock.build(plan.handled_fs, plan.handled_net, plan.scoped,
+                                  [(p, a) for p, a, _ in plan.path_rules], plan.port_rules)
+
+        def build_filter():
+            return seccomp.build(plan.seccomp_rules) if not any(
+                m.feature == "seccomp" for m in plan.missing) else None
+
+        try:
+            return run_plan(plan, build_ruleset=build_ruleset, build_filter=build_filter)
+        except OSError as e:
+            raise ConfineError(f"setup failed: {e.strerror or e}") from None
+    finally:
+        _rmtree(plan.policy.tmp)

@@ -1,0 +1,47 @@
+"""Carve-outs: turn "grant P except D1, D2..." into an allowlist Landlock can hold.
+
+Landlock cannot subtract, so a grant on P that contains a denied path is
+replaced by grants on the siblings along the way down to each denied path.
+Directories on that way are not granted themselves: files created there later
+stay unreachable, which is the safe side. Symlinks are never granted (a rule
+on a symlink would grant its target); their targets need rules of their own.
+"""
+from __future__ import annotations
+
+import os
+import stat
+
+from .policy.load import is_under
+
+
+def carve(path: str, denied: list[str]) -> tuple[list[str], list[str]]:
+    """Returns (paths to grant, carved directories)."""
+    inner = [d for d in denied if is_under(d, path)]
+    if not inner:
+        return [path], []
+    if any(d == path for d in inner):
+        return [], []
+    grants: list[str] = []
+    carved = [path]
+    try:
+        names = sorted(os.listdir(path))
+    except OSError:
+        return [], carved  # cannot see inside: grant nothing rather than everything
+    for name in names:
+        child = os.path.join(path, name)
+        hits = [d for d in inner if is_under(d, child)]
+        try:
+            st = os.lstat(child)
+        except OSError:
+            continue
+        if stat.S_ISLNK(st.st_mode):
+            continue
+        if not hits:
+            grants.append(child)
+        elif child in hits:
+            continue
+        elif stat.S_ISDIR(st.st_mode):
+            g, c = carve(child, hits)
+            grants += g
+            carved += c
+    return grants, carved

@@ -1,0 +1,66 @@
+"""`confine check`: what this kernel can enforce, and whether each profile fits."""
+from __future__ import annotations
+
+import os
+import tempfile
+
+from . import plan as _plan
+from .errors import ConfineError
+from .kernel import landlock, seccomp
+from .policy import load as _load
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
+def host() -> dict:
+    abi = landlock.kernel_abi()
+    try:
+        import landlockpy
+        errata = landlockpy.errata() if abi else 0
+    except OSError:
+        errata = 0
+    aa = _read("/sys/module/apparmor/parameters/enabled")
+    se = _read("/sys/fs/selinux/enforce")
+    return {
+        "kernel": os.uname().release,
+        "landlock": {
+            "abi": abi, "errata": errata,
+            "fs_rights": landlock.names(landlock.fs_rights(abi)),
+            "net_rights": landlock.names(landlock.net_rights(abi)),
+            "scopes": landlock.names(landlock.scopes(abi)),
+        },
+        "seccomp": seccomp.status(),
+        "user_namespaces": {
+            "max_user_namespaces": int(_read("/proc/sys/user/max_user_namespaces") or 0),
+            "apparmor_restrict_unprivileged_userns":
+                _read("/proc/sys/kernel/apparmor_restrict_unprivileged_userns"),
+        },
+        "apparmor": {"enabled": aa == "Y"} if aa is not None else {"enabled": False},
+        "selinux": {"enabled": se is not None,
+                    "mode": {"1": "enforcing", "0": "permissive"}.get(se or "", "disabled")},
+        "tiocsti_legacy": _read("/proc/sys/dev/tty/legacy_tiocsti"),
+    }
+
+
+def profiles() -> list[dict]:
+    out = []
+    abi = landlock.kernel_abi()
+    sc = seccomp.status()
+    with tempfile.TemporaryDirectory(prefix="confine-check-") as wd:
+        for name in _load.builtin_names():
+            try:
+                pol = _load.load(name, workdir=wd, home=os.path.expanduser("~"), tmp=wd)
+                missing = _plan._missing(pol, abi, sc)
+                out.append({"profile": name, "enforceable": not missing,
+                            "missing": [{"feature": m.feature, "detail": m.detail}
+                                        for m in missing]})
+            except ConfineError as e:
+                out.append({"profile": name, "enforceable": False,
+                            "missing": [{"feature": "profile", "detail": str(e)}]})
+    return out

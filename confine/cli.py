@@ -1,0 +1,219 @@
+"""Command line: parse, call the API, print. Exit codes: the command's status,
+128+N if it died of signal N, 125 confine's own error, 126 not executable,
+127 not found."""
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from . import api, check as _check
+from .errors import ConfineError
+from .policy import load as _load
+
+
+def _fail(e: ConfineError):
+    click.echo(f"confine: {e}", err=True)
+    sys.exit(e.status)
+
+
+def main(argv=None):
+    """Console entry point: usage errors and confine's own failures exit 125."""
+    try:
+        rv = cli.main(args=argv, prog_name="confine", standalone_mode=False)
+    except ConfineError as e:
+        _fail(e)
+    except click.exceptions.UsageError as e:
+        e.show()
+        sys.exit(125)
+    except click.exceptions.Abort:
+        click.echo("confine: aborted", err=True)
+        sys.exit(125)
+    except KeyboardInterrupt:
+        sys.exit(130)
+    sys.exit(rv if isinstance(rv, int) else 0)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="confine")
+def cli():
+    """Run AI agents inside a kernel-enforced boundary.
+
+    \b
+    confine exec -- claude          confine the agent in the current directory
+    confine exec --dry-run --json   show exactly what would be enforced
+    confine check                   what this kernel can enforce
+    confine profile list            built-in profiles
+    """
+
+
+@cli.command("exec", context_settings={"ignore_unknown_options": False})
+@click.option("-p", "--profile", default="default", show_default=True, metavar="NAME|FILE",
+              help="Built-in profile name or a YAML file.")
+@click.option("-w", "--workdir", type=click.Path(file_okay=False), metavar="DIR",
+              help="The only writable project directory (default: current directory).")
+@click.option("--read", "read_", multiple=True, metavar="PATH",
+              help="Also allow reading and executing PATH (repeatable).")
+@click.option("--write", multiple=True, metavar="PATH", help="Also allow writing PATH (repeatable).")
+@click.option("--env", multiple=True, metavar="NAME[=VALUE]",
+              help="Pass NAME from this environment, or set it (repeatable). "
+                   "Names that look like secrets pass only this way.")
+@click.option("--user", metavar="USER",
+              help="Run the agent as USER (only when confine runs as root; default: the "
+                   "workdir's owner).")
+@click.option("--allow-degraded", is_flag=True,
+              help="Run even if this kernel cannot enforce part of the policy; each missing "
+                   "protection is named on stderr.")
+@click.option("--force-workdir", is_flag=True,
+              help="Accept a workdir that is /, a system directory, or your home.")
+@click.option("--dry-run", is_flag=True, help="Print the effective policy and exit.")
+@click.option("--json", "as_json", is_flag=True, help="With --dry-run: machine-readable output.")
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+def exec_(profile, workdir, read_, write, env, user, allow_degraded, force_workdir, dry_run,
+          as_json, command):
+    """Run COMMAND confined. Put `--` before the command.
+
+    \b
+    The agent can write only the workdir and a private TMPDIR, read the
+    system but not $HOME or secrets, has no network unless the profile grants
+    TCP ports, cannot mount, repartition, load kernel code or regain privileges.
+    """
+    if dry_run:
+        plan = api.prepare(list(command), profile=profile, workdir=workdir, read=read_,
+                           write=write, env=env, user=user, force_workdir=force_workdir)
+        try:
+            if as_json:
+                click.echo(json.dumps(plan.to_dict(), indent=2))
+            else:
+                _print_plan(plan.to_dict())
+        finally:
+            api._rmtree(plan.policy.tmp)
+        return
+    if as_json:
+        raise ConfineError("--json only applies to --dry-run")
+    status = api.run(list(command), profile=profile, workdir=workdir, read=read_, write=write,
+                     env=env, user=user, allow_degraded=allow_degraded,
+                     force_workdir=force_workdir)
+    sys.exit(status)
+
+
+def _print_plan(d: dict) -> None:
+    e = click.echo
+    ident = d["identity"]
+    e(f"command:  {' '.join(d['command'])}")
+    e(f"profile:  {d['profile']} ({', '.join(d['sources'])})")
+    e(f"workdir:  {d['workdir']}")
+    e(f"tmpdir:   {d['tmpdir']} (private, removed afterwards)")
+    e(f"identity: {ident['user']} uid={ident['uid']} gid={ident['gid']}, no supplementary groups"
+      + (f" (dropping {ident['dropped_groups']})" if ident['dropped_groups'] else ""))
+    e("steps:")
+    for i, s in enumerate(d["steps"], 1):
+        e(f"  {i}. {s}")
+    ll = d["landlock"]
+    e(f"landlock: ABI {ll['abi']}, handles fs={len(ll['handled_fs'])} rights, "
+      f"net={','.join(ll['handled_net']) or '-'}, scoped={','.join(ll['scoped']) or '-'}")
+    for r in ll["rules"]:
+        e(f"  {r['path']:<40} {','.join(r['access'])}")
+    if ll["tcp_ports"]:
+        for p in ll["tcp_ports"]:
+            e(f"  tcp port {p['port']}: {','.join(p['access'])}")
+    else:
+        e("  network: no TCP connect or bind")
+    e(f"  secrets never granted: {len(ll['secrets'])} paths (carved out of: "
+      f"{', '.join(ll['carved_out']) or 'nothing'})")
+    e(f"seccomp: {len(d['seccomp'])} denials")
+    for r in d["seccomp"]:
+        args = f" if {r['args']}" if r.get("args") else ""
+        e(f"  {r['syscall']}{args} -> {r['errno']}")
+    e("environment:")
+    for k, v in sorted(d["environment"].items()):
+        e(f"  {k}={v}")
+    for m in d["missing"]:
+        e(f"MISSING: {m['feature']}: {m['detail']}")
+    for n in d["notes"]:
+        e(f"note: {n}")
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def check(as_json):
+    """What this kernel supports, and whether each built-in profile can be fully enforced."""
+    host = _check.host()
+    profiles = _check.profiles()
+    if as_json:
+        click.echo(json.dumps({"host": host, "profiles": profiles}, indent=2))
+    else:
+        ll = host["landlock"]
+        click.echo(f"kernel {host['kernel']}")
+        click.echo(f"landlock: ABI {ll['abi']}" + (f" (errata {ll['errata']:#x})" if ll['abi'] else " (unavailable)"))
+        click.echo(f"  fs rights:  {', '.join(ll['fs_rights']) or '-'}")
+        click.echo(f"  net rights: {', '.join(ll['net_rights']) or '-'}")
+        click.echo(f"  scopes:     {', '.join(ll['scopes']) or '-'}")
+        sc = host["seccomp"]
+        click.echo("seccomp: " + ", ".join(f"{k}={v}" for k, v in sc.items()))
+        un = host["user_namespaces"]
+        click.echo(f"user namespaces: max={un['max_user_namespaces']}"
+                   + (f", apparmor restriction={un['apparmor_restrict_unprivileged_userns']}"
+                      if un['apparmor_restrict_unprivileged_userns'] is not None else ""))
+        click.echo(f"apparmor: {'enabled' if host['apparmor']['enabled'] else 'not enabled'}")
+        click.echo(f"selinux: {host['selinux']['mode']}")
+        click.echo("profiles:")
+        for p in profiles:
+            state = "fully enforceable" if p["enforceable"] else "NOT fully enforceable"
+            click.echo(f"  {p['profile']:<12} {state}")
+            for m in p["missing"]:
+                click.echo(f"    missing {m['feature']}: {m['detail']}")
+    if not all(p["enforceable"] for p in profiles):
+        sys.exit(1)
+
+
+@cli.group()
+def profile():
+    """List, show and validate profiles."""
+
+
+@profile.command("list")
+@click.option("--json", "as_json", is_flag=True)
+def profile_list(as_json):
+    """Built-in profiles and their descriptions."""
+    rows = []
+    for name in _load.builtin_names():
+        raw, chain = _load.read_layers(name)
+        desc = raw.get("description")
+        rows.append({"name": name, "description": desc.value if desc else "",
+                     "file": str(chain[0])})
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+    else:
+        for r in rows:
+            click.echo(f"{r['name']:<12} {r['description']}")
+
+
+@profile.command("show")
+@click.argument("name")
+def profile_show(name):
+    """Print a profile's YAML (and what it extends)."""
+    _, chain = _load.read_layers(name)
+    for i, p in enumerate(chain):
+        if i:
+            click.echo(f"# --- extended: {p} ---")
+        else:
+            click.echo(f"# {p}")
+        click.echo(p.read_text().rstrip())
+
+
+@profile.command("validate")
+@click.argument("file", type=click.Path(dir_okay=False))
+def profile_validate(file):
+    """Check a profile file: keys, types, variables, paths. Exit 0 if valid."""
+    import os
+    import tempfile
+    with tempfile.TemporaryDirectory(prefix="confine-validate-") as wd:
+        _load.load(file if "/" in file else "./" + file, workdir=wd,
+                   home=os.path.expanduser("~"), tmp=wd)
+    click.echo(f"{file}: valid")
+
+
+if __name__ == "__main__":
+    main()

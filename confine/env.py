@@ -1,0 +1,77 @@
+"""The agent's environment: start empty, add an allowlist, never leak secrets.
+
+A name that looks like a credential passes only when named exactly (profile
+`env.pass` or --env), never through a glob. Loader and interpreter injection
+variables never pass through a glob or the allowlist either.
+"""
+from __future__ import annotations
+
+import fnmatch
+import re
+
+ALLOWLIST = ("PATH", "LANG", "LC_*", "TERM", "COLORTERM", "TZ", "USER", "LOGNAME",
+             "SHELL", "EDITOR")
+
+_SECRETISH = re.compile(
+    r"TOKEN|SECRET|KEY|PASSW|PASSPHRASE|CREDENTIAL|AUTH|COOKIE|SESSION|PRIVATE|SIGNATURE"
+    r"|^AWS_|^AZURE_|^GCP_|^GOOGLE_|^VAULT_|^SSH_|^GPG_|^DBUS_|^KRB5|^DOCKER_|^KUBECONFIG$"
+    r"|^XDG_RUNTIME_DIR$|^WAYLAND_DISPLAY$|^DISPLAY$|^XAUTHORITY$|^PULSE_|^HISTFILE$",
+    re.IGNORECASE)
+
+_INJECTION = re.compile(
+    r"^(LD_.*|GCONV_PATH|GLIBC_TUNABLES|MALLOC_.*|PYTHONSTARTUP|PYTHONPATH|PYTHONHOME"
+    r"|PYTHONUSERBASE|PYTHONINSPECT|PYTHONBREAKPOINT|NODE_OPTIONS|NODE_PATH|NODE_REPL_EXTERNAL_MODULE"
+    r"|BASH_ENV|ENV|BASH_FUNC_.*|PROMPT_COMMAND|PS4|SHELLOPTS|BASHOPTS|IFS|CDPATH|ZDOTDIR"
+    r"|PERL5LIB|PERL5OPT|PERLLIB|RUBYOPT|RUBYLIB|GEM_.*|JAVA_TOOL_OPTIONS|_JAVA_OPTIONS"
+    r"|JDK_JAVA_OPTIONS|CLASSPATH|DOTNET_STARTUP_HOOKS|GOFLAGS|GIT_.*|LESSOPEN|LESSCLOSE"
+    r"|PAGER|MANPAGER|GIT_PAGER|EDITOR_.*|VISUAL_.*|TCLLIBPATH|LUA_PATH|LUA_CPATH)$")
+
+
+def looks_secret(name: str) -> bool:
+    return bool(_SECRETISH.search(name))
+
+
+def is_injection(name: str) -> bool:
+    return bool(_INJECTION.match(name))
+
+
+def build(parent: dict[str, str], *, passthrough=(), profile_set=(), cli=(),
+          fixed: dict[str, str]) -> tuple[dict[str, str], list[str]]:
+    """Returns (environment, notes). `cli` items are NAME or NAME=VALUE (explicit).
+    `fixed` (HOME, TMPDIR, USER, LOGNAME) is set by the plan and wins over the parent."""
+    env: dict[str, str] = {}
+    notes: list[str] = []
+
+    def take_globs(patterns, origin):
+        for pat in patterns:
+            if "*" not in pat:
+                continue
+            for name, val in parent.items():
+                if not fnmatch.fnmatchcase(name, pat):
+                    continue
+                if looks_secret(name) or is_injection(name):
+                    notes.append(f"{name} not passed: matched {pat!r} ({origin}) but looks like "
+                                 "a secret or an injection variable; name it exactly to pass it")
+                    continue
+                env[name] = val
+
+    take_globs(ALLOWLIST, "allowlist")
+    for name in ALLOWLIST:
+        if "*" not in name and name in parent:
+            env[name] = parent[name]
+    take_globs(passthrough, "profile env.pass")
+    for name in passthrough:
+        if "*" not in name and name in parent:
+            env[name] = parent[name]  # named exactly: the profile asked for it
+    env.update(fixed)
+    for k, v in profile_set:
+        env[k] = v
+    for item in cli:
+        if "=" in item:
+            k, v = item.split("=", 1)
+            env[k] = v
+        elif item in parent:
+            env[item] = parent[item]
+        else:
+            notes.append(f"--env {item}: not set in the caller's environment, not passed")
+    return env, notes

@@ -1,0 +1,19 @@
+"""Errors confine reports itself. Each carries the exit status the CLI uses."""
+
+
+class ConfineError(Exception):
+    """confine's own failure: bad input, unsupported protection, setup error (exit 125)."""
+
+    status = 125
+
+
+class ProfileError(ConfineError):
+    """A profile is malformed; the message names file, line and key."""
+
+
+class CommandNotFound(ConfineError):
+    status = 127
+
+
+class CommandNotExecutable(ConfineError):
+    status = 126

@@ -1,0 +1,160 @@
+"""Policy + this host -> Plan: everything the child will do, decided up front.
+
+The plan is what --dry-run prints and what the child executes, step by step,
+in a fixed order. Anything the policy asks for that this kernel cannot enforce
+is listed in `missing`; the API refuses to run while that list is non-empty,
+unless the caller passed allow_degraded.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from landlockpy import AccessFS, AccessNet, Scope
+
+from . import carve as _carve
+from . import env as _env
+from .identity import Identity
+from .kernel import caps, landlock, seccomp
+from .policy.model import Policy
+
+STEPS = (
+    "pdeathsig: SIGKILL when the supervisor dies (parent checked for the race)",
+    "close every inherited file descriptor except 0, 1, 2",
+    "environment: replaced by the plan's allowlisted environment",
+    "identity: supplementary groups dropped, uid/gid switched (when started as root)",
+    "capabilities: bounding, ambient, inheritable, permitted, effective emptied; securebits locked (root)",
+    "no_new_privs",
+    "landlock: restrict_self with the rules below",
+    "seccomp: load the filter below (bad architecture kills the process)",
+    "exec the command",
+)
+
+
+@dataclass(frozen=True)
+class Missing:
+    feature: str
+    detail: str
+
+
+@dataclass
+class Plan:
+    policy: Policy
+    argv: list[str]
+    identity: Identity
+    env: dict[str, str]
+    abi: int
+    handled_fs: AccessFS
+    handled_net: AccessNet
+    scoped: Scope
+    path_rules: list[tuple[str, AccessFS, str]]     # (path, rights, why)
+    port_rules: list[tuple[int, AccessNet]]
+    seccomp_rules: tuple
+    missing: list[Missing] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    carved: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {
+            "command": self.argv,
+            "profile": self.policy.name,
+            "sources": list(self.policy.sources),
+            "workdir": self.policy.workdir,
+            "tmpdir": self.policy.tmp,
+            "steps": list(STEPS),
+            "identity": self.identity.to_dict(),
+            "environment": self.env,
+            "landlock": {
+                "abi": self.abi,
+                "handled_fs": landlock.names(self.handled_fs),
+                "handled_net": landlock.names(self.handled_net),
+                "scoped": landlock.names(self.scoped),
+                "rules": [{"path": p, "access": landlock.names(a), "why": w}
+                          for p, a, w in self.path_rules],
+                "tcp_ports": [{"port": p, "access": landlock.names(a)} for p, a in self.port_rules],
+                "carved_out": self.carved,
+                "secrets": sorted({d.path for d in self.policy.deny}),
+            },
+            "seccomp": seccomp.describe(self.seccomp_rules),
+            "missing": [{"feature": m.feature, "detail": m.detail} for m in self.missing],
+            "notes": self.notes,
+        }
+
+
+def _missing(policy: Policy, abi: int, sc_status: dict) -> list[Missing]:
+    out = []
+    need = [
+        (1, "landlock", "Landlock filesystem rules (writes only under the workdir, secrets unreadable)"),
+        (3, "landlock.truncate", "Landlock TRUNCATE: truncating files outside the workdir"),
+        (4, "landlock.net_tcp", "Landlock TCP rights: outbound and listening TCP"),
+        (5, "landlock.ioctl_dev", "Landlock IOCTL_DEV: ioctls on devices"),
+    ]
+    if policy.scope.signals:
+        need.append((6, "landlock.scope_signal", "Landlock signal scoping: kill() of processes outside the sandbox"))
+    if policy.scope.abstract_unix:
+        need.append((6, "landlock.scope_abstract_unix", "Landlock abstract unix socket scoping"))
+    for min_abi, feature, what in need:
+        if abi < min_abi:
+            have = f"ABI {abi}" if abi else "no Landlock"
+            out.append(Missing(feature, f"{what} needs Landlock ABI {min_abi}; this kernel has {have}"))
+    if not sc_status.get("filter"):
+        out.append(Missing("seccomp", "seccomp filters are not available on this kernel"))
+    return out
+
+
+def compile(policy: Policy, argv: list[str], identity: Identity, cli_env=(),
+            parent_env: dict | None = None) -> Plan:
+    abi = landlock.kernel_abi()
+    sc_status = seccomp.status()
+    handled_fs = landlock.fs_rights(abi)
+    handled_net = landlock.net_rights(abi) & (AccessNet.BIND_TCP | AccessNet.CONNECT_TCP
+                                              | AccessNet.BIND_UDP | AccessNet.CONNECT_SEND_UDP)
+    scoped = landlock.scopes(abi)
+    if not policy.scope.signals:
+        scoped &= ~Scope.SIGNAL
+    if not policy.scope.abstract_unix:
+        scoped &= ~Scope.ABSTRACT_UNIX_SOCKET
+
+    denied = sorted({d.path for d in policy.deny})
+    rules: list[tuple[str, AccessFS, str]] = []
+    carved: list[str] = []
+    for grants, rights, kind in ((policy.read, landlock.READ, "read"),
+                                 (policy.write, landlock.WRITE, "write"),
+                                 (policy.devices, landlock.DEVICE, "device")):
+        for g in grants:
+            paths, c = _carve.carve(g.path, denied)
+            carved += c
+            for p in paths:
+                r = rights & handled_fs
+                if not os.path.isdir(p):
+                    r &= landlock.FILE_RIGHTS
+                if r:
+                    rules.append((p, r, f"{kind} ({g.source})"))
+    ports = [(p, AccessNet.CONNECT_TCP) for p in policy.network.connect_tcp]
+    ports += [(p, AccessNet.BIND_TCP) for p in policy.network.bind_tcp]
+    ports = [(p, a & handled_net) for p, a in ports if a & handled_net]
+
+    fixed = {"HOME": identity.home, "TMPDIR": policy.tmp, "USER": identity.user,
+             "LOGNAME": identity.user}
+    env, env_notes = _env.build(parent_env if parent_env is not None else dict(os.environ),
+                                passthrough=policy.env.passthrough,
+                                profile_set=policy.env.set, cli=cli_env, fixed=fixed)
+    notes = list(env_notes) + list(identity.notes)
+    if not identity.started_as_root:
+        notes.append(caps.BOUNDING_SET_NOTE)
+    if abi < 9:
+        notes.append("pathname unix sockets (e.g. /var/run/docker.sock) are not mediated by "
+                     f"Landlock on ABI {abi} (needs ABI 9)")
+    if policy.network.connect_tcp:
+        notes.append("outbound TCP allowed to ANY host on ports "
+                     + ", ".join(map(str, policy.network.connect_tcp))
+                     + " (Landlock filters ports, not addresses)")
+    if policy.seccomp.unsafe_allow:
+        notes.append("default seccomp denials removed by the profile: "
+                     + ", ".join(policy.seccomp.unsafe_allow))
+    sc_rules = seccomp.rules_for(policy.seccomp.deny, policy.seccomp.unsafe_allow)
+    return Plan(policy=policy, argv=list(argv), identity=identity, env=env, abi=abi,
+                handled_fs=handled_fs, handled_net=handled_net, scoped=scoped,
+                path_rules=rules, port_rules=ports, seccomp_rules=sc_rules,
+                missing=_missing(policy, abi, sc_status), notes=notes,
+                carved=sorted(set(carved)))

@@ -1,0 +1,340 @@
+"""YAML profile -> validated, immutable Policy.
+
+Errors name the file, the line and the key, and suggest the nearest valid key,
+because a profile typo that silently drops a rule is a security bug.
+"""
+from __future__ import annotations
+
+import difflib
+import os
+import re
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+import yaml
+
+from ..errors import ProfileError
+from . import secrets
+from .model import Env, Network, PathGrant, Policy, Scope, Seccomp
+
+# section -> key -> kind.  Kinds: "str", "paths", "ports", "names", "envset", "bool".
+SCHEMA: dict[str, object] = {
+    "description": "str",
+    "extends": "str",
+    "filesystem": {"read": "paths", "write": "paths", "devices": "paths", "deny": "paths"},
+    "network": {"connect_tcp": "ports", "bind_tcp": "ports"},
+    "env": {"pass": "envnames", "set": "envset"},
+    "seccomp": {"deny": "names", "unsafe_allow": "names"},
+    "scope": {"signals": "bool", "abstract_unix": "bool"},
+}
+
+_VAR = re.compile(r"\{([^{}]*)\}")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\*?$")
+_SYSCALL = re.compile(r"^[a-z0-9_:]+$")
+
+
+@dataclass(frozen=True)
+class Item:
+    """A value with the place it was written, for error messages and --dry-run."""
+    value: object
+    where: str
+
+
+def builtin_dir() -> Path:
+    return Path(str(resources.files("confine.profiles")))
+
+
+def user_dirs() -> list[Path]:
+    xdg = os.environ.get("XDG_CONFIG_HOME") or os.path.expanduser("~/.config")
+    return [Path(xdg) / "confine" / "profiles", Path("/etc/confine/profiles")]
+
+
+def builtin_names() -> list[str]:
+    return sorted(p.stem for p in builtin_dir().glob("*.yaml") if not p.stem.startswith("_"))
+
+
+def find_profile(ref: str, relative_to: Path | None = None) -> Path:
+    """A profile reference is a file path (contains '/' or ends in .yaml) or a name."""
+    if "/" in ref or ref.endswith((".yaml", ".yml")):
+        p = Path(ref)
+        if not p.is_absolute() and relative_to is not None:
+            p = relative_to / p
+        if not p.is_file():
+            raise ProfileError(f"profile file {ref} does not exist")
+        return p
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", ref):
+        raise ProfileError(f"invalid profile name {ref!r}")
+    for d in user_dirs() + [builtin_dir()]:
+        p = d / f"{ref}.yaml"
+        if p.is_file():
+            return p
+    known = builtin_names()
+    near = difflib.get_close_matches(ref, known, n=1)
+    hint = f" (did you mean {near[0]!r}?)" if near else ""
+    raise ProfileError(f"unknown profile {ref!r}{hint}; built-in profiles: {', '.join(known)}")
+
+
+def _suggest(key: str, valid) -> str:
+    near = difflib.get_close_matches(key, list(valid), n=1, cutoff=0.5)
+    return f" (did you mean {near[0]!r}?)" if near else f" (valid keys: {', '.join(valid)})"
+
+
+class _Parser:
+    def __init__(self, path: Path):
+        self.path = path
+        self.label = path.name if path.parent == builtin_dir() else str(path)
+
+    def where(self, node) -> str:
+        return f"{self.label}:{node.start_mark.line + 1}"
+
+    def fail(self, node, msg: str):
+        raise ProfileError(f"{self.where(node)}: {msg}")
+
+    def parse(self) -> dict:
+        try:
+            text = self.path.read_text()
+        except OSError as e:
+            raise ProfileError(f"cannot read profile {self.path}: {e.strerror}") from None
+        try:
+            root = yaml.compose(text, Loader=yaml.SafeLoader)
+        except yaml.YAMLError as e:
+            mark = getattr(e, "problem_mark", None)
+            line = f":{mark.line + 1}" if mark else ""
+            problem = getattr(e, "problem", None) or str(e)
+            raise ProfileError(f"{self.label}{line}: invalid YAML: {problem}") from None
+        if root is None:
+            return {}
+        if not isinstance(root, yaml.MappingNode):
+            self.fail(root, "a profile must be a mapping of sections (filesystem:, network:, ...)")
+        return self.mapping(root, SCHEMA, "")
+
+    def mapping(self, node, schema: dict, prefix: str) -> dict:
+        out: dict = {}
+        for knode, vnode in node.value:
+            if not isinstance(knode, yaml.ScalarNode):
+                self.fail(knode, f"{prefix or 'profile'}: keys must be plain names")
+            key = knode.value
+            full = f"{prefix}{key}"
+            if key not in schema:
+                self.fail(knode, f"unknown key {full!r}{_suggest(key, schema)}")
+            if key in out:
+                self.fail(knode, f"duplicate key {full!r}")
+            kind = schema[key]
+            if isinstance(kind, dict):
+                if _is_null(vnode):
+                    out[key] = {}
+                    continue
+                if not isinstance(vnode, yaml.MappingNode):
+                    self.fail(vnode, f"{full!r} must be a mapping with keys {', '.join(kind)}")
+                out[key] = self.mapping(vnode, kind, f"{full}.")
+            else:
+                out[key] = self.value(vnode, kind, full)
+        return out
+
+    def scalar(self, node, full: str):
+        if not isinstance(node, yaml.ScalarNode):
+            self.fail(node, f"{full!r} expects a single value here")
+        return yaml.SafeLoader("").construct_object(node)
+
+    def value(self, node, kind: str, full: str):
+        if kind == "str":
+            v = self.scalar(node, full)
+            if not isinstance(v, str):
+                self.fail(node, f"{full!r} must be a string")
+            return Item(v, self.where(node))
+        if kind == "bool":
+            v = self.scalar(node, full)
+            if not isinstance(v, bool):
+                self.fail(node, f"{full!r} must be true or false")
+            return Item(v, self.where(node))
+        if kind == "envset":
+            if _is_null(node):
+                return {}
+            if not isinstance(node, yaml.MappingNode):
+                self.fail(node, f"{full!r} must be a mapping NAME: value")
+            out = {}
+            for k, v in node.value:
+                name = self.scalar(k, full)
+                if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+                    self.fail(k, f"{full}: invalid environment variable name {name!r}")
+                val = self.scalar(v, f"{full}.{name}")
+                if isinstance(val, bool) or val is None or isinstance(val, (list, dict)):
+                    self.fail(v, f"{full}.{name}: value must be a string or number")
+                out[name] = Item(str(val), self.where(k))
+            return out
+        # list kinds
+        if _is_null(node):
+            return []
+        if not isinstance(node, yaml.SequenceNode):
+            self.fail(node, f"{full!r} must be a list")
+        items = []
+        for el in node.value:
+            v = self.scalar(el, full)
+            if kind == "ports":
+                if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= 65535:
+                    self.fail(el, f"{full}: {v!r} is not a TCP port (0-65535)")
+            elif kind == "paths":
+                if not isinstance(v, str) or not v.strip("?"):
+                    self.fail(el, f"{full}: {v!r} is not a path")
+                for var in _VAR.findall(v):
+                    if var not in ("workdir", "home", "tmp"):
+                        self.fail(el, f"{full}: unknown variable {{{var}}} in {v!r} "
+                                      "(known: {workdir}, {home}, {tmp})")
+                bare = v.lstrip("?")
+                if not (bare.startswith(("/", "~/", "{")) or bare == "~"):
+                    self.fail(el, f"{full}: {v!r} must be absolute or start with ~, "
+                                  "{workdir}, {home} or {tmp}")
+            elif kind == "envnames":
+                if not isinstance(v, str) or not _ENV_NAME.match(v):
+                    self.fail(el, f"{full}: {v!r} is not an environment variable name "
+                                  "(NAME or PREFIX_*)")
+            elif kind == "names":
+                if not isinstance(v, str) or not _SYSCALL.match(v):
+                    self.fail(el, f"{full}: {v!r} is not a syscall or group name")
+            items.append(Item(v, self.where(el)))
+        return items
+
+
+def _is_null(node) -> bool:
+    return isinstance(node, yaml.ScalarNode) and node.tag == "tag:yaml.org,2002:null"
+
+
+def _merge(base: dict, top: dict) -> dict:
+    out = dict(base)
+    for k, v in top.items():
+        if k == "extends":
+            continue
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = _merge(out[k], v)
+        elif isinstance(v, list) and isinstance(out.get(k), list):
+            out[k] = out[k] + v
+        else:
+            out[k] = v
+    return out
+
+
+def read_layers(ref: str) -> tuple[dict, list[Path]]:
+    """The merged raw profile (ancestors first) and the files it came from."""
+    chain: list[Path] = []
+    raw: dict = {}
+    p = find_profile(ref)
+    layers = []
+    while True:
+        rp = p.resolve()
+        if rp in chain:
+            raise ProfileError(f"{p}: 'extends' forms a cycle: "
+                               + " -> ".join(str(c) for c in chain + [rp]))
+        chain.append(rp)
+        data = _Parser(p).parse()
+        layers.append(data)
+        parent = data.get("extends")
+        if parent is None:
+            break
+        try:
+            p = find_profile(parent.value, relative_to=p.parent)
+        except ProfileError as e:
+            raise ProfileError(f"{parent.where}: extends: {e}") from None
+    for data in reversed(layers):
+        raw = _merge(raw, data)
+    return raw, chain
+
+
+def expand(template: str, vars: dict[str, str]) -> str:
+    s = template
+    if s == "~" or s.startswith("~/"):
+        s = vars["home"] + s[1:]
+    return _VAR.sub(lambda m: vars[m.group(1)], s)
+
+
+def _grants(items: list[Item], vars, *, must_exist: bool) -> tuple[PathGrant, ...]:
+    out = []
+    seen = set()
+    for it in items:
+        text = str(it.value)
+        optional = text.startswith("?")
+        template = text.lstrip("?")
+        path = os.path.normpath(expand(template, vars))
+        real = os.path.realpath(path)
+        if must_exist and not optional and not os.path.exists(real):
+            raise ProfileError(f"{it.where}: {template} ({path}) does not exist; "
+                               "prefix it with '?' if it may be missing")
+        if optional and not os.path.exists(real):
+            continue
+        if real in seen:
+            continue
+        seen.add(real)
+        out.append(PathGrant(path=real, template=template, source=it.where, optional=optional))
+    return tuple(out)
+
+
+def _deny(items: list[Item], vars) -> tuple[PathGrant, ...]:
+    """Deny entries may be globs and need not exist; both the spelled and the
+    resolved path are kept so a symlinked secret is carved out either way."""
+    import glob as _glob
+    out: dict[str, PathGrant] = {}
+    for it in items:
+        template = str(it.value).lstrip("?")
+        path = os.path.normpath(expand(template, vars))
+        paths = _glob.glob(path) if _glob.has_magic(path) else [path]
+        for p in paths:
+            for q in {p, os.path.realpath(p)}:
+                out.setdefault(q, PathGrant(path=q, template=template, source=it.where,
+                                            optional=True))
+    return tuple(out.values())
+
+
+def load(ref: str, *, workdir: str, home: str, tmp: str,
+         extra_read=(), extra_write=(), extra_env=()) -> Policy:
+    raw, chain = read_layers(ref)
+    vars = {"workdir": workdir, "home": home, "tmp": tmp}
+    fs = raw.get("filesystem", {})
+    net = raw.get("network", {})
+    env = raw.get("env", {})
+    sc = raw.get("seccomp", {})
+    scope = raw.get("scope", {})
+    cli_read = [Item(p, "--read") for p in extra_read]
+    cli_write = [Item(p, "--write") for p in extra_write]
+    for it in cli_read + cli_write:
+        if not os.path.isabs(os.path.expanduser(it.value)):
+            raise ProfileError(f"{it.where} {it.value}: path must be absolute")
+    cli_read = [Item(os.path.expanduser(i.value) if i.value.startswith("~") else i.value,
+                     i.where) for i in cli_read]
+    cli_write = [Item(os.path.expanduser(i.value) if i.value.startswith("~") else i.value,
+                      i.where) for i in cli_write]
+    deny = _deny(secrets.mandatory_items(Item) + fs.get("deny", []), vars)
+    read = _grants(fs.get("read", []) + cli_read, vars, must_exist=True)
+    write = _grants([Item("{workdir}", "workdir"), Item("{tmp}", "tmp")]
+                    + fs.get("write", []) + cli_write, vars, must_exist=True)
+    _check_not_secret(read + write, deny)
+    env_set = {k: v.value for k, v in env.get("set", {}).items()}
+    return Policy(
+        name=chain[0].stem,
+        description=raw.get("description", Item("", "")).value,
+        sources=tuple(str(c) for c in chain),
+        workdir=workdir, home=home, tmp=tmp,
+        read=read, write=write,
+        devices=_grants(fs.get("devices", []), vars, must_exist=True),
+        deny=deny,
+        network=Network(connect_tcp=tuple(sorted({i.value for i in net.get("connect_tcp", [])})),
+                        bind_tcp=tuple(sorted({i.value for i in net.get("bind_tcp", [])}))),
+        env=Env(passthrough=tuple(dict.fromkeys(i.value for i in env.get("pass", []))),
+                set=tuple(sorted(env_set.items()))),
+        seccomp=Seccomp(deny=tuple(dict.fromkeys(i.value for i in sc.get("deny", []))),
+                        unsafe_allow=tuple(dict.fromkeys(i.value for i in sc.get("unsafe_allow", [])))),
+        scope=Scope(signals=scope.get("signals", Item(True, "")).value,
+                    abstract_unix=scope.get("abstract_unix", Item(True, "")).value),
+    )
+
+
+def is_under(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def _check_not_secret(grants, deny):
+    for g in grants:
+        for d in deny:
+            if is_under(g.path, d.path):
+                raise ProfileError(
+                    f"{g.source}: {g.template} ({g.path}) lies inside the protected secret "
+                    f"{d.path} ({d.source}); secrets are never granted")

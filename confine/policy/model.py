@@ -1,0 +1,79 @@
+"""The validated, immutable policy: the single source of truth.
+
+Everything downstream (the launch plan, --dry-run, exporters, probe) reads
+these objects; nothing re-parses YAML. Paths are absolute and resolved at
+load time; `template` keeps the profile's spelling ({workdir}/..., ~/...) so
+exporters can emit variables instead of one machine's paths.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class PathGrant:
+    path: str          # absolute, symlinks resolved
+    template: str      # as written in the profile, e.g. "{workdir}" or "~/.gitconfig"
+    source: str        # "default.yaml:12" or "--read"
+    optional: bool = False
+
+
+@dataclass(frozen=True)
+class Network:
+    connect_tcp: tuple[int, ...] = ()
+    bind_tcp: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Env:
+    passthrough: tuple[str, ...] = ()          # names or NAME_* globs taken from the caller
+    set: tuple[tuple[str, str], ...] = ()      # explicit values
+
+
+@dataclass(frozen=True)
+class Seccomp:
+    deny: tuple[str, ...] = ()                 # extra syscalls to deny
+    unsafe_allow: tuple[str, ...] = ()         # named opt-outs from the default deny set
+
+
+@dataclass(frozen=True)
+class Scope:
+    signals: bool = True          # no signals to processes outside the sandbox
+    abstract_unix: bool = True    # no connecting to abstract unix sockets outside
+
+
+@dataclass(frozen=True)
+class Policy:
+    name: str
+    description: str
+    sources: tuple[str, ...]                   # profile files, most derived first
+    workdir: str
+    home: str
+    tmp: str
+    read: tuple[PathGrant, ...] = ()           # read + execute
+    write: tuple[PathGrant, ...] = ()          # full file rights except device nodes
+    devices: tuple[PathGrant, ...] = ()        # read/write/ioctl on device nodes
+    deny: tuple[PathGrant, ...] = ()           # never readable or writable, even under a grant
+    network: Network = field(default_factory=Network)
+    env: Env = field(default_factory=Env)
+    seccomp: Seccomp = field(default_factory=Seccomp)
+    scope: Scope = field(default_factory=Scope)
+
+    def to_dict(self) -> dict:
+        def grants(gs):
+            return [{"path": g.path, "template": g.template, "source": g.source,
+                     "optional": g.optional} for g in gs]
+        return {
+            "name": self.name, "description": self.description,
+            "sources": list(self.sources), "workdir": self.workdir,
+            "home": self.home, "tmp": self.tmp,
+            "read": grants(self.read), "write": grants(self.write),
+            "devices": grants(self.devices), "deny": grants(self.deny),
+            "network": {"connect_tcp": list(self.network.connect_tcp),
+                        "bind_tcp": list(self.network.bind_tcp)},
+            "env": {"pass": list(self.env.passthrough), "set": dict(self.env.set)},
+            "seccomp": {"deny": list(self.seccomp.deny),
+                        "unsafe_allow": list(self.seccomp.unsafe_allow)},
+            "scope": {"signals": self.scope.signals,
+                      "abstract_unix": self.scope.abstract_unix},
+        }

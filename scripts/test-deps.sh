@@ -1,0 +1,13 @@
+#!/bin/sh
+# System packages and accounts the tests need (root only; Debian/Ubuntu).
+set -eu
+pkgs=""
+for p in git python3-venv libseccomp2 tmux curl openssh-client; do
+    dpkg -s "$p" >/dev/null 2>&1 || pkgs="$pkgs $p"
+done
+if [ -n "$pkgs" ] && command -v apt-get >/dev/null; then
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $pkgs >/dev/null
+fi
+# The unprivileged account tests run as (no password, no groups).
+id confine-test >/dev/null 2>&1 || useradd --create-home --shell /bin/bash confine-test

@@ -1,0 +1,15 @@
+#!/bin/sh
+# Install confine and its test tools, then run the whole test suite.
+# Run as root (CI does): tests run confined processes both as root and as an
+# unprivileged user that this script creates.
+set -eu
+here=$(cd "$(dirname "$0")" && pwd)
+cd "$here"
+if [ "$(id -u)" = 0 ]; then
+    ./scripts/test-deps.sh
+fi
+CONFINE_PREFIX=${CONFINE_TEST_PREFIX:-/opt/confine-test} CONFINE_EXTRAS=test ./install.sh
+py=${CONFINE_TEST_PREFIX:-/opt/confine-test}/bin/python
+export CONFINE_TEST_PREFIX=${CONFINE_TEST_PREFIX:-/opt/confine-test}
+# Run from a copy of the tests, so the installed package (not the checkout) is tested.
+exec "$py" -m pytest -p no:cacheprovider -q "$@" tests
