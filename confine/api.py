@@ -36,11 +36,13 @@ def check_workdir(workdir: str, homes: list[str], force: bool) -> str:
     if force:
         return real
     why = None
-    if real in SYSTEM_ROOTS:
+    if real == "/":
+        why = "is the root directory"
+    elif real in SYSTEM_ROOTS:
         why = "is a system directory"
     elif any(is_under(real, d) for d in SYSTEM_DIRS):
         why = "is a system directory"
-    for h in homes:
+    for h in homes if why is None else ():
         h = os.path.realpath(h)
         if real == h:
             why = "is your home directory itself"
@@ -82,8 +84,7 @@ def prepare(argv, *, profile="default", workdir=None, read=(), write=(), env=(),
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
             raise ConfineError(f"--env {item!r}: invalid variable name")
     wd = os.path.abspath(workdir or os.getcwd())
-    if not os.path.exists(wd):
-        raise ConfineError(f"workdir {wd} does not exist")
+    check_workdir(wd, [os.path.expanduser("~")], force_workdir)
     ident = resolve_identity(os.path.realpath(wd), user)
     homes = {ident.home, os.path.expanduser("~")}
     wd = check_workdir(wd, sorted(homes), force_workdir)

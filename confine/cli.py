@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 import click
@@ -32,6 +33,11 @@ def main(argv=None):
         sys.exit(125)
     except KeyboardInterrupt:
         sys.exit(130)
+    except Exception as e:  # one line, not a traceback; CONFINE_DEBUG=1 shows it
+        if os.environ.get("CONFINE_DEBUG"):
+            raise
+        click.echo(f"confine: internal error: {type(e).__name__}: {e}", err=True)
+        sys.exit(125)
     sys.exit(rv if isinstance(rv, int) else 0)
 
 

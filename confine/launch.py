@@ -7,6 +7,7 @@ reaps, kills whatever the agent left behind, and reports the exit status.
 from __future__ import annotations
 
 import errno
+import resource
 import os
 import signal
 import sys
@@ -51,7 +52,6 @@ def _child(plan, ruleset, flt, status_w: int, supervisor: int, old_mask) -> None
         if os.getppid() != supervisor:
             os._exit(125)
         step = "core dumps"
-        import resource
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         step = "no_new_privs"
         caps.set_no_new_privs()
@@ -63,8 +63,12 @@ def _child(plan, ruleset, flt, status_w: int, supervisor: int, old_mask) -> None
             seccomp.load(flt)
         step = "exec"
         signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
+        path = _which(plan.argv[0], plan.env.get("PATH", os.defpath))
+        if path is None:
+            os.write(status_w, f"exec {errno.ENOENT} not found".encode())
+            os._exit(127)
         try:
-            os.execvpe(plan.argv[0], plan.argv, plan.env)
+            os.execve(path, plan.argv, plan.env)
         except OSError as e:
             os.write(status_w, f"exec {e.errno} {e.strerror}".encode())
             os._exit(127 if e.errno == errno.ENOENT else 126)
@@ -76,6 +80,18 @@ def _child(plan, ruleset, flt, status_w: int, supervisor: int, old_mask) -> None
         finally:
             os._exit(125)
     os._exit(125)
+
+
+def _which(cmd: str, path: str) -> str | None:
+    """Like the shell: the first existing file on PATH, so an unreadable PATH
+    entry yields "not found" (127) and a found-but-forbidden file yields 126."""
+    if "/" in cmd:
+        return cmd if os.path.lexists(cmd) else None
+    for d in path.split(":"):
+        cand = os.path.join(d or ".", cmd)
+        if os.path.isfile(cand):
+            return cand
+    return None
 
 
 def _children_of(pid: int) -> list[int]:

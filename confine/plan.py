@@ -102,6 +102,18 @@ def _missing(policy: Policy, abi: int, sc_status: dict) -> list[Missing]:
     return out
 
 
+def _drop_covered(rules):
+    """A rule beneath another rule that already grants all its rights adds nothing."""
+    from .policy.load import is_under
+    out = []
+    for i, (p, r, w) in enumerate(rules):
+        if any(j != i and is_under(p, q) and (r & ~r2) == 0 and (p != q or j < i)
+               for j, (q, r2, _) in enumerate(rules)):
+            continue
+        out.append((p, r, w))
+    return out
+
+
 def compile(policy: Policy, argv: list[str], identity: Identity, cli_env=(),
             parent_env: dict | None = None) -> Plan:
     abi = landlock.kernel_abi()
@@ -130,6 +142,7 @@ def compile(policy: Policy, argv: list[str], identity: Identity, cli_env=(),
                     r &= landlock.FILE_RIGHTS
                 if r:
                     rules.append((p, r, f"{kind} ({g.source})"))
+    rules = _drop_covered(rules)
     ports = [(p, AccessNet.CONNECT_TCP) for p in policy.network.connect_tcp]
     ports += [(p, AccessNet.BIND_TCP) for p in policy.network.bind_tcp]
     ports = [(p, a & handled_net) for p, a in ports if a & handled_net]

@@ -42,7 +42,10 @@ class Item:
 
 
 def builtin_dir() -> Path:
-    return Path(str(resources.files("confine.profiles")))
+    try:
+        return Path(str(resources.files("confine.profiles")))
+    except ModuleNotFoundError:  # running from a source checkout
+        return Path(__file__).resolve().parents[2] / "profiles"
 
 
 def user_dirs() -> list[Path]:
