@@ -137,7 +137,8 @@ def run(argv, *, profile="default", workdir=None, read=(), write=(), env=(), use
                 m.feature == "seccomp" for m in plan.missing) else None
 
         try:
-            return run_plan(plan, build_ruleset=build_ruleset, build_filter=build_filter)
+            return run_plan(plan, build_ruleset=build_ruleset, build_filter=build_filter,
+                            mediation_roots=plan.unix_roots() if plan.unix_mediation else None)
         except OSError as e:
             raise ConfineError(f"setup failed: {e.strerror or e}") from None
     finally:

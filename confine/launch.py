@@ -10,10 +10,13 @@ import errno
 import resource
 import os
 import signal
+import socket
 import sys
+import time
 
 from .errors import CommandNotExecutable, CommandNotFound, ConfineError
-from .kernel import caps, landlock, seccomp
+from . import mediate
+from .kernel import caps, landlock, notify, seccomp
 
 FORWARD = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT,
            signal.SIGUSR1, signal.SIGUSR2, signal.SIGWINCH)
@@ -22,7 +25,8 @@ _PY_IGNORED = (signal.SIGPIPE, signal.SIGXFSZ)
 SI_USER, SI_QUEUE, SI_TKILL = 0, -1, -6
 
 
-def _child(plan, ruleset, flt, status_w: int, supervisor: int, old_mask) -> None:
+def _child(plan, ruleset, flt, status_w: int, supervisor: int, old_mask,
+           med=None) -> None:
     """Runs between fork and exec. Never returns."""
     step = "start"
     try:
@@ -33,7 +37,12 @@ def _child(plan, ruleset, flt, status_w: int, supervisor: int, old_mask) -> None
         for s in _PY_IGNORED + FORWARD + (signal.SIGCHLD,):
             signal.signal(s, signal.SIG_DFL)
         step = "close fds"
-        keep = sorted({status_w, ruleset.fileno()})
+        keep = {status_w}
+        if ruleset is not None:
+            keep.add(ruleset.fileno())
+        if med is not None:
+            keep |= {med["sync_r"], med["broker_fd"]}
+        keep = sorted(keep)
         lo = 3
         for fd in keep:
             os.closerange(lo, fd)
@@ -58,9 +67,22 @@ def _child(plan, ruleset, flt, status_w: int, supervisor: int, old_mask) -> None
         step = "landlock"
         if ruleset is not None and plan.abi > 0:
             landlock.restrict(ruleset)
+        if med is not None:
+            step = "unix socket broker"
+            _start_broker(flt, med, status_w, supervisor)
         step = "seccomp"
         if flt is not None:
             seccomp.load(flt)
+        if med is not None:
+            step = "seccomp notification"
+            nfd = mediate.load_filter(med["filter"])
+            os.set_inheritable(nfd, False)
+            os.write(status_w, f"notify {nfd}\n".encode())
+            # The supervisor copies the listener; the agent must never hold it.
+            if os.read(med["sync_r"], 1) != b"g":
+                os._exit(125)
+            os.close(nfd)
+            os.close(med["sync_r"])
         step = "exec"
         signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
         path = _which(plan.argv[0], plan.env.get("PATH", os.defpath))
@@ -80,6 +102,33 @@ def _child(plan, ruleset, flt, status_w: int, supervisor: int, old_mask) -> None
         finally:
             os._exit(125)
     os._exit(125)
+
+
+def _start_broker(flt, med, status_w: int, supervisor: int) -> None:
+    """Fork the broker inside the agent's Landlock domain (see mediate.py). A
+    double fork re-parents it to the supervisor, a child subreaper."""
+    first = os.fork()
+    if first == 0:
+        try:
+            if os.fork() != 0:
+                os._exit(0)
+            os.close(status_w)
+            os.close(med["sync_r"])
+            for _ in range(2000):
+                if os.getppid() == supervisor:
+                    break
+                time.sleep(0.0005)
+            caps.set_pdeathsig(signal.SIGKILL)
+            if os.getppid() != supervisor:
+                os._exit(0)
+            caps.set_dumpable(False)
+            if flt is not None:
+                seccomp.load(flt)
+            mediate.broker_main(socket.socket(fileno=med["broker_fd"]))
+        finally:
+            os._exit(0)
+    os.waitpid(first, 0)
+    os.close(med["broker_fd"])
 
 
 def _which(cmd: str, path: str) -> str | None:
@@ -129,10 +178,16 @@ def _kill_leftovers() -> None:
                 pass
 
 
-def run_plan(plan, *, build_ruleset, build_filter) -> int:
+def run_plan(plan, *, build_ruleset, build_filter, mediation_roots=None) -> int:
     ruleset = build_ruleset()
     flt = build_filter()
     status_r, status_w = os.pipe2(os.O_CLOEXEC)
+    med = None
+    if mediation_roots is not None:
+        broker_sup, broker_child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        sync_r, sync_w = os.pipe2(os.O_CLOEXEC)
+        med = {"sync_r": sync_r, "broker_fd": broker_child.detach(),
+               "filter": mediate.build_filter()}
     sigset = set(FORWARD) | {signal.SIGCHLD}
     # SIGCHLD is ignored by default, which could discard it before sigwaitinfo.
     old_chld = signal.signal(signal.SIGCHLD, lambda *_: None)
@@ -145,13 +200,19 @@ def run_plan(plan, *, build_ruleset, build_filter) -> int:
     if pid == 0:
         try:
             os.close(status_r)
-            _child(plan, ruleset, flt, status_w, supervisor, old_mask)
+            if med is not None:
+                broker_sup.close()
+                os.close(sync_w)
+            _child(plan, ruleset, flt, status_w, supervisor, old_mask, med)
         finally:
             os._exit(125)
     try:
         os.close(status_w)
         if ruleset is not None:
             ruleset.close()
+        if med is not None:
+            os.close(med["sync_r"])
+            os.close(med["broker_fd"])
         report = b""
         while True:
             try:
@@ -161,7 +222,18 @@ def run_plan(plan, *, build_ruleset, build_filter) -> int:
             if not chunk:
                 break
             report += chunk
+            if med is not None and report.startswith(b"notify ") and b"\n" in report:
+                line, report = report.split(b"\n", 1)
+                try:
+                    _start_mediator(pid, int(line.split()[1]), broker_sup, mediation_roots, plan)
+                except OSError as e:
+                    os.kill(pid, signal.SIGKILL)
+                    os.waitpid(pid, 0)
+                    raise ConfineError(f"cannot take over the seccomp listener: {e}") from None
+                os.write(sync_w, b"g")
         os.close(status_r)
+        if med is not None:
+            os.close(sync_w)
         status = _wait(pid)
         _kill_leftovers()
     finally:
@@ -181,6 +253,15 @@ def run_plan(plan, *, build_ruleset, build_filter) -> int:
             raise CommandNotExecutable(f"{cmd}: cannot execute: {msg}{hint}")
         raise ConfineError(text)
     return status
+
+
+def _start_mediator(pid: int, child_fd: int, broker, roots, plan) -> None:
+    pidfd = notify.pidfd_open(pid)
+    try:
+        nfd = notify.pidfd_getfd(pidfd, child_fd)
+    finally:
+        os.close(pidfd)
+    mediate.Mediator(nfd, broker, roots, plan.identity.uid).start()
 
 
 def _wait(pid: int) -> int:

@@ -53,6 +53,11 @@ class Plan:
     missing: list[Missing] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     carved: list[str] = field(default_factory=list)
+    unix_mediation: bool = False            # seccomp-notify mediation (Landlock ABI < 9)
+
+    def unix_roots(self) -> list[str]:
+        """Where pathname unix sockets may be connected: workdir, tmp, profile allows."""
+        return [self.policy.workdir, self.policy.tmp] + [g.path for g in self.policy.unix_sockets]
 
     def to_dict(self) -> dict:
         return {
@@ -76,6 +81,11 @@ class Plan:
                 "secrets": sorted({d.path for d in self.policy.deny}),
             },
             "seccomp": seccomp.describe(self.seccomp_rules),
+            "unix_sockets": {
+                "mechanism": "seccomp user notification (connect, sendto, sendmsg mediated)"
+                if self.unix_mediation else "landlock resolve_unix",
+                "allowed_under": self.unix_roots(),
+            },
             "missing": [{"feature": m.feature, "detail": m.detail} for m in self.missing],
             "notes": self.notes,
         }
@@ -99,6 +109,9 @@ def _missing(policy: Policy, abi: int, sc_status: dict) -> list[Missing]:
             out.append(Missing(feature, f"{what} needs Landlock ABI {min_abi}; this kernel has {have}"))
     if not sc_status.get("filter"):
         out.append(Missing("seccomp", "seccomp filters are not available on this kernel"))
+    elif abi < 9 and not sc_status.get("user_notif"):
+        out.append(Missing("unix_sockets", "mediating connect() to pathname unix sockets needs "
+                           "Landlock ABI 9 or seccomp user notification; this kernel has neither"))
     return out
 
 
@@ -132,7 +145,9 @@ def compile(policy: Policy, argv: list[str], identity: Identity, cli_env=(),
     carved: list[str] = []
     for grants, rights, kind in ((policy.read, landlock.READ, "read"),
                                  (policy.write, landlock.WRITE, "write"),
-                                 (policy.devices, landlock.DEVICE, "device")):
+                                 (policy.devices, landlock.DEVICE, "device"),
+                                 (tuple(g for g in policy.unix_sockets if os.path.exists(g.path)),
+                                  AccessFS.RESOLVE_UNIX, "unix socket")):
         for g in grants:
             paths, c = _carve.carve(g.path, denied)
             carved += c
@@ -156,8 +171,8 @@ def compile(policy: Policy, argv: list[str], identity: Identity, cli_env=(),
     if not identity.started_as_root:
         notes.append(caps.BOUNDING_SET_NOTE)
     if abi < 9:
-        notes.append("pathname unix sockets (e.g. /var/run/docker.sock) are not mediated by "
-                     f"Landlock on ABI {abi} (needs ABI 9)")
+        notes.append("pathname unix sockets: connect/sendto/sendmsg are mediated by the supervisor "
+                     f"(Landlock ABI {abi} < 9 has no RESOLVE_UNIX); sendmmsg is refused")
     if policy.network.connect_tcp:
         notes.append("outbound TCP allowed to ANY host on ports "
                      + ", ".join(map(str, policy.network.connect_tcp))
@@ -170,4 +185,5 @@ def compile(policy: Policy, argv: list[str], identity: Identity, cli_env=(),
                 handled_fs=handled_fs, handled_net=handled_net, scoped=scoped,
                 path_rules=rules, port_rules=ports, seccomp_rules=sc_rules,
                 missing=_missing(policy, abi, sc_status), notes=notes,
-                carved=sorted(set(carved)))
+                carved=sorted(set(carved)),
+                unix_mediation=abi < 9 and bool(sc_status.get("user_notif")))

@@ -27,6 +27,7 @@ SCHEMA: dict[str, object] = {
     "env": {"pass": "envnames", "set": "envset"},
     "seccomp": {"deny": "names", "unsafe_allow": "names"},
     "scope": {"signals": "bool", "abstract_unix": "bool"},
+    "unix_sockets": {"allow": "paths"},
 }
 
 _VAR = re.compile(r"\{([^{}]*)\}")
@@ -325,6 +326,8 @@ def load(ref: str, *, workdir: str, home: str, tmp: str,
                 set=tuple(sorted(env_set.items()))),
         seccomp=Seccomp(deny=tuple(dict.fromkeys(i.value for i in sc.get("deny", []))),
                         unsafe_allow=tuple(dict.fromkeys(i.value for i in sc.get("unsafe_allow", [])))),
+        unix_sockets=_grants(raw.get("unix_sockets", {}).get("allow", []), vars,
+                             must_exist=False),
         scope=Scope(signals=scope.get("signals", Item(True, "")).value,
                     abstract_unix=scope.get("abstract_unix", Item(True, "")).value),
     )

@@ -58,6 +58,7 @@ class Policy:
     env: Env = field(default_factory=Env)
     seccomp: Seccomp = field(default_factory=Seccomp)
     scope: Scope = field(default_factory=Scope)
+    unix_sockets: tuple[PathGrant, ...] = ()   # pathname sockets connectable outside the workdir
 
     def to_dict(self) -> dict:
         def grants(gs):
@@ -74,6 +75,7 @@ class Policy:
             "env": {"pass": list(self.env.passthrough), "set": dict(self.env.set)},
             "seccomp": {"deny": list(self.seccomp.deny),
                         "unsafe_allow": list(self.seccomp.unsafe_allow)},
+            "unix_sockets": {"allow": grants(self.unix_sockets)},
             "scope": {"signals": self.scope.signals,
                       "abstract_unix": self.scope.abstract_unix},
         }

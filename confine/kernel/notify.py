@@ -1,0 +1,111 @@
+"""seccomp user notification and the process-access syscalls the supervisor
+needs to act on a notification: receive/respond/id-valid, pidfd_open,
+pidfd_getfd, process_vm_readv, openat2. The only module making these calls.
+"""
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+
+_libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+_libc.syscall.restype = ctypes.c_long
+_libc.ioctl.restype = ctypes.c_int
+
+# x86_64 and aarch64 share the numbers of these newer syscalls.
+SYS_pidfd_open = 434
+SYS_pidfd_getfd = 438
+SYS_openat2 = 437
+SYS_process_vm_readv = 310 if os.uname().machine == "x86_64" else 270
+
+PIDFD_THREAD = os.O_EXCL
+RESOLVE_NO_MAGICLINKS = 0x02
+RESOLVE_NO_SYMLINKS = 0x04
+
+SECCOMP_USER_NOTIF_FLAG_CONTINUE = 1
+
+
+class SeccompData(ctypes.Structure):
+    _fields_ = [("nr", ctypes.c_int), ("arch", ctypes.c_uint32),
+                ("instruction_pointer", ctypes.c_uint64), ("args", ctypes.c_uint64 * 6)]
+
+
+class Notif(ctypes.Structure):
+    _fields_ = [("id", ctypes.c_uint64), ("pid", ctypes.c_uint32),
+                ("flags", ctypes.c_uint32), ("data", SeccompData)]
+
+
+class NotifResp(ctypes.Structure):
+    _fields_ = [("id", ctypes.c_uint64), ("val", ctypes.c_int64),
+                ("error", ctypes.c_int32), ("flags", ctypes.c_uint32)]
+
+
+class OpenHow(ctypes.Structure):
+    _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64),
+                ("resolve", ctypes.c_uint64)]
+
+
+class IoVec(ctypes.Structure):
+    _fields_ = [("iov_base", ctypes.c_void_p), ("iov_len", ctypes.c_size_t)]
+
+
+def _ioc(d: int, nr: int, size: int) -> int:
+    return (d << 30) | (size << 16) | (ord("!") << 8) | nr
+
+
+IOCTL_RECV = _ioc(3, 0, ctypes.sizeof(Notif))
+IOCTL_SEND = _ioc(3, 1, ctypes.sizeof(NotifResp))
+IOCTL_ID_VALID = _ioc(1, 2, 8)
+
+
+def _check(ret: int, what: str) -> int:
+    if ret < 0:
+        e = ctypes.get_errno()
+        raise OSError(e, f"{what}: {os.strerror(e)}")
+    return ret
+
+
+def recv(fd: int) -> Notif:
+    n = Notif()
+    _check(_libc.ioctl(fd, IOCTL_RECV, ctypes.byref(n)), "SECCOMP_IOCTL_NOTIF_RECV")
+    return n
+
+
+def respond(fd: int, nid: int, val: int = 0, error: int = 0, cont: bool = False) -> None:
+    """error is a positive errno; the kernel wants it negated."""
+    r = NotifResp(id=nid, val=val, error=-error if error else 0,
+                  flags=SECCOMP_USER_NOTIF_FLAG_CONTINUE if cont else 0)
+    _check(_libc.ioctl(fd, IOCTL_SEND, ctypes.byref(r)), "SECCOMP_IOCTL_NOTIF_SEND")
+
+
+def id_valid(fd: int, nid: int) -> bool:
+    v = ctypes.c_uint64(nid)
+    return _libc.ioctl(fd, IOCTL_ID_VALID, ctypes.byref(v)) == 0
+
+
+def pidfd_open(pid: int, flags: int = 0) -> int:
+    return _check(_libc.syscall(SYS_pidfd_open, pid, flags), "pidfd_open")
+
+
+def pidfd_getfd(pidfd: int, fd: int) -> int:
+    return _check(_libc.syscall(SYS_pidfd_getfd, pidfd, fd, 0), "pidfd_getfd")
+
+
+def read_mem(pid: int, addr: int, size: int) -> bytes:
+    """Copy `size` bytes of another process's memory (ptrace access required)."""
+    if size == 0:
+        return b""
+    buf = ctypes.create_string_buffer(size)
+    local = IoVec(ctypes.cast(buf, ctypes.c_void_p), size)
+    remote = IoVec(ctypes.c_void_p(addr), size)
+    n = _check(_libc.syscall(SYS_process_vm_readv, pid, ctypes.byref(local), 1,
+                             ctypes.byref(remote), 1, 0), "process_vm_readv")
+    if n != size:
+        raise OSError(14, "process_vm_readv: short read")
+    return buf.raw
+
+
+def openat2(path: str, flags: int, resolve: int, dirfd: int = -100) -> int:
+    how = OpenHow(flags=flags | os.O_CLOEXEC, mode=0, resolve=resolve)
+    return _check(_libc.syscall(SYS_openat2, dirfd, os.fsencode(path), ctypes.byref(how),
+                                ctypes.sizeof(how)), "openat2")
