@@ -133,8 +133,9 @@ def run(argv, *, profile="default", workdir=None, read=(), write=(), env=(), use
                                   [(p, a) for p, a, _ in plan.path_rules], plan.port_rules)
 
         def build_filter():
-            return seccomp.build(plan.seccomp_rules) if not any(
-                m.feature == "seccomp" for m in plan.missing) else None
+            if any(m.feature == "seccomp" for m in plan.missing):
+                return []
+            return [seccomp.build(r) for r in (plan.seccomp_rules, plan.seccomp_extra) if r]
 
         try:
             return run_plan(plan, build_ruleset=build_ruleset, build_filter=build_filter,

@@ -128,10 +128,21 @@ def _print_plan(d: dict) -> None:
         e("  network: no TCP connect or bind")
     e(f"  secrets never granted: {len(ll['secrets'])} paths (carved out of: "
       f"{', '.join(ll['carved_out']) or 'nothing'})")
-    e(f"seccomp: {len(d['seccomp'])} denials")
+    e(f"seccomp: {len(d['seccomp'])} rules (--json lists each argument test)")
+    groups: dict = {}
     for r in d["seccomp"]:
-        args = f" if {r['args']}" if r.get("args") else ""
-        e(f"  {r['syscall']}{args} -> {r['errno']}")
+        g = r["group"] or r["syscall"]
+        top, _, sub = g.partition(":")
+        ent = groups.setdefault(top, {"syscalls": set(), "subs": [], "errnos": set()})
+        ent["syscalls"].add(r["syscall"])
+        ent["errnos"].add(r["errno"])
+        if sub and sub not in ent["subs"]:
+            ent["subs"].append(sub)
+    for g, ent in groups.items():
+        subs = f" [{', '.join(ent['subs'])}]" if ent["subs"] else ""
+        e(f"  {g}: {', '.join(sorted(ent['syscalls']))}{subs} -> {'/'.join(sorted(ent['errnos']))}")
+    us = d["unix_sockets"]
+    e(f"unix sockets: {us['mechanism']}; allowed under {', '.join(us['allowed_under'])}")
     e("environment:")
     for k, v in sorted(d["environment"].items()):
         e(f"  {k}={v}")

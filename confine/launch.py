@@ -71,11 +71,11 @@ def _child(plan, ruleset, flt, status_w: int, supervisor: int, old_mask,
             step = "unix socket broker"
             _start_broker(flt, med, status_w, supervisor)
         step = "seccomp"
-        if flt is not None:
-            seccomp.load(flt)
+        for f in flt:
+            seccomp.load(f)
         if med is not None:
             step = "seccomp notification"
-            nfd = mediate.load_filter(med["filter"])
+            nfd = seccomp.load_notify(med["filter"])
             os.set_inheritable(nfd, False)
             os.write(status_w, f"notify {nfd}\n".encode())
             # The supervisor copies the listener; the agent must never hold it.
@@ -122,8 +122,8 @@ def _start_broker(flt, med, status_w: int, supervisor: int) -> None:
             if os.getppid() != supervisor:
                 os._exit(0)
             caps.set_dumpable(False)
-            if flt is not None:
-                seccomp.load(flt)
+            for f in flt:
+                seccomp.load(f)
             mediate.broker_main(socket.socket(fileno=med["broker_fd"]))
         finally:
             os._exit(0)
@@ -180,14 +180,14 @@ def _kill_leftovers() -> None:
 
 def run_plan(plan, *, build_ruleset, build_filter, mediation_roots=None) -> int:
     ruleset = build_ruleset()
-    flt = build_filter()
+    flt = build_filter()  # list of deny filters, loaded in order
     status_r, status_w = os.pipe2(os.O_CLOEXEC)
     med = None
     if mediation_roots is not None:
         broker_sup, broker_child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         sync_r, sync_w = os.pipe2(os.O_CLOEXEC)
         med = {"sync_r": sync_r, "broker_fd": broker_child.detach(),
-               "filter": mediate.build_filter()}
+               "filter": seccomp.build_notify()}
     sigset = set(FORWARD) | {signal.SIGCHLD}
     # SIGCHLD is ignored by default, which could discard it before sigwaitinfo.
     old_chld = signal.signal(signal.SIGCHLD, lambda *_: None)

@@ -354,31 +354,6 @@ class Mediator:
         return fds
 
 
-def build_filter():
-    """The notifying filter, loaded after the deny filter: the kernel runs every
-    filter and the most restrictive answer wins, so a denial is never turned
-    into a notification."""
-    import pyseccomp as sc
-    flt = sc.SyscallFilter(sc.ALLOW)
-    flt.set_attr(sc.Attr.ACT_BADARCH, sc.KILL_PROCESS)
-    flt.add_rule(sc.NOTIFY, "connect")
-    flt.add_rule(sc.NOTIFY, "sendto", sc.Arg(4, sc.NE, 0))
-    flt.add_rule(sc.NOTIFY, "sendmsg")
-    # Each message of sendmmsg may carry an address; not mediated, so refused.
-    flt.add_rule(sc.ERRNO(errno.EPERM), "sendmmsg")
-    return flt
-
-
-def load_filter(flt) -> int:
-    """Load in the child; returns the listener fd."""
-    import pyseccomp as sc
-    flt.load()
-    fd = sc._libseccomp.seccomp_notify_fd(flt._filter)
-    if fd < 0:
-        raise OSError(-fd, "seccomp_notify_fd")
-    return fd
-
-
 def _nr(name: str) -> int:
     from .kernel import seccomp
     return seccomp.syscall_number(name)

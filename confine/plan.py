@@ -50,6 +50,7 @@ class Plan:
     path_rules: list[tuple[str, AccessFS, str]]     # (path, rights, why)
     port_rules: list[tuple[int, AccessNet]]
     seccomp_rules: tuple
+    seccomp_extra: tuple = ()                # loaded as a second filter (libseccomp cannot merge them)
     missing: list[Missing] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     carved: list[str] = field(default_factory=list)
@@ -80,7 +81,7 @@ class Plan:
                 "carved_out": self.carved,
                 "secrets": sorted({d.path for d in self.policy.deny}),
             },
-            "seccomp": seccomp.describe(self.seccomp_rules),
+            "seccomp": seccomp.describe(self.seccomp_rules + self.seccomp_extra),
             "unix_sockets": {
                 "mechanism": "seccomp user notification (connect, sendto, sendmsg mediated)"
                 if self.unix_mediation else "landlock resolve_unix",
@@ -103,6 +104,9 @@ def _missing(policy: Policy, abi: int, sc_status: dict) -> list[Missing]:
         need.append((6, "landlock.scope_signal", "Landlock signal scoping: kill() of processes outside the sandbox"))
     if policy.scope.abstract_unix:
         need.append((6, "landlock.scope_abstract_unix", "Landlock abstract unix socket scoping"))
+    if not (policy.network.connect_tcp or policy.network.bind_tcp):
+        # no port granted: seccomp refuses IPv4/IPv6 sockets instead (no_inet_rules)
+        need = [n for n in need if n[1] != "landlock.net_tcp"]
     for min_abi, feature, what in need:
         if abi < min_abi:
             have = f"ABI {abi}" if abi else "no Landlock"
@@ -181,9 +185,14 @@ def compile(policy: Policy, argv: list[str], identity: Identity, cli_env=(),
         notes.append("default seccomp denials removed by the profile: "
                      + ", ".join(policy.seccomp.unsafe_allow))
     sc_rules = seccomp.rules_for(policy.seccomp.deny, policy.seccomp.unsafe_allow)
+    sc_extra: tuple = ()
+    if abi < 4 and not (policy.network.connect_tcp or policy.network.bind_tcp):
+        sc_extra = seccomp.no_inet_rules()
+        notes.append(f"Landlock ABI {abi} cannot filter TCP: IPv4/IPv6 sockets refused by seccomp")
     return Plan(policy=policy, argv=list(argv), identity=identity, env=env, abi=abi,
                 handled_fs=handled_fs, handled_net=handled_net, scoped=scoped,
                 path_rules=rules, port_rules=ports, seccomp_rules=sc_rules,
+                seccomp_extra=sc_extra,
                 missing=_missing(policy, abi, sc_status), notes=notes,
                 carved=sorted(set(carved)),
                 unix_mediation=abi < 9 and bool(sc_status.get("user_notif")))

@@ -727,3 +727,42 @@ def status() -> dict:
     except (ImportError, RuntimeError, OSError, AttributeError) as e:
         out["libseccomp_error"] = str(e)
     return out
+
+
+# --- the unix-socket notifier (Landlock ABI < 9) ---------------------------------
+
+NOTIFY_SYSCALLS = ("connect", "sendto (with an address)", "sendmsg")
+
+
+def build_notify() -> "pyseccomp.SyscallFilter":
+    """The notifying filter, loaded after the deny filter. The kernel runs every
+    filter and the most restrictive answer wins, so a denial is never turned
+    into a notification. See confine/mediate.py for who answers."""
+    sc = _lib()
+    flt = sc.SyscallFilter(sc.ALLOW)
+    flt.set_attr(sc.Attr.ACT_BADARCH, sc.KILL_PROCESS)
+    flt.add_rule(sc.NOTIFY, "connect")
+    flt.add_rule(sc.NOTIFY, "sendto", sc.Arg(4, sc.NE, 0))
+    flt.add_rule(sc.NOTIFY, "sendmsg")
+    # Each message of sendmmsg may carry an address; not mediated, so refused.
+    flt.add_rule(sc.ERRNO(_errno.EPERM), "sendmmsg")
+    return flt
+
+
+def load_notify(flt) -> int:
+    """Load in the child; returns the listener fd (libseccomp asks the kernel for
+    one because the filter has NOTIFY rules)."""
+    sc = _lib()
+    flt.load()
+    fd = sc._libseccomp.seccomp_notify_fd(flt._filter)
+    if fd < 0:
+        raise OSError(-fd, "seccomp_notify_fd")
+    return fd
+
+
+def no_inet_rules() -> tuple[Rule, ...]:
+    """Without Landlock TCP rights (ABI < 4) a profile that grants no port is
+    still enforceable: refuse IPv4/IPv6 sockets altogether."""
+    return tuple(Rule("socket", _errno.EACCES, (ArgMatch(0, "masked_eq", fam),), group="network:no-landlock",
+                      why="no TCP port is granted and this kernel's Landlock cannot filter TCP")
+                 for fam in (AF_INET, AF_INET6))

@@ -1,0 +1,131 @@
+"""The Policy an exporter reads, and its paths in a host-independent form.
+
+Exporters load profiles with the same loader as `confine exec`, but into
+throw-away directories: the artefacts name the workdir, home and temp dir
+through variables (AppArmor @{...}, SELinux types, systemd settings), so
+nothing of the exporting machine leaks into them and the shipped files
+regenerate byte for byte anywhere.
+
+`load()` drops optional (`?`) grants whose path is missing on the machine that
+loads the profile. An artefact deployed elsewhere must still allow them (a
+profile exported before ~/.claude existed must not break Claude Code once it
+does), so `with_optional()` puts them back from the same parsed layers.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+
+from ..errors import ConfineError
+from ..policy import load as _load
+from ..policy.model import PathGrant, Policy
+
+ROOTS = ("workdir", "home", "tmp")
+
+
+@dataclass(frozen=True)
+class Spot:
+    """A path as root + rest: root is "workdir", "home", "tmp" or None (absolute)."""
+    root: str | None
+    rest: str          # "" for the root itself, else starts with "/"
+
+    def under(self, other: "Spot") -> bool:
+        return self.root == other.root and (
+            self.rest == other.rest or self.rest.startswith(other.rest.rstrip("/") + "/"))
+
+
+def load_policy(profile: str) -> Policy:
+    """The profile as `confine exec` sees it, with optional grants kept."""
+    base = tempfile.mkdtemp(prefix="confine-export-")
+    try:
+        dirs = {}
+        for name in ROOTS:
+            dirs[name] = os.path.join(base, name)
+            os.mkdir(dirs[name])
+        try:
+            policy = _load.load(profile, workdir=dirs["workdir"], home=dirs["home"],
+                                tmp=dirs["tmp"])
+        except ValueError as e:  # e.g. an unknown syscall name, raised below the loader
+            raise ConfineError(f"profile {profile}: {e}") from None
+        return with_optional(policy)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def with_optional(policy: Policy) -> Policy:
+    raw, _ = _load.read_layers(policy.sources[0])
+    fs = raw.get("filesystem", {})
+    vars = {"workdir": policy.workdir, "home": policy.home, "tmp": policy.tmp}
+    out = {}
+    for key in ("read", "write", "devices"):
+        grants = list(getattr(policy, key))
+        have = {g.template for g in grants}
+        for item in fs.get(key, []):
+            text = str(item.value)
+            template = text.lstrip("?")
+            if text.startswith("?") and template not in have:
+                have.add(template)
+                path = os.path.normpath(_load.expand(template, vars))
+                grants.append(PathGrant(path=path, template=template, source=item.where,
+                                        optional=True))
+        out[key] = tuple(grants)
+    return dataclasses.replace(policy, **out)
+
+
+def spot(template: str) -> Spot:
+    """Where a profile's path template points, independent of this machine."""
+    if template == "~" or template.startswith("~/"):
+        return Spot("home", template[1:].rstrip("/"))
+    for name in ROOTS:
+        head = "{" + name + "}"
+        if template == head or template.startswith(head + "/"):
+            return Spot(name, template[len(head):].rstrip("/"))
+    return Spot(None, os.path.normpath(template))
+
+
+def spots(grant: PathGrant, policy: Policy) -> list[Spot]:
+    """The template's spot, plus the resolved path when a symlink leads
+    elsewhere (Landlock, AppArmor and SELinux all check the resolved path)."""
+    s = spot(grant.template)
+    out = [s]
+    if s.root is None and not grant.optional or s.root is None and os.path.lexists(s.rest):
+        real = os.path.realpath(s.rest)
+        if real != s.rest:
+            out.append(Spot(None, real))
+    return out
+
+
+def deny_spots(policy: Policy) -> list[Spot]:
+    """Secrets, once per template (globs stay globs)."""
+    seen: dict[str, Spot] = {}
+    for g in policy.deny:
+        seen.setdefault(g.template, spot(g.template))
+    return list(seen.values())
+
+
+def drop_covered(items: list[tuple[Spot, str]]) -> list[tuple[Spot, str]]:
+    """(spot, perms): drop entries below another entry with at least their perms."""
+    out = []
+    for i, (s, p) in enumerate(items):
+        if any(j != i and s.under(t) and set(p) <= set(q) and (s != t or j < i)
+               for j, (t, q) in enumerate(items)):
+            continue
+        out.append((s, p))
+    return out
+
+
+def check_workdir(workdir: str | None, required: bool = False) -> str | None:
+    if workdir is None:
+        if required:
+            raise ConfineError("this export needs the workdir: pass -w DIR")
+        return None
+    if not os.path.isabs(workdir):
+        raise ConfineError(f"workdir {workdir}: must be an absolute path")
+    wd = os.path.normpath(workdir)
+    if wd == "/" or any(c in wd for c in "\n\"'\\$`*?[]{}@,"):
+        raise ConfineError(f"workdir {workdir}: not usable in a generated policy "
+                           "(the root directory, or contains quotes, globs or variables)")
+    return wd
