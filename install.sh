@@ -36,6 +36,11 @@ spec="$here"
 "$prefix/bin/python" -m pip install -q --force-reinstall --no-deps "$here"
 "$prefix/bin/python" -m pip install -q "$spec"
 chmod -R a+rX "$prefix"
-mkdir -p "$bindir"
-ln -sf "$prefix/bin/confine" "$bindir/confine"
-echo "confine installed: $bindir/confine ($("$bindir/confine" --version))"
+if [ -n "${CONFINE_NO_LINK:-}" ]; then
+    echo "confine installed: $prefix/bin/confine ($("$prefix/bin/confine" --version))"
+else
+    mkdir -p "$bindir"
+    ln -sf "$prefix/bin/confine" "$bindir/confine"
+    echo "confine installed: $bindir/confine ($("$bindir/confine" --version))"
+    case ":$PATH:" in *":$bindir:"*) ;; *) echo "add $bindir to your PATH" ;; esac
+fi

@@ -8,8 +8,8 @@ cd "$here"
 if [ "$(id -u)" = 0 ]; then
     ./scripts/test-deps.sh
 fi
-CONFINE_PREFIX=${CONFINE_TEST_PREFIX:-/opt/confine-test} CONFINE_EXTRAS=test ./install.sh
-py=${CONFINE_TEST_PREFIX:-/opt/confine-test}/bin/python
+CONFINE_NO_LINK=1 CONFINE_PREFIX=${CONFINE_TEST_PREFIX:-/opt/confine-test} CONFINE_EXTRAS=test ./install.sh
 export CONFINE_TEST_PREFIX=${CONFINE_TEST_PREFIX:-/opt/confine-test}
-# Run from a copy of the tests, so the installed package (not the checkout) is tested.
-exec "$py" -m pytest -p no:cacheprovider -q "$@" tests
+# The installed package (not the checkout) is what the tests import and run.
+
+exec "${CONFINE_TEST_PREFIX}/bin/pytest" -p no:cacheprovider -q "$@"

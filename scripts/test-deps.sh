@@ -9,5 +9,9 @@ if [ -n "$pkgs" ] && command -v apt-get >/dev/null; then
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $pkgs >/dev/null
 fi
+# AppArmor/SELinux/systemd tooling for the exporter tests.
+if [ -x "$(dirname "$0")/test-deps-export.sh" ]; then
+    "$(dirname "$0")/test-deps-export.sh"
+fi
 # The unprivileged account tests run as (no password, no groups).
 id confine-test >/dev/null 2>&1 || useradd --create-home --shell /bin/bash confine-test
