@@ -37,6 +37,9 @@ from .kernel import notify
 from .policy.load import is_under
 
 OP_CONNECT, OP_SENDTO, OP_SENDMSG = 1, 2, 3
+# glibc probes these on every user or host lookup and falls back by itself;
+# still denied (nscd would resolve names: a DNS channel), just not reported.
+QUIET = ("/run/nscd/socket", "/run/systemd/userdb/", "/run/systemd/resolve/io.systemd.Resolve")
 # Largest payload copied for one mediated send: a stream socket gets a short
 # write (legal, callers loop), a datagram larger than this gets EMSGSIZE.
 DATA_CAP = 1 << 20
@@ -194,9 +197,9 @@ class Mediator:
 
     # -- decisions
 
-    def _deny(self, nid: int, what: str) -> None:
+    def _deny(self, nid: int, what: str, quiet: bool = False) -> None:
         self.stats["denied"] += 1
-        if what not in self.denied:
+        if what not in self.denied and not quiet:
             self.denied.add(what)
             self.warn(f"denied: {what}")
         self._respond(nid, error=errno.EACCES)
@@ -220,7 +223,8 @@ class Mediator:
         if not any(is_under(real, r) for r in self.roots):
             self._deny(nid, f"connect to unix socket {path}"
                        + (f" (-> {real})" if real != path else "")
-                       + ": outside the workdir and unix_sockets.allow")
+                       + ": outside the workdir and unix_sockets.allow",
+                       quiet=real.startswith(QUIET))
             return None
         try:
             opath = notify.openat2(real, os.O_PATH | os.O_NOFOLLOW,
