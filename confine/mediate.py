@@ -282,7 +282,7 @@ class Mediator:
         else:
             return self._respond(nid, error=errno.ENOSYS)
         fds: list[int] = []
-        pidfd = notify.pidfd_open(pid, notify.PIDFD_THREAD)
+        pidfd = _pidfd(pid)
         try:
             fds.append(notify.pidfd_getfd(pidfd, fd & 0xFFFFFFFF))
             sockfd = fds[0]
@@ -356,6 +356,19 @@ class Mediator:
                 return None
             off += _cmsg_align(ln)
         return fds
+
+
+def _pidfd(tid: int) -> int:
+    """A pidfd for the notifying thread (PIDFD_THREAD, Linux 6.9) or, on older
+    kernels, for its thread group; id_valid() later proves it was not reused."""
+    try:
+        return notify.pidfd_open(tid, notify.PIDFD_THREAD)
+    except OSError as e:
+        if e.errno != errno.EINVAL:
+            raise
+    with open(f"/proc/{tid}/status") as f:
+        tgid = next(int(line.split()[1]) for line in f if line.startswith("Tgid:"))
+    return notify.pidfd_open(tgid)
 
 
 def _nr(name: str) -> int:
