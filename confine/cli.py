@@ -232,5 +232,11 @@ def profile_validate(file):
     click.echo(f"{file}: valid")
 
 
+from .probe.command import audit as _audit, probe as _probe  # noqa: E402
+
+cli.add_command(_probe)
+cli.add_command(_audit)
+
+
 if __name__ == "__main__":
     main()
