@@ -62,12 +62,19 @@ def _mktemp(uid: int, gid: int) -> str:
     return tmp
 
 
-def _rmtree(path: str) -> None:
+def _rmtree(path: str, _depth: int = 0) -> None:
     def onerror(func, p, exc):
-        try:  # the agent may have removed permissions from its own files
+        # The agent may have removed permissions from its own files. Never chmod
+        # through a symlink it planted.
+        if os.path.islink(p) or _depth > 64:
+            return
+        try:
             os.chmod(os.path.dirname(p), stat.S_IRWXU)
             os.chmod(p, stat.S_IRWXU)
-            func(p)
+            if func in (os.open, os.scandir, os.listdir):
+                _rmtree(p, _depth + 1)
+            else:
+                func(p)
         except OSError:
             pass
     shutil.rmtree(path, onerror=onerror)

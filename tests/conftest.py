@@ -3,17 +3,26 @@
 Tests run real confined processes. `as_user` is parametrized: "root" starts
 confine as root (the agent then runs as the workdir's owner, the test
 account), "user" starts confine as the unprivileged test account itself.
+
+Every "blocked" assertion in the end-to-end suites is paired with a control:
+the same attempt made by the same identity *outside* the sandbox
+(`Sandbox.outside_probe`), or a positive control inside. `probe()` runs one
+Python process that makes many independent attempts and reports a JSON dict
+name -> "ok" | errno name | "signal:N" | "exit:N" | other value.
 """
 from __future__ import annotations
 
 import json
 import os
+import pty
 import pwd
+import select
 import shutil
+import signal
 import subprocess
-import sys
 import tempfile
 import textwrap
+import time
 
 import pytest
 
@@ -21,6 +30,7 @@ TEST_USER = "confine-test"
 PREFIX = os.environ.get("CONFINE_TEST_PREFIX", "/opt/confine-test")
 CONFINE = os.path.join(PREFIX, "bin", "confine")
 PY = "/usr/bin/python3"  # the system python: readable inside the default profile
+BASE_PATH = "/usr/local/bin:/usr/bin:/bin"
 
 
 def _user():
@@ -45,46 +55,186 @@ def test_user():
     return pw
 
 
+# --- the probe library ---------------------------------------------------------------
+# Prepended to every probe. Runs under /usr/bin/python3 inside and outside the sandbox.
+PROBE_LIB = r'''
+import ctypes, errno, json, os, signal, socket, struct, sys
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+libc.ioctl.restype = ctypes.c_int
+libc.ioctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_void_p]
+R = {}
+
+def en(e):
+    return errno.errorcode.get(e, str(e))
+
+def _arg(a):
+    if a is None:
+        return ctypes.c_void_p(None)
+    if isinstance(a, int):
+        return ctypes.c_long(a)
+    if isinstance(a, bytes):
+        return ctypes.c_char_p(a)
+    return a
+
+def sysc(nr, *args):
+    """Raw syscall: "ok" or the errno name."""
+    ctypes.set_errno(0)
+    r = libc.syscall(ctypes.c_long(nr), *[_arg(a) for a in args])
+    if r == -1:
+        return en(ctypes.get_errno())
+    return "ok"
+
+def sysr(nr, *args):
+    """Raw syscall: (return value, errno name or None)."""
+    ctypes.set_errno(0)
+    r = libc.syscall(ctypes.c_long(nr), *[_arg(a) for a in args])
+    return (r, en(ctypes.get_errno()) if r == -1 else None)
+
+def attempt(name, fn):
+    """R[name] = "ok" (None/True returned), the value returned, or the errno name."""
+    try:
+        v = fn()
+        R[name] = "ok" if v is None or v is True else v
+    except OSError as e:
+        R[name] = en(e.errno) if e.errno else "exc:OSError:%s" % e
+    except Exception as e:
+        R[name] = "exc:%s:%s" % (type(e).__name__, e)
+
+def in_child(fn):
+    """Run fn in a forked child (for attempts that may kill the process or change
+    its state). fn returns None/"ok" or an errno name. Result: "ok", the errno
+    name, "signal:N" if the child was killed, "exit:N" for anything else."""
+    sys.stdout.flush()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            r = fn()
+            if r in (None, "ok", True):
+                os._exit(0)
+            os._exit(getattr(errno, r, 250) if isinstance(r, str) else 251)
+        except OSError as e:
+            os._exit(e.errno if e.errno and e.errno < 250 else 252)
+        except BaseException:
+            os._exit(253)
+    _, st = os.waitpid(pid, 0)
+    if os.WIFSIGNALED(st):
+        return "signal:%d" % os.WTERMSIG(st)
+    code = os.WEXITSTATUS(st)
+    if code == 0:
+        return "ok"
+    return en(code) if code < 250 else "exit:%d" % code
+
+def opened(path, flags, mode=0o600):
+    fd = os.open(path, flags, mode)
+    os.close(fd)
+
+def read_file(path):
+    with open(path, "rb") as f:
+        f.read()
+
+def done():
+    print(json.dumps(R), flush=True)
+'''
+
+
+def probe_code(body: str, params: dict | None = None) -> str:
+    return (PROBE_LIB + f"P = json.loads({json.dumps(json.dumps(params or {}))})\n"
+            + textwrap.dedent(body) + "\ndone()\n")
+
+
+def last_json(stdout: str):
+    for line in reversed(stdout.splitlines()):
+        if line.startswith("{"):
+            try:
+                return json.loads(line)
+            except ValueError:
+                return None
+    return None
+
+
 class Sandbox:
-    """Runs `confine exec` as root or as the test account, in a fresh workdir."""
+    """Runs `confine exec` as root or as the test account, in a fresh workdir.
 
-    def __init__(self, mode: str, pw, workdir: str):
+    mode "root": confine is started by root (the agent runs as `agent`, the
+    workdir's owner, or root itself with `--user root` in `opts`).
+    mode "user": confine is started by the test account via setpriv.
+    """
+
+    def __init__(self, mode: str, pw, workdir: str, agent=None, opts=(), groups=None):
         self.mode = mode
-        self.pw = pw
+        self.pw = pw                      # the account that starts confine in "user" mode
+        self.agent = agent or pw          # the identity the agent runs as
         self.workdir = workdir
-        self.home = pw.pw_dir
+        self.home = self.agent.pw_dir
+        self.opts = list(opts)
+        self.groups = groups              # supplementary groups of the launcher ("user" mode)
 
-    def cmd(self, args: list[str]) -> list[str]:
-        base = [CONFINE] + args
-        env = ["env", "-i", f"HOME={self.home}", "PATH=/usr/local/bin:/usr/bin:/bin",
-               "LANG=C.UTF-8", f"USER={self.pw.pw_name}"]
+    # -- command lines
+    def _env(self, who) -> list[str]:
+        return ["env", "-i", f"HOME={who.pw_dir}", f"PATH={BASE_PATH}", "LANG=C.UTF-8",
+                f"USER={who.pw_name}"]
+
+    def _as(self, who, groups=None) -> list[str]:
+        """Prefix that runs a command as `who` (nothing for root)."""
+        if who.pw_uid == 0 and not groups:
+            return []
+        g = ["--clear-groups"] if not groups else [f"--groups={','.join(map(str, groups))}"]
+        return ["setpriv", f"--reuid={who.pw_uid}", f"--regid={who.pw_gid}", *g, "--"]
+
+    def cmd(self, args: list[str], env_extra=()) -> list[str]:
         if self.mode == "user":
-            return ["setpriv", f"--reuid={self.pw.pw_uid}", f"--regid={self.pw.pw_gid}",
-                    "--clear-groups", "--"] + env + base
-        return env[:2] + ["HOME=/root", "PATH=/usr/local/bin:/usr/bin:/bin", "LANG=C.UTF-8",
-                          "USER=root"] + base
+            prefix = self._as(self.pw, self.groups) + self._env(self.pw)
+        else:
+            prefix = self._env(pwd.getpwuid(0))
+        return prefix + list(env_extra) + [CONFINE] + list(args)
 
-    def run(self, cmd: list[str], *opts: str, input=None, timeout=60, cwd=None, env_extra=()):
-        full = self.cmd(["exec", "-w", self.workdir, *opts, "--", *cmd])
-        if env_extra:
-            i = full.index(CONFINE)
-            full = full[:i] + list(env_extra) + full[i:]
-        return subprocess.run(full, input=input, capture_output=True, text=True,
-                              timeout=timeout, cwd=cwd or self.workdir)
+    def exec_cmd(self, cmd: list[str], *opts: str, env_extra=()) -> list[str]:
+        return self.cmd(["exec", "-w", self.workdir, *self.opts, *opts, "--", *cmd],
+                        env_extra=env_extra)
 
-    def confine(self, *args: str, timeout=60, cwd=None):
-        return subprocess.run(self.cmd(list(args)), capture_output=True, text=True,
-                              timeout=timeout, cwd=cwd or self.workdir)
+    def outside_cmd(self, cmd: list[str], env_extra=()) -> list[str]:
+        """The same command as the agent identity, NOT confined (the control)."""
+        groups = self.groups if self.agent.pw_uid == self.pw.pw_uid else None
+        return self._as(self.agent, groups) + self._env(self.agent) + list(env_extra) + list(cmd)
 
-    def py(self, code: str, *opts: str, timeout=60):
+    # -- running
+    def run(self, cmd: list[str], *opts: str, input=None, timeout=60, cwd=None, env_extra=(),
+            pass_fds=(), stdin=None):
+        full = self.exec_cmd(cmd, *opts, env_extra=env_extra)
+        kw = {"stdin": stdin} if stdin is not None else {"input": input}
+        return subprocess.run(full, capture_output=True, text=True, timeout=timeout,
+                              cwd=cwd or self.workdir, pass_fds=pass_fds, **kw)
+
+    def popen(self, cmd: list[str], *opts: str, env_extra=(), **kw):
+        full = self.exec_cmd(cmd, *opts, env_extra=env_extra)
+        kw.setdefault("cwd", self.workdir)
+        return subprocess.Popen(full, **kw)
+
+    def outside(self, cmd: list[str], input=None, timeout=60, env_extra=(), pass_fds=(),
+                stdin=None):
+        kw = {"stdin": stdin} if stdin is not None else {"input": input}
+        return subprocess.run(self.outside_cmd(cmd, env_extra), capture_output=True, text=True,
+                              timeout=timeout, cwd=self.workdir, pass_fds=pass_fds, **kw)
+
+    def confine(self, *args: str, timeout=60, cwd=None, env_extra=()):
+        return subprocess.run(self.cmd(list(args), env_extra=env_extra), capture_output=True,
+                              text=True, timeout=timeout, cwd=cwd or self.workdir)
+
+    def py(self, code: str, *opts: str, timeout=60, **kw):
         """Run python code inside; it must print one JSON line; returns (proc, data)."""
-        p = self.run([PY, "-c", textwrap.dedent(code)], *opts, timeout=timeout)
-        data = None
-        for line in reversed(p.stdout.splitlines()):
-            if line.startswith("{"):
-                data = json.loads(line)
-                break
-        return p, data
+        p = self.run([PY, "-c", textwrap.dedent(code)], *opts, timeout=timeout, **kw)
+        return p, last_json(p.stdout)
+
+    def probe(self, body: str, params=None, *opts: str, timeout=60, **kw):
+        """Run a probe (see PROBE_LIB) inside; returns (proc, results dict)."""
+        p = self.run([PY, "-c", probe_code(body, params)], *opts, timeout=timeout, **kw)
+        return p, last_json(p.stdout)
+
+    def outside_probe(self, body: str, params=None, timeout=60, **kw):
+        """The same probe as the same identity, unconfined: the control."""
+        p = self.outside([PY, "-c", probe_code(body, params)], timeout=timeout, **kw)
+        return p, last_json(p.stdout)
 
 
 def make_workdir(pw) -> str:
@@ -95,12 +245,14 @@ def make_workdir(pw) -> str:
     return d
 
 
+def _need_root():
+    if os.geteuid() != 0:
+        pytest.skip("needs root (to create the test account's processes and switch to it)")
+
+
 @pytest.fixture(params=["root", "user"])
 def sandbox(request, confine_bin, test_user):
-    if request.param == "root" and os.geteuid() != 0:
-        pytest.skip("needs root")
-    if request.param == "user" and os.geteuid() != 0:
-        pytest.skip("needs root to switch to the test account")
+    _need_root()
     wd = make_workdir(test_user)
     yield Sandbox(request.param, test_user, wd)
     shutil.rmtree(wd, ignore_errors=True)
@@ -108,10 +260,27 @@ def sandbox(request, confine_bin, test_user):
 
 @pytest.fixture
 def root_sandbox(confine_bin, test_user):
-    if os.geteuid() != 0:
-        pytest.skip("needs root")
+    _need_root()
     wd = make_workdir(test_user)
     yield Sandbox("root", test_user, wd)
+    shutil.rmtree(wd, ignore_errors=True)
+
+
+@pytest.fixture
+def user_sandbox(confine_bin, test_user):
+    _need_root()
+    wd = make_workdir(test_user)
+    yield Sandbox("user", test_user, wd)
+    shutil.rmtree(wd, ignore_errors=True)
+
+
+@pytest.fixture
+def root_agent(confine_bin, test_user):
+    """Started by root with a root-owned workdir and `--user root`: the agent is uid 0
+    (without capabilities). Its outside control runs as root."""
+    _need_root()
+    wd = make_workdir(pwd.getpwuid(0))
+    yield Sandbox("root", test_user, wd, agent=pwd.getpwuid(0), opts=("--user", "root"))
     shutil.rmtree(wd, ignore_errors=True)
 
 
@@ -138,3 +307,128 @@ def planted_home(test_user):
         for n in dirnames + filenames:
             os.lchown(os.path.join(dirpath, n), test_user.pw_uid, test_user.pw_gid)
     return home
+
+
+@pytest.fixture
+def outside_dir(test_user):
+    """A directory outside the workdir, owned by the test account (so only the
+    sandbox, not file permissions, stands between the agent and it)."""
+    d = tempfile.mkdtemp(prefix="confine-out-", dir="/tmp")
+    os.chmod(d, 0o755)
+    os.chown(d, test_user.pw_uid, test_user.pw_gid)
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def write_owned(path: str, text: str, pw, mode=0o644) -> str:
+    with open(path, "w") as f:
+        f.write(text)
+    os.chmod(path, mode)
+    os.chown(path, pw.pw_uid, pw.pw_gid)
+    return path
+
+
+# --- processes started outside the sandbox ---------------------------------------------
+
+def _alive(pid: int) -> bool:
+    """True if pid exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            data = f.read()
+    except OSError:
+        return False
+    return data[data.rfind(")") + 2] != "Z"
+
+
+def wait_dead(pid: int, timeout: float = 5.0) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if not _alive(pid):
+            return True
+        time.sleep(0.05)
+    return not _alive(pid)
+
+
+def kill_quietly(pid: int, sig=signal.SIGKILL):
+    try:
+        os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+@pytest.fixture
+def outside_sleeper(test_user):
+    """`sleep` running as the test account, outside any sandbox."""
+    p = subprocess.Popen(["setpriv", f"--reuid={test_user.pw_uid}", f"--regid={test_user.pw_gid}",
+                          "--clear-groups", "--", "env", "-i", "SECRET_IN_ENVIRON=outside-secret",
+                          "/bin/sleep", "300"])
+    yield p.pid
+    p.kill()
+    p.wait()
+
+
+@pytest.fixture
+def root_sleeper():
+    p = subprocess.Popen(["env", "-i", "SECRET_IN_ENVIRON=outside-secret", "/bin/sleep", "300"])
+    yield p.pid
+    p.kill()
+    p.wait()
+
+
+# --- terminals -------------------------------------------------------------------------
+
+def pty_run(argv: list[str], inputs=(), timeout=30.0, cwd=None):
+    """Run argv with a new pty as its controlling terminal (stdin/out/err).
+    `inputs` is a list of (condition, bytes_to_send): condition None sends at
+    once, bytes waits until they appear in the output that arrived since the
+    previous send, a float waits that many seconds. Returns (exit status as a
+    shell would report it, all output bytes)."""
+    pid, fd = pty.fork()
+    if pid == 0:  # child: never return into pytest
+        try:
+            if cwd:
+                os.chdir(cwd)
+            os.execvp(argv[0], argv)
+        finally:
+            os._exit(127)
+    out = b""
+    pending = list(inputs)
+    mark, since = 0, time.monotonic()
+    end = time.monotonic() + timeout
+    try:
+        while time.monotonic() < end:
+            while pending:
+                cond, data = pending[0]
+                ready = (cond is None or (isinstance(cond, float) and time.monotonic() - since >= cond)
+                         or (isinstance(cond, bytes) and cond in out[mark:]))
+                if not ready:
+                    break
+                pending.pop(0)
+                if data:
+                    os.write(fd, data)
+                mark, since = len(out), time.monotonic()
+            r, _, _ = select.select([fd], [], [], 0.05)
+            if r:
+                try:
+                    chunk = os.read(fd, 65536)
+                except OSError:  # EIO: the slave side was closed
+                    chunk = b""
+                if not chunk:
+                    break
+                out += chunk
+        else:
+            kill_quietly(pid)
+    finally:
+        _, st = os.waitpid(pid, 0)
+        os.close(fd)
+    status = 128 + os.WTERMSIG(st) if os.WIFSIGNALED(st) else os.WEXITSTATUS(st)
+    return status, out
+
+
+def landlock_abi() -> int:
+    """The running kernel's Landlock ABI, asked directly (not through confine)."""
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    r = libc.syscall(ctypes.c_long(444), None, ctypes.c_long(0), ctypes.c_long(1))
+    return max(int(r), 0)

@@ -382,6 +382,13 @@ def _default_rules() -> tuple[Rule, ...]:
     for value, mask in _blocks_outside((AF_UNIX,)):
         r.append(Rule("socketpair", EPERM, (_m(0, value, mask),), "socketpair:non-unix",
                       "socketpair() only makes sense for AF_UNIX; other families are attack surface"))
+    # TCP Fast Open connects inside sendto/sendmsg, where Landlock's
+    # CONNECT_TCP check does not run (seen on 6.18, ABI 7).
+    MSG_FASTOPEN = 0x20000000
+    r.append(Rule("sendto", EPERM, (_m(3, MSG_FASTOPEN, MSG_FASTOPEN),), "tcp-fastopen",
+                  "MSG_FASTOPEN connects without Landlock's TCP connect check"))
+    r.append(Rule("sendmsg", EPERM, (_m(2, MSG_FASTOPEN, MSG_FASTOPEN),), "tcp-fastopen",
+                  "MSG_FASTOPEN connects without Landlock's TCP connect check"))
 
     for name, num, why in IOCTLS:
         r.append(Rule("ioctl", EPERM, (_m(1, num),), f"ioctl:{name}", why))

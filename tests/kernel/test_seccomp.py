@@ -191,6 +191,7 @@ HARMLESS: dict[str, list] = {
     "mknod": [NOEXIST, 0o600, 0x103], "mknodat": [AT_FDCWD, NOEXIST, 0o600, 0x103],
     "socket": [socket.AF_UNIX, socket.SOCK_STREAM, 0],
     "socketpair": [socket.AF_UNIX, socket.SOCK_STREAM, 0, "SV"],
+    "sendto": [-1, 0, 0, 0, 0, 0], "sendmsg": [-1, 0, 0],
     "ioctl": ["PIPE", 0, 0],
 }
 
