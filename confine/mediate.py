@@ -242,6 +242,8 @@ class Mediator:
         pid, nid = n.pid, n.id
         a = list(n.data.args)
         nr = n.data.nr
+        if nr == NR["listen"]:
+            return self._listen(pid, nid, a[0] & 0xFFFFFFFF, a[1] & 0xFFFFFFFF)
         if nr == NR["connect"]:
             op, fd, flags = OP_CONNECT, a[0], 0
             addrlen = a[2] & 0xFFFFFFFF
@@ -333,6 +335,34 @@ class Mediator:
             for f in fds + passed:
                 os.close(f)
 
+    def _listen(self, pid: int, nid: int, fd: int, backlog: int) -> None:
+        """listen() on an unbound TCP socket binds an ephemeral port without
+        Landlock's BIND_TCP check; refuse that, perform the rest ourselves on
+        the very socket we inspected (listen itself is not a Landlock right)."""
+        pidfd = _pidfd(pid)
+        try:
+            sfd = notify.pidfd_getfd(pidfd, fd)
+        finally:
+            os.close(pidfd)
+        try:
+            s = socket.socket(fileno=sfd)
+        except OSError as e:
+            os.close(sfd)
+            return self._respond(nid, error=e.errno)
+        try:
+            if not notify.id_valid(self.fd, nid):
+                return
+            if s.family in (socket.AF_INET, socket.AF_INET6) and s.getsockname()[1] == 0:
+                return self._deny(nid, "listen() on a TCP socket with no port bound "
+                                       "(would bind an ephemeral port without Landlock)")
+            try:
+                s.listen(min(backlog, 0x7FFFFFFF))
+            except OSError as e:
+                return self._respond(nid, error=e.errno)
+            self._respond(nid, 0)
+        finally:
+            s.close()
+
     def _control(self, pid: int, hdr, nid: int):
         """Descriptors passed with SCM_RIGHTS (agent numbers); None if refused."""
         if not hdr.msg_control or not hdr.msg_controllen:
@@ -376,4 +406,4 @@ def _nr(name: str) -> int:
     return seccomp.syscall_number(name)
 
 
-NR = {n: _nr(n) for n in ("connect", "sendto", "sendmsg")}
+NR = {n: _nr(n) for n in ("connect", "sendto", "sendmsg", "listen")}

@@ -54,7 +54,7 @@ class Plan:
     missing: list[Missing] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     carved: list[str] = field(default_factory=list)
-    unix_mediation: bool = False            # seccomp-notify mediation (Landlock ABI < 9)
+    unix_mediation: bool = False            # seccomp-notify mediation of connect/send/listen
 
     def unix_roots(self) -> list[str]:
         """Where pathname unix sockets may be connected: workdir, tmp, profile allows."""
@@ -83,8 +83,9 @@ class Plan:
             },
             "seccomp": seccomp.describe(self.seccomp_rules + self.seccomp_extra),
             "unix_sockets": {
-                "mechanism": "seccomp user notification (connect, sendto, sendmsg mediated)"
-                if self.unix_mediation else "landlock resolve_unix",
+                "mechanism": ("seccomp user notification (connect, sendto, sendmsg, listen mediated)"
+                              if self.unix_mediation else "none")
+                + (", landlock resolve_unix" if self.abi >= 9 else ""),
                 "allowed_under": self.unix_roots(),
             },
             "missing": [{"feature": m.feature, "detail": m.detail} for m in self.missing],
@@ -113,9 +114,11 @@ def _missing(policy: Policy, abi: int, sc_status: dict) -> list[Missing]:
             out.append(Missing(feature, f"{what} needs Landlock ABI {min_abi}; this kernel has {have}"))
     if not sc_status.get("filter"):
         out.append(Missing("seccomp", "seccomp filters are not available on this kernel"))
-    elif abi < 9 and not sc_status.get("user_notif"):
-        out.append(Missing("unix_sockets", "mediating connect() to pathname unix sockets needs "
-                           "Landlock ABI 9 or seccomp user notification; this kernel has neither"))
+    elif not sc_status.get("user_notif"):
+        out.append(Missing("seccomp_notify", "seccomp user notification (mediates listen() on "
+                           "unbound TCP sockets" + (" and pathname unix sockets, as Landlock "
+                           f"ABI {abi} < 9 cannot)" if abi < 9 else ")")
+                           + " is not available on this kernel"))
     return out
 
 
@@ -177,6 +180,8 @@ def compile(policy: Policy, argv: list[str], identity: Identity, cli_env=(),
     if abi < 9:
         notes.append("pathname unix sockets: connect/sendto/sendmsg are mediated by the supervisor "
                      f"(Landlock ABI {abi} < 9 has no RESOLVE_UNIX); sendmmsg is refused")
+    notes.append("listen() on a TCP socket without a bound port is refused (it would pick a "
+                 "port without Landlock's BIND_TCP check)")
     if policy.network.connect_tcp:
         notes.append("outbound TCP allowed to ANY host on ports "
                      + ", ".join(map(str, policy.network.connect_tcp))
@@ -195,4 +200,4 @@ def compile(policy: Policy, argv: list[str], identity: Identity, cli_env=(),
                 seccomp_extra=sc_extra,
                 missing=_missing(policy, abi, sc_status), notes=notes,
                 carved=sorted(set(carved)),
-                unix_mediation=abi < 9 and bool(sc_status.get("user_notif")))
+                unix_mediation=bool(sc_status.get("user_notif")))

@@ -738,7 +738,7 @@ def status() -> dict:
 
 # --- the unix-socket notifier (Landlock ABI < 9) ---------------------------------
 
-NOTIFY_SYSCALLS = ("connect", "sendto (with an address)", "sendmsg")
+NOTIFY_SYSCALLS = ("connect", "sendto (with an address)", "sendmsg", "listen")
 
 
 def build_notify() -> "pyseccomp.SyscallFilter":
@@ -751,6 +751,7 @@ def build_notify() -> "pyseccomp.SyscallFilter":
     flt.add_rule(sc.NOTIFY, "connect")
     flt.add_rule(sc.NOTIFY, "sendto", sc.Arg(4, sc.NE, 0))
     flt.add_rule(sc.NOTIFY, "sendmsg")
+    flt.add_rule(sc.NOTIFY, "listen")
     # Each message of sendmmsg may carry an address; not mediated, so refused.
     flt.add_rule(sc.ERRNO(_errno.EPERM), "sendmmsg")
     return flt
