@@ -80,6 +80,11 @@ def _rmtree(path: str, _depth: int = 0) -> None:
     shutil.rmtree(path, onerror=onerror)
 
 
+KNOWN_FEATURES = {"landlock", "landlock.truncate", "landlock.net_tcp", "landlock.ioctl_dev",
+                  "landlock.scope_signal", "landlock.scope_abstract_unix", "seccomp",
+                  "seccomp_notify", "mount_namespace"}
+
+
 def prepare(argv, *, profile="default", workdir=None, read=(), write=(), env=(), user=None,
             force_workdir=False):
     """Resolve identity and workdir, make the private temp dir, load the policy, compile
@@ -112,13 +117,24 @@ def prepare(argv, *, profile="default", workdir=None, read=(), write=(), env=(),
         raise
 
 
-def enforce_or_refuse(plan, allow_degraded: bool, warn=None) -> None:
+def enforce_or_refuse(plan, allow_degraded, warn=None) -> None:
+    """allow_degraded: True accepts every missing protection; a collection of
+    feature names accepts exactly those."""
     warn = warn or (lambda m: print(f"confine: {m}", file=sys.stderr))
-    if plan.missing and not allow_degraded:
-        first = plan.missing[0]
-        more = f" (and {len(plan.missing) - 1} more)" if len(plan.missing) > 1 else ""
+    known = {m.feature for m in plan.missing}
+    if allow_degraded not in (True, False, None):
+        for name in allow_degraded:
+            if name not in known and name not in KNOWN_FEATURES:
+                raise ConfineError(f"--degrade {name}: no such protection (known: "
+                                   f"{', '.join(sorted(KNOWN_FEATURES))})")
+    refused = [m for m in plan.missing
+               if not (allow_degraded is True or (allow_degraded and m.feature in allow_degraded))]
+    if refused:
+        first = refused[0]
+        more = f" (and {len(refused) - 1} more)" if len(refused) > 1 else ""
         raise ConfineError(f"cannot enforce {first.feature}: {first.detail}{more}; "
-                           "refusing to run (--allow-degraded runs without it)")
+                           f"refusing to run (--degrade {first.feature} or --allow-degraded "
+                           "runs without it)")
     for m in plan.missing:
         warn(f"degraded: NOT enforced: {m.feature}: {m.detail}")
 

@@ -56,7 +56,7 @@ def profiles() -> list[dict]:
         for name in _load.builtin_names():
             try:
                 pol = _load.load(name, workdir=wd, home=os.path.expanduser("~"), tmp=wd)
-                missing = _plan._missing(pol, abi, sc)
+                missing = _plan._missing(pol, abi, sc, os.geteuid() == 0)
                 out.append({"profile": name, "enforceable": not missing,
                             "missing": [{"feature": m.feature, "detail": m.detail}
                                         for m in missing]})

@@ -71,13 +71,17 @@ def cli():
 @click.option("--allow-degraded", is_flag=True,
               help="Run even if this kernel cannot enforce part of the policy; each missing "
                    "protection is named on stderr.")
+@click.option("--degrade", multiple=True, metavar="FEATURE",
+              help="Accept one named missing protection (as printed by --dry-run or `confine "
+                   "check`), e.g. mount_namespace when a systemd unit provides the read-only "
+                   "host itself; repeatable. Each is named on stderr.")
 @click.option("--force-workdir", is_flag=True,
               help="Accept a workdir that is /, a system directory, or your home.")
 @click.option("--dry-run", is_flag=True, help="Print the effective policy and exit.")
 @click.option("--json", "as_json", is_flag=True, help="With --dry-run: machine-readable output.")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-def exec_(profile, workdir, read_, write, env, user, allow_degraded, force_workdir, dry_run,
-          as_json, command):
+def exec_(profile, workdir, read_, write, env, user, allow_degraded, degrade, force_workdir,
+          dry_run, as_json, command):
     """Run COMMAND confined. Put `--` before the command.
 
     \b
@@ -99,7 +103,7 @@ def exec_(profile, workdir, read_, write, env, user, allow_degraded, force_workd
     if as_json:
         raise ConfineError("--json only applies to --dry-run")
     status = api.run(list(command), profile=profile, workdir=workdir, read=read_, write=write,
-                     env=env, user=user, allow_degraded=allow_degraded,
+                     env=env, user=user, allow_degraded=allow_degraded or tuple(degrade),
                      force_workdir=force_workdir)
     sys.exit(status)
 
@@ -232,10 +236,12 @@ def profile_validate(file):
     click.echo(f"{file}: valid")
 
 
+from .export.command import export as _export  # noqa: E402
 from .probe.command import audit as _audit, probe as _probe  # noqa: E402
 
 cli.add_command(_probe)
 cli.add_command(_audit)
+cli.add_command(_export)
 
 
 if __name__ == "__main__":

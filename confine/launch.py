@@ -16,7 +16,7 @@ import time
 
 from .errors import CommandNotExecutable, CommandNotFound, ConfineError
 from . import mediate
-from .kernel import caps, landlock, notify, seccomp
+from .kernel import caps, hostview, landlock, namespaces, notify, seccomp
 
 FORWARD = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT,
            signal.SIGUSR1, signal.SIGUSR2, signal.SIGWINCH)
@@ -48,10 +48,24 @@ def _child(plan, ruleset, flt, status_w: int, supervisor: int, old_mask,
             os.closerange(lo, fd)
             lo = fd + 1
         os.closerange(lo, os.sysconf("SC_OPEN_MAX") if os.sysconf("SC_OPEN_MAX") > 0 else 65536)
+        ident = plan.identity
+        if plan.mount_ns:
+            step = "mount namespace"
+            namespaces.enter(userns=not ident.started_as_root)
+            namespaces.make_private()
+            step = "read-only host"
+            hostview.readonly_except(plan.writable_binds)
+            step = "private /dev/shm and /dev/pts"
+            hostview.private_shm()
+            hostview.private_pts()
+            # Rules made in the supervisor name the host's /dev/shm and /dev/pts;
+            # these are new mounts, so grant them again here.
+            for path, access in plan.child_rules:
+                if ruleset is not None and os.path.exists(path):
+                    landlock.add(ruleset, path, access)
         step = "chdir"
         os.chdir(plan.policy.workdir)
         step = "identity"
-        ident = plan.identity
         if ident.switch:
             caps.switch_user(ident.uid, ident.gid)
         step = "capabilities"

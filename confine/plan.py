@@ -55,6 +55,9 @@ class Plan:
     notes: list[str] = field(default_factory=list)
     carved: list[str] = field(default_factory=list)
     unix_mediation: bool = False            # seccomp-notify mediation of connect/send/listen
+    mount_ns: bool = False                  # private mount namespace: read-only host, own shm/pts
+    writable_binds: list = field(default_factory=list)   # stay writable in it
+    child_rules: list = field(default_factory=list)      # (path, rights) added after the mounts
 
     def unix_roots(self) -> list[str]:
         """Where pathname unix sockets may be connected: workdir, tmp, profile allows."""
@@ -93,8 +96,33 @@ class Plan:
         }
 
 
-def _missing(policy: Policy, abi: int, sc_status: dict) -> list[Missing]:
+_NS_CACHE: dict = {}
+
+
+def namespaces_available(as_root: bool) -> bool:
+    """Try, in a throw-away child, what the launcher's child will do."""
+    if as_root not in _NS_CACHE:
+        from .kernel import namespaces
+        pid = os.fork()
+        if pid == 0:
+            try:
+                namespaces.enter(userns=not as_root)
+                namespaces.make_private()
+                os._exit(0)
+            except BaseException:
+                os._exit(1)
+        _NS_CACHE[as_root] = os.waitpid(pid, 0)[1] == 0
+    return _NS_CACHE[as_root]
+
+
+def _missing(policy: Policy, abi: int, sc_status: dict, as_root: bool = True) -> list[Missing]:
     out = []
+    if not namespaces_available(as_root):
+        out.append(Missing("mount_namespace", "a private mount namespace (read-only host: chmod, "
+                           "chown and utime outside the workdir; private /dev/shm and /dev/pts; "
+                           "read-only protected workdir paths) could not be created "
+                           + ("" if as_root else "(unprivileged user namespaces are disabled "
+                              "or restricted, e.g. by AppArmor)")))
     need = [
         (1, "landlock", "Landlock filesystem rules (writes only under the workdir, secrets unreadable)"),
         (3, "landlock.truncate", "Landlock TRUNCATE: truncating files outside the workdir"),
@@ -189,6 +217,13 @@ def compile(policy: Policy, argv: list[str], identity: Identity, cli_env=(),
     if policy.seccomp.unsafe_allow:
         notes.append("default seccomp denials removed by the profile: "
                      + ", ".join(policy.seccomp.unsafe_allow))
+    mount_ns = namespaces_available(identity.started_as_root)
+    shm = [g.path for g in policy.write if g.path == "/dev/shm"]
+    binds = [g.path for g in policy.write if g.path != "/dev/shm" and os.path.exists(g.path)]
+    child_rules = [("/dev/shm", landlock.WRITE & handled_fs)] if shm else []
+    for g in policy.devices:
+        if g.path in ("/dev/pts", "/dev/ptmx"):
+            child_rules.append((g.path, landlock.DEVICE & handled_fs))
     sc_rules = seccomp.rules_for(policy.seccomp.deny, policy.seccomp.unsafe_allow)
     sc_extra: tuple = ()
     if abi < 4 and not (policy.network.connect_tcp or policy.network.bind_tcp):
@@ -198,6 +233,7 @@ def compile(policy: Policy, argv: list[str], identity: Identity, cli_env=(),
                 handled_fs=handled_fs, handled_net=handled_net, scoped=scoped,
                 path_rules=rules, port_rules=ports, seccomp_rules=sc_rules,
                 seccomp_extra=sc_extra,
-                missing=_missing(policy, abi, sc_status), notes=notes,
+                missing=_missing(policy, abi, sc_status, identity.started_as_root), notes=notes,
                 carved=sorted(set(carved)),
-                unix_mediation=bool(sc_status.get("user_notif")))
+                unix_mediation=bool(sc_status.get("user_notif")),
+                mount_ns=mount_ns, writable_binds=binds, child_rules=child_rules)

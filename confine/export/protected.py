@@ -7,16 +7,21 @@ shell start-up files, MCP server lists, agent commands and agent hooks.
 
 Landlock cannot express "everything under the workdir except these" (a grant
 covers a whole tree), so today only the exporters enforce the list, through
-AppArmor deny rules (deny wins there). The launcher issue (issue 3) will own
-this list and enforce it in `confine exec`; until then it lives here.
+AppArmor deny rules (deny wins there). The launcher issue (issue 3) owns the
+list (confine/protect.py, DEFAULT_PATTERNS, with patterns and a profile key);
+until the Policy carries it, this copy keeps the same entries.
 """
 from __future__ import annotations
 
 # Relative to the workdir, matched at any depth. A trailing "/" marks a
 # directory: the directory and everything below it are protected.
 PROTECTED: tuple[str, ...] = (
+    # ".git/..." means in every git directory: .git at any depth, and the git
+    # directories of submodules (.git/modules/...) and worktrees (.git/worktrees/*).
     ".git/hooks/",
     ".git/config",
+    ".git/config.worktree",
+    ".git/commondir",
     ".gitmodules",
     ".envrc",
     ".vscode/",
@@ -26,11 +31,15 @@ PROTECTED: tuple[str, ...] = (
     ".mcp.json",
     ".claude/commands/",
     ".claude/agents/",
-    # Not in issue 5's list: Claude Code runs the "hooks" of these files as
-    # shell commands, so they belong with .claude/commands.
+    # Beyond issue 5's list, as in confine/protect.py: Claude Code runs the
+    # "hooks" of its settings files as shell commands; .codex/ holds Codex's.
+    ".claude/hooks/",
     ".claude/settings.json",
     ".claude/settings.local.json",
+    ".codex/",
 )
+# Where git directories live inside a .git directory (AppArmor alternation).
+GIT_DIRS = "{,modules/**/,worktrees/*/,modules/**/worktrees/*/}"
 
 
 def parents(entry: str) -> list[str]:

@@ -45,11 +45,7 @@ def load_policy(profile: str) -> Policy:
         for name in ROOTS:
             dirs[name] = os.path.join(base, name)
             os.mkdir(dirs[name])
-        try:
-            policy = _load.load(profile, workdir=dirs["workdir"], home=dirs["home"],
-                                tmp=dirs["tmp"])
-        except ValueError as e:  # e.g. an unknown syscall name, raised below the loader
-            raise ConfineError(f"profile {profile}: {e}") from None
+        policy = _load.load(profile, workdir=dirs["workdir"], home=dirs["home"], tmp=dirs["tmp"])
         return with_optional(policy)
     finally:
         shutil.rmtree(base, ignore_errors=True)
@@ -91,7 +87,8 @@ def spots(grant: PathGrant, policy: Policy) -> list[Spot]:
     elsewhere (Landlock, AppArmor and SELinux all check the resolved path)."""
     s = spot(grant.template)
     out = [s]
-    if s.root is None and not grant.optional or s.root is None and os.path.lexists(s.rest):
+    # procfs links (/proc/self) point at the exporting process: never resolve them.
+    if s.root is None and not s.rest.startswith("/proc/") and os.path.lexists(s.rest):
         real = os.path.realpath(s.rest)
         if real != s.rest:
             out.append(Spot(None, real))
@@ -125,7 +122,7 @@ def check_workdir(workdir: str | None, required: bool = False) -> str | None:
     if not os.path.isabs(workdir):
         raise ConfineError(f"workdir {workdir}: must be an absolute path")
     wd = os.path.normpath(workdir)
-    if wd == "/" or any(c in wd for c in "\n\"'\\$`*?[]{}@,"):
+    if wd == "/" or any(c.isspace() or c in "\"'\\$`*?[]{}@,%" for c in wd):
         raise ConfineError(f"workdir {workdir}: not usable in a generated policy "
                            "(the root directory, or contains quotes, globs or variables)")
     return wd

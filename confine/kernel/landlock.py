@@ -94,6 +94,15 @@ def build(handled_fs: AccessFS, handled_net: AccessNet, scoped: Scope,
     return rs
 
 
+def add(ruleset, path: str, access: AccessFS) -> None:
+    """Add a rule in the child (for mounts that exist only in its namespace)."""
+    if not os.path.isdir(path):
+        access &= FILE_RIGHTS
+    access &= ruleset.handled_fs
+    if access:
+        ruleset.allow_path(path, access)
+
+
 def restrict(ruleset) -> None:
     """Enforce in the calling (child) thread; no_new_privs is already set."""
     ruleset.restrict(no_new_privs=True)

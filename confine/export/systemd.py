@@ -1,0 +1,194 @@
+"""systemd: a .service that runs `confine exec` inside the equivalent systemd sandbox.
+
+The unit is a second layer around the launcher, built from the same Policy:
+the filesystem is read-only except the workdir and the policy's other
+writable paths, $HOME is an empty tmpfs with only the granted files bound in,
+secrets are inaccessible, there are no capabilities, devices, kernel knobs or
+namespaces, no network at all when the policy grants no TCP port, and a
+system call allow-list. It must leave the launcher what it needs: prctl,
+capset (to empty its already empty sets), landlock_*, seccomp, fork/wait and
+/proc. The service runs as the agent's account, so confine never needs root
+(and therefore no setuid/setgroups).
+
+Not expressible in a unit: dropping the account's supplementary groups
+(systemd adds them with initgroups); a Landlock-like port list for outbound
+TCP (IPAddressAllow= filters addresses, not ports). Both stay the launcher's
+job; `confine export systemd` warns about the groups.
+"""
+from __future__ import annotations
+
+import glob
+import grp
+import os
+import pwd
+
+from ..errors import ConfineError
+from ..policy.model import Policy
+from . import source
+
+# Syscalls the launcher needs beyond @system-service: Landlock and seccomp(2)
+# have no systemd group in v252; capset (emptying its own, already empty, sets)
+# sits in @privileged and pidfd_getfd (taking the seccomp listener and the
+# sockets it mediates from the agent) in @debug, both otherwise denied.
+LAUNCHER_SYSCALLS = ("capset", "landlock_create_ruleset", "landlock_add_rule",
+                     "landlock_restrict_self", "seccomp", "pidfd_getfd")
+DENIED_GROUPS = ("@clock", "@cpu-emulation", "@debug", "@module", "@mount", "@obsolete",
+                 "@privileged", "@raw-io", "@reboot", "@resources", "@swap")
+# Cloud metadata endpoints: never needed by an agent, full of credentials.
+METADATA = ("169.254.0.0/16", "fd00:ec2::254/128")
+SOCKETS = ("/run/docker.sock", "/run/containerd", "/run/podman", "/run/dbus/system_bus_socket")
+HIDDEN_ROOTS = ("/home", "/root", "/run/user")
+
+
+def quote(arg: str) -> str:
+    """One ExecStart= word: systemd expands % specifiers and $ variables, so escape them."""
+    s = arg.replace("%", "%%").replace("$", "$$")
+    if s and not any(c in s for c in " \t\n\"'\\;"):
+        return s
+    return '"' + s.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+def _path_value(p: str) -> str:
+    if any(c.isspace() for c in p) or "%" in p:
+        raise ConfineError(f"path {p!r} cannot be used in a unit file setting")
+    return p
+
+
+def _hidden(path: str) -> bool:
+    return any(path == r or path.startswith(r + "/") for r in HIDDEN_ROOTS)
+
+
+def account(user: str | None, workdir: str) -> pwd.struct_passwd:
+    try:
+        if user is None:
+            st = os.stat(workdir)
+            pw = pwd.getpwuid(st.st_uid)
+        elif user.isdigit():
+            pw = pwd.getpwuid(int(user))
+        else:
+            pw = pwd.getpwnam(user)
+    except FileNotFoundError:
+        raise ConfineError(f"workdir {workdir} does not exist; create it or pass --user") from None
+    except KeyError:
+        raise ConfineError(f"no such user: {user if user is not None else 'owner of ' + workdir}") from None
+    if pw.pw_uid == 0:
+        raise ConfineError("the agent would run as root: the unit runs it as the workdir's owner "
+                           "(or --user USER), which must not be root")
+    return pw
+
+
+def supplementary_groups(pw: pwd.struct_passwd) -> list[str]:
+    return sorted(g.gr_name for g in grp.getgrall()
+                  if pw.pw_name in g.gr_mem and g.gr_gid != pw.pw_gid)
+
+
+def _rendered(policy: Policy, grants, home: str, workdir: str) -> list[str]:
+    out = []
+    for g in grants:
+        s = source.spot(g.template)
+        if s.root == "home":
+            out.append(home + s.rest)
+        elif s.root == "workdir":
+            out.append(workdir + s.rest)
+        elif s.root is None:
+            out.append(s.rest)
+    return out
+
+
+def unit(policy: Policy, *, name: str, workdir: str, argv: list[str], confine: str,
+         profile_ref: str, user: str | None = None, allow_ip: tuple[str, ...] = (),
+         env_file: str | None = None, memory_deny_write_execute: bool = False,
+         command: str = "confine export systemd") -> str:
+    if not argv:
+        raise ConfineError("no command: confine export systemd NAME -p PROFILE -w DIR -- CMD")
+    pw = account(user, workdir)
+    home = pw.pw_dir
+    network = bool(policy.network.connect_tcp or policy.network.bind_tcp)
+    # RestrictNamespaces= below forbids the launcher's own mount namespace; the
+    # unit provides the read-only host itself (ProtectSystem=strict, PrivateDevices=,
+    # ReadOnlyPaths= for the protected workdir paths), so that one protection is
+    # delegated by name, nothing else.
+    exec_words = [confine, "exec", "-p", profile_ref, "-w", workdir,
+                  "--degrade", "mount_namespace", "--", *argv]
+
+    reads = [p for p in _rendered(policy, policy.read, home, workdir) if _hidden(p)]
+    reads += [p for p in policy.sources if _hidden(p)]  # a profile file under $HOME
+    writes = _rendered(policy, policy.write, home, workdir)
+    bind_rw = [workdir] + [p for p in writes if _hidden(p) and p != workdir]
+    rw_paths = [p for p in writes if not _hidden(p) and p not in (workdir, "/dev/shm")]
+    launcher_home = []
+    real = os.path.realpath(confine)
+    if _hidden(real):  # a per-user install under ~/.local/share/confine
+        launcher_home.append(os.path.dirname(os.path.dirname(real)))
+
+    secrets = []
+    for s in source.deny_spots(policy):
+        if s.root is None:
+            secrets += sorted(glob.glob(s.rest)) if glob.has_magic(s.rest) else [s.rest]
+        elif s.root == "home":
+            p = home + s.rest
+            if any(p == b or p.startswith(b + "/") for b in bind_rw + reads):
+                secrets.append(p)
+
+    L = [f"# Generated by `{command}`. Deployment: docs/export.md.",
+         "# ExecStart runs confine (Landlock, seccomp, no capabilities); the settings below",
+         "# enforce the same policy a second time, around the launcher.",
+         "[Unit]",
+         f"Description=confine agent {name} ({policy.name} profile)"]
+    if network:
+        L += ["Wants=network-online.target", "After=network-online.target"]
+    L += ["", "[Service]", "Type=exec",
+          f"User={pw.pw_name}",
+          f"Group={grp.getgrgid(pw.pw_gid).gr_name}",
+          f"WorkingDirectory={_path_value(workdir)}",
+          "ExecStart=" + " ".join(quote(w) for w in exec_words)]
+    if env_file:
+        L.append(f"EnvironmentFile={_path_value(env_file)}")
+    elif policy.env.passthrough:
+        L.append("# The profile passes these from the environment: "
+                 + ", ".join(policy.env.passthrough) + " (EnvironmentFile=, --env-file)")
+    L += ["", "# Identity and privileges",
+          "NoNewPrivileges=yes", "CapabilityBoundingSet=", "AmbientCapabilities=",
+          "SecureBits=noroot-locked", "RestrictSUIDSGID=yes", "KeyringMode=private",
+          "LockPersonality=yes", "RestrictRealtime=yes", "RemoveIPC=yes", "UMask=0077",
+          "LimitCORE=0"]
+    if memory_deny_write_execute:
+        L.append("MemoryDenyWriteExecute=yes")
+    L += ["", "# Filesystem: read-only system, writable workdir, empty $HOME with the granted files",
+          "ProtectSystem=strict", "ProtectHome=tmpfs", "PrivateTmp=yes", "PrivateDevices=yes",
+          "DevicePolicy=closed", "PrivateIPC=yes", "PrivateMounts=yes", "PrivateUsers=yes",
+          "ProtectProc=invisible", "ProtectKernelTunables=yes", "ProtectKernelModules=yes",
+          "ProtectKernelLogs=yes", "ProtectControlGroups=yes", "ProtectClock=yes",
+          "ProtectHostname=yes"]
+    L += [f"BindPaths={_path_value(p)}" if p == workdir else f"BindPaths=-{_path_value(p)}"
+          for p in bind_rw]
+    L += [f"ReadWritePaths=-{_path_value(p)}" for p in rw_paths]
+    L += [f"BindReadOnlyPaths=-{_path_value(p)}" for p in reads + launcher_home]
+    from .protected import PROTECTED
+    L += [f"ReadOnlyPaths=-{_path_value(os.path.join(workdir, e.rstrip('/')))}"
+          for e in PROTECTED if not e.startswith(".git/")]
+    L += [f"ReadOnlyPaths=-{_path_value(os.path.join(workdir, '.git', e[5:].rstrip('/')))}"
+          for e in PROTECTED if e.startswith(".git/")]
+    L += [f"InaccessiblePaths=-{_path_value(p)}" for p in secrets + list(SOCKETS)]
+    L += ["", "# System calls: the service allow-list minus privileged groups, plus what the",
+          "# launcher needs to confine the agent",
+          "SystemCallArchitectures=native",
+          "SystemCallFilter=@system-service",
+          "SystemCallFilter=~" + " ".join(DENIED_GROUPS),
+          "SystemCallFilter=" + " ".join(LAUNCHER_SYSCALLS),
+          "SystemCallErrorNumber=EPERM",
+          "RestrictNamespaces=yes", "", "# Network"]
+    if network:
+        conn = ", ".join(map(str, policy.network.connect_tcp)) or "none"
+        L += [f"# TCP ports (connect: {conn}) are enforced by confine (Landlock).",
+              "RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6 AF_NETLINK"]
+        if allow_ip:
+            L += ["IPAddressDeny=any"] + [f"IPAddressAllow={ip}" for ip in allow_ip]
+        else:
+            L += ["IPAddressDeny=" + " ".join(METADATA)]
+        L += ["SocketBindDeny=any"]
+        L += [f"SocketBindAllow=tcp:{p}" for p in policy.network.bind_tcp]
+    else:
+        L += ["PrivateNetwork=yes", "RestrictAddressFamilies=AF_UNIX", "IPAddressDeny=any"]
+    L += ["", "[Install]", "WantedBy=multi-user.target", ""]
+    return "\n".join(L)

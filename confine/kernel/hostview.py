@@ -1,0 +1,114 @@
+"""The agent's view of the host, in its private mount namespace.
+
+Landlock cannot restrict chmod, chown, utime or setxattr, and it grants
+/dev/shm and /dev/pts as whole shared directories. So, after
+namespaces.enter() and make_private(), the child:
+
+* binds each writable path (workdir, private tmp, profile `write`) onto
+  itself, then remounts every other mount read-only: attribute changes
+  outside the writable paths fail with EROFS;
+* mounts a private tmpfs on /dev/shm (POSIX shared memory and semaphores of
+  the agent only);
+* mounts a new devpts instance on /dev/pts (and its ptmx on /dev/ptmx): the
+  agent can open pseudo-terminals it creates, never another terminal of the
+  user. Its own terminal stays reachable through the inherited fds and
+  /dev/tty.
+
+Runs in the forked child between fork and exec, single-threaded.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+
+from . import namespaces as ns
+
+_mount = ns._mount
+
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
+MS_REMOUNT, MS_BIND, MS_REC = 32, 4096, 16384
+MS_NOATIME, MS_NODIRATIME, MS_RELATIME, MS_STRICTATIME = 1024, 2048, 1 << 21, 1 << 24
+ST = {1: MS_RDONLY, 2: MS_NOSUID, 4: MS_NODEV, 8: MS_NOEXEC, 1024: MS_NOATIME,
+      2048: MS_NODIRATIME, 4096: MS_RELATIME}
+
+
+def _mnt(src, tgt, fstype, flags, data, step):
+    ctypes.set_errno(0)
+    enc = (lambda v: None if v is None else os.fsencode(v))
+    if _mount(enc(src), enc(tgt), enc(fstype), flags, enc(data)) != 0:
+        raise ns._fail(step)
+
+
+def _keep_flags(path: str) -> int:
+    """The per-mount flags a remount must keep (a user namespace locks them)."""
+    f = os.statvfs(path).f_flag
+    out = 0
+    for st, ms in ST.items():
+        if f & st:
+            out |= ms
+    if not f & (1024 | 4096):
+        out |= MS_STRICTATIME
+    return out & ~MS_RDONLY
+
+
+# Kernel interfaces rather than places files live; a remount refusal there is
+# not a way to change the user's files.
+PSEUDO = {"proc", "sysfs", "cgroup", "cgroup2", "bpf", "tracefs", "debugfs", "securityfs",
+          "pstore", "configfs", "fusectl", "mqueue", "hugetlbfs", "binfmt_misc", "autofs",
+          "efivarfs", "nsfs", "devpts", "rpc_pipefs", "selinuxfs"}
+
+
+def _mounts() -> list[tuple[str, str]]:
+    out = []
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            left, _, right = line.partition(" - ")
+            out.append((ns._unescape(left.split()[4]), right.split()[0]))
+    return out
+
+
+def _under(p: str, root: str) -> bool:
+    return p == root or p.startswith(root.rstrip("/") + "/")
+
+
+def readonly_except(writable: list[str]) -> list[str]:
+    """Returns the mount points left writable (for --dry-run-like reporting)."""
+    for w in writable:
+        _mnt(w, w, None, MS_BIND | MS_REC, None, f"bind {w} read-write")
+    for mp, fstype in sorted(set(_mounts()), key=lambda m: len(m[0])):
+        if any(_under(mp, w) for w in writable):
+            continue
+        try:
+            flags = _keep_flags(mp)
+        except OSError:
+            continue  # hidden under another mount or gone: not reachable
+        if os.statvfs(mp).f_flag & 1:
+            continue
+        try:
+            _mnt(None, mp, None, MS_REMOUNT | MS_BIND | MS_RDONLY | flags, None,
+                 f"remount {mp} read-only")
+        except OSError:
+            if fstype not in PSEUDO and not os.statvfs(mp).f_flag & 1:
+                raise
+    for w in writable:
+        if os.statvfs(w).f_flag & 1:
+            raise ns._fail(f"{w} became read-only", 5)
+    return list(writable)
+
+
+def private_shm() -> bool:
+    if not os.path.isdir("/dev/shm"):
+        return False
+    _mnt("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777,size=50%",
+         "mount a private tmpfs on /dev/shm")
+    return True
+
+
+def private_pts() -> bool:
+    if not os.path.isdir("/dev/pts"):
+        return False
+    _mnt("devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC,
+         "newinstance,ptmxmode=0666,mode=0620", "mount a private devpts on /dev/pts")
+    if os.path.exists("/dev/ptmx"):
+        _mnt("/dev/pts/ptmx", "/dev/ptmx", None, MS_BIND, None, "bind /dev/pts/ptmx on /dev/ptmx")
+    return True

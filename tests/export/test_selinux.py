@@ -1,0 +1,155 @@
+"""SELinux: the module builds with the refpolicy devel Makefile and with
+checkmodule/semodule_package alone, links against Debian's reference policy,
+and the linked policy (read with sesearch) gives confine_agent_t what the
+Policy grants and nothing of the secrets, capabilities or network."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import pytest
+
+from confine.export import selinux
+
+from .conftest import BUILTIN, REPO, need
+
+MAKEFILE = "/usr/share/selinux/devel/Makefile"
+M = selinux.MODULE
+
+
+def write(dir_, files):
+    for rel, text in files.items():
+        (dir_ / rel).parent.mkdir(parents=True, exist_ok=True)
+        (dir_ / rel).write_text(text)
+
+
+def refpolicy_build(src_dir):
+    need(MAKEFILE)
+    r = subprocess.run(["make", "-f", MAKEFILE, f"{M}.pp"], cwd=src_dir, capture_output=True,
+                       text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return src_dir / f"{M}.pp"
+
+
+def plain_build(src_dir):
+    need("checkmodule"), need("semodule_package")
+    r = subprocess.run(["checkmodule", "-M", "-m", "-o", f"{M}.mod", f"{M}.te"], cwd=src_dir,
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    r = subprocess.run(["semodule_package", "-o", f"{M}.pp", "-m", f"{M}.mod", "-f", f"{M}.fc"],
+                       cwd=src_dir, capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return src_dir / f"{M}.pp"
+
+
+def test_shipped_module_builds_both_ways(tmp_path):
+    shutil.copytree(REPO / "selinux", tmp_path / "src")
+    assert refpolicy_build(tmp_path / "src").stat().st_size > 0
+    assert plain_build(tmp_path / "src" / "plain").stat().st_size > 0
+
+
+@pytest.mark.parametrize("name", BUILTIN)
+def test_every_profile_builds_both_ways(tmp_path, policies, name):
+    write(tmp_path, selinux.parts(policies[name], "/srv/agents/one"))
+    refpolicy_build(tmp_path)
+    plain_build(tmp_path / "plain")
+
+
+def test_a_broken_module_is_rejected(tmp_path, policies):
+    files = selinux.parts(policies["default"])
+    files[f"plain/{M}.te"] = files[f"plain/{M}.te"].replace("allow confine_agent_t", "allw confine_agent_t", 1)
+    write(tmp_path, files)
+    need("checkmodule")
+    r = subprocess.run(["checkmodule", "-M", "-m", "-o", "x.mod", f"{M}.te"], cwd=tmp_path / "plain",
+                       capture_output=True, text=True)
+    assert r.returncode != 0
+
+
+# --- linked against a real base policy ------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def linked(tmp_path_factory, refpolicy):
+    """The shipped module linked with every module of Debian's reference policy
+    and expanded to a kernel policy: requires resolve, optional blocks switch on."""
+    need("semodule_link"), need("semodule_expand")
+    d = tmp_path_factory.mktemp("selinux")
+    shutil.copytree(REPO / "selinux", d / "src")
+    pp = refpolicy_build(d / "src")
+    mods = [str(refpolicy / "base.pp")] + sorted(str(p) for p in refpolicy.glob("*.pp")
+                                                 if p.name != "base.pp")
+    r = subprocess.run(["semodule_link", "-o", str(d / "all.lnk"), *mods, str(pp)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-2000:]
+    r = subprocess.run(["semodule_expand", str(d / "all.lnk"), str(d / "policy.bin")],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return d / "policy.bin"
+
+
+def allowed(policy_bin, src, tgt, cls):
+    """Permissions src has on tgt:cls in the expanded policy (through attributes too)."""
+    r = subprocess.run([need("sesearch"), "-A", "-s", src, "-t", tgt, "-c", cls, str(policy_bin)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    perms = set()
+    for line in r.stdout.splitlines():
+        body = line.split(":", 1)[1].split(None, 1)[1] if ":" in line else ""
+        perms |= set(body.strip(" ;{}").split())
+    return perms
+
+
+def test_linked_policy_grants_the_profile(linked):
+    a = "confine_agent_t"
+    for t in ("bin_t", "lib_t", "usr_t", "etc_t"):
+        assert {"read", "open", "execute"} <= allowed(linked, a, t, "file"), t
+    assert {"create", "write", "unlink", "rename"} <= allowed(linked, a, "confine_agent_work_t", "file")
+    assert {"create", "rmdir", "add_name"} <= allowed(linked, a, "confine_agent_work_t", "dir")
+    assert {"read", "open"} <= allowed(linked, a, "confine_agent_home_t", "file")
+    assert "write" not in allowed(linked, a, "confine_agent_home_t", "file")
+    assert {"read", "write"} <= allowed(linked, a, "null_device_t", "chr_file")
+    # Types from optional blocks are switched on by the base policy's modules.
+    assert "read" in allowed(linked, a, "cert_t", "file")
+    assert "create" in allowed(linked, a, "user_tmp_t", "file")
+
+
+def test_linked_policy_denies_the_rest(linked):
+    a = "confine_agent_t"
+    for t in ("shadow_t", "user_home_t", "ssh_home_t", "etc_t", "bin_t", "usr_t", "proc_t"):
+        got = allowed(linked, a, t, "file")
+        if t in ("shadow_t", "user_home_t", "ssh_home_t"):
+            assert not (got & {"read", "open", "write"}), (t, got)
+        else:
+            assert not (got & {"write", "create", "unlink", "append"}), (t, got)
+    assert not allowed(linked, a, a, "capability")
+    assert not allowed(linked, a, a, "capability2")
+    assert not allowed(linked, a, a, "tcp_socket")  # the default profile grants no port
+    assert not allowed(linked, a, a, "udp_socket")
+    assert not allowed(linked, a, a, "rawip_socket")
+    assert not allowed(linked, a, a, "packet_socket")
+    assert not allowed(linked, a, "fixed_disk_device_t", "blk_file")
+    assert "ptrace" not in allowed(linked, a, "unconfined_t", "process")
+    assert "signal" not in allowed(linked, a, "unconfined_t", "process")
+
+
+def test_linked_policy_lets_the_launcher_enter_the_domain(linked):
+    """setexeccon from unconfined_t, also after no_new_privs."""
+    assert "setexec" in allowed(linked, "unconfined_t", "unconfined_t", "process")
+    assert "transition" in allowed(linked, "unconfined_t", "confine_agent_t", "process")
+    assert {"nnp_transition", "nosuid_transition"} <= allowed(linked, "unconfined_t",
+                                                              "confine_agent_t", "process2")
+    assert "entrypoint" in allowed(linked, "confine_agent_t", "bin_t", "file")
+    assert "entrypoint" in allowed(linked, "confine_agent_t", "confine_agent_work_t", "file")
+
+
+def test_network_profile_gets_tcp_only(policies):
+    te = selinux.plain_te(policies["claude-code"])
+    assert "self:tcp_socket" in te and "port_type:tcp_socket name_connect" in te
+    assert "udp_socket" not in te and "rawip_socket" not in te
+    assert "tcp_socket" not in selinux.plain_te(policies["default"])
+
+
+def test_file_contexts(policies):
+    fc = selinux.fc(policies["claude-code"], "/srv/agents/one")
+    assert r"/srv/agents/one(/.*)?" in fc and "confine_agent_work_t" in fc
+    assert r"HOME_DIR/\.gitconfig(/.*)?" in fc
+    assert r"HOME_DIR/\.claude(/.*)?		gen_context(system_u:object_r:confine_agent_home_rw_t,s0)" in fc
