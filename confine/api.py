@@ -160,10 +160,30 @@ def run(argv, *, profile="default", workdir=None, read=(), write=(), env=(), use
                 return []
             return [seccomp.build(r) for r in (plan.seccomp_rules, plan.seccomp_extra) if r]
 
+        from . import protect
+        say = warn or (lambda m: print(f"confine: {m}", file=sys.stderr))
         try:
-            return run_plan(plan, build_ruleset=build_ruleset, build_filter=build_filter,
-                            mediation_roots=plan.unix_roots() if plan.unix_mediation else None)
+            snap = protect.snapshot(plan.policy.workdir,
+                                    list(protect.DEFAULT_PATTERNS) + list(plan.policy.protected),
+                                    home=plan.identity.home)
+        except (OSError, ValueError) as e:
+            raise ConfineError(f"cannot snapshot the protected workdir paths: {e}") from None
+        if not plan.mount_ns:
+            say("protected workdir paths (.git/hooks, .git/config, .envrc, ...) are NOT "
+                "read-only for this run (no mount namespace): changes are only reverted "
+                "when the agent exits")
+        for path, why in snap.guard_only:
+            say(f"protected path {path} is only checked at exit: {why}")
+        try:
+            status = run_plan(plan, build_ruleset=build_ruleset, build_filter=build_filter,
+                              mediation_roots=plan.unix_roots() if plan.unix_mediation else None,
+                              protect_plan=snap.mount_plan if plan.mount_ns else None)
         except OSError as e:
             raise ConfineError(f"setup failed: {e.strerror or e}") from None
+        finally:
+            report = protect.verify_and_revert(snap, trust_mounts=plan.mount_ns)
+            if report.alerts or report.failed:
+                print(protect.format_report(report), file=sys.stderr)
+        return status
     finally:
         _rmtree(plan.policy.tmp)

@@ -26,7 +26,7 @@ SI_USER, SI_QUEUE, SI_TKILL = 0, -1, -6
 
 
 def _child(plan, ruleset, flt, status_w: int, supervisor: int, old_mask,
-           med=None) -> None:
+           med=None, protect_plan=None) -> None:
     """Runs between fork and exec. Never returns."""
     step = "start"
     try:
@@ -55,6 +55,9 @@ def _child(plan, ruleset, flt, status_w: int, supervisor: int, old_mask,
             namespaces.make_private()
             step = "read-only host"
             hostview.readonly_except(plan.writable_binds)
+            if protect_plan is not None:
+                step = "read-only protected workdir paths"
+                namespaces.apply(protect_plan)
             step = "private /dev/shm and /dev/pts"
             hostview.private_shm()
             hostview.private_pts()
@@ -69,7 +72,9 @@ def _child(plan, ruleset, flt, status_w: int, supervisor: int, old_mask,
         if ident.switch:
             caps.switch_user(ident.uid, ident.gid)
         step = "capabilities"
-        caps.drop_all(privileged=ident.started_as_root)
+        # In a new user namespace the child holds a full (namespaced) capability
+        # set, so the privileged path applies: bounding set and securebits too.
+        caps.drop_all(privileged=ident.started_as_root or plan.mount_ns)
         # The kernel clears the death signal when credentials change.
         caps.set_pdeathsig(signal.SIGKILL)
         if os.getppid() != supervisor:
@@ -192,7 +197,8 @@ def _kill_leftovers() -> None:
                 pass
 
 
-def run_plan(plan, *, build_ruleset, build_filter, mediation_roots=None) -> int:
+def run_plan(plan, *, build_ruleset, build_filter, mediation_roots=None,
+             protect_plan=None) -> int:
     ruleset = build_ruleset()
     flt = build_filter()  # list of deny filters, loaded in order
     status_r, status_w = os.pipe2(os.O_CLOEXEC)
@@ -217,7 +223,7 @@ def run_plan(plan, *, build_ruleset, build_filter, mediation_roots=None) -> int:
             if med is not None:
                 broker_sup.close()
                 os.close(sync_w)
-            _child(plan, ruleset, flt, status_w, supervisor, old_mask, med)
+            _child(plan, ruleset, flt, status_w, supervisor, old_mask, med, protect_plan)
         finally:
             os._exit(125)
     try:

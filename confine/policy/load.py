@@ -28,6 +28,7 @@ SCHEMA: dict[str, object] = {
     "seccomp": {"deny": "names", "unsafe_allow": "names"},
     "scope": {"signals": "bool", "abstract_unix": "bool"},
     "unix_sockets": {"allow": "paths"},
+    "protected": "patterns",
 }
 
 _VAR = re.compile(r"\{([^{}]*)\}")
@@ -193,6 +194,12 @@ class _Parser:
                 if not isinstance(v, str) or not _ENV_NAME.match(v):
                     self.fail(el, f"{full}: {v!r} is not an environment variable name "
                                   "(NAME or PREFIX_*)")
+            elif kind == "patterns":
+                from ..protect import compile_patterns
+                try:
+                    compile_patterns([v] if isinstance(v, str) else [str(v)])
+                except ValueError as e:
+                    self.fail(el, f"{full}: {e}")
             elif kind == "names":
                 if not isinstance(v, str) or not _SYSCALL.match(v):
                     self.fail(el, f"{full}: {v!r} is not a syscall or group name")
@@ -326,6 +333,7 @@ def load(ref: str, *, workdir: str, home: str, tmp: str,
                 set=tuple(sorted(env_set.items()))),
         seccomp=Seccomp(deny=tuple(dict.fromkeys(i.value for i in sc.get("deny", []))),
                         unsafe_allow=tuple(dict.fromkeys(i.value for i in sc.get("unsafe_allow", [])))),
+        protected=tuple(i.value for i in raw.get("protected", [])),
         unix_sockets=_grants(raw.get("unix_sockets", {}).get("allow", []), vars,
                              must_exist=False),
         scope=Scope(signals=scope.get("signals", Item(True, "")).value,

@@ -59,6 +59,7 @@ class Policy:
     seccomp: Seccomp = field(default_factory=Seccomp)
     scope: Scope = field(default_factory=Scope)
     unix_sockets: tuple[PathGrant, ...] = ()   # pathname sockets connectable outside the workdir
+    protected: tuple[str, ...] = ()            # workdir patterns added to protect.DEFAULT_PATTERNS
 
     def to_dict(self) -> dict:
         def grants(gs):
@@ -76,6 +77,7 @@ class Policy:
             "seccomp": {"deny": list(self.seccomp.deny),
                         "unsafe_allow": list(self.seccomp.unsafe_allow)},
             "unix_sockets": {"allow": grants(self.unix_sockets)},
+            "protected": list(self.protected),
             "scope": {"signals": self.scope.signals,
                       "abstract_unix": self.scope.abstract_unix},
         }
