@@ -61,11 +61,18 @@ def _child(plan, ruleset, flt, status_w: int, supervisor: int, old_mask,
             step = "private /dev/shm and /dev/pts"
             hostview.private_shm()
             hostview.private_pts()
-            # Rules made in the supervisor name the host's /dev/shm and /dev/pts;
-            # these are new mounts, so grant them again here.
-            for path, access in plan.child_rules:
-                if ruleset is not None and os.path.exists(path):
-                    landlock.add(ruleset, path, access)
+        expect_parent = supervisor
+        if plan.pid_ns:
+            step = "pid namespace"
+            _enter_pid_ns(status_w, ruleset, med)   # returns only in the new pid 1
+            expect_parent = 0                       # the relay lives outside: pid 0 here
+            hostview.private_proc()
+            caps.set_pdeathsig(signal.SIGKILL)
+        # Rules made in the supervisor name the host's /dev/shm, /dev/pts and /proc;
+        # these are new mounts, so grant them again here.
+        for path, access in plan.child_rules:
+            if ruleset is not None and os.path.exists(path):
+                landlock.add(ruleset, path, access)
         step = "chdir"
         os.chdir(plan.policy.workdir)
         step = "identity"
@@ -77,7 +84,7 @@ def _child(plan, ruleset, flt, status_w: int, supervisor: int, old_mask,
         caps.drop_all(privileged=ident.started_as_root or plan.mount_ns)
         # The kernel clears the death signal when credentials change.
         caps.set_pdeathsig(signal.SIGKILL)
-        if os.getppid() != supervisor:
+        if os.getppid() != expect_parent:
             os._exit(125)
         step = "core dumps"
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
@@ -88,7 +95,7 @@ def _child(plan, ruleset, flt, status_w: int, supervisor: int, old_mask,
             landlock.restrict(ruleset)
         if med is not None:
             step = "unix socket broker"
-            _start_broker(flt, med, status_w, supervisor)
+            _start_broker(flt, med, status_w, supervisor, in_pid_ns=plan.pid_ns)
         step = "seccomp"
         for f in flt:
             seccomp.load(f)
@@ -102,6 +109,16 @@ def _child(plan, ruleset, flt, status_w: int, supervisor: int, old_mask,
                 os._exit(125)
             os.close(nfd)
             os.close(med["sync_r"])
+        if plan.pid_ns:
+            # pid 1 stays as the namespace's init: reaps, forwards signals, and
+            # takes every process of the agent with it when it exits.
+            step = "fork the agent"
+            agent = os.fork()
+            if agent != 0:
+                os.close(status_w)
+                if ruleset is not None:
+                    ruleset.close()
+                os._exit(_wait(agent))
         step = "exec"
         signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
         path = _which(plan.argv[0], plan.env.get("PATH", os.defpath))
@@ -123,13 +140,34 @@ def _child(plan, ruleset, flt, status_w: int, supervisor: int, old_mask,
     os._exit(125)
 
 
-def _start_broker(flt, med, status_w: int, supervisor: int) -> None:
+def _enter_pid_ns(status_w: int, ruleset, med) -> None:
+    """unshare(CLONE_NEWPID) and fork: the parent stays behind as a relay (the
+    supervisor's child: forwards signals, passes on the exit status); the
+    child is pid 1 of the new namespace and returns."""
+    namespaces.unshare(namespaces.CLONE_NEWPID)
+    init = os.fork()
+    if init == 0:
+        return
+    os.write(status_w, f"initpid {init}\n".encode())
+    os.close(status_w)
+    if ruleset is not None:
+        ruleset.close()
+    if med is not None:
+        os.close(med["sync_r"])
+        os.close(med["broker_fd"])
+    os._exit(_wait(init))
+
+
+def _start_broker(flt, med, status_w: int, supervisor: int, in_pid_ns: bool = False) -> None:
     """Fork the broker inside the agent's Landlock domain (see mediate.py). A
-    double fork re-parents it to the supervisor, a child subreaper."""
+    double fork re-parents it to the supervisor, a child subreaper; in a pid
+    namespace it stays the child of the namespace's init."""
     first = os.fork()
     if first == 0:
         try:
-            if os.fork() != 0:
+            if in_pid_ns:
+                supervisor = 1
+            elif os.fork() != 0:
                 os._exit(0)
             os.close(status_w)
             os.close(med["sync_r"])
@@ -146,7 +184,8 @@ def _start_broker(flt, med, status_w: int, supervisor: int) -> None:
             mediate.broker_main(socket.socket(fileno=med["broker_fd"]))
         finally:
             os._exit(0)
-    os.waitpid(first, 0)
+    if not in_pid_ns:
+        os.waitpid(first, 0)
     os.close(med["broker_fd"])
 
 
@@ -234,6 +273,7 @@ def run_plan(plan, *, build_ruleset, build_filter, mediation_roots=None,
             os.close(med["sync_r"])
             os.close(med["broker_fd"])
         report = b""
+        holder = pid      # the process that holds the seccomp listener
         while True:
             try:
                 chunk = os.read(status_r, 4096)
@@ -242,10 +282,14 @@ def run_plan(plan, *, build_ruleset, build_filter, mediation_roots=None,
             if not chunk:
                 break
             report += chunk
+            while report.startswith(b"initpid ") and b"\n" in report:
+                line, report = report.split(b"\n", 1)
+                holder = int(line.split()[1])
             if med is not None and report.startswith(b"notify ") and b"\n" in report:
                 line, report = report.split(b"\n", 1)
                 try:
-                    _start_mediator(pid, int(line.split()[1]), broker_sup, mediation_roots, plan)
+                    _start_mediator(holder, int(line.split()[1]), broker_sup, mediation_roots,
+                                    plan)
                 except OSError as e:
                     os.kill(pid, signal.SIGKILL)
                     os.waitpid(pid, 0)

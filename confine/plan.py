@@ -56,6 +56,7 @@ class Plan:
     carved: list[str] = field(default_factory=list)
     unix_mediation: bool = False            # seccomp-notify mediation of connect/send/listen
     mount_ns: bool = False                  # private mount namespace: read-only host, own shm/pts
+    pid_ns: bool = False                    # own pid namespace and /proc (needs mount_ns)
     writable_binds: list = field(default_factory=list)   # stay writable in it
     child_rules: list = field(default_factory=list)      # (path, rights) added after the mounts
 
@@ -102,13 +103,21 @@ _NS_CACHE: dict = {}
 def namespaces_available(as_root: bool) -> bool:
     """Try, in a throw-away child, what the launcher's child will do."""
     if as_root not in _NS_CACHE:
-        from .kernel import namespaces
+        from .kernel import hostview, namespaces
         pid = os.fork()
         if pid == 0:
             try:
                 namespaces.enter(userns=not as_root)
                 namespaces.make_private()
-                os._exit(0)
+                namespaces.unshare(namespaces.CLONE_NEWPID)
+                init = os.fork()
+                if init == 0:
+                    try:
+                        hostview.private_proc()
+                        os._exit(0)
+                    except BaseException:
+                        os._exit(1)
+                os._exit(os.waitstatus_to_exitcode(os.waitpid(init, 0)[1]))
             except BaseException:
                 os._exit(1)
         _NS_CACHE[as_root] = os.waitpid(pid, 0)[1] == 0
@@ -118,9 +127,10 @@ def namespaces_available(as_root: bool) -> bool:
 def _missing(policy: Policy, abi: int, sc_status: dict, as_root: bool = True) -> list[Missing]:
     out = []
     if not namespaces_available(as_root):
-        out.append(Missing("mount_namespace", "a private mount namespace (read-only host: chmod, "
-                           "chown and utime outside the workdir; private /dev/shm and /dev/pts; "
-                           "read-only protected workdir paths) could not be created "
+        out.append(Missing("mount_namespace", "private mount and pid namespaces (read-only host: chmod, "
+                           "chown and utime outside the workdir; private /dev/shm, /dev/pts and "
+                           "/proc; read-only protected workdir paths; every agent process ends "
+                           "with the run) could not be created "
                            + ("" if as_root else "(unprivileged user namespaces are disabled "
                               "or restricted, e.g. by AppArmor)")))
     need = [
@@ -224,6 +234,9 @@ def compile(policy: Policy, argv: list[str], identity: Identity, cli_env=(),
     for g in policy.devices:
         if g.path in ("/dev/pts", "/dev/ptmx"):
             child_rules.append((g.path, landlock.DEVICE & handled_fs))
+    for g in policy.read:
+        if g.path == "/proc" or g.path.startswith("/proc/"):
+            child_rules.append((g.path, landlock.READ & handled_fs))
     sc_rules = seccomp.rules_for(policy.seccomp.deny, policy.seccomp.unsafe_allow)
     sc_extra: tuple = ()
     if abi < 4 and not (policy.network.connect_tcp or policy.network.bind_tcp):
@@ -236,4 +249,5 @@ def compile(policy: Policy, argv: list[str], identity: Identity, cli_env=(),
                 missing=_missing(policy, abi, sc_status, identity.started_as_root), notes=notes,
                 carved=sorted(set(carved)),
                 unix_mediation=bool(sc_status.get("user_notif")),
-                mount_ns=mount_ns, writable_binds=binds, child_rules=child_rules)
+                mount_ns=mount_ns, pid_ns=mount_ns, writable_binds=binds,
+                child_rules=child_rules)

@@ -112,3 +112,10 @@ def private_pts() -> bool:
     if os.path.exists("/dev/ptmx"):
         _mnt("/dev/pts/ptmx", "/dev/ptmx", None, MS_BIND, None, "bind /dev/pts/ptmx on /dev/ptmx")
     return True
+
+
+def private_proc() -> None:
+    """A procfs of the new pid namespace: the agent sees its own processes only
+    (no command lines of the user's other programs)."""
+    _mnt("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None,
+         "mount /proc of the new pid namespace")
