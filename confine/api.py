@@ -80,13 +80,34 @@ def _rmtree(path: str, _depth: int = 0) -> None:
     shutil.rmtree(path, onerror=onerror)
 
 
+def _lsm(plan, apparmor, selinux_context) -> None:
+    """A second, independent layer: switched into at exec, before no_new_privs."""
+    from .kernel import lsm
+    if apparmor:
+        if not lsm.apparmor_enabled():
+            plan.missing.append(_plan.Missing("apparmor", f"--apparmor {apparmor}: AppArmor is "
+                                              "not enabled on this kernel"))
+        elif lsm.apparmor_profile_loaded(apparmor) is False:
+            raise ConfineError(f"--apparmor {apparmor}: no such profile is loaded (load it with "
+                               "`apparmor_parser -r FILE`, see docs/export.md)")
+        else:
+            plan.lsm_apparmor = apparmor
+    if selinux_context:
+        if not lsm.selinux_enabled():
+            plan.missing.append(_plan.Missing("selinux", f"--selinux-context {selinux_context}: "
+                                              "SELinux is not enabled on this kernel"))
+        else:
+            plan.lsm_selinux = (selinux_context if ":" in selinux_context
+                                else lsm.selinux_context_with_type(selinux_context))
+
+
 KNOWN_FEATURES = {"landlock", "landlock.truncate", "landlock.net_tcp", "landlock.ioctl_dev",
                   "landlock.scope_signal", "landlock.scope_abstract_unix", "seccomp",
-                  "seccomp_notify", "mount_namespace"}
+                  "seccomp_notify", "mount_namespace", "apparmor", "selinux"}
 
 
 def prepare(argv, *, profile="default", workdir=None, read=(), write=(), env=(), user=None,
-            force_workdir=False):
+            force_workdir=False, apparmor=None, selinux_context=None):
     """Resolve identity and workdir, make the private temp dir, load the policy, compile
     the plan. Returns the plan; its policy.tmp must be removed by the caller."""
     if not argv:
@@ -111,7 +132,9 @@ def prepare(argv, *, profile="default", workdir=None, read=(), write=(), env=(),
             if is_under(wd, d.path):
                 raise ConfineError(f"refusing workdir {wd}: it lies inside the protected secret "
                                    f"{d.path}")
-        return _plan.compile(policy, list(argv), ident, cli_env=env)
+        plan = _plan.compile(policy, list(argv), ident, cli_env=env)
+        _lsm(plan, apparmor, selinux_context)
+        return plan
     except BaseException:
         _rmtree(tmp)
         raise
@@ -140,12 +163,14 @@ def enforce_or_refuse(plan, allow_degraded, warn=None) -> None:
 
 
 def run(argv, *, profile="default", workdir=None, read=(), write=(), env=(), user=None,
-        allow_degraded=False, force_workdir=False, warn=None) -> int:
+        allow_degraded=False, force_workdir=False, warn=None, apparmor=None,
+        selinux_context=None) -> int:
     """Run argv confined; returns its exit status (128+N if killed by signal N).
     Raises ConfineError (status 125/126/127) for confine's own failures."""
     from .launch import run_plan
     plan = prepare(argv, profile=profile, workdir=workdir, read=read, write=write, env=env,
-                   user=user, force_workdir=force_workdir)
+                   user=user, force_workdir=force_workdir, apparmor=apparmor,
+                   selinux_context=selinux_context)
     try:
         enforce_or_refuse(plan, allow_degraded, warn)
 

@@ -77,11 +77,16 @@ def cli():
                    "host itself; repeatable. Each is named on stderr.")
 @click.option("--force-workdir", is_flag=True,
               help="Accept a workdir that is /, a system directory, or your home.")
+@click.option("--apparmor", "apparmor", metavar="PROFILE",
+              help="Also confine the agent in this loaded AppArmor profile (confine export "
+                   "apparmor); refused if AppArmor is enabled but the profile is not loaded.")
+@click.option("--selinux-context", metavar="CTX",
+              help="Also run the agent in this SELinux context (e.g. with type confine_agent_t).")
 @click.option("--dry-run", is_flag=True, help="Print the effective policy and exit.")
 @click.option("--json", "as_json", is_flag=True, help="With --dry-run: machine-readable output.")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 def exec_(profile, workdir, read_, write, env, user, allow_degraded, degrade, force_workdir,
-          dry_run, as_json, command):
+          apparmor, selinux_context, dry_run, as_json, command):
     """Run COMMAND confined. Put `--` before the command.
 
     \b
@@ -91,7 +96,8 @@ def exec_(profile, workdir, read_, write, env, user, allow_degraded, degrade, fo
     """
     if dry_run:
         plan = api.prepare(list(command), profile=profile, workdir=workdir, read=read_,
-                           write=write, env=env, user=user, force_workdir=force_workdir)
+                           write=write, env=env, user=user, force_workdir=force_workdir,
+                           apparmor=apparmor, selinux_context=selinux_context)
         try:
             if as_json:
                 click.echo(json.dumps(plan.to_dict(), indent=2))
@@ -104,7 +110,8 @@ def exec_(profile, workdir, read_, write, env, user, allow_degraded, degrade, fo
         raise ConfineError("--json only applies to --dry-run")
     status = api.run(list(command), profile=profile, workdir=workdir, read=read_, write=write,
                      env=env, user=user, allow_degraded=allow_degraded or tuple(degrade),
-                     force_workdir=force_workdir)
+                     force_workdir=force_workdir, apparmor=apparmor,
+                     selinux_context=selinux_context)
     sys.exit(status)
 
 

@@ -16,7 +16,7 @@ import time
 
 from .errors import CommandNotExecutable, CommandNotFound, ConfineError
 from . import mediate
-from .kernel import caps, hostview, landlock, namespaces, notify, seccomp
+from .kernel import caps, hostview, landlock, lsm, namespaces, notify, seccomp
 
 FORWARD = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT,
            signal.SIGUSR1, signal.SIGUSR2, signal.SIGWINCH)
@@ -86,6 +86,14 @@ def _child(plan, ruleset, flt, status_w: int, supervisor: int, old_mask,
         caps.set_pdeathsig(signal.SIGKILL)
         if os.getppid() != expect_parent:
             os._exit(125)
+        # LSM transitions at exec; must precede no_new_privs (which blocks most
+        # AppArmor transitions) and Landlock.
+        if plan.lsm_apparmor:
+            step = "apparmor change_onexec"
+            lsm.apparmor_change_onexec(plan.lsm_apparmor)
+        if plan.lsm_selinux:
+            step = "selinux setexeccon"
+            lsm.selinux_setexeccon(plan.lsm_selinux)
         step = "core dumps"
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         step = "no_new_privs"

@@ -57,6 +57,8 @@ class Plan:
     unix_mediation: bool = False            # seccomp-notify mediation of connect/send/listen
     mount_ns: bool = False                  # private mount namespace: read-only host, own shm/pts
     pid_ns: bool = False                    # own pid namespace and /proc (needs mount_ns)
+    lsm_apparmor: str | None = None         # AppArmor profile to enter at exec
+    lsm_selinux: str | None = None          # SELinux context to enter at exec
     writable_binds: list = field(default_factory=list)   # stay writable in it
     child_rules: list = field(default_factory=list)      # (path, rights) added after the mounts
 
@@ -92,6 +94,7 @@ class Plan:
                 + (", landlock resolve_unix" if self.abi >= 9 else ""),
                 "allowed_under": self.unix_roots(),
             },
+            "lsm": {"apparmor": self.lsm_apparmor, "selinux": self.lsm_selinux},
             "missing": [{"feature": m.feature, "detail": m.detail} for m in self.missing],
             "notes": self.notes,
         }
