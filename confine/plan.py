@@ -105,6 +105,10 @@ _NS_CACHE: dict = {}
 
 def namespaces_available(as_root: bool) -> bool:
     """Try, in a throw-away child, what the launcher's child will do."""
+    # Test-only knob, like CONFINE_TEST_LANDLOCK_ABI_MAX: it can only take a
+    # protection away (confine then refuses unless --degrade mount_namespace).
+    if os.environ.get("CONFINE_TEST_NO_NAMESPACES") == "1":
+        return False
     if as_root not in _NS_CACHE:
         from .kernel import hostview, namespaces
         pid = os.fork()
