@@ -25,8 +25,9 @@ GROUP_TITLES = dict(GROUPS)
 _NO_WRITE = ("remove the write grant that covers it (profile filesystem.write, --write): "
              "Landlock allows writes only under granted paths")
 _SECCOMP = "keep the default seccomp denial ({}) - do not list it in seccomp.unsafe_allow"
-_LATER = ("protect it inside the workdir (issue 3: read-only binds in a private mount "
-          "namespace); until then review it before running git, direnv or the editor")
+_LATER = ("protect it inside the workdir (existing paths are read-only binds in the mount "
+          "namespace; new ones are quarantined at exit); review it before running git, direnv or "
+          "the editor")
 _UNIX = ("refuse pathname unix sockets outside the workdir: Landlock ABI 9 RESOLVE_UNIX or "
          "seccomp user-notification mediation; do not list it in unix_sockets.allow")
 
