@@ -152,6 +152,13 @@ def _print_plan(d: dict) -> None:
     for g, ent in groups.items():
         subs = f" [{', '.join(ent['subs'])}]" if ent["subs"] else ""
         e(f"  {g}: {', '.join(sorted(ent['syscalls']))}{subs} -> {'/'.join(sorted(ent['errnos']))}")
+    nsd = d["namespaces"]
+    if nsd["mount"]:
+        e(f"mount namespace: host read-only except {', '.join(nsd['writable'])}; private "
+          f"{', '.join(nsd['private'])}; protected workdir paths read-only")
+    else:
+        e("mount namespace: NONE (host not read-only; protected paths only checked at exit)")
+    e(f"pid namespace: {'yes (the agent sees only its own processes)' if nsd['pid'] else 'no'}")
     us = d["unix_sockets"]
     e(f"unix sockets: {us['mechanism']}; allowed under {', '.join(us['allowed_under'])}")
     e("environment:")

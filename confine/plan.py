@@ -95,6 +95,14 @@ class Plan:
                 "allowed_under": self.unix_roots(),
             },
             "lsm": {"apparmor": self.lsm_apparmor, "selinux": self.lsm_selinux},
+            "namespaces": {
+                "mount": self.mount_ns, "pid": self.pid_ns,
+                "writable": [self.policy.workdir, self.policy.tmp] + [
+                    p for p in self.writable_binds if p not in (self.policy.workdir,
+                                                                self.policy.tmp)]
+                if self.mount_ns else None,
+                "private": ["/dev/shm", "/dev/pts", "/proc"] if self.mount_ns else [],
+            },
             "missing": [{"feature": m.feature, "detail": m.detail} for m in self.missing],
             "notes": self.notes,
         }
