@@ -215,12 +215,7 @@ def _dac_writable(st, uid: int, gids: set[int]) -> bool:
     return bool(st.st_mode & 0o002)
 
 
-def _read(path: str) -> str | None:
-    try:
-        with open(path) as f:
-            return f.read().strip()
-    except OSError:
-        return None
+from .check import _read  # noqa: E402  (one reader of /proc and /sys files)
 
 
 def _finding(fid, category, severity, title, detail="", blocked=None, by=None, fix=None):

@@ -158,12 +158,18 @@ def _enter_pid_ns(status_w: int, ruleset, med) -> None:
         return
     os.write(status_w, f"initpid {init}\n".encode())
     os.close(status_w)
+    _close_child_ends(ruleset, med)
+    os._exit(_wait(init))
+
+
+def _close_child_ends(ruleset, med) -> None:
+    """What only the confined child (or pid 1) needs: the ruleset and the
+    broker/sync descriptors."""
     if ruleset is not None:
         ruleset.close()
     if med is not None:
         os.close(med["sync_r"])
         os.close(med["broker_fd"])
-    os._exit(_wait(init))
 
 
 def _start_broker(flt, med, status_w: int, supervisor: int, in_pid_ns: bool = False) -> None:
@@ -275,11 +281,7 @@ def run_plan(plan, *, build_ruleset, build_filter, mediation_roots=None,
             os._exit(125)
     try:
         os.close(status_w)
-        if ruleset is not None:
-            ruleset.close()
-        if med is not None:
-            os.close(med["sync_r"])
-            os.close(med["broker_fd"])
+        _close_child_ends(ruleset, med)
         report = b""
         holder = pid      # the process that holds the seccomp listener
         while True:

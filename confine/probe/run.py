@@ -429,12 +429,7 @@ def probe(*, profile="default", workdir=None, read=(), write=(), env=(), user=No
     return report.build(meta, data, status, err, time.monotonic() - t0)
 
 
-def _read(path: str) -> str | None:
-    try:
-        with open(path) as f:
-            return f.read().strip()
-    except OSError:
-        return None
+from ..check import _read  # noqa: E402  (one reader of /proc and /sys files)
 
 
 __all__ = ["probe", "battery_source", "UNCONFINED_ENV"]
