@@ -121,6 +121,11 @@ def _child(plan, ruleset, flt, status_w: int, supervisor: int, old_mask,
             # pid 1 stays as the namespace's init: reaps, forwards signals, and
             # takes every process of the agent with it when it exits.
             step = "fork the agent"
+            # pid 1 lives in the agent's own Landlock domain and, started
+            # unprivileged, under its uid: without this the agent could ptrace it
+            # or read its /proc/1/environ (the launcher's full environment).
+            # After the listener hand-off, which needed it dumpable.
+            caps.set_dumpable(False)
             agent = os.fork()
             if agent != 0:
                 os.close(status_w)
@@ -158,6 +163,7 @@ def _enter_pid_ns(status_w: int, ruleset, med) -> None:
         return
     os.write(status_w, f"initpid {init}\n".encode())
     os.close(status_w)
+    caps.set_dumpable(False)
     _close_child_ends(ruleset, med)
     os._exit(_wait(init))
 

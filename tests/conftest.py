@@ -12,6 +12,7 @@ name -> "ok" | errno name | "signal:N" | "exit:N" | other value.
 """
 from __future__ import annotations
 
+import copy
 import json
 import os
 import pty
@@ -31,6 +32,10 @@ PREFIX = os.environ.get("CONFINE_TEST_PREFIX", "/opt/confine-test")
 CONFINE = os.path.join(PREFIX, "bin", "confine")
 PY = "/usr/bin/python3"  # the system python: readable inside the default profile
 BASE_PATH = "/usr/local/bin:/usr/bin:/bin"
+# Test-only knob: confine believes mount/pid namespaces are unavailable and, with
+# --degrade mount_namespace, runs with Landlock and seccomp only. Used to prove
+# those layers on their own, under the namespace layers of a default run.
+NO_NAMESPACES = "CONFINE_TEST_NO_NAMESPACES=1"
 
 
 def _user():
@@ -169,6 +174,19 @@ class Sandbox:
         self.home = self.agent.pw_dir
         self.opts = list(opts)
         self.groups = groups              # supplementary groups of the launcher ("user" mode)
+        self.env = []                     # extra environment of every confine command
+        self.layers = "all"               # "all" or "landlock" (see without_namespaces)
+
+    def without_namespaces(self) -> "Sandbox":
+        """The same sandbox, but confine runs without its mount and pid namespaces
+        (CONFINE_TEST_NO_NAMESPACES=1, accepted with --degrade mount_namespace):
+        Landlock, seccomp, capabilities and no_new_privs alone. A vector blocked
+        here is blocked by those layers, not only by the read-only host view."""
+        sb = copy.copy(self)
+        sb.opts = self.opts + ["--degrade", "mount_namespace"]
+        sb.env = self.env + [NO_NAMESPACES]
+        sb.layers = "landlock"
+        return sb
 
     # -- command lines
     def _env(self, who) -> list[str]:
@@ -187,7 +205,7 @@ class Sandbox:
             prefix = self._as(self.pw, self.groups) + self._env(self.pw)
         else:
             prefix = self._env(pwd.getpwuid(0))
-        return prefix + list(env_extra) + [CONFINE] + list(args)
+        return prefix + self.env + list(env_extra) + [CONFINE] + list(args)
 
     def exec_cmd(self, cmd: list[str], *opts: str, env_extra=()) -> list[str]:
         return self.cmd(["exec", "-w", self.workdir, *self.opts, *opts, "--", *cmd],
@@ -354,6 +372,47 @@ def kill_quietly(pid: int, sig=signal.SIGKILL):
         os.kill(pid, sig)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def _ppid_and_nspid(pid: int):
+    """(parent pid, NSpid list) of a host pid, or None if it is gone."""
+    ppid, nspid = None, None
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("PPid:"):
+                    ppid = int(line.split()[1])
+                elif line.startswith("NSpid:"):
+                    nspid = [int(x) for x in line.split()[1:]]
+    except (OSError, ValueError):
+        return None
+    return (ppid, nspid) if ppid is not None and nspid else None
+
+
+def host_pid(ns_pid: int, ancestor: int) -> int:
+    """The host pid of a process that printed `ns_pid` ($$, $!) from inside the
+    sandbox. In the agent's pid namespace that number is local (the agent is 3),
+    so look on the host for the descendant of `ancestor` (the confine supervisor,
+    still alive) whose innermost NSpid is ns_pid. Without a pid namespace the
+    NSpid has one entry and this is ns_pid itself."""
+    info = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            got = _ppid_and_nspid(int(name))
+            if got:
+                info[int(name)] = got
+
+    def under(pid):
+        seen = set()
+        while pid in info and pid not in seen:
+            seen.add(pid)
+            pid = info[pid][0]
+            if pid == ancestor:
+                return True
+        return False
+    found = [pid for pid, (_, nspid) in info.items() if nspid[-1] == ns_pid and under(pid)]
+    assert len(found) == 1, f"no unique descendant of {ancestor} with inner pid {ns_pid}: {found}"
+    return found[0]
 
 
 @pytest.fixture

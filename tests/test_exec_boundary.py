@@ -4,6 +4,14 @@ Every "blocked" result is paired with a control: the same attempt by the same
 identity outside the sandbox (which must succeed, or fail differently), or a
 positive control inside. Removing the protection makes these tests fail.
 
+Layers: a default run adds a private mount namespace (host read-only: writes
+outside fail with EROFS before Landlock is asked; private /dev/shm and
+/dev/pts) and a pid namespace with its own /proc (processes outside do not
+exist: ESRCH/ENOENT). Where those answer first, the test also runs the same
+attempt with `Sandbox.without_namespaces()` (CONFINE_TEST_NO_NAMESPACES=1,
+--degrade mount_namespace) to prove Landlock/seccomp still block it alone,
+or, for the documented gaps only namespaces close, that the gap reappears.
+
 Identities:
   sandbox      parametrized: confine started by root (agent = workdir owner,
                the test account) and by the test account itself.
@@ -174,12 +182,35 @@ FS_DENIED = {
 }
 FS_ALLOWED = [k for k in FS_BODY.split('attempt("')[1:] if k.startswith("+")]
 FS_ALLOWED = [k.split('"', 1)[0] for k in FS_ALLOWED]
+# Attempts that modify the filesystem outside the workdir: in a default run the
+# read-only host view (the mount namespace) refuses them first, with EROFS,
+# before Landlock is asked. The reads stay Landlock's alone.
+FS_WRITES = [k for k in FS_DENIED if not k.startswith(("read ", "list "))]
+EROFS = "EROFS"
+
+
+def _fs_host_state(home, wd, out, bashrc, tags):
+    return {
+        "bashrc": open(home + "/.bashrc").read() == bashrc,
+        "outside file": open(out + "/file").read() == "outside\n",
+        "trunc size": os.path.getsize(out + "/trunc"),
+        "trunc2 size": os.path.getsize(out + "/trunc2"),
+        "victim exists": os.path.exists(out + "/victim"),
+        "no /tmp/x": not any(os.path.exists("/tmp/x-confine-" + t) for t in tags),
+        "no file in ~": not any(os.path.exists(home + "/confine-" + t) for t in tags),
+        "evil in workdir": os.path.exists(wd + "/evil") and not os.path.exists(out + "/evil"),
+        "notes in ~": os.path.exists(home + "/notes.txt"),
+        ".ssh in ~": os.path.exists(home + "/.ssh/id_rsa"),
+        "nothing new outside": sorted(os.listdir(out)) == ["file", "trunc", "trunc2", "victim"],
+    }
 
 
 @pytest.fixture(scope="module", params=["root", "user"])
 def fs_run(request, confine_bin, test_user, planted_home):
-    """One confined probe per launcher mode; then the same probe outside as the
-    same account (control). Host state is captured between the two."""
+    """Per launcher mode, the same probe three times: confined with every layer
+    (the default), confined by Landlock and seccomp alone (no namespaces), and
+    outside as the same account (control). Host state is captured after each
+    confined run, before the control."""
     if os.geteuid() != 0:
         pytest.skip("needs root")
     wd = make_workdir(test_user)
@@ -196,28 +227,20 @@ def fs_run(request, confine_bin, test_user, planted_home):
             os.symlink(target, os.path.join(wd, link))
             os.lchown(os.path.join(wd, link), test_user.pw_uid, test_user.pw_gid)
         sb = Sandbox(request.param, test_user, wd)
-        tag = _tag()
-        params = {"home": planted_home, "wd": wd, "out": out, "tag": tag}
         with open(planted_home + "/.bashrc") as f:
             bashrc = f.read()
-        p, inside = sb.probe(FS_BODY, params, "--read", out)
-        _check(p, inside)
-        host = {
-            "bashrc": open(planted_home + "/.bashrc").read() == bashrc,
-            "outside file": open(out + "/file").read() == "outside\n",
-            "trunc size": os.path.getsize(out + "/trunc"),
-            "trunc2 size": os.path.getsize(out + "/trunc2"),
-            "victim exists": os.path.exists(out + "/victim"),
-            "no /tmp/x": not os.path.exists("/tmp/x-confine-" + tag),
-            "no file in ~": not os.path.exists(planted_home + "/confine-" + tag),
-            "evil in workdir": os.path.exists(wd + "/evil") and not os.path.exists(out + "/evil"),
-            "notes in ~": os.path.exists(planted_home + "/notes.txt"),
-            ".ssh in ~": os.path.exists(planted_home + "/.ssh/id_rsa"),
-        }
+        res, host, tags = {}, {}, []
+        for layers, box in (("all", sb), ("landlock", sb.without_namespaces())):
+            tags.append(_tag())
+            params = {"home": planted_home, "wd": wd, "out": out, "tag": tags[-1]}
+            p, res[layers] = box.probe(FS_BODY, params, "--read", out)
+            _check(p, res[layers], f"probe ({layers} layers)")
+            host[layers] = _fs_host_state(planted_home, wd, out, bashrc, tags)
         params["tag"] = _tag()
         p2, outside = sb.outside_probe(FS_BODY, params)
         _check(p2, outside, "outside control")
-        yield {"inside": inside, "outside": outside, "host": host, "proc": p}
+        yield {"inside": res["all"], "landlock": res["landlock"], "outside": outside,
+               "host": host, "proc": p}
     finally:
         shutil.rmtree(wd, ignore_errors=True)
         shutil.rmtree(out, ignore_errors=True)
@@ -225,56 +248,105 @@ def fs_run(request, confine_bin, test_user, planted_home):
 
 @pytest.mark.parametrize("vector", list(FS_DENIED))
 def test_fs_vector_blocked(fs_run, vector):
-    """Blocked inside with a clear errno; the same call works outside (same uid)."""
+    """Blocked inside with a clear errno, by every layer together (writes: the
+    read-only host view answers EROFS first) and by Landlock alone (no
+    namespaces: EACCES/EPERM/EXDEV as the kernel's Landlock returns them); the
+    same call works outside (same uid)."""
+    want = FS_DENIED[vector]
     got = fs_run["inside"][vector]
-    assert got in FS_DENIED[vector], f"inside: {vector} -> {got}"
+    assert got in (want + (EROFS,) if vector in FS_WRITES else want), f"inside: {vector} -> {got}"
+    alone = fs_run["landlock"][vector]
+    assert alone in want, f"Landlock alone (no namespaces): {vector} -> {alone}"
     assert fs_run["outside"][vector] == "ok", \
         f"control: {vector} should work outside the sandbox, got {fs_run['outside'][vector]}"
 
 
+def test_fs_readonly_host_view(fs_run):
+    """The mount layer is really there: every write outside that does not cross
+    mounts fails with EROFS in a default run (the kernel checks the read-only
+    mount before Landlock); without namespaces none does."""
+    cross = [k for k in FS_WRITES if FS_DENIED[k] is CROSS]
+    not_erofs = {k: fs_run["inside"][k] for k in FS_WRITES
+                 if k not in cross and fs_run["inside"][k] != EROFS}
+    assert not not_erofs, f"not refused by the read-only host view: {not_erofs}"
+    assert EROFS not in fs_run["landlock"].values(), fs_run["landlock"]
+
+
 @pytest.mark.parametrize("vector", FS_ALLOWED)
 def test_fs_positive_controls(fs_run, vector):
-    assert fs_run["inside"][vector] == "ok", f"inside: {vector} -> {fs_run['inside'][vector]}"
+    for layers in ("inside", "landlock"):
+        assert fs_run[layers][vector] == "ok", f"{layers}: {vector} -> {fs_run[layers][vector]}"
 
 
-def test_fs_host_state_unchanged(fs_run):
-    h = fs_run["host"]
+@pytest.mark.parametrize("layers", ["all", "landlock"])
+def test_fs_host_state_unchanged(fs_run, layers):
+    h = fs_run["host"][layers]
     assert h["trunc size"] == 10 and h["trunc2 size"] == 10, h
     bad = [k for k, v in h.items() if v is False]
     assert not bad, f"the confined probe changed the host: {bad}"
 
 
-def test_chmod_utime_outside_workdir(sandbox, planted_home, outside_dir):
-    """Metadata writes (chmod, utime, chown to self) on files outside the workdir.
-    Landlock (through ABI 7) cannot restrict these; the issue says the agent must
-    be unable to write outside its workdir. Paired with the same calls outside."""
-    pw = sandbox.agent
-    f = write_owned(os.path.join(outside_dir, "meta"), "x", pw, mode=0o600)
-    body = r'''
-    F, H = P["f"], P["home"]
-    attempt("chmod a file outside", lambda: os.chmod(F, 0o666))
-    attempt("chmod ~/.ssh", lambda: os.chmod(H + "/.ssh", 0o777))
-    attempt("utime a file outside", lambda: os.utime(F, (0, 0)))
-    attempt("setxattr user.* outside", lambda: os.setxattr(F, "user.confine", b"1"))
-    '''
+META_BODY = r"""
+F, H = P["f"], P["home"]
+attempt("chmod a file outside", lambda: os.chmod(F, 0o666))
+attempt("chmod ~/.ssh", lambda: os.chmod(H + "/.ssh", 0o777))
+attempt("utime a file outside", lambda: os.utime(F, (0, 0)))
+attempt("setxattr user.* outside", lambda: os.setxattr(F, "user.confine", b"1"))
+"""
+
+
+def _meta_run(box, planted_home, f, outside=False):
+    """Run META_BODY; return (results, mode of f, mtime of f, xattrs of f, mode of
+    ~/.ssh), restoring ~/.ssh and f afterwards."""
+    st_ssh = stat.S_IMODE(os.stat(planted_home + "/.ssh").st_mode)
     params = {"f": f, "home": planted_home}
-    st_ssh = os.stat(planted_home + "/.ssh")
     try:
-        p, inside = sandbox.probe(body, params)
-        _check(p, inside)
+        p, r = (box.outside_probe(META_BODY, params) if outside
+                else box.probe(META_BODY, params))
+        _check(p, r, "outside control" if outside else "probe")
         st = os.stat(f)
-        after_ssh = os.stat(planted_home + "/.ssh")
+        after = (stat.S_IMODE(st.st_mode), st.st_mtime, os.listxattr(f),
+                 stat.S_IMODE(os.stat(planted_home + "/.ssh").st_mode))
     finally:
-        os.chmod(planted_home + "/.ssh", stat.S_IMODE(st_ssh.st_mode))
-    p2, outside = sandbox.outside_probe(body, params)
-    os.chmod(planted_home + "/.ssh", stat.S_IMODE(st_ssh.st_mode))
-    _check(p2, outside, "outside control")
-    assert outside["chmod a file outside"] == "ok" and outside["utime a file outside"] == "ok"
-    assert stat.S_IMODE(st.st_mode) == 0o600 and st.st_mtime != 0 and \
-        stat.S_IMODE(after_ssh.st_mode) == stat.S_IMODE(st_ssh.st_mode), \
+        os.chmod(planted_home + "/.ssh", st_ssh)
+        os.chmod(f, 0o600)
+        os.utime(f)
+        if "user.confine" in os.listxattr(f):
+            os.removexattr(f, "user.confine")
+    return (r,) + after
+
+
+def test_chmod_utime_outside_workdir(sandbox, planted_home, outside_dir):
+    """Metadata writes (chmod, utime, setxattr) on files outside the workdir.
+    Landlock (through ABI 7) cannot restrict these; the read-only host view of
+    the mount namespace does: EROFS, nothing changes. Paired with the same
+    calls outside (they work there)."""
+    f = write_owned(os.path.join(outside_dir, "meta"), "x", sandbox.agent, mode=0o600)
+    ssh_mode = stat.S_IMODE(os.stat(planted_home + "/.ssh").st_mode)
+    inside, mode, mtime, xattrs, ssh_after = _meta_run(sandbox, planted_home, f)
+    outside, o_mode, o_mtime, _, _ = _meta_run(sandbox, planted_home, f, outside=True)
+    assert outside["chmod a file outside"] == "ok" and outside["utime a file outside"] == "ok", \
+        f"control: {outside}"
+    assert (o_mode, o_mtime) == (0o666, 0), "control: outside, the calls take effect"
+    assert mode == 0o600 and mtime != 0 and ssh_after == ssh_mode and not xattrs, \
         f"metadata of files outside the workdir changed from inside: {inside}"
-    assert inside["chmod a file outside"] in DENIED and inside["chmod ~/.ssh"] in DENIED \
-        and inside["utime a file outside"] in DENIED, inside
+    assert inside == {k: EROFS for k in inside} and len(inside) == 4, inside
+
+
+def test_chmod_utime_landlock_alone_is_a_known_gap(sandbox, planted_home, outside_dir):
+    """Documented limitation, not a failure: Landlock alone (no namespaces)
+    cannot stop chmod/utime outside the workdir; only the read-only host view
+    closes it. This is why confine refuses to run without the mount namespace
+    unless told (--degrade mount_namespace), naming exactly this gap. If this
+    test fails because Landlock now blocks them, the documentation is stale."""
+    f = write_owned(os.path.join(outside_dir, "meta"), "x", sandbox.agent, mode=0o600)
+    refused = sandbox.run(["true"], env_extra=["CONFINE_TEST_NO_NAMESPACES=1"])
+    assert refused.returncode == 125, refused
+    assert "mount_namespace" in refused.stderr and "chmod" in refused.stderr, refused.stderr
+    inside, mode, mtime, _, _ = _meta_run(sandbox.without_namespaces(), planted_home, f)
+    assert inside["chmod a file outside"] == "ok" and inside["utime a file outside"] == "ok", \
+        f"Landlock alone now blocks chmod/utime (update the documented gap): {inside}"
+    assert (mode, mtime) == (0o666, 0), "the calls took effect on the host file"
 
 
 def test_carve_out_read_home_keeps_secrets(sandbox, planted_home):
@@ -302,7 +374,14 @@ def test_carve_out_read_home_keeps_secrets(sandbox, planted_home):
     for k in ("read ~/.ssh/id_rsa", "list ~/.ssh", "read ~/.aws/credentials", "read ~/.netrc"):
         assert granted[k] in DENIED, f"{k} readable although it is a secret: {granted}"
         assert outside[k] == "ok", f"control: {k} works outside: {outside}"
-    assert granted["write ~/notes.txt"] in DENIED and outside["write ~/notes.txt"] == "ok"
+    # the read-only host view refuses the write first; Landlock alone refuses it too
+    assert granted["write ~/notes.txt"] in DENIED + (EROFS,) and outside["write ~/notes.txt"] == "ok"
+    p, alone = sandbox.without_namespaces().probe(body, params, "--read", planted_home)
+    _check(p, alone)
+    assert alone["read ~/notes.txt"] == "ok", alone
+    for k in ("read ~/.ssh/id_rsa", "list ~/.ssh", "read ~/.aws/credentials", "read ~/.netrc",
+              "write ~/notes.txt"):
+        assert alone[k] in DENIED, f"Landlock alone: {k}: {alone}"
 
 
 def test_carve_out_tilde_spelling(user_sandbox, planted_home):
@@ -377,7 +456,13 @@ def test_workdir_symlink_swap_after_start(sandbox, outside_dir):
     '''
     os.mkdir(os.path.join(sandbox.workdir, "sub"))
     os.chown(os.path.join(sandbox.workdir, "sub"), sandbox.agent.pw_uid, sandbox.agent.pw_gid)
+    # every layer: the directory outside is on a read-only mount (EROFS)
     p, r = sandbox.probe(body, {"wd": sandbox.workdir, "out": outside_dir})
+    _check(p, r)
+    assert r["create through swapped symlink"] in DENIED + (EROFS,), r
+    assert not os.path.exists(os.path.join(outside_dir, "pwn"))
+    # Landlock alone (no namespaces): its rules follow inodes, not the path string
+    p, r = sandbox.without_namespaces().probe(body, {"wd": sandbox.workdir, "out": outside_dir})
     _check(p, r)
     assert r["create through swapped symlink"] in DENIED, r
     assert not os.path.exists(os.path.join(outside_dir, "pwn"))
@@ -406,30 +491,46 @@ attempt("+create in the workdir", lambda: created(W + "/new"))
 '''
 
 
+ROOT_FS_WRITES = ("open /etc/hostname for writing", "create a file in /etc",
+                  "open /proc/sys/kernel/hostname for writing", "open /usr/bin/env for writing",
+                  "create /tmp/x")
+
+
 def test_root_agent_fs(root_agent):
     """uid 0 owns /etc, /root and /etc/shadow: file permissions would allow all of
-    this; the sandbox must not. Control: the same calls as root outside."""
+    this; the sandbox must not. Checked with every layer (writes may stop at the
+    read-only host view, EROFS) and with Landlock alone (no namespaces: EACCES/
+    EPERM). Control: the same calls as root outside."""
     rootfile = write_owned(f"/root/.confine-test-{_tag()}", "root secret\n", pwd.getpwuid(0), 0o600)
+    tags = []
     try:
-        params = {"wd": root_agent.workdir, "tag": _tag(), "rootfile": rootfile}
-        p, inside = root_agent.probe(ROOT_FS_BODY, params)
-        _check(p, inside)
+        runs = {}
+        for layers, box in (("all", root_agent), ("landlock", root_agent.without_namespaces())):
+            tags.append(_tag())
+            params = {"wd": root_agent.workdir, "tag": tags[-1], "rootfile": rootfile}
+            p, runs[layers] = box.probe(ROOT_FS_BODY, params)
+            _check(p, runs[layers], f"probe ({layers} layers)")
         params["tag"] = _tag()
         p2, outside = root_agent.outside_probe(ROOT_FS_BODY, params)
         _check(p2, outside, "outside control")
     finally:
         os.unlink(rootfile)
     bad = []
-    for k, v in inside.items():
-        if k.startswith("+"):
-            if v != "ok":
-                bad.append(f"{k}: {v} (positive control)")
-        else:
+    for layers, inside in runs.items():
+        for k, v in inside.items():
+            if k.startswith("+"):
+                if v != "ok":
+                    bad.append(f"{layers}: {k}: {v} (positive control)")
+                continue
             if outside[k] != "ok":
                 bad.append(f"{k}: control failed outside: {outside[k]}")
-            if v not in DENIED:
-                bad.append(f"{k}: inside {v}")
+            want = DENIED + (EROFS,) if layers == "all" and k in ROOT_FS_WRITES else DENIED
+            if v not in want:
+                bad.append(f"{layers}: {k}: inside {v}")
     assert not bad, bad
+    assert not any(os.path.exists(f"/etc/confine-probe-{t}") or os.path.exists(f"/tmp/x-confine-{t}")
+                   for t in tags)
+    assert runs["all"]["open /etc/hostname for writing"] == EROFS, "read-only host view"
 
 
 def test_root_agent_shadow_readable_only_outside(root_agent):
@@ -493,7 +594,10 @@ def test_disk_group_member_cannot_open_block_device(confine_bin, test_user):
     """The account is in the `disk` group and a (detached) loop device is
     group-disk rw, so file permissions allow it: outside it opens for reading
     and writing; inside neither (started by the account itself, the group is
-    kept, so only the sandbox stands in the way)."""
+    kept, so only the sandbox stands in the way). In the agent's user namespace
+    only the account's own uid and gid are mapped: getgroups() shows the kept
+    group as the overflow gid, so a group-disk-only file in the workdir proves
+    the group still counts for file permissions inside."""
     if os.geteuid() != 0:
         pytest.skip("needs root")
     dev = _free_loop()
@@ -505,19 +609,33 @@ def test_disk_group_member_cannot_open_block_device(confine_bin, test_user):
     try:
         os.chown(dev, 0, disk)
         os.chmod(dev, 0o660)
+        gfile = os.path.join(wd, "group-disk-only")
+        with open(gfile, "w") as f:
+            f.write("g")
+        os.chown(gfile, 0, disk)
+        os.chmod(gfile, 0o040)   # readable through the disk group only
         sb = Sandbox("user", test_user, wd, groups=[disk])
-        body = BLK_BODY + 'R["groups"] = os.getgroups()\n'
-        p2, outside = sb.outside_probe(body, {"devs": [dev]})
-        p, inside = sb.probe(body, {"devs": [dev]})
+        body = BLK_BODY + ('R["groups"] = os.getgroups()\n'
+                           'attempt("+read a group-disk-only file", lambda: read_file(P["gfile"]))\n')
+        params = {"devs": [dev], "gfile": gfile}
+        p2, outside = sb.outside_probe(body, params)
+        p, inside = sb.probe(body, params)
+        p3, alone = sb.without_namespaces().probe(body, params)
     finally:
         os.chown(dev, st.st_uid, st.st_gid)
         os.chmod(dev, stat.S_IMODE(st.st_mode))
         shutil.rmtree(wd, ignore_errors=True)
     _check(p2, outside, "outside control")
     _check(p, inside)
-    assert disk in outside["groups"] and disk in inside["groups"], (outside, inside)
+    _check(p3, alone, "probe (Landlock alone)")
+    overflow = int(open("/proc/sys/kernel/overflowgid").read())
+    assert disk in outside["groups"] and inside["groups"] == [overflow], (outside, inside)
+    assert disk in alone["groups"], alone
+    for r in (outside, inside, alone):
+        assert r["+read a group-disk-only file"] == "ok", f"the disk group is not effective: {r}"
     assert outside[dev + " O_RDONLY"] == "ok" and outside[dev + " O_WRONLY"] == "ok", outside
-    assert inside[dev + " O_RDONLY"] == "EACCES" and inside[dev + " O_WRONLY"] == "EACCES", inside
+    for r in (inside, alone):
+        assert r[dev + " O_RDONLY"] == "EACCES" and r[dev + " O_WRONLY"] == "EACCES", r
 
 
 MKNOD_BODY = r'''
@@ -575,72 +693,118 @@ def test_shadow_unreadable_by_agent(sandbox):
     assert r and all(v == "EACCES" for v in r.values()), r
 
 
+TERM_BODY = r"""
+def spoof():
+    fd = os.open(P["tty"], os.O_RDWR | os.O_NOCTTY)
+    try:
+        os.write(fd, P["msg"].encode())
+    finally:
+        os.close(fd)
+attempt("open+write other terminal", spoof)
+attempt("open other terminal for reading", lambda: opened(P["tty"], os.O_RDONLY | os.O_NOCTTY))
+R["/dev/pts"] = sorted(os.listdir("/dev/pts"))
+def new_pty():
+    m, s = os.openpty()
+    os.write(s, b"x")
+    ok = os.read(m, 1) == b"x"
+    os.close(m); os.close(s)
+    return None if ok else "EIO"
+attempt("+new pty from /dev/ptmx", new_pty)
+"""
+
+
+def _term_run(box, name, master, msg, outside=False):
+    params = {"tty": name, "msg": msg}
+    p, r = box.outside_probe(TERM_BODY, params) if outside else box.probe(TERM_BODY, params)
+    _check(p, r, "outside control" if outside else "probe")
+    time.sleep(0.1)
+    try:
+        arrived = os.read(master, 4096).decode(errors="replace")
+    except BlockingIOError:
+        arrived = ""
+    return r, arrived
+
+
 def test_other_terminals_of_the_user(sandbox):
     """Another terminal of the same account (an ssh session, a terminal window):
     /dev/pts/N owned by the agent's uid. Opening it would let the agent read
     the user's keystrokes there (e.g. a sudo password) and write fake output.
-    Control: outside, the same account opens it and the write arrives."""
+    Inside, /dev/pts is a new devpts instance: the host's terminals do not exist
+    there (ENOENT), while new ptys work. Control: outside, the same account
+    opens it and the write arrives.
+    Documented limitation: Landlock alone (no namespaces) grants the host's
+    /dev/pts as a whole, so without the mount namespace the terminal is
+    reachable; confine refuses that mode unless --degrade mount_namespace."""
     master, slave = os.openpty()
+    os.set_blocking(master, False)
     name = os.ttyname(slave)
     os.chown(name, sandbox.agent.pw_uid, sandbox.agent.pw_gid)
     os.chmod(name, 0o620)
-    body = r"""
-    def spoof():
-        fd = os.open(P["tty"], os.O_RDWR | os.O_NOCTTY)
-        try:
-            os.write(fd, P["msg"].encode())
-        finally:
-            os.close(fd)
-    attempt("open+write other terminal", spoof)
-    attempt("open other terminal for reading", lambda: opened(P["tty"], os.O_RDONLY | os.O_NOCTTY))
-    """
     try:
-        p2, outside = sandbox.outside_probe(body, {"tty": name, "msg": "CONTROL\n"})
-        p, inside = sandbox.probe(body, {"tty": name, "msg": "SPOOFED\n"})
-        time.sleep(0.1)
-        os.set_blocking(master, False)
-        try:
-            arrived = os.read(master, 4096).decode(errors="replace")
-        except BlockingIOError:
-            arrived = ""
+        outside, arrived_ctl = _term_run(sandbox, name, master, "CONTROL\n", outside=True)
+        inside, arrived = _term_run(sandbox, name, master, "SPOOFED\n")
+        alone, arrived_alone = _term_run(sandbox.without_namespaces(), name, master, "DEGRADED\n")
     finally:
         os.close(slave)
         os.close(master)
-    _check(p2, outside, "outside control")
-    _check(p, inside)
-    assert outside["open+write other terminal"] == "ok" and "CONTROL" in arrived, "control"
+    assert outside["open+write other terminal"] == "ok" and "CONTROL" in arrived_ctl, "control"
     assert "SPOOFED" not in arrived, f"the agent wrote to another terminal {name}: {arrived!r}"
-    assert inside["open+write other terminal"] in DENIED, inside
-    assert inside["open other terminal for reading"] in DENIED, inside
+    assert inside["open+write other terminal"] == "ENOENT", inside
+    assert inside["open other terminal for reading"] == "ENOENT", inside
+    assert os.path.basename(name) not in inside["/dev/pts"], inside
+    assert inside["+new pty from /dev/ptmx"] == "ok", inside
+    # the gap reappears without the private devpts (expected, documented)
+    assert alone["open+write other terminal"] == "ok" and "DEGRADED" in arrived_alone, \
+        f"Landlock alone now blocks other terminals (update the documented gap): {alone}"
+
+
+SHM_BODY = r"""
+attempt("read a host /dev/shm file", lambda: read_file(P["path"]))
+attempt("write a host /dev/shm file", lambda: opened(P["path"], os.O_WRONLY | os.O_APPEND))
+attempt("create in host /dev/shm", lambda: opened(P["new"], os.O_WRONLY | os.O_CREAT))
+R["listing"] = sorted(os.listdir("/dev/shm"))
+"""
 
 
 def test_host_dev_shm_not_shared(sandbox):
     """/dev/shm is the host's: a file there (same account, outside the sandbox)
     must be neither readable nor writable from inside, and the agent must not
-    leave files there. Control: outside, the same account reads and writes it."""
+    leave files there. Inside, /dev/shm is a private tmpfs: the host file does
+    not exist there (ENOENT), and what the agent creates (POSIX shared memory,
+    semaphores) lives in it and never reaches the host. Control: outside, the
+    same account reads and writes it.
+    Documented limitation: Landlock alone (no namespaces) grants write on the
+    host's /dev/shm as a whole, so without the mount namespace it is shared."""
     path = f"/dev/shm/confine-test-{_tag()}"
     write_owned(path, "shm secret", sandbox.agent, 0o600)
-    body = r"""
-    attempt("read a host /dev/shm file", lambda: read_file(P["path"]))
-    attempt("write a host /dev/shm file", lambda: opened(P["path"], os.O_WRONLY | os.O_APPEND))
-    attempt("create in host /dev/shm", lambda: opened(P["new"], os.O_WRONLY | os.O_CREAT))
-    """
     new = path + "-new"
+    params = {"path": path, "new": new}
     try:
-        p2, outside = sandbox.outside_probe(body, {"path": path, "new": new})
+        p2, outside = sandbox.outside_probe(SHM_BODY, params)
         if os.path.exists(new):
             os.unlink(new)
-        p, inside = sandbox.probe(body, {"path": path, "new": new})
+        p, inside = sandbox.probe(SHM_BODY, params)
         left = os.path.exists(new)
+        p3, alone = sandbox.without_namespaces().probe(SHM_BODY, params)
+        left_alone = os.path.exists(new)
     finally:
         for f in (path, new):
             if os.path.exists(f):
                 os.unlink(f)
     _check(p2, outside, "outside control")
     _check(p, inside)
+    _check(p3, alone, "probe (Landlock alone)")
+    del outside["listing"]
     assert all(v == "ok" for v in outside.values()), f"control: {outside}"
-    assert not left and all(v in DENIED for v in inside.values()), \
-        f"host /dev/shm is shared with the agent: {inside}"
+    assert inside["read a host /dev/shm file"] == "ENOENT", inside
+    assert inside["write a host /dev/shm file"] == "ENOENT", inside
+    # creating works, in the agent's private tmpfs: nothing appears on the host
+    assert inside["create in host /dev/shm"] == "ok", inside
+    assert not left, "a file created inside appeared in the host's /dev/shm"
+    assert inside["listing"] == [os.path.basename(new)], inside["listing"]
+    # the gap reappears without the private tmpfs (expected, documented)
+    assert alone["read a host /dev/shm file"] == "ok" and left_alone, \
+        f"Landlock alone now isolates /dev/shm (update the documented gap): {alone}"
 
 
 # =====================================================================================
@@ -675,12 +839,22 @@ def test_capabilities_nnp(sandbox):
     assert inside["Seccomp"] == "2"
     for k in ("CapInh", "CapPrm", "CapEff", "CapAmb"):
         assert inside[k] == zero, (k, inside[k])
-    if sandbox.mode == "root":
-        assert inside["CapBnd"] == zero, inside["CapBnd"]
-        assert inside["securebits"] == 0xef, hex(inside["securebits"])
+    # Started as root, or (started by the account) inside the user namespace where
+    # the child first holds a full namespaced set: the bounding set is emptied and
+    # the securebits locked either way.
+    assert inside["CapBnd"] == zero, inside["CapBnd"]
+    assert inside["securebits"] == 0xef, hex(inside["securebits"])
     assert inside["Uid"].split()[0] == str(sandbox.agent.pw_uid)
     assert inside["Groups"] == "", inside["Groups"]
-    assert inside["setuid(0)"] == "EPERM" and inside["setgid(0)"] == "EPERM"
+    # In the user namespace of an unprivileged launch only the account's own ids
+    # are mapped: uid/gid 0 do not exist there (EINVAL); as root, no CAP_SETUID.
+    unmapped = "EINVAL" if sandbox.mode == "user" else "EPERM"
+    assert inside["setuid(0)"] == unmapped and inside["setgid(0)"] == unmapped, inside
+    # without namespaces, the capability drop alone refuses them (EPERM)
+    p3, alone = sandbox.without_namespaces().probe(STATUS_BODY)
+    _check(p3, alone, "probe (no namespaces)")
+    assert alone["setuid(0)"] == "EPERM" and alone["setgid(0)"] == "EPERM", alone
+    assert alone["CapEff"] == zero and alone["NoNewPrivs"] == "1", alone
     assert inside["RLIMIT_CORE"] == [0, 0], "core dumps (memory with secrets) must be off"
 
 
@@ -961,6 +1135,11 @@ def test_block_ioctls_on_inherited_fd(sandbox):
 
 PROC_BODY = r'''
 T, OUT = P["pid"], P.get("outside", False)
+# the confine supervisor's host pid, written on stdin by the test (inside a pid
+# namespace getppid() is the namespace's own init, not the supervisor)
+SUP = int(sys.stdin.readline()) if P.get("sup_on_stdin") else os.getppid()
+R["parent is the supervisor"] = os.getppid() == SUP
+R["visible pids"] = sorted(int(n) for n in os.listdir("/proc") if n.isdigit())
 def attach(pid):
     r = sysc(101, 16, pid, 0, 0)        # PTRACE_ATTACH
     if r == "ok":
@@ -990,7 +1169,7 @@ attempt("kill(outside, 0)", lambda: os.kill(T, 0))
 if not OUT:  # the control must not kill the process
     attempt("kill(outside, SIGTERM)", lambda: os.kill(T, signal.SIGTERM))
     attempt("kill(outside, SIGKILL)", lambda: os.kill(T, signal.SIGKILL))
-    attempt("kill(supervisor, 0)", lambda: os.kill(os.getppid(), 0))
+    attempt("kill(supervisor, 0)", lambda: os.kill(SUP, 0))
 R["pidfd_send_signal(outside, 0)"] = pidfd_then(T, "signal")
 R["pidfd_getfd(outside)"] = pidfd_then(T, "getfd")
 R["ptrace(ATTACH, outside)"] = attach(T)
@@ -1012,25 +1191,61 @@ attempt("+kill(child, SIGTERM)", lambda: os.kill(pid, signal.SIGTERM))
 os.waitpid(pid, 0)
 '''
 
-PROC_EXPECT = {
+PROC_EXPECT = {   # Landlock alone (no namespaces): scope and ptrace rules say no
     "kill(outside, 0)": "EPERM", "kill(outside, SIGTERM)": "EPERM", "kill(outside, SIGKILL)": "EPERM",
     "pidfd_send_signal(outside, 0)": "EPERM", "pidfd_getfd(outside)": "EPERM",
     "ptrace(ATTACH, outside)": "EPERM", "process_vm_readv(outside)": "EPERM",
     "read /proc/PID/environ": DENIED, "list /proc/PID/cwd": DENIED, "list /proc/PID/root": DENIED,
     "readlink /proc/PID/fd/0": DENIED, "open /proc/PID/mem": DENIED, "kill(supervisor, 0)": "EPERM",
     "+read /proc/child/environ": "ok", "+ptrace(ATTACH, child)": "ok", "+kill(child, SIGTERM)": "ok",
+    "parent is the supervisor": True,
 }
+# Every layer: in the agent's pid namespace, with its own /proc, processes
+# outside do not exist (ESRCH, ENOENT) before Landlock is asked.
+PROC_EXPECT_NS = dict(PROC_EXPECT, **{
+    "kill(outside, 0)": "ESRCH", "kill(outside, SIGTERM)": "ESRCH", "kill(outside, SIGKILL)": "ESRCH",
+    "pidfd_send_signal(outside, 0)": "pidfd_open:ESRCH", "pidfd_getfd(outside)": "pidfd_open:ESRCH",
+    "ptrace(ATTACH, outside)": "ESRCH", "process_vm_readv(outside)": "ESRCH",
+    "read /proc/PID/environ": "ENOENT", "list /proc/PID/cwd": "ENOENT",
+    "list /proc/PID/root": "ENOENT", "readlink /proc/PID/fd/0": "ENOENT",
+    "open /proc/PID/mem": "ENOENT", "kill(supervisor, 0)": "ESRCH",
+    "parent is the supervisor": False,   # the parent is the namespace's init, pid 1
+})
+
+
+def _probe_told_supervisor(box, body, params):
+    """Run a probe that reads the confine supervisor's host pid from stdin."""
+    p = box.popen([PY, "-c", probe_code(body, dict(params, sup_on_stdin=True))],
+                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        # env/setpriv exec into confine: the Popen pid is the supervisor's
+        out, err = p.communicate(f"{p.pid}\n", timeout=60)
+    finally:
+        p.kill()
+        p.wait()
+    return subprocess.CompletedProcess(p.args, p.returncode, out, err), last_json(out)
 
 
 def test_processes_outside_untouchable(sandbox, outside_sleeper):
     """`sleep` runs outside as the agent's own uid: no signal, ptrace, /proc access
-    from inside; all of it works from outside (control); a child inside can be
-    traced and killed (positive control)."""
-    p, inside = sandbox.probe(PROC_BODY, {"pid": outside_sleeper})
+    from inside, neither to it nor to the confine supervisor; all of it works from
+    outside (control); a child inside can be traced and killed (positive
+    control). With every layer the outside processes do not exist in the
+    agent's pid namespace (ESRCH/ENOENT); with Landlock alone (no namespaces)
+    its scope and ptrace rules refuse them (EPERM/EACCES)."""
+    params = {"pid": outside_sleeper}
+    p, inside = _probe_told_supervisor(sandbox, PROC_BODY, params)
     _check(p, inside)
     assert _alive(outside_sleeper), "the outside process was killed from inside"
-    bad = _mismatches(inside, PROC_EXPECT)
+    p3, alone = _probe_told_supervisor(sandbox.without_namespaces(), PROC_BODY, params)
+    _check(p3, alone, "probe (Landlock alone)")
+    assert _alive(outside_sleeper), "the outside process was killed from inside (Landlock alone)"
+    bad = _mismatches(inside, PROC_EXPECT_NS)
+    bad += ["Landlock alone: " + b for b in _mismatches(alone, PROC_EXPECT)]
     assert not bad, "\n".join(bad)
+    # the host's processes are invisible inside (own /proc), visible without namespaces
+    assert outside_sleeper not in inside["visible pids"] and 1 in inside["visible pids"], inside
+    assert outside_sleeper in alone["visible pids"], alone["visible pids"]
     p2, outside = sandbox.outside_probe(PROC_BODY, {"pid": outside_sleeper, "outside": True})
     _check(p2, outside, "outside control")
     for k in ("kill(outside, 0)", "pidfd_send_signal(outside, 0)", "pidfd_getfd(outside)",
@@ -1041,29 +1256,86 @@ def test_processes_outside_untouchable(sandbox, outside_sleeper):
     assert _alive(outside_sleeper)
 
 
+ROOT_SIG_BODY = r"""
+attempt("kill(root process, 0)", lambda: os.kill(P["pid"], 0))
+attempt("kill(pid 1, 0)", lambda: os.kill(1, 0))
+attempt("read /proc/PID/environ", lambda: read_file("/proc/%d/environ" % P["pid"]))
+R["ptrace(ATTACH)"] = sysc(101, 16, P["pid"], 0, 0)
+if R["ptrace(ATTACH)"] == "ok":
+    sysc(101, 17, P["pid"], 0, 0)
+R["pid 1 cmdline"] = open("/proc/1/cmdline", "rb").read().decode(errors="replace")
+"""
+
+
 def test_root_agent_cannot_signal_root_processes(root_agent, root_sleeper):
-    body = r'''
-    attempt("kill(root process, 0)", lambda: os.kill(P["pid"], 0))
-    attempt("kill(pid 1, 0)", lambda: os.kill(1, 0))
-    attempt("read /proc/PID/environ", lambda: read_file("/proc/%d/environ" % P["pid"]))
-    R["ptrace(ATTACH)"] = sysc(101, 16, P["pid"], 0, 0)
-    if R["ptrace(ATTACH)"] == "ok":
-        sysc(101, 17, P["pid"], 0, 0)
-    '''
-    p, inside = root_agent.probe(body, {"pid": root_sleeper})
+    """A uid 0 agent and root's processes (the same uid): no signal, no ptrace,
+    no /proc/PID/environ. With every layer they do not exist in the agent's pid
+    namespace, where pid 1 is confine's own init (signalling it is harmless:
+    the kernel ignores signals it has no handler for); with Landlock alone
+    (no namespaces) its scope and ptrace rules refuse them, host init included."""
+    params = {"pid": root_sleeper}
+    p, inside = root_agent.probe(ROOT_SIG_BODY, params)
     _check(p, inside)
-    p2, outside = root_agent.outside_probe(body, {"pid": root_sleeper})
+    p3, alone = root_agent.without_namespaces().probe(ROOT_SIG_BODY, params)
+    _check(p3, alone, "probe (Landlock alone)")
+    p2, outside = root_agent.outside_probe(ROOT_SIG_BODY, params)
     _check(p2, outside)
+    host_init = outside.pop("pid 1 cmdline")
     assert all(v == "ok" for v in outside.values()), f"control: {outside}"
-    assert inside == {"kill(root process, 0)": "EPERM", "kill(pid 1, 0)": "EPERM",
-                      "read /proc/PID/environ": "EACCES", "ptrace(ATTACH)": "EPERM"}, inside
+    assert alone.pop("pid 1 cmdline") == host_init, "control: without namespaces pid 1 is the host's"
+    assert alone == {"kill(root process, 0)": "EPERM", "kill(pid 1, 0)": "EPERM",
+                     "read /proc/PID/environ": "EACCES", "ptrace(ATTACH)": "EPERM"}, alone
+    ns_init = inside.pop("pid 1 cmdline")
+    assert ns_init != host_init and "confine" in ns_init, ns_init
+    assert inside == {"kill(root process, 0)": "ESRCH", "kill(pid 1, 0)": "ok",
+                      "read /proc/PID/environ": "ENOENT", "ptrace(ATTACH)": "ESRCH"}, inside
+    assert _alive(root_sleeper)
+
+
+INIT_BODY = r"""
+def environ(pid):
+    with open("/proc/%d/environ" % pid, "rb") as f:
+        return "LEAKED" if P["canary"].encode() in f.read() else "no canary"
+R["own environment"] = "LEAKED" if P["canary"] in os.environ.get("OPENAI_API_KEY", "") else "no canary"
+attempt("read the parent's environ", lambda: environ(os.getppid()))
+r = sysc(101, 0x4206, os.getppid(), 0, 0)      # PTRACE_SEIZE: does not stop it
+if r == "ok":
+    sysc(101, 17, os.getppid(), 0, 0)
+R["ptrace the parent"] = r
+"""
+
+
+def test_agent_cannot_read_or_trace_confines_own_processes(request, sandbox):
+    """The environment confine was started with (API keys the allowlist keeps
+    from the agent) must not be readable through confine's own processes, and
+    the agent must not be able to trace them. Without namespaces the agent's
+    parent is the supervisor, outside its Landlock domain (EACCES/EPERM). In a
+    pid namespace the parent is confine's init (pid 1), forked from the
+    supervisor and inside the agent's domain: it must not be readable either.
+    KNOWN CONFINE BUG (started unprivileged): the init stays dumpable, so the
+    agent reads its /proc/1/environ (the launcher's full environment) and can
+    ptrace-stop it, so confine never ends and left-over processes keep running.
+    (Fixed: the init makes itself non-dumpable before forking the agent.)"""
+    canary = "sk-confine-canary-" + _tag()
+    env = [f"OPENAI_API_KEY={canary}"]
+    p3, alone = sandbox.without_namespaces().probe(INIT_BODY, {"canary": canary}, env_extra=env)
+    _check(p3, alone, "probe (no namespaces)")
+    assert alone == {"own environment": "no canary", "read the parent's environ": "EACCES",
+                     "ptrace the parent": "EPERM"}, alone
+    p, inside = sandbox.probe(INIT_BODY, {"canary": canary}, env_extra=env)
+    _check(p, inside)
+    assert inside["own environment"] == "no canary", inside
+    assert inside["read the parent's environ"] in DENIED, inside
+    assert inside["ptrace the parent"] in DENIED, inside
 
 
 def test_kill_command_outside(sandbox, outside_sleeper):
-    """`kill` typed in a confined shell fails; the process survives."""
-    r = sandbox.run(["sh", "-c", f"kill -9 {outside_sleeper}; echo rc=$?"])
-    assert "rc=0" not in r.stdout and "ermitted" in r.stderr, (r.stdout, r.stderr)
-    assert _alive(outside_sleeper)
+    """`kill` typed in a confined shell fails; the process survives. Every layer:
+    no such process (pid namespace); Landlock alone: not permitted (scope)."""
+    for box, msg in ((sandbox, "No such process"), (sandbox.without_namespaces(), "ermitted")):
+        r = box.run(["sh", "-c", f"kill -9 {outside_sleeper}; echo rc=$?"])
+        assert r.stdout == "rc=1\n" and msg in r.stderr, (box.layers, r.stdout, r.stderr)
+        assert _alive(outside_sleeper)
     r = sandbox.outside(["kill", "-0", str(outside_sleeper)])
     assert r.returncode == 0, "control"
 

@@ -19,9 +19,11 @@ import time
 import pytest
 
 try:  # tests/ as a package or as a plain directory
-    from .conftest import PY, Sandbox, _alive, kill_quietly, landlock_abi, make_workdir, wait_dead
+    from .conftest import (PY, Sandbox, _alive, host_pid, kill_quietly, landlock_abi,
+                           make_workdir, wait_dead)
 except ImportError:
-    from conftest import PY, Sandbox, _alive, kill_quietly, landlock_abi, make_workdir, wait_dead
+    from conftest import (PY, Sandbox, _alive, host_pid, kill_quietly, landlock_abi,
+                          make_workdir, wait_dead)
 
 pytestmark = pytest.mark.usefixtures("confine_bin")
 
@@ -483,6 +485,9 @@ def test_term_to_confine_ends_untrapping_agent(sandbox):
 
 
 def _start_with_pidfile(sandbox, script: str, files: list[str]):
+    """Start `sh -c script` confined; wait until it wrote each pid file. The pids
+    it writes are those of its own pid namespace ($$ is 3 there), so return the
+    host pid of each, found while the supervisor is alive (see host_pid)."""
     p = sandbox.popen(["sh", "-c", script], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     end = time.monotonic() + 10
     pids = {}
@@ -498,7 +503,13 @@ def _start_with_pidfile(sandbox, script: str, files: list[str]):
                 pass
         time.sleep(0.05)
     assert len(pids) == len(files), f"agent did not start: {p.poll()} {files}"
-    return p, pids
+    try:
+        real = {f: host_pid(n, p.pid) for f, n in pids.items()}
+    except BaseException:
+        p.kill()
+        p.wait()
+        raise
+    return p, real, pids
 
 
 def _agent_tmpdir(pid: int) -> str | None:
@@ -513,69 +524,105 @@ def _agent_tmpdir(pid: int) -> str | None:
     return None
 
 
+def _both_ways(sandbox):
+    """Every layer (default), then without the pid and mount namespaces."""
+    return ((sandbox, True), (sandbox.without_namespaces(), False))
+
+
 def test_supervisor_sigkill_kills_agent(sandbox):
-    p, pids = _start_with_pidfile(sandbox, "echo $$ > agent.pid; exec sleep 120", ["agent.pid"])
-    agent = pids["agent.pid"]
-    tmp = _agent_tmpdir(agent)
-    try:
-        time.sleep(0.2)
-        assert _alive(agent), "control: the agent runs while the supervisor lives"
-        os.kill(p.pid, signal.SIGKILL)
-        p.wait(timeout=10)
-        assert wait_dead(agent, 5), "the agent survived its supervisor"
-    finally:
-        kill_quietly(agent)
-        p.kill()
-        p.wait()
-        if tmp and tmp.startswith("/tmp/confine-"):
-            shutil.rmtree(tmp, ignore_errors=True)
+    """SIGKILL to the supervisor ends the agent: the namespace's init dies with
+    it (every layer), or the agent's own death signal (without namespaces)."""
+    for box, with_ns in _both_ways(sandbox):
+        p, pids, ns_pids = _start_with_pidfile(box, "echo $$ > agent.pid; exec sleep 120",
+                                               ["agent.pid"])
+        agent = pids["agent.pid"]
+        tmp = _agent_tmpdir(agent)
+        try:
+            # every layer: the agent is pid 3 of its namespace (1 init, 2 broker)
+            assert (ns_pids["agent.pid"] == 3) == with_ns, (box.layers, ns_pids)
+            time.sleep(0.2)
+            assert _alive(agent), "control: the agent runs while the supervisor lives"
+            os.kill(p.pid, signal.SIGKILL)
+            p.wait(timeout=10)
+            assert wait_dead(agent, 5), f"the agent survived its supervisor ({box.layers})"
+        finally:
+            kill_quietly(agent)
+            p.kill()
+            p.wait()
+            if tmp and tmp.startswith("/tmp/confine-"):
+                shutil.rmtree(tmp, ignore_errors=True)
+        os.unlink(os.path.join(sandbox.workdir, "agent.pid"))
 
 
 def test_supervisor_sigkill_kills_agent_descendants(sandbox):
     """The agent's own children (a build, a shell tool) must not outlive the
-    supervisor either."""
+    supervisor either: they are in the agent's pid namespace, which ends with
+    its init when the supervisor is killed.
+    Documented limitation, not a failure: without namespaces (Landlock and
+    seccomp alone) a child of the agent has no death signal tied to the
+    supervisor and survives a SIGKILL to it; confine refuses that mode unless
+    --degrade mount_namespace, which names this gap."""
     script = "sleep 120 >/dev/null 2>&1 & echo $! > bg.pid; echo $$ > agent.pid; wait"
-    p, pids = _start_with_pidfile(sandbox, script, ["agent.pid", "bg.pid"])
-    tmp = _agent_tmpdir(pids["agent.pid"])
-    try:
-        time.sleep(0.2)
-        assert _alive(pids["bg.pid"]), "control: the background child runs"
-        os.kill(p.pid, signal.SIGKILL)
-        p.wait(timeout=10)
-        assert wait_dead(pids["agent.pid"], 5), "the agent survived its supervisor"
-        assert wait_dead(pids["bg.pid"], 5), \
-            f"the agent's child {pids['bg.pid']} survived the supervisor's death (SIGKILL)"
-    finally:
-        for pid in pids.values():
-            kill_quietly(pid)
-        p.kill()
-        p.wait()
-        if tmp and tmp.startswith("/tmp/confine-"):
-            shutil.rmtree(tmp, ignore_errors=True)
+    for box, with_ns in _both_ways(sandbox):
+        p, pids, _ = _start_with_pidfile(box, script, ["agent.pid", "bg.pid"])
+        tmp = _agent_tmpdir(pids["agent.pid"])
+        try:
+            time.sleep(0.2)
+            assert _alive(pids["bg.pid"]), "control: the background child runs"
+            os.kill(p.pid, signal.SIGKILL)
+            p.wait(timeout=10)
+            assert wait_dead(pids["agent.pid"], 5), f"the agent survived its supervisor ({box.layers})"
+            if with_ns:
+                assert wait_dead(pids["bg.pid"], 5), \
+                    f"the agent's child {pids['bg.pid']} survived the supervisor's death (SIGKILL)"
+            else:
+                assert not wait_dead(pids["bg.pid"], 0.5), \
+                    "without namespaces the child now dies too (update the documented gap)"
+        finally:
+            for pid in pids.values():
+                kill_quietly(pid)
+            p.kill()
+            p.wait()
+            if tmp and tmp.startswith("/tmp/confine-"):
+                shutil.rmtree(tmp, ignore_errors=True)
+        for f in ("agent.pid", "bg.pid"):
+            os.unlink(os.path.join(sandbox.workdir, f))
 
 
 @pytest.mark.parametrize("how", ["background", "double-fork+setsid"])
 def test_leftover_processes_killed(sandbox, how):
-    """When the agent exits, whatever it left running is killed (subreaper).
-    Control: the same script outside leaves the process running."""
+    """When the agent exits, whatever it left running is killed: the pid
+    namespace ends with its init (every layer), or the supervisor, a child
+    subreaper, kills its orphans (without namespaces). Control: the same
+    script outside leaves the process running. The agent waits for a `go`
+    file before exiting, so the test can find the host pid of what it left."""
     script = {"background": "sleep 120 >/dev/null 2>&1 & echo $! > bg.pid",
               "double-fork+setsid": "(setsid sleep 120 >/dev/null 2>&1 & echo $! > bg.pid) &"}[how]
-    script += "\nwhile [ ! -s bg.pid ]; do sleep 0.05; done; exit 3"
+    script += "\nwhile [ ! -s bg.pid ] || [ ! -e go ]; do sleep 0.05; done; exit 3"
+    bg, go = os.path.join(sandbox.workdir, "bg.pid"), os.path.join(sandbox.workdir, "go")
+    open(go, "w").close()
     ctl = sandbox.outside(["sh", "-c", script], timeout=30)
     assert ctl.returncode == 3, ctl
-    ctl_pid = int(open(os.path.join(sandbox.workdir, "bg.pid")).read())
+    ctl_pid = int(open(bg).read())
     try:
         assert _alive(ctl_pid), "control: outside, the process outlives the script"
     finally:
         kill_quietly(ctl_pid)
-    os.unlink(os.path.join(sandbox.workdir, "bg.pid"))
-    p = sandbox.run(["sh", "-c", script], timeout=30)
-    assert p.returncode == 3, p
-    pid = int(open(os.path.join(sandbox.workdir, "bg.pid")).read())
-    try:
-        assert wait_dead(pid, 2), f"leftover process {pid} still running after confine exited"
-    finally:
-        kill_quietly(pid)
+    for box, _ in _both_ways(sandbox):
+        os.unlink(bg)
+        os.unlink(go)
+        p, pids, _ = _start_with_pidfile(box, script, ["bg.pid"])
+        pid = pids["bg.pid"]
+        try:
+            assert _alive(pid), "control: the left-over process runs before the agent exits"
+            open(go, "w").close()
+            assert p.wait(timeout=30) == 3
+            assert wait_dead(pid, 2), \
+                f"leftover process {pid} still running after confine exited ({box.layers})"
+        finally:
+            kill_quietly(pid)
+            p.kill()
+            p.wait()
 
 
 def test_agent_exit_status_with_leftovers(sandbox):
@@ -617,9 +664,16 @@ def test_degraded_names_tcp_right_when_ports_granted(sandbox):
 
 
 def test_degraded_still_enforces_what_it_can(sandbox):
+    """Below the Landlock ABI the default profile needs, --allow-degraded still
+    runs every layer this kernel has: the read-only host view refuses a write
+    outside first (EROFS); without namespaces, Landlock ABI 3 refuses it
+    (EACCES). Nothing reaches the host either way."""
     body = ("import os\n"
             "try:\n    open('/tmp/x-confine-degraded', 'w'); print('WROTE')\n"
             "except OSError as e:\n    print('DENIED', e.errno)\n")
-    p = sandbox.run([PY, "-c", body], "--allow-degraded", env_extra=ABI3)
-    assert p.returncode == 0 and p.stdout.startswith("DENIED 13"), p
-    assert not os.path.exists("/tmp/x-confine-degraded")
+    for box, want in ((sandbox, "DENIED 30\n"), (sandbox.without_namespaces(), "DENIED 13\n")):
+        p = box.run([PY, "-c", body], "--allow-degraded", env_extra=ABI3)
+        assert p.returncode == 0 and p.stdout == want, (box.layers, p)
+        assert "landlock.scope_signal" in p.stderr, p.stderr      # named as missing
+        assert ("mount_namespace" in p.stderr) == (box.layers == "landlock"), p.stderr
+        assert not os.path.exists("/tmp/x-confine-degraded")

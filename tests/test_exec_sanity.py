@@ -167,15 +167,22 @@ def test_c_compiler(sandbox):
 
 
 def test_interactive_shell_on_a_pty(sandbox):
-    """bash -i on a pty inside confine: prompt, tty, job control, Ctrl-C
-    interrupts the foreground job only, raw mode, exit status. (Markers are
-    quoted in the typed commands so the terminal's echo does not match them.)"""
+    """bash -i on a pty inside confine: prompt, the terminal (fds 0-2 and
+    /dev/tty), job control, Ctrl-C interrupts the foreground job only, raw
+    mode, new ptys, exit status. (Markers are quoted in the typed commands so
+    the terminal's echo does not match them.)
+    /dev/pts inside is a new devpts instance: the agent's own terminal belongs
+    to the host's instance, so `tty` cannot name it ("not a tty") although it
+    works; a pty the agent opens is /dev/pts/N of its own instance."""
     raw = ("import sys,tty; tty.setraw(0); print('RAW-'+'READY', end='', flush=True); "
            "c = sys.stdin.read(1); tty.setcbreak(0); print(' RAW', repr(c))")
+    newpty = ("import os; m, s = os.openpty(); print('NEWPTY', os.ttyname(s), "
+              "os.isatty(0) and os.isatty(1))")
     inputs = [
         (b"$ ", b"echo $((6*7))\n"),
-        (b"42", b"tty\n"),
-        (b"/dev/pts/", b"sleep 30 &\n"),
+        (b"42", b"tty; [ -t 0 ] && [ -t 1 ] && echo TTY-\"FDS\"; echo DEV-\"TTY\" > /dev/tty\n"),
+        (b"DEV-TTY", f"{PY} -c \"{newpty}\"\n".encode()),
+        (b"NEWPTY", b"sleep 30 &\n"),
         (b"$ ", b"jobs; echo JOBS-\"DONE\"\n"),
         (b"JOBS-DONE", b"kill %1; wait; echo KIL\"LED\"\n"),
         (b"KILLED", b"sleep 30\n"),
@@ -188,48 +195,64 @@ def test_interactive_shell_on_a_pty(sandbox):
     cmd = sandbox.exec_cmd(["bash", "--norc", "--noprofile", "-i"], env_extra=["TERM=xterm"])
     status, out = pty_run(cmd, inputs=inputs, timeout=30, cwd=sandbox.workdir)
     text = out.decode(errors="replace")
-    assert "42" in text and "/dev/pts/" in text, text
+    assert "42" in text and "not a tty" in text, text
+    assert "TTY-FDS" in text and "DEV-TTY" in text, text
+    assert "NEWPTY /dev/pts/0 True" in text, text
     assert "Running" in text and "KILLED" in text, text
     assert "rc=130" in text and "after-interrupt" in text, text
     assert "RAW 'k'" in text, text
     assert status == 3, (status, text)
 
 
+ACCEPT_SCRIPT = """\
+t() {{ name=$1; shift; out=$("$@" 2>&1); rc=$?; echo "$name rc=$rc" $out; }}
+t pwd pwd
+t bashrc sh -c 'echo x >> ~/.bashrc'
+t tmpx sh -c 'echo x > /tmp/x-confine-accept'
+t etc sh -c 'echo x > /etc/confine-accept'
+t sshkey cat ~/.ssh/id_rsa
+t mount mount -t tmpfs none mnt
+t vda python3 -c "import os; os.open('/dev/vda', os.O_WRONLY)"
+t unshare unshare -U true
+t kill kill -0 {pid}
+t git sh -c 'git init -q && git add -A && git commit -qm x --allow-empty && echo committed'
+t python python3 -c 'print(6*7)'
+t write sh -c 'echo data > inwork && cat inwork'
+"""
+
+
 def test_acceptance_shell_session(sandbox, planted_home, outside_sleeper):
     """The issue's acceptance scenario, as a new user types it: `confine exec --
     bash` from the project directory (no -w). Each forbidden action fails with
-    a clear error; git, python3 and writing in the workdir work."""
+    a clear error; git, python3 and writing in the workdir work.
+    With every layer, writes outside meet the read-only host view ("Read-only
+    file system") and processes outside do not exist in the agent's pid
+    namespace ("No such process"); with Landlock alone (no namespaces) the same
+    actions fail with "Permission denied" / "not permitted"."""
     os.mkdir(os.path.join(sandbox.workdir, "mnt"))
-    script = textwrap.dedent(f"""\
-        t() {{ name=$1; shift; out=$("$@" 2>&1); rc=$?; echo "$name rc=$rc" $out; }}
-        t pwd pwd
-        t bashrc sh -c 'echo x >> ~/.bashrc'
-        t tmpx sh -c 'echo x > /tmp/x-confine-accept'
-        t etc sh -c 'echo x > /etc/confine-accept'
-        t sshkey cat ~/.ssh/id_rsa
-        t mount mount -t tmpfs none mnt
-        t vda python3 -c "import os; os.open('/dev/vda', os.O_WRONLY)"
-        t unshare unshare -U true
-        t kill kill -0 {outside_sleeper}
-        t git sh -c 'git init -q && git add -A && git commit -qm x --allow-empty && echo committed'
-        t python python3 -c 'print(6*7)'
-        t write sh -c 'echo data > inwork && cat inwork'
-        """)
-    p = subprocess.run(sandbox.cmd(["exec", "--", "bash", "-c", script]), capture_output=True,
-                       text=True, cwd=sandbox.workdir, timeout=60)
-    assert p.returncode == 0, p.stderr
-    res = {l.split(" ", 1)[0]: l.split(" ", 1)[1] for l in p.stdout.splitlines()}
-    assert res["pwd"] == f"rc=0 {sandbox.workdir}", res["pwd"]
-    for name in ("bashrc", "tmpx", "etc", "sshkey"):
-        assert not res[name].startswith("rc=0") and "Permission denied" in res[name], (name, res[name])
-    assert not res["mount"].startswith("rc=0"), res["mount"]
-    assert not res["vda"].startswith("rc=0") and ("PermissionError" in res["vda"]
-                                                 or "FileNotFoundError" in res["vda"]), res["vda"]
-    assert not res["unshare"].startswith("rc=0") and "Operation not permitted" in res["unshare"]
-    assert not res["kill"].startswith("rc=0") and "ermitted" in res["kill"], res["kill"]
-    assert res["git"] == "rc=0 committed", res["git"]
-    assert res["python"] == "rc=0 42"
-    assert res["write"] == "rc=0 data"
-    assert not os.path.exists("/tmp/x-confine-accept") and not os.path.exists("/etc/confine-accept")
-    with open(os.path.join(planted_home, ".bashrc")) as f:
-        assert f.read() == "# test bashrc\n"
+    script = ACCEPT_SCRIPT.format(pid=outside_sleeper)
+    for box, write_err, kill_err in (
+            (sandbox, "Read-only file system", "No such process"),
+            (sandbox.without_namespaces(), "Permission denied", "ermitted")):
+        p = subprocess.run(box.cmd(["exec", *box.opts, "--", "bash", "-c", script]),
+                           capture_output=True, text=True, cwd=sandbox.workdir, timeout=60)
+        assert p.returncode == 0, p.stderr
+        res = {l.split(" ", 1)[0]: l.split(" ", 1)[1] for l in p.stdout.splitlines()}
+        why = (box.layers, res)
+        assert res["pwd"] == f"rc=0 {sandbox.workdir}", res["pwd"]
+        for name in ("bashrc", "tmpx", "etc"):
+            assert not res[name].startswith("rc=0") and write_err in res[name], (name, why)
+        assert not res["sshkey"].startswith("rc=0") and "Permission denied" in res["sshkey"], why
+        assert not res["mount"].startswith("rc=0"), why
+        assert not res["vda"].startswith("rc=0") and ("PermissionError" in res["vda"]
+                                                     or "FileNotFoundError" in res["vda"]), why
+        assert not res["unshare"].startswith("rc=0") and "Operation not permitted" in res["unshare"], why
+        assert not res["kill"].startswith("rc=0") and kill_err in res["kill"], why
+        assert res["git"] == "rc=0 committed", why
+        assert res["python"] == "rc=0 42", why
+        assert res["write"] == "rc=0 data", why
+        assert not os.path.exists("/tmp/x-confine-accept") and not os.path.exists("/etc/confine-accept")
+        with open(os.path.join(planted_home, ".bashrc")) as f:
+            assert f.read() == "# test bashrc\n"
+        shutil.rmtree(os.path.join(sandbox.workdir, ".git"))
+        os.unlink(os.path.join(sandbox.workdir, "inwork"))
