@@ -17,7 +17,8 @@ py=/usr/bin/python3
 
 need_apt=""
 "$py" -c 'import venv, ensurepip' 2>/dev/null || need_apt="$need_apt python3-venv"
-ldconfig -p 2>/dev/null | grep -q 'libseccomp\.so\.2' || need_apt="$need_apt libseccomp2"
+"$py" -c 'import ctypes.util, sys; sys.exit(not ctypes.util.find_library("seccomp"))' \
+    || need_apt="$need_apt libseccomp2"
 if [ -n "$need_apt" ]; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
         apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $need_apt
