@@ -137,6 +137,9 @@ class Mediator:
                  agent_uid: int, warn=None):
         self.fd = notify_fd
         self.broker = broker
+        # A stuck broker must not freeze every mediated call: a send that cannot
+        # complete in time is answered ECONNREFUSED.
+        self.broker.settimeout(5)
         self.roots = [os.path.realpath(r) for r in roots]
         self.uid = agent_uid
         self.pending: dict[int, int] = {}       # request id -> notification id
