@@ -206,9 +206,13 @@ def run(argv, *, profile="default", workdir=None, read=(), write=(), env=(), use
         except OSError as e:
             raise ConfineError(f"setup failed: {e.strerror or e}") from None
         finally:
-            report = protect.verify_and_revert(snap, trust_mounts=plan.mount_ns)
-            if report.alerts or report.failed:
-                print(protect.format_report(report), file=sys.stderr)
+            try:
+                report = protect.verify_and_revert(snap, trust_mounts=plan.mount_ns)
+            except (OSError, ValueError) as e:  # never silently: the check did not happen
+                say(f"PROTECTED PATHS NOT CHECKED after the run: {e}")
+            else:
+                if report.alerts or report.failed:
+                    print(protect.format_report(report), file=sys.stderr)
         return status
     finally:
         _rmtree(plan.policy.tmp)

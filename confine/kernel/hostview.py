@@ -18,25 +18,17 @@ Runs in the forked child between fork and exec, single-threaded.
 """
 from __future__ import annotations
 
-import ctypes
 import os
 
 from . import namespaces as ns
+from .namespaces import (MS_BIND, MS_NOATIME, MS_NODEV, MS_NODIRATIME, MS_NOEXEC, MS_NOSUID,
+                         MS_RDONLY, MS_REC, MS_RELATIME, MS_REMOUNT, MS_STRICTATIME)
 
-_mount = ns._mount
-
-MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
-MS_REMOUNT, MS_BIND, MS_REC = 32, 4096, 16384
-MS_NOATIME, MS_NODIRATIME, MS_RELATIME, MS_STRICTATIME = 1024, 2048, 1 << 21, 1 << 24
-ST = {1: MS_RDONLY, 2: MS_NOSUID, 4: MS_NODEV, 8: MS_NOEXEC, 1024: MS_NOATIME,
-      2048: MS_NODIRATIME, 4096: MS_RELATIME}
-
-
-def _mnt(src, tgt, fstype, flags, data, step):
-    ctypes.set_errno(0)
-    enc = (lambda v: None if v is None else os.fsencode(v))
-    if _mount(enc(src), enc(tgt), enc(fstype), flags, enc(data)) != 0:
-        raise ns._fail(step)
+# statvfs f_flag bit -> the mount flag a remount must repeat
+ST = {ns.ST_RDONLY: MS_RDONLY, ns.ST_NOSUID: MS_NOSUID, ns.ST_NODEV: MS_NODEV,
+      ns.ST_NOEXEC: MS_NOEXEC, ns.ST_NOATIME: MS_NOATIME, ns.ST_NODIRATIME: MS_NODIRATIME,
+      ns.ST_RELATIME: MS_RELATIME}
+_mnt = ns.mount
 
 
 def _keep_flags(path: str) -> int:
@@ -46,7 +38,7 @@ def _keep_flags(path: str) -> int:
     for st, ms in ST.items():
         if f & st:
             out |= ms
-    if not f & (1024 | 4096):
+    if not f & (ns.ST_NOATIME | ns.ST_RELATIME):
         out |= MS_STRICTATIME
     return out & ~MS_RDONLY
 
@@ -82,16 +74,16 @@ def readonly_except(writable: list[str]) -> list[str]:
             flags = _keep_flags(mp)
         except OSError:
             continue  # hidden under another mount or gone: not reachable
-        if os.statvfs(mp).f_flag & 1:
+        if os.statvfs(mp).f_flag & ns.ST_RDONLY:
             continue
         try:
             _mnt(None, mp, None, MS_REMOUNT | MS_BIND | MS_RDONLY | flags, None,
                  f"remount {mp} read-only")
         except OSError:
-            if fstype not in PSEUDO and not os.statvfs(mp).f_flag & 1:
+            if fstype not in PSEUDO and not os.statvfs(mp).f_flag & ns.ST_RDONLY:
                 raise
     for w in writable:
-        if os.statvfs(w).f_flag & 1:
+        if os.statvfs(w).f_flag & ns.ST_RDONLY:
             raise ns._fail(f"{w} became read-only", 5)
     return list(writable)
 

@@ -123,11 +123,16 @@ def _fail(step: str, err: int | None = None) -> OSError:
     return OSError(err, f"namespaces: {step}: {os.strerror(err)}")
 
 
-def _sys_mount(src, tgt, flags: int, step: str) -> None:
+def mount(src, tgt, fstype, flags: int, data, step: str) -> None:
+    """mount(2); raises OSError naming `step`."""
     ctypes.set_errno(0)
-    s = None if src is None else os.fsencode(src)
-    if _mount(s, os.fsencode(tgt), None, flags, None) != 0:
+    enc = (lambda v: None if v is None else os.fsencode(v))
+    if _mount(enc(src), enc(tgt), enc(fstype), flags, enc(data)) != 0:
         raise _fail(step)
+
+
+def _sys_mount(src, tgt, flags: int, step: str) -> None:
+    mount(src, tgt, None, flags, None, step)
 
 
 def unshare(flags: int) -> None:
