@@ -199,10 +199,16 @@ def run(argv, *, profile="default", workdir=None, read=(), write=(), env=(), use
                 "when the agent exits")
         for path, why in snap.guard_only:
             say(f"protected path {path} is only checked at exit: {why}")
+        g = None
+        if plan.unix_mediation and snap.patterns:
+            from .guard import Guard
+            g = Guard(snap.workdir, snap.patterns, [(rel, tree) for rel, tree, _ in snap.extra],
+                      snap.global_hooks,
+                      {(e.dev, e.ino) for e in snap.entries.values() if e.kind == "f"})
         try:
             status = run_plan(plan, build_ruleset=build_ruleset, build_filter=build_filter,
                               mediation_roots=plan.unix_roots() if plan.unix_mediation else None,
-                              protect_plan=snap.mount_plan if plan.mount_ns else None)
+                              protect_plan=snap.mount_plan if plan.mount_ns else None, guard=g)
         except OSError as e:
             raise ConfineError(f"setup failed: {e.strerror or e}") from None
         finally:

@@ -201,7 +201,7 @@ def _start_broker(flt, med, status_w: int, supervisor: int, in_pid_ns: bool = Fa
             caps.set_dumpable(False)
             for f in flt:
                 seccomp.load(f)
-            mediate.broker_main(socket.socket(fileno=med["broker_fd"]))
+            mediate.broker_main(socket.socket(fileno=med["broker_fd"]), med.get("guard"))
         finally:
             os._exit(0)
     if not in_pid_ns:
@@ -257,7 +257,7 @@ def _kill_leftovers() -> None:
 
 
 def run_plan(plan, *, build_ruleset, build_filter, mediation_roots=None,
-             protect_plan=None) -> int:
+             protect_plan=None, guard=None) -> int:
     ruleset = build_ruleset()
     flt = build_filter()  # list of deny filters, loaded in order
     status_r, status_w = os.pipe2(os.O_CLOEXEC)
@@ -265,8 +265,8 @@ def run_plan(plan, *, build_ruleset, build_filter, mediation_roots=None,
     if mediation_roots is not None:
         broker_sup, broker_child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         sync_r, sync_w = os.pipe2(os.O_CLOEXEC)
-        med = {"sync_r": sync_r, "broker_fd": broker_child.detach(),
-               "filter": seccomp.build_notify()}
+        med = {"sync_r": sync_r, "broker_fd": broker_child.detach(), "guard": guard,
+               "filter": seccomp.build_notify(files=guard is not None)}
     sigset = set(FORWARD) | {signal.SIGCHLD}
     # SIGCHLD is ignored by default, which could discard it before sigwaitinfo.
     old_chld = signal.signal(signal.SIGCHLD, lambda *_: None)
@@ -305,7 +305,7 @@ def run_plan(plan, *, build_ruleset, build_filter, mediation_roots=None,
                 line, report = report.split(b"\n", 1)
                 try:
                     _start_mediator(holder, int(line.split()[1]), broker_sup, mediation_roots,
-                                    plan)
+                                    plan, files=guard is not None)
                 except OSError as e:
                     os.kill(pid, signal.SIGKILL)
                     os.waitpid(pid, 0)
@@ -335,13 +335,13 @@ def run_plan(plan, *, build_ruleset, build_filter, mediation_roots=None,
     return status
 
 
-def _start_mediator(pid: int, child_fd: int, broker, roots, plan) -> None:
+def _start_mediator(pid: int, child_fd: int, broker, roots, plan, files: bool = False) -> None:
     pidfd = notify.pidfd_open(pid)
     try:
         nfd = notify.pidfd_getfd(pidfd, child_fd)
     finally:
         os.close(pidfd)
-    mediate.Mediator(nfd, broker, roots, plan.identity.uid).start()
+    mediate.Mediator(nfd, broker, roots, plan.identity.uid, files=files).start()
 
 
 def _wait(pid: int) -> int:

@@ -33,6 +33,7 @@ import struct
 import sys
 import threading
 
+from . import fsbroker
 from .kernel import notify
 from .policy.load import is_under
 
@@ -67,18 +68,41 @@ def _cmsg_align(n: int) -> int:
 
 # ---------------------------------------------------------------- broker side
 
-def broker_main(sock: socket.socket) -> None:
+def broker_main(sock: socket.socket, guard=None) -> None:
     """Serve requests until the supervisor closes its end. Never returns."""
     lock = threading.Lock()
+    os.umask(0)      # file requests carry the agent's umask and apply it themselves
+    files = fsbroker.Broker(guard)
 
-    def reply(rid: int, ret: int, err: int) -> None:
+    def reply(rid: int, ret: int, err: int, reason: str = "", fd: int | None = None) -> None:
+        msg = _REP.pack(rid, ret, err) + reason.encode(errors="replace")[:2048]
         with lock:
             try:
-                sock.send(_REP.pack(rid, ret, err))
+                if fd is None:
+                    sock.send(msg)
+                else:
+                    socket.send_fds(sock, [msg], [fd])
             except OSError:
                 os._exit(0)
 
+    def handle_file(body: bytes, fds: list[int]) -> None:
+        rid = struct.unpack_from("<Q", body)[0]
+        fd = None
+        try:
+            ret, err, reason, fd = files.handle(body, fds)
+            reply(rid, ret, err, reason, fd)
+        except Exception:  # noqa: BLE001 - answer rather than leave the agent waiting
+            reply(rid, -1, errno.EIO)
+        finally:
+            for f in fds + ([fd] if fd is not None else []):
+                try:
+                    os.close(f)
+                except OSError:
+                    pass
+
     def handle(body: bytes, fds: list[int]) -> None:
+        if body[8] >= fsbroker.OP_OPEN:
+            return handle_file(body, fds)
         rid, op, flags, has_opath, namelen, npass = _REQ.unpack_from(body)
         rest = body[_REQ.size:]
         name, data = rest[:namelen], rest[namelen:]
@@ -134,7 +158,7 @@ def broker_main(sock: socket.socket) -> None:
 
 class Mediator:
     def __init__(self, notify_fd: int, broker: socket.socket, roots: list[str],
-                 agent_uid: int, warn=None):
+                 agent_uid: int, warn=None, files: bool = False):
         self.fd = notify_fd
         self.broker = broker
         # A stuck broker must not freeze every mediated call: a send that cannot
@@ -148,6 +172,7 @@ class Mediator:
         self.warn = warn or (lambda m: print(f"confine: {m}", file=sys.stderr, flush=True))
         self.thread = threading.Thread(target=self._loop, name="confine-mediator", daemon=True)
         self.stats = {"allowed": 0, "denied": 0}
+        self.files = files
 
     def start(self) -> None:
         self.thread.start()
@@ -168,6 +193,8 @@ class Mediator:
                     try:
                         self._handle(n)
                     except OSError as e:
+                        if os.environ.get("CONFINE_DEBUG"):
+                            self.warn(f"mediation of syscall {n.data.nr} failed: {e!r}")
                         self._respond(n.id, error=e.errno or errno.EPERM)
                     except Exception:  # never let a bug resume the agent unchecked
                         self._respond(n.id, error=errno.EPERM)
@@ -176,8 +203,8 @@ class Mediator:
                         self._broker_reply()
                     elif ev & (select.POLLHUP | select.POLLERR):
                         poller.unregister(fd)
-                        for nid in self.pending.values():
-                            self._respond(nid, error=errno.ECONNREFUSED)
+                        for nid, _, err in self.pending.values():
+                            self._respond(nid, error=err)
                         self.pending.clear()
 
     def _respond(self, nid: int, val: int = 0, error: int = 0) -> None:
@@ -188,15 +215,34 @@ class Mediator:
 
     def _broker_reply(self) -> None:
         try:
-            data = self.broker.recv(_REP.size)
+            data, fds, _, _ = socket.recv_fds(self.broker, _REP.size + 4096, 1)
         except OSError:
             return
-        if len(data) != _REP.size:
-            return
-        rid, ret, err = _REP.unpack(data)
-        nid = self.pending.pop(rid, None)
-        if nid is not None:
+        try:
+            if len(data) < _REP.size:
+                return
+            rid, ret, err = _REP.unpack_from(data)
+            reason = data[_REP.size:].decode(errors="replace")
+            got = self.pending.pop(rid, None)
+            if got is None:
+                return
+            nid, cloexec, _ = got
+            if reason:
+                self.stats["denied"] += 1
+                if reason not in self.denied:
+                    self.denied.add(reason)
+                    self.warn(f"denied: {reason}")
+            if fds and ret >= 0:
+                try:
+                    notify.addfd_send(self.fd, nid, fds[0], cloexec)
+                except OSError as e:
+                    if e.errno != errno.ENOENT:     # ENOENT: the call was interrupted
+                        self._respond(nid, error=e.errno or errno.EIO)
+                return
             self._respond(nid, val=ret if ret >= 0 else 0, error=err if ret < 0 else 0)
+        finally:
+            for f in fds:
+                os.close(f)
 
     # -- decisions
 
@@ -245,6 +291,8 @@ class Mediator:
         pid, nid = n.pid, n.id
         a = list(n.data.args)
         nr = n.data.nr
+        if nr in FS_NR:
+            return self._file(n)
         if nr == NR["listen"]:
             return self._listen(pid, nid, a[0] & 0xFFFFFFFF, a[1] & 0xFFFFFFFF)
         if nr == NR["connect"]:
@@ -332,10 +380,101 @@ class Mediator:
                 socket.send_fds(self.broker, [body], fds + passed)
             except OSError:
                 return self._respond(nid, error=errno.ECONNREFUSED)
-            self.pending[rid] = nid
+            self.pending[rid] = (nid, False, errno.ECONNREFUSED)
             self.stats["allowed"] += 1
         finally:
             for f in fds + passed:
+                os.close(f)
+
+    def _file(self, n) -> None:
+        """A file-system call: copy its strings, take the agent's directories,
+        and let the broker judge and perform it (fsbroker.py)."""
+        pid, nid = n.pid, n.id
+        a = [int(x) for x in n.data.args]
+        name = FS_NR[n.data.nr]
+        if not self.files:
+            return self._respond(nid, error=errno.ENOSYS)
+        i32 = lambda v: ctypes.c_int32(v & 0xFFFFFFFF).value  # noqa: E731
+        cwd = fsbroker_AT_FDCWD
+        flags = mode = arg = 0
+        target = b""
+        if name == "open":
+            op, paths, flags, mode = fsbroker.OP_OPEN, [(cwd, a[0])], i32(a[1]), a[2]
+        elif name == "creat":
+            op, paths, mode = fsbroker.OP_OPEN, [(cwd, a[0])], a[1]
+            flags = os.O_CREAT | os.O_WRONLY | os.O_TRUNC
+        elif name == "openat":
+            op, paths, flags, mode = fsbroker.OP_OPEN, [(a[0], a[1])], i32(a[2]), a[3]
+        elif name == "truncate":
+            op, paths, arg = fsbroker.OP_TRUNCATE, [(cwd, a[0])], a[1]
+            if arg >= 1 << 63:
+                return self._respond(nid, error=errno.EINVAL)
+        elif name == "mkdir":
+            op, paths, mode = fsbroker.OP_MKDIR, [(cwd, a[0])], a[1]
+        elif name == "mkdirat":
+            op, paths, mode = fsbroker.OP_MKDIR, [(a[0], a[1])], a[2]
+        elif name == "mknod":
+            op, paths, mode, arg = fsbroker.OP_MKNOD, [(cwd, a[0])], a[1], a[2]
+        elif name == "mknodat":
+            op, paths, mode, arg = fsbroker.OP_MKNOD, [(a[0], a[1])], a[2], a[3]
+        elif name in ("symlink", "symlinkat"):
+            target = notify.read_cstr(pid, a[0])
+            op = fsbroker.OP_SYMLINK
+            paths = [(cwd, a[1])] if name == "symlink" else [(a[1], a[2])]
+        elif name in ("link", "linkat"):
+            op = fsbroker.OP_LINK
+            if name == "link":
+                paths = [(cwd, a[0]), (cwd, a[1])]
+            else:
+                paths, flags = [(a[0], a[1]), (a[2], a[3])], i32(a[4])
+        else:
+            op = fsbroker.OP_RENAME
+            if name == "rename":
+                paths = [(cwd, a[0]), (cwd, a[1])]
+            else:
+                paths = [(a[0], a[1]), (a[2], a[3])]
+                flags = i32(a[4]) if name == "renameat2" else 0
+        mode &= 0xFFFFFFFF
+        strs = [notify.read_cstr(pid, addr) for _, addr in paths]
+        umask, tgid, tid = _task_facts(pid)
+        fds: list[int] = []
+        index: list[int] = []
+        pidfd = _pidfd(pid)
+        try:
+            for (dfd, _), path in zip(paths, strs):
+                if path.startswith(b"/"):
+                    index.append(-1)
+                    continue
+                dfd = i32(dfd)
+                if dfd == fsbroker_AT_FDCWD:
+                    fds.append(os.open(f"/proc/{pid}/cwd", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC))
+                else:
+                    fds.append(notify.pidfd_getfd(pidfd, dfd))
+                index.append(len(fds) - 1)
+        except OSError:
+            for f in fds:
+                os.close(f)
+            raise
+        finally:
+            os.close(pidfd)
+        try:
+            if not notify.id_valid(self.fd, nid):
+                return
+            index += [-1] * (2 - len(index))
+            rid = self.next_id
+            self.next_id += 1
+            body = fsbroker.REQ.pack(rid, op, flags, mode, arg & 0xFFFFFFFFFFFFFFFF, umask,
+                                     tgid, tid, index[0], index[1])
+            body += b"\0".join(strs + [b""] * (2 - len(strs)) + [target])
+            try:
+                socket.send_fds(self.broker, [body], fds)
+            except OSError:
+                return self._respond(nid, error=errno.EIO)
+            self.pending[rid] = (nid, op == fsbroker.OP_OPEN and bool(flags & os.O_CLOEXEC),
+                                 errno.EIO)
+            self.stats["allowed"] += 1
+        finally:
+            for f in fds:
                 os.close(f)
 
     def _listen(self, pid: int, nid: int, fd: int, backlog: int) -> None:
@@ -404,9 +543,33 @@ def _pidfd(tid: int) -> int:
     return notify.pidfd_open(tgid)
 
 
+def _task_facts(tid: int) -> tuple[int, int, int]:
+    """umask, and the thread's process and thread ids in its own pid namespace
+    (what "self" and "thread-self" mean in its /proc)."""
+    umask, tgid, nstid = 0o022, tid, tid
+    with open(f"/proc/{tid}/status") as f:
+        for line in f:
+            if line.startswith("Umask:"):
+                umask = int(line.split()[1], 8)
+            elif line.startswith("NStgid:"):
+                tgid = int(line.split()[-1])
+            elif line.startswith("NSpid:"):
+                nstid = int(line.split()[-1])
+    return umask, tgid, nstid
+
+
+fsbroker_AT_FDCWD = -100
+
+
 def _nr(name: str) -> int:
     from .kernel import seccomp
     return seccomp.syscall_number(name)
 
 
 NR = {n: _nr(n) for n in ("connect", "sendto", "sendmsg", "listen")}
+FILE_CALLS = ("open", "creat", "openat", "truncate", "mkdir", "mkdirat", "mknod", "mknodat",
+              "symlink", "symlinkat", "link", "linkat", "rename", "renameat", "renameat2")
+FS_NR = {}
+for _n in FILE_CALLS:
+    if _nr(_n) is not None:      # aarch64 has only the *at calls
+        FS_NR[_nr(_n)] = _n

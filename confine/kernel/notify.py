@@ -109,3 +109,39 @@ def openat2(path: str, flags: int, resolve: int, dirfd: int = -100) -> int:
     how = OpenHow(flags=flags | os.O_CLOEXEC, mode=0, resolve=resolve)
     return _check(_libc.syscall(SYS_openat2, dirfd, os.fsencode(path), ctypes.byref(how),
                                 ctypes.sizeof(how)), "openat2")
+
+
+PATH_MAX = 4096
+SECCOMP_ADDFD_FLAG_SEND = 2
+
+
+class NotifAddfd(ctypes.Structure):
+    _fields_ = [("id", ctypes.c_uint64), ("flags", ctypes.c_uint32), ("srcfd", ctypes.c_uint32),
+                ("newfd", ctypes.c_uint32), ("newfd_flags", ctypes.c_uint32)]
+
+
+IOCTL_ADDFD = _ioc(1, 3, ctypes.sizeof(NotifAddfd))
+
+
+def addfd_send(fd: int, nid: int, srcfd: int, cloexec: bool) -> int:
+    """Install srcfd in the notifying task as its lowest free descriptor and
+    answer the notification with that number, atomically (Linux 5.14)."""
+    a = NotifAddfd(id=nid, flags=SECCOMP_ADDFD_FLAG_SEND, srcfd=srcfd, newfd=0,
+                   newfd_flags=os.O_CLOEXEC if cloexec else 0)
+    return _check(_libc.ioctl(fd, IOCTL_ADDFD, ctypes.byref(a)), "SECCOMP_IOCTL_NOTIF_ADDFD")
+
+
+def read_cstr(pid: int, addr: int, limit: int = PATH_MAX) -> bytes:
+    """A NUL-terminated string from another process, page by page (the string
+    may end just before an unmapped page). ENAMETOOLONG past `limit`."""
+    if not addr:
+        raise OSError(14, "bad address")
+    out = b""
+    while len(out) < limit:
+        take = min(4096 - (addr + len(out)) % 4096, limit - len(out))
+        chunk = read_mem(pid, addr + len(out), take)
+        i = chunk.find(b"\0")
+        if i >= 0:
+            return out + chunk[:i]
+        out += chunk
+    raise OSError(36, "path too long")

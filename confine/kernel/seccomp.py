@@ -741,13 +741,33 @@ def status() -> dict:
 NOTIFY_SYSCALLS = ("connect", "sendto (with an address)", "sendmsg", "listen")
 
 
-def build_notify() -> "pyseccomp.SyscallFilter":
+# Calls that can make a name appear (or write a file) in the workdir: the broker
+# performs them after the guard judged the name (fsbroker.py, guard.py).
+FILE_CALLS = ("creat", "truncate", "mkdir", "mkdirat", "mknod", "mknodat", "symlink",
+              "symlinkat", "link", "linkat", "rename", "renameat", "renameat2")
+# open/openat: only with one of these flags; read-only opens run at full speed.
+_O_WRITE_BITS = (0o1, 0o2, 0o100, 0o1000, 0o20000000)   # WRONLY RDWR CREAT TRUNC __O_TMPFILE
+
+
+def build_notify(files: bool = False) -> "pyseccomp.SyscallFilter":
     """The notifying filter, loaded after the deny filter. The kernel runs every
     filter and the most restrictive answer wins, so a denial is never turned
-    into a notification. See confine/mediate.py for who answers."""
+    into a notification. See confine/mediate.py for who answers.
+    files: mediate FILE_CALLS and writing opens; openat2 (its flags sit in a
+    struct seccomp cannot read) answers ENOSYS, and callers fall back to openat."""
     sc = _lib()
     flt = sc.SyscallFilter(sc.ALLOW)
     flt.set_attr(sc.Attr.ACT_BADARCH, sc.KILL_PROCESS)
+    if files:
+        for name in FILE_CALLS:
+            if syscall_number(name) is not None:
+                flt.add_rule(sc.NOTIFY, name)
+        for name, arg in (("open", 1), ("openat", 2)):
+            if syscall_number(name) is None:
+                continue
+            for bit in _O_WRITE_BITS:
+                flt.add_rule(sc.NOTIFY, name, sc.Arg(arg, sc.MASKED_EQ, bit, bit))
+        flt.add_rule(sc.ERRNO(_errno.ENOSYS), "openat2")
     flt.add_rule(sc.NOTIFY, "connect")
     flt.add_rule(sc.NOTIFY, "sendto", sc.Arg(4, sc.NE, 0))
     flt.add_rule(sc.NOTIFY, "sendmsg")

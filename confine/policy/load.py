@@ -195,9 +195,11 @@ class _Parser:
                     self.fail(el, f"{full}: {v!r} is not an environment variable name "
                                   "(NAME or PREFIX_*)")
             elif kind == "patterns":
-                from ..protect import compile_patterns
+                from ..protect import DEFAULT_PATTERNS, compile_patterns
                 try:
-                    compile_patterns([v] if isinstance(v, str) else [str(v)])
+                    # in context: `!.idea/` removes a default or an earlier entry
+                    compile_patterns(list(DEFAULT_PATTERNS) + [str(i.value) for i in items]
+                                     + [v if isinstance(v, str) else str(v)])
                 except ValueError as e:
                     self.fail(el, f"{full}: {e}")
             elif kind == "names":

@@ -1566,6 +1566,14 @@ def _n_mptcp():
 
 # ------------------------------------------------ files that run later
 
+def by_guard(err, path):
+    """EACCES on a workdir path Landlock lets the agent write: the protected-path
+    guard (confine/guard.py) refused the name."""
+    if err in (errno.EACCES, errno.EPERM) and (path + "/").startswith(WORKDIR.rstrip("/") + "/"):
+        return "protected-path guard"
+    return by_fs(err, path)
+
+
 def _plant(targets):
     """targets: (path, how) with how in create (makedirs + write), append (open an
     existing file for writing, write nothing), create_unlink (a new file, removed).
@@ -1592,7 +1600,7 @@ def _plant(targets):
         return possible("; ".join(done))
     if first is None:
         raise Skip("nothing to try")
-    return blocked(first[0], by_fs(first[0], first[1]), first[1])
+    return blocked(first[0], by_guard(first[0], first[1]), first[1])
 
 
 def _in_workdir(rel, dir_only=False):
@@ -1641,7 +1649,7 @@ def _l_rename():
     try:
         os.rename(prep, os.path.join(base, ".git"))
     except OSError as e:
-        return blocked(e.errno, by_fs(e.errno, os.path.join(base, ".git")))
+        return blocked(e.errno, by_guard(e.errno, os.path.join(base, ".git")))
     return possible("renamed a prepared directory to .git (hooks included)")
 
 

@@ -21,10 +21,8 @@ GROUPS = ("writes", "secrets", "devices", "mounts", "kernel", "privilege", "proc
           "terminal", "daemons", "network", "later")
 MODES = ("root", "user")
 
-# Issue 3, part 2 (protected workdir paths) has not landed: files that run later
-# are writable. The probe reports them honestly as possible.
-ISSUE3 = {"later": "issue 3: protected workdir paths (.git/hooks, .git/config, .envrc, "
-                   ".vscode, ...) are not enforced yet"}
+# Groups expected to have possible attempts under the default profile (none).
+EXPECTED_POSSIBLE: dict[str, str] = {}
 # Attempts Landlock and seccomp alone cannot stop, by design limits of those
 # kernel mechanisms; the default run closes them with its namespaces (read-only
 # host view, private /dev/shm, own pid namespace and /proc). Without namespaces
@@ -128,7 +126,7 @@ def _group_params():
     out = []
     for g in GROUPS:
         for m in MODES:
-            marks = [pytest.mark.xfail(reason=ISSUE3[g], strict=False)] if g in ISSUE3 else []
+            marks = [pytest.mark.xfail(reason=EXPECTED_POSSIBLE[g], strict=False)] if g in EXPECTED_POSSIBLE else []
             out.append(pytest.param(g, m, marks=marks, id=f"{g}-{m}"))
     return out
 
@@ -152,7 +150,6 @@ def test_known_gaps(runs, mode, attempt):
 
 
 @pytest.mark.parametrize("mode", MODES)
-@pytest.mark.xfail(reason="possible today: " + "; ".join(ISSUE3.values()), strict=False)
 def test_default_profile_passes(runs, mode):
     p, r, _, _ = runs.get(mode)
     assert r["verdict"] == "pass" and p.returncode == 0, r["summary"]
@@ -176,6 +173,11 @@ MECH_LANDLOCK = {
     "processes.proc_mem": "landlock (ptrace rule)",
     "daemons.abstract": "landlock (scope)", "network.tcp_loopback": "landlock (tcp)",
     "network.udp": "seccomp",
+    # new protected names: refused by the broker's guard, with or without namespaces
+    "later.git_hooks": "protected-path guard", "later.git_config": "protected-path guard",
+    "later.git_rename": "protected-path guard", "later.envrc": "protected-path guard",
+    "later.editor": "protected-path guard", "later.shell_rc": "protected-path guard",
+    "later.agent_config": "protected-path guard",
 }
 # With every layer (the default), the namespaces answer first for some of them:
 # the read-only host view (EROFS), the private /dev/shm and the agent's own
@@ -317,7 +319,7 @@ def test_human_report(test_user, confine_cmd, workdir):
                   "kernel attack surface"):
         assert title in text
     assert "blocked" in text and "seccomp" in text and "landlock" in text
-    if "POSSIBLE" in text:
+    if lines[0].startswith("confine probe: FAIL"):
         assert "fix: " in text
 
 

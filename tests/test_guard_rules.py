@@ -1,0 +1,75 @@
+"""The guard's verdicts on names (confine/guard.py), without a kernel: which
+creations, renames and writes it refuses for the default patterns. The
+end-to-end proof that the broker asks it is tests/test_guard_runtime.py."""
+from __future__ import annotations
+
+import pytest
+
+from confine import protect
+from confine.guard import VET, Guard
+
+W = "/w"
+
+
+@pytest.fixture(scope="module")
+def g():
+    return Guard(W, protect.compile_patterns(None), extra=[("tools/hooks", True)],
+                 global_hooks=[".githooks"], inodes=[(1, 2)])
+
+
+@pytest.mark.parametrize("rel,kind", [
+    (".envrc", "file"), ("a/b/.envrc", "file"), (".envrc", "symlink"), (".envrc", "link"),
+    (".envrc", "node"), (".envrc", "dir"), (".mcp.json", "file"), (".vscode", "dir"),
+    (".vscode/tasks.json", "file"), (".idea/x/y.xml", "file"), (".claude/settings.json", "file"),
+    (".claude/commands", "dir"), (".claude/commands/x.md", "file"), (".codex/config.toml", "file"),
+    (".git/hooks/pre-commit", "file"), ("sub/.git/hooks/post-checkout", "file"),
+    (".git/modules/lib/hooks/pre-commit", "file"), (".git/worktrees/w/config.worktree", "file"),
+    (".git/config", "file"), ("x/.git/config", "file"), (".gitmodules", "file"),
+    (".git", "file"), ("sub/.git", "symlink"), (".claude", "symlink"),
+    ("tools/hooks/pre-commit", "file"), ("pkg/.githooks/pre-push", "file"),
+    (".bashrc", "file"), (".profile", "link"), (".confine-vet-1234", "file"),
+])
+def test_refused_creations(g, rel, kind):
+    assert g.create(f"{W}/{rel}", kind) is not None
+
+
+@pytest.mark.parametrize("rel,kind", [
+    ("main.py", "file"), ("envrc", "file"), ("a/.envrc.example", "file"), (".git", "dir"),
+    (".git/hooks", "dir"), (".git/hooks/pre-commit.sample", "file"), (".git/HEAD", "file"),
+    (".git/config.lock", "file"), (".git/refs/heads/config", "file"),
+    (".git/refs/heads/hooks/x", "file"), (".git/objects/ab/cdef", "file"), (".claude", "dir"),
+    (".claude/notes.md", "file"), ("docs/.vscode.md", "file"), ("link", "symlink"),
+])
+def test_allowed_creations(g, rel, kind):
+    assert g.create(f"{W}/{rel}", kind) is None
+
+
+def test_outside_the_workdir_is_not_the_guards_business(g):
+    assert g.create("/elsewhere/.envrc", "file") is None
+    assert g.create("/w2/.envrc", "file") is None      # a sibling, not below /w
+    assert g.rename_to("/tmp/.git", ) is None
+
+
+@pytest.mark.parametrize("rel", [".git", "sub/.git", ".git/modules/x", ".claude", ".vscode",
+                                 ".git/hooks", ".envrc", ".git/config.worktree"])
+def test_refused_rename_destinations(g, rel):
+    assert g.rename_to(f"{W}/{rel}") not in (None, VET)
+
+
+def test_git_config_only_through_the_lock_file(g):
+    assert g.rename_to(f"{W}/.git/config") == VET
+    assert g.rename_to(f"{W}/a/.git/modules/m/config") == VET
+    assert g.rename_to(f"{W}/.git/HEAD") is None
+
+
+def test_writes(g):
+    assert g.write(f"{W}/.git/config", 5, 5) is not None
+    assert g.write(f"{W}/ordinary", 1, 2) is not None         # a protected inode, another name
+    assert g.write(f"{W}/ordinary", 5, 5) is None
+    assert g.write(None, 5, 5) is None
+
+
+def test_negated_pattern_is_not_guarded():
+    g = Guard(W, protect.compile_patterns(list(protect.DEFAULT_PATTERNS) + ["!.idea/"]))
+    assert g.create(f"{W}/.idea/workspace.xml", "file") is None
+    assert g.create(f"{W}/.vscode/tasks.json", "file") is not None

@@ -1,0 +1,373 @@
+"""Protected names are refused while the agent runs (guard.py, fsbroker.py).
+
+The read-only binds only cover protected paths that exist at start; these
+tests create new ones, every way the kernel offers (open, creat, mkdir,
+mknod, symlink, link, rename, O_TMPFILE + linkat, a final symlink, a
+symlinked directory, /proc/self/fd), as the root-started agent and as the
+unprivileged launcher, with all layers and with Landlock/seccomp alone. Each
+refusal is paired with the same call on an ordinary name, which must work,
+and the workdir is checked from outside afterwards: nothing may exist there,
+not even for the exit-time quarantine to catch.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pytest
+
+from conftest import PY
+
+PLANT_BODY = r'''
+import stat, threading
+O = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+os.makedirs("sub", exist_ok=True)
+
+def tmpfile_link(name):
+    fd = os.open(".", os.O_TMPFILE | os.O_WRONLY, 0o600)
+    try:
+        r = libc.linkat(fd, b"", -100, name.encode(), 0x1000)   # AT_EMPTY_PATH
+        if r != 0:
+            e = ctypes.get_errno()
+            r = libc.linkat(-100, ("/proc/self/fd/%d" % fd).encode(), -100, name.encode(), 0x400)
+            if r != 0:
+                raise OSError(ctypes.get_errno() or e, "linkat")
+    finally:
+        os.close(fd)
+
+def prepared_git(where):
+    os.makedirs(where + "/prep/hooks")
+    opened(where + "/prep/hooks/post-checkout", O, 0o755)
+    os.rename(where + "/prep", where + "/.git")
+
+def final_symlink(link, target):
+    os.symlink(target, link)
+    opened(link, O)
+
+def symlinked_dir():
+    os.mkdir("r1"); os.mkdir("r1/.git"); os.mkdir("r1/.git/hooks")
+    os.symlink("r1/.git/hooks", "hooklink")
+    opened("hooklink/pre-commit", O, 0o755)
+
+for name in P["names"]:
+    attempt("open:" + name, lambda n=name: opened(n, O))
+    attempt("creat:" + name, lambda n=name: sysc(85, n.encode(), 0o644) if P["x86"] else opened(n, O))
+    attempt("mknod:" + name, lambda n=name: os.mkfifo(n))
+    attempt("symlink:" + name, lambda n=name: os.symlink("/tmp", n))
+    attempt("link:" + name, lambda n=name: (opened("src-" + n.replace("/", "_"), O),
+                                           os.link("src-" + n.replace("/", "_"), n))[-1])
+    attempt("rename:" + name, lambda n=name: (opened("mv-" + n.replace("/", "_"), O),
+                                             os.rename("mv-" + n.replace("/", "_"), n))[-1])
+    attempt("tmpfile:" + name, lambda n=name: tmpfile_link(n))
+attempt("mkdir:.vscode", lambda: os.mkdir(".vscode"))
+attempt("mkdir:.claude/commands", lambda: (os.makedirs(".claude", exist_ok=True),
+                                          os.mkdir(".claude/commands"))[-1])
+attempt("rename-dir:.git", lambda: prepared_git("nested1"))
+attempt("gitfile", lambda: (os.makedirs("nested2", exist_ok=True),
+                            opened("nested2/.git", O))[-1])
+attempt("final-symlink", lambda: final_symlink("innocent", ".envrc"))
+attempt("symlinked-dir", symlinked_dir)
+attempt("new-repo-hook", lambda: (os.makedirs("nested3/.git/hooks"),
+                                  opened("nested3/.git/hooks/pre-commit", O, 0o755))[-1])
+attempt("new-repo-config-direct", lambda: (os.makedirs("nested4/.git"),
+                                           opened("nested4/.git/config", O))[-1])
+attempt("proc-self-cwd", lambda: opened("/proc/self/cwd/.envrc", O))
+attempt("dirfd-relative", lambda: (lambda d: (os.open(".mcp.json", O, 0o644, dir_fd=d)))(
+    os.open("sub", os.O_RDONLY | os.O_DIRECTORY)))
+'''
+
+NAMES = [".envrc", "sub/.envrc", ".mcp.json", ".bashrc", ".vscode/tasks.json",
+         ".claude/settings.json", ".idea/workspace.xml"]
+ORDINARY = ["plain.txt", "sub/plain.txt", "mcp.json", "sub/envrc"]
+
+
+@pytest.fixture(params=["all", "landlock"])
+def layers(request):
+    return request.param
+
+
+def test_new_protected_names_are_refused(sandbox, layers):
+    box = sandbox if layers == "all" else sandbox.without_namespaces()
+    # .vscode/.claude/.idea must exist for their files to be tried
+    p, r = box.probe("os.makedirs('.claude')\n" + PLANT_BODY,
+                     {"names": NAMES, "x86": os.uname().machine == "x86_64"}, timeout=90)
+    assert r is not None, p.stderr
+    refused = {k: v for k, v in r.items() if v == "ok"}
+    assert not refused, f"created protected names ({layers}): {refused}\n{p.stderr}"
+    for k, v in r.items():
+        assert v in ("EACCES", "EPERM", "ENOENT"), (k, v)
+    # nothing protected exists afterwards (not even for the quarantine to catch)
+    found = []
+    for dirpath, dirnames, filenames in os.walk(box.workdir):
+        for n in filenames + dirnames:
+            rel = os.path.relpath(os.path.join(dirpath, n), box.workdir)
+            if rel.startswith("nested1/prep"):
+                continue                    # prepared, but never renamed to .git
+            if n in (".envrc", ".mcp.json", ".bashrc", "tasks.json", "settings.json",
+                     "workspace.xml", "post-checkout", "pre-commit", "commands") \
+                    or rel in ("nested1/.git", "nested2/.git", "nested4/.git/config"):
+                found.append(rel)
+    assert not found, found
+    assert "PROTECTED PATHS WERE CHANGED" not in p.stderr, p.stderr
+    assert "denied: create" in p.stderr and "protected path (.envrc)" in p.stderr
+
+
+ORDINARY_BODY = r'''
+O = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+os.makedirs("sub", exist_ok=True)
+for name in P["names"]:
+    attempt("open:" + name, lambda n=name: opened(n, O))
+    attempt("mknod:" + name, lambda n=name: os.mkfifo(n + ".fifo"))
+    attempt("symlink:" + name, lambda n=name: os.symlink("/tmp", n + ".ln"))
+    attempt("link:" + name, lambda n=name: os.link(n, n + ".hard"))
+    attempt("rename:" + name, lambda n=name: os.rename(n + ".hard", n + ".moved"))
+attempt("mkdir", lambda: os.mkdir("d1"))
+attempt("mkdir-slash", lambda: os.mkdir("d2/"))
+attempt("mkdir .git and .claude", lambda: (os.mkdir(".git"), os.mkdir(".claude"))[-1])
+attempt("claude notes", lambda: opened(".claude/notes.md", O))
+attempt("final-symlink creates target", lambda: (os.symlink("made-by-link", "dangling"),
+                                                 opened("dangling", O))[-1])
+R["target exists"] = os.path.isfile("made-by-link")
+'''
+
+
+def test_ordinary_names_work_the_same_way(sandbox, layers):
+    box = sandbox if layers == "all" else sandbox.without_namespaces()
+    p, r = box.probe(ORDINARY_BODY, {"names": ORDINARY})
+    assert r is not None, p.stderr
+    bad = {k: v for k, v in r.items() if v not in ("ok", True)}
+    assert not bad, (bad, p.stderr)
+    assert "denied" not in p.stderr
+
+
+GIT_SCRIPT = r'''
+set -u
+git init -q repo && echo "init ok"
+cd repo
+git config user.name Agent && git config user.email a@example.invalid && echo "config ok"
+git config core.hooksPath /tmp/x 2>/dev/null; echo "hookspath rc=$?"
+git config core.fsmonitor "touch /tmp/pwned" 2>/dev/null; echo "fsmonitor rc=$?"
+(echo "[core]"; echo "	pager = touch /tmp/pwned") >> .git/config 2>/dev/null; echo "append rc=$?"
+echo '#!/bin/sh' > .git/hooks/pre-commit 2>/dev/null; echo "hook rc=$?"
+mv .git/hooks/pre-commit.sample .git/hooks/pre-commit 2>/dev/null; echo "sample rename rc=$?"
+echo hello > file && git add file && git commit -qm first && echo "commit ok"
+git checkout -qb feature && git branch -q config && echo "branches ok"
+ls .git/hooks | grep -c sample
+'''
+
+
+def test_git_works_and_its_new_config_is_checked(sandbox):
+    p = sandbox.run(["/bin/bash", "-c", GIT_SCRIPT])
+    out = p.stdout
+    assert p.returncode == 0, (out, p.stderr)
+    for line in ("init ok", "config ok", "commit ok", "branches ok"):
+        assert line in out, (out, p.stderr)
+    for what in ("hookspath", "fsmonitor", "append", "hook", "sample rename"):
+        assert f"{what} rc=0" not in out, (what, out, p.stderr)
+    cfg = open(os.path.join(sandbox.workdir, "repo/.git/config")).read()
+    assert "name = Agent" in cfg and "hooksPath" not in cfg and "fsmonitor" not in cfg \
+        and "pager" not in cfg, cfg
+    hooks = os.listdir(os.path.join(sandbox.workdir, "repo/.git/hooks"))
+    assert hooks and all(h.endswith(".sample") for h in hooks), hooks
+    assert "core.hookspath not allowed" in p.stderr, p.stderr
+    # and git, run afterwards by a person, runs nothing the agent planted
+    env = {"PATH": "/usr/bin:/bin", "HOME": "/nonexistent", "GIT_CONFIG_NOSYSTEM": "1"}
+    q = subprocess.run(["git", "-c", "safe.directory=*", "status", "--short"],
+                       cwd=os.path.join(sandbox.workdir, "repo"), env=env,
+                       capture_output=True, text=True)
+    assert q.returncode == 0, q.stderr
+
+
+ALIAS_BODY = r'''
+import subprocess
+subprocess.run(["git", "init", "-q", "r"], check=True)
+cfg = "r/.git/config"
+def moved_then_written():
+    os.rename(cfg, "moved")
+    try:
+        opened("moved", os.O_WRONLY | os.O_APPEND)
+    finally:
+        os.rename("moved", cfg)
+attempt("moved", moved_then_written)
+attempt("hard link", lambda: os.link(cfg, "alias"))
+fd = os.open(cfg, os.O_RDONLY)
+attempt("reopen", lambda: opened("/proc/self/fd/%d" % fd, os.O_WRONLY))
+attempt("reopen devfd", lambda: opened("/dev/fd/%d" % fd, os.O_RDWR))
+attempt("truncate", lambda: os.truncate(cfg, 0))
+attempt("rdonly trunc", lambda: opened(cfg, os.O_RDONLY | os.O_TRUNC))
+attempt("chmod then write", lambda: (os.chmod(cfg, 0o666), opened(cfg, os.O_WRONLY))[-1])
+attempt("exchange", lambda: (opened("evil", os.O_WRONLY | os.O_CREAT),
+                              sysc(316, -100, b"evil", -100, cfg.encode(), 2))[-1])
+R["size"] = os.stat(cfg).st_size
+attempt("read", lambda: read_file(cfg))
+'''
+
+
+def test_a_checked_git_config_cannot_be_written_by_another_way(sandbox):
+    p, r = sandbox.probe(ALIAS_BODY)
+    assert r is not None, p.stderr
+    assert r.pop("read") == "ok" and r.pop("size") > 0, (r, p.stderr)
+    assert all(v in ("EACCES", "EPERM") for v in r.values()), (r, p.stderr)
+
+
+SEMANTICS_BODY = r'''
+import fcntl, stat, threading
+os.umask(0o027)
+def umask_file():
+    opened("u", os.O_WRONLY | os.O_CREAT, 0o666)
+    return oct(stat.S_IMODE(os.stat("u").st_mode))
+attempt("umask file", umask_file)
+attempt("umask dir", lambda: (os.mkdir("ud", 0o777), oct(stat.S_IMODE(os.stat("ud").st_mode)))[-1])
+def raw_cloexec(flags):
+    fd = libc.open(b"u", flags)
+    if fd < 0:
+        raise OSError(ctypes.get_errno(), "open")
+    v = fcntl.fcntl(fd, fcntl.F_GETFD)
+    os.close(fd)
+    return v
+attempt("no cloexec", lambda: raw_cloexec(os.O_WRONLY))
+attempt("cloexec", lambda: raw_cloexec(os.O_WRONLY | os.O_CLOEXEC))
+def lowest():
+    a = os.open("u", os.O_RDONLY); b = os.open("u", os.O_RDONLY)
+    os.close(a)
+    fd = libc.open(b"u", os.O_WRONLY)
+    os.close(b); os.close(fd)
+    return fd == a
+attempt("lowest fd", lowest)
+attempt("excl existing", lambda: opened("u", os.O_WRONLY | os.O_CREAT | os.O_EXCL))
+attempt("nofollow link", lambda: (os.symlink("u", "ul"), opened("ul", os.O_WRONLY | os.O_NOFOLLOW))[-1])
+def trunc_append():
+    with open("t", "w") as f: f.write("abcdef")
+    opened("t", os.O_WRONLY | os.O_TRUNC)
+    fd = os.open("t", os.O_WRONLY | os.O_APPEND); os.write(fd, b"xy"); os.write(fd, b"z"); os.close(fd)
+    return open("t").read()
+attempt("trunc append", trunc_append)
+attempt("truncate()", lambda: (os.truncate("t", 1), open("t").read())[-1])
+def pipe_reopen():
+    r, w = os.pipe()
+    fd = os.open("/dev/fd/%d" % w, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    os.write(fd, b"p")
+    return os.read(r, 10).decode()
+attempt("dev fd pipe", pipe_reopen)
+def thread_self():
+    r, w = os.pipe()
+    out = {}
+    def t():
+        fd = os.open("/proc/thread-self/fd/%d" % w, os.O_WRONLY)
+        os.write(fd, b"t"); out["v"] = os.read(r, 10).decode()
+    th = threading.Thread(target=t); th.start(); th.join()
+    return out.get("v")
+attempt("thread-self", thread_self)
+def dirfd_rel():
+    os.mkdir("dd")
+    d = os.open("dd", os.O_RDONLY | os.O_DIRECTORY)
+    os.close(os.open("f", os.O_WRONLY | os.O_CREAT, 0o600, dir_fd=d))
+    return os.path.exists("dd/f")
+attempt("dirfd", dirfd_rel)
+attempt("exchange", lambda: (opened("x1", os.O_WRONLY | os.O_CREAT), opened("x2", os.O_WRONLY | os.O_CREAT),
+                             sysc(316, -100, b"x1", -100, b"x2", 2))[-1])
+attempt("noreplace", lambda: sysc(316, -100, b"x1", -100, b"x2", 1))
+attempt("creat slash", lambda: opened("newdir/", os.O_WRONLY | os.O_CREAT))
+attempt("fifo nonblock", lambda: (os.mkfifo("ff"), opened("ff", os.O_WRONLY | os.O_NONBLOCK))[-1])
+attempt("openat2", lambda: sysc(437, -100, b"u", ctypes.c_char_p(bytes(24)), 24))
+attempt("enoent", lambda: opened("nodir/x", os.O_WRONLY | os.O_CREAT))
+attempt("outside workdir", lambda: opened("/etc/confine-guard-test", os.O_WRONLY | os.O_CREAT))
+attempt("dev null", lambda: opened("/dev/null", os.O_WRONLY | os.O_CREAT | os.O_TRUNC))
+'''
+
+
+def test_mediated_calls_keep_the_kernel_semantics(sandbox):
+    p, r = sandbox.probe(SEMANTICS_BODY)
+    assert r is not None, p.stderr
+    want = {"umask file": "0o640", "umask dir": "0o750", "no cloexec": 0, "cloexec": 1,
+            "lowest fd": "ok", "excl existing": "EEXIST", "nofollow link": "ELOOP",
+            "trunc append": "xyz", "truncate()": "x", "dev fd pipe": "p", "thread-self": "t",
+            "dirfd": "ok", "exchange": "ok", "noreplace": "EEXIST", "creat slash": "EISDIR",
+            "fifo nonblock": "ENXIO", "openat2": "ENOSYS", "enoent": "ENOENT",
+            "outside workdir": "EACCES", "dev null": "ok"}
+    assert r.pop("outside workdir") in ("EACCES", "EROFS"), (r, p.stderr)
+    want.pop("outside workdir")
+    assert r == want, (r, p.stderr)
+
+
+RACE_BODY = r'''
+import threading, time
+os.mkdir(".claude")
+os.mkdir("p")
+os.symlink(".claude", "pl")
+stop = time.monotonic() + P["seconds"]
+def swapper():
+    while time.monotonic() < stop:
+        sysc(316, -100, b"p", -100, b"pl", 2)      # RENAME_EXCHANGE: dir <-> symlink
+def creator():
+    while time.monotonic() < stop:
+        for n in ("p/settings.json", "p/commands"):
+            try:
+                if n.endswith("commands"):
+                    os.mkdir(n); os.rmdir(n)
+                else:
+                    opened(n, os.O_WRONLY | os.O_CREAT); os.unlink(n)
+                R["made"] = R.get("made", 0) + 1
+            except OSError:
+                R["refused"] = R.get("refused", 0) + 1
+ts = [threading.Thread(target=swapper), threading.Thread(target=creator),
+      threading.Thread(target=creator)]
+[t.start() for t in ts]; [t.join() for t in ts]
+R["leak"] = sorted(os.listdir(".claude"))
+'''
+
+
+def test_swapping_a_directory_for_a_symlink_does_not_redirect_a_creation(sandbox):
+    p, r = sandbox.probe(RACE_BODY, {"seconds": 3}, timeout=90)
+    assert r is not None, p.stderr
+    assert r["leak"] == [], (r, p.stderr)
+    assert r.get("made", 0) > 0 and r.get("refused", 0) > 0, r   # both paths were exercised
+
+
+def test_existing_protected_file_is_refused_without_namespaces(sandbox):
+    """Without a mount namespace there are no read-only binds: the guard refuses
+    the write by name (before, only the exit-time revert caught it)."""
+    path = os.path.join(sandbox.workdir, ".envrc")
+    with open(path, "w") as f:
+        f.write("export A=1\n")
+    os.chown(path, sandbox.pw.pw_uid, sandbox.pw.pw_gid)
+    box = sandbox.without_namespaces()
+    p, r = box.probe('attempt("append", lambda: opened(".envrc", os.O_WRONLY | os.O_APPEND))\n'
+                     'attempt("read", lambda: read_file(".envrc"))')
+    assert r == {"append": "EACCES", "read": "ok"}, (r, p.stderr)
+    assert open(path).read() == "export A=1\n"
+
+
+def test_protected_names_can_be_opted_out(sandbox):
+    """`!.envrc` in the profile's protected list: then .envrc is an ordinary file."""
+    prof = os.path.join(sandbox.workdir, "..", os.path.basename(sandbox.workdir) + ".yaml")
+    with open(prof, "w") as f:
+        f.write("extends: default\nprotected:\n  - '!.envrc'\n")
+    os.chmod(prof, 0o644)
+    try:
+        p, r = sandbox.probe('attempt("envrc", lambda: opened(".envrc", os.O_WRONLY | os.O_CREAT))\n'
+                             'attempt("mcp", lambda: opened(".mcp.json", os.O_WRONLY | os.O_CREAT))',
+                             None, "-p", prof)
+        assert r == {"envrc": "ok", "mcp": "EACCES"}, (r, p.stderr)
+    finally:
+        os.unlink(prof)
+
+
+def test_git_clone_of_a_repo_with_protected_files_reports_them(sandbox):
+    """A cloned repository that carries .envrc: the clone completes, git reports
+    the file it could not write, and confine names it."""
+    src = os.path.join(sandbox.workdir, "src")
+    env = {"PATH": "/usr/bin:/bin", "HOME": "/nonexistent", "GIT_CONFIG_NOSYSTEM": "1",
+           "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@e", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@e"}
+    subprocess.run(["git", "init", "-q", src], check=True, env=env)
+    for rel in (".envrc", "main.py"):
+        with open(os.path.join(src, rel), "w") as f:
+            f.write("x\n")
+    subprocess.run(["git", "-C", src, "add", "-A"], check=True, env=env)
+    subprocess.run(["git", "-C", src, "commit", "-qm", "x"], check=True, env=env)
+    subprocess.run(["chown", "-R", f"{sandbox.pw.pw_uid}:{sandbox.pw.pw_gid}", src], check=True)
+    p = sandbox.run(["git", "clone", "-q", "src", "dst"])
+    assert os.path.isfile(os.path.join(sandbox.workdir, "dst/main.py")), p.stderr
+    assert not os.path.exists(os.path.join(sandbox.workdir, "dst/.envrc"))
+    assert "dst/.envrc: protected path (.envrc)" in p.stderr, p.stderr
