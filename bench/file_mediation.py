@@ -39,7 +39,7 @@ print(json.dumps(out))
 """
 GIT = r"""
 set -e
-rm -rf repo && git init -q repo && cd repo
+d=repo-$$ && git init -q $d && cd $d
 git config user.name b && git config user.email b@example.invalid
 for i in $(seq 1 500); do echo "line $i" > "file$i.txt"; done
 git add -A && git commit -qm bench

@@ -193,18 +193,25 @@ def run(argv, *, profile="default", workdir=None, read=(), write=(), env=(), use
                                     home=plan.identity.home)
         except (OSError, ValueError) as e:
             raise ConfineError(f"cannot snapshot the protected workdir paths: {e}") from None
-        if not plan.mount_ns:
-            say("protected workdir paths (.git/hooks, .git/config, .envrc, ...) are NOT "
-                "read-only for this run (no mount namespace): changes are only reverted "
-                "when the agent exits")
-        for path, why in snap.guard_only:
-            say(f"protected path {path} is only checked at exit: {why}")
         g = None
         if plan.unix_mediation and snap.patterns:
             from .guard import Guard
-            g = Guard(snap.workdir, snap.patterns, [(rel, tree) for rel, tree, _ in snap.extra],
+            g = Guard(snap.workdir, snap.patterns,
+                      [(rel, tree) for rel, tree, _ in snap.extra]
+                      + [(r.rel, r.tree) for r in snap.roots.values()],
                       snap.global_hooks,
-                      {(e.dev, e.ino) for e in snap.entries.values() if e.kind == "f"})
+                      {(e.dev, e.ino) for e in snap.entries.values() if e.kind == "f"},
+                      aliases=[b.path for b in snap.mount_plan.bases])
+        if not plan.mount_ns:
+            say("protected workdir paths (.git/hooks, .git/config, .envrc, ...) are NOT "
+                "read-only for this run (no mount namespace): "
+                + ("writes and new names are refused by name, but deleting them or renaming "
+                   "them away is only reverted when the agent exits" if g is not None
+                   else "changes are only reverted when the agent exits"))
+        for path, why in snap.guard_only:
+            say(f"protected path {path} has no read-only bind ({why}): "
+                + ("writes to it are refused by name and inode; other changes are reverted at exit"
+                   if g is not None else "it is only checked at exit"))
         try:
             status = run_plan(plan, build_ruleset=build_ruleset, build_filter=build_filter,
                               mediation_roots=plan.unix_roots() if plan.unix_mediation else None,

@@ -28,6 +28,7 @@ import os
 import secrets
 import stat
 import struct
+import threading
 
 from . import guard as _guard
 from .kernel import notify
@@ -92,6 +93,10 @@ class Broker:
         self.g = g
         self.vetted: set[tuple[int, int]] = set()   # inodes of checked git configs
         self.root = os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        # Held while a name is judged and made (never around a call that can
+        # block): every name the agent makes comes through here, so none can
+        # appear or change type between a check and the call it guards.
+        self.lock = threading.Lock()
         self.slow_only = False     # no openat2 here: walk every path component by component
 
     # ------------------------------------------------------------ resolution
@@ -234,8 +239,10 @@ class Broker:
                     if slash and creat:        # the kernel refuses (EISDIR): nothing is made
                         return os.open(name, flags | os.O_CLOEXEC, mode, dir_fd=pfd)
                     if excl:
-                        self._check_create(pfd, base, "file")
-                        return os.open(base, flags | os.O_CLOEXEC | os.O_NOFOLLOW, mode, dir_fd=pfd)
+                        with self.lock:
+                            self._check_create(pfd, base, "file")
+                            return os.open(base, flags | os.O_CLOEXEC | os.O_NOFOLLOW, mode,
+                                           dir_fd=pfd)
                     proc = _fstype(pfd) == PROC_SUPER_MAGIC
                     try:
                         # In /proc the kernel follows magic links (fd/N) to files that
@@ -245,10 +252,11 @@ class Broker:
                     except FileNotFoundError:
                         if not creat or proc or base in (b".", b".."):
                             raise
-                        self._check_create(pfd, base, "file")
                         try:
-                            return os.open(base, flags | os.O_CLOEXEC | os.O_EXCL | os.O_NOFOLLOW,
-                                           mode, dir_fd=pfd)
+                            with self.lock:
+                                self._check_create(pfd, base, "file")
+                                return os.open(base, flags | os.O_CLOEXEC | os.O_EXCL
+                                               | os.O_NOFOLLOW, mode, dir_fd=pfd)
                         except FileExistsError:
                             continue       # made meanwhile: judge what is there now
                     try:
@@ -377,6 +385,13 @@ class Broker:
                                           + (back if back != _guard.VET else "protected path"))
                         if verdict == _guard.VET:
                             verdict = "protected path (.git/config)"
+                # A directory from outside the workdir would bring names nobody
+                # judged: EXDEV, so mv and shutil.move copy it, name by name.
+                if self.g is not None and _moves_in(self.g, src, dst) and _is_dir(opfd, obase):
+                    raise _err(errno.EXDEV)
+                if self.g is not None and flags & RENAME_EXCHANGE and _moves_in(self.g, dst, src) \
+                        and _is_dir(npfd, nbase):
+                    raise _err(errno.EXDEV)
                 if verdict == _guard.VET:
                     return self._vet_config(opfd, obase, npfd, nbase, flags, src, dst)
                 if verdict is not None:
@@ -458,16 +473,18 @@ class Broker:
                 return 0, 0, "", self.open(ctx, d1, p1, flags, mode)
             if op == OP_TRUNCATE:
                 ret = self.truncate(ctx, d1, p1, arg)
-            elif op == OP_MKDIR:
-                ret = self.mkdir(ctx, d1, p1, mode)
-            elif op == OP_MKNOD:
-                ret = self.mknod(ctx, d1, p1, mode, arg)
-            elif op == OP_SYMLINK:
-                ret = self.symlink(ctx, p3, d1, p1)
-            elif op == OP_LINK:
-                ret = self.link(ctx, d1, p1, d2, p2, flags)
-            elif op == OP_RENAME:
-                ret = self.rename(ctx, d1, p1, d2, p2, flags)
+            elif op in (OP_MKDIR, OP_MKNOD, OP_SYMLINK, OP_LINK, OP_RENAME):
+                with self.lock:
+                    if op == OP_MKDIR:
+                        ret = self.mkdir(ctx, d1, p1, mode)
+                    elif op == OP_MKNOD:
+                        ret = self.mknod(ctx, d1, p1, mode, arg)
+                    elif op == OP_SYMLINK:
+                        ret = self.symlink(ctx, p3, d1, p1)
+                    elif op == OP_LINK:
+                        ret = self.link(ctx, d1, p1, d2, p2, flags)
+                    else:
+                        ret = self.rename(ctx, d1, p1, d2, p2, flags)
             else:
                 return -1, errno.ENOSYS, "", None
             return ret, 0, "", None
@@ -478,6 +495,17 @@ class Broker:
                 import traceback
                 traceback.print_exc()
             return -1, e.errno or errno.EIO, "", None
+
+
+def _moves_in(g: _guard.Guard, src: str | None, dst: str | None) -> bool:
+    return src is not None and dst is not None and g.rel(src) is None and g.rel(dst) is not None
+
+
+def _is_dir(pfd: int, base: bytes) -> bool:
+    try:
+        return stat.S_ISDIR(os.lstat(base, dir_fd=pfd).st_mode)
+    except OSError:
+        return False
 
 
 def _check(ret: int) -> None:

@@ -30,6 +30,7 @@ from typing import Iterable, Sequence
 from .protect import GIT_SKIP, Pattern
 
 VET = "vet"
+_NOT = Pattern("", ("",), False, True, False)
 INTERNAL = ".confine-vet-"     # the broker's temporary names
 
 
@@ -42,69 +43,109 @@ def _literal(rel: str, tree: bool) -> Pattern:
 class Guard:
     def __init__(self, workdir: str, patterns: Sequence[Pattern],
                  extra: Iterable[tuple[str, bool]] = (), global_hooks: Iterable[str] = (),
-                 inodes: Iterable[tuple[int, int]] = ()):
+                 inodes: Iterable[tuple[int, int]] = (), aliases: Iterable[str] = ()):
+        """aliases: other paths at which the workdir's directory is mounted
+        (namespaces.reachable_paths); names are judged there too."""
         self.workdir = os.path.normpath(workdir)
+        self.roots = tuple(dict.fromkeys([self.workdir] + [os.path.normpath(a) for a in aliases]))
         pats = list(patterns)
-        pats += [_literal(rel, tree) for rel, tree in extra if rel]
+        # exact workdir paths (protected at start, symlink and gitdir targets,
+        # hooksPath of trusted configs): looked up by prefix, not pattern by pattern
+        self.fixed: dict[tuple[str, ...], Pattern] = {}
+        self.fixed_above: set[tuple[str, ...]] = set()
+        for rel, tree in extra:
+            comps = tuple(c for c in os.path.normpath(rel).split("/") if c)
+            if not comps or comps[0] == "..":
+                continue
+            self.fixed[comps] = _literal("/".join(comps), tree or self.fixed.get(comps, _NOT).tree)
+            self.fixed_above.update(comps[:k] for k in range(1, len(comps)))
         for hp in global_hooks:      # relative core.hooksPath: below every worktree
             p = _literal(os.path.normpath(hp), True)
             pats.append(Pattern(p.text, p.comps, True, False, False))
         self.patterns = tuple(pats)
         self.inodes = frozenset(inodes)
+        self._index()
 
     # -- paths
 
     def rel(self, path: str) -> tuple[str, ...] | None:
         """Components below the workdir, () for the workdir, None if outside."""
         path = os.path.normpath(path)
-        if path == self.workdir:
-            return ()
-        top = self.workdir.rstrip("/") + "/"
-        if not path.startswith(top):
-            return None
-        return tuple(path[len(top):].split("/"))
+        for root in self.roots:
+            if path == root:
+                return ()
+            top = root.rstrip("/") + "/"
+            if path.startswith(top):
+                return tuple(path[len(top):].split("/"))
+        return None
 
-    def _places(self, comps: tuple[str, ...], p: Pattern):
-        """Every tail of comps where p could start matching."""
-        if not p.git:
-            if p.anchored:
-                yield comps
-            else:
-                for i in range(len(comps)):
-                    yield comps[i:]
-            return
+    def _git_tails(self, comps: tuple[str, ...], i: int):
+        """Tails below the git directory comps[i] == ".git": the directory itself
+        and submodule/worktree git directories (.git/modules/<name...>/)."""
+        below = comps[i + 1:]
+        yield below
+        if len(below) == 1 and below[0] in ("modules", "worktrees"):
+            yield ()     # .git/modules itself: everything renamed in is a git directory
+        if below and below[0] in ("modules", "worktrees"):
+            for j in range(2, len(below) + 1):
+                if GIT_SKIP.intersection(below[:j]):
+                    break
+                yield below[j:]
+
+    def _tails(self, comps: tuple[str, ...]):
+        """(pattern, tail of comps where it could start matching), cheaply: a
+        pattern whose first component is literal is only tried where it occurs."""
         for i, c in enumerate(comps):
-            if c != ".git":
+            for p in self._by_first.get(c, ()):
+                if not (p.anchored and i):
+                    yield p, comps[i:]
+            for p in self._wild_first:
+                if not (p.anchored and i):
+                    yield p, comps[i:]
+            if c == ".git":
+                for r in self._git_tails(comps, i):
+                    for p in self._git:
+                        yield p, r
+
+    def _index(self) -> None:
+        self._by_first: dict[str, list[Pattern]] = {}
+        self._wild_first: list[Pattern] = []
+        self._git = [p for p in self.patterns if p.git]
+        for p in self.patterns:
+            if p.git:
                 continue
-            below = comps[i + 1:]
-            yield below
-            # submodule and worktree git directories: .git/modules/<name...>/
-            if below and below[0] in ("modules", "worktrees"):
-                for j in range(2, len(below) + 1):
-                    if GIT_SKIP.intersection(below[:j]):
-                        break
-                    yield below[j:]
+            if p.wild(0):
+                self._wild_first.append(p)
+            else:
+                self._by_first.setdefault(p.comps[0], []).append(p)
 
     @staticmethod
     def _prefix(r: tuple[str, ...], p: Pattern, n: int) -> bool:
-        return all(fnmatch.fnmatchcase(r[k], p.comps[k]) for k in range(n))
+        for k in range(n):
+            pc = p.comps[k]
+            if not (r[k] == pc or (p.wild(k) and fnmatch.fnmatchcase(r[k], pc))):
+                return False
+        return True
 
     def match(self, comps: tuple[str, ...]):
-        """(pattern, tail) of the first pattern protecting comps, else None."""
-        for p in self.patterns:
+        """(pattern, tail) of a pattern protecting comps, else None."""
+        for k in range(1, len(comps) + 1):
+            p = self.fixed.get(comps[:k])
+            if p is not None and (k == len(comps) or p.tree):
+                return p, comps[k - 1:]
+        for p, r in self._tails(comps):
             n = len(p.comps)
-            for r in self._places(comps, p):
-                if (len(r) == n or (p.tree and len(r) > n)) and self._prefix(r, p, n):
-                    return p, r
+            if (len(r) == n or (p.tree and len(r) > n)) and self._prefix(r, p, n):
+                return p, r
         return None
 
     def ancestor(self, comps: tuple[str, ...]) -> Pattern | None:
         """A pattern that could protect something below comps."""
-        for p in self.patterns:
-            n = len(p.comps)
-            for r in self._places(comps, p):
-                if (len(r) < n and (r or p.git)) and self._prefix(r, p, len(r)):
-                    return p
+        if comps in self.fixed_above:
+            return next(p for c, p in self.fixed.items() if c[:len(comps)] == comps)
+        for p, r in self._tails(comps):
+            if len(r) < len(p.comps) and self._prefix(r, p, len(r)):
+                return p
         return None
 
     # -- verdicts: None (allowed), VET, or the reason for refusing

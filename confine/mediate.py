@@ -26,6 +26,7 @@ import array
 import ctypes
 import errno
 import os
+import queue
 import select
 import socket
 import stat
@@ -144,6 +145,20 @@ def broker_main(sock: socket.socket, guard=None) -> None:
                 except OSError:
                     pass
 
+    # Workers are reused (starting a thread costs more than most calls); a call
+    # that blocks (a FIFO opened for writing) holds only its own worker, since
+    # every request gets an idle worker reserved for it or a new one.
+    jobs: queue.SimpleQueue = queue.SimpleQueue()
+    idle = [0]
+    idle_lock = threading.Lock()
+
+    def worker() -> None:
+        while True:
+            body, fds = jobs.get()
+            handle(body, fds)
+            with idle_lock:
+                idle[0] += 1
+
     while True:
         try:
             body, fds, _, _ = socket.recv_fds(sock, DATA_CAP + 4096, 255)
@@ -151,7 +166,13 @@ def broker_main(sock: socket.socket, guard=None) -> None:
             os._exit(0)
         if not body:
             os._exit(0)
-        threading.Thread(target=handle, args=(body, fds), daemon=True).start()
+        with idle_lock:
+            spawn = idle[0] == 0
+            if not spawn:
+                idle[0] -= 1
+        jobs.put((body, fds))
+        if spawn:
+            threading.Thread(target=worker, daemon=True).start()
 
 
 # ------------------------------------------------------------ supervisor side

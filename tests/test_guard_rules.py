@@ -73,3 +73,14 @@ def test_negated_pattern_is_not_guarded():
     g = Guard(W, protect.compile_patterns(list(protect.DEFAULT_PATTERNS) + ["!.idea/"]))
     assert g.create(f"{W}/.idea/workspace.xml", "file") is None
     assert g.create(f"{W}/.vscode/tasks.json", "file") is not None
+
+
+def test_exact_paths_from_the_snapshot():
+    """Roots recorded at start (e.g. the workdir target of a protected symlink)
+    are guarded by exact path, whatever the patterns say."""
+    g = Guard(W, (), extra=[("githooks", True), ("tools/fsmonitor", False)])
+    assert g.create(f"{W}/githooks/pre-commit", "file") is not None
+    assert g.write(f"{W}/tools/fsmonitor", 9, 9) is not None
+    assert g.write(f"{W}/tools/other", 9, 9) is None
+    assert g.rename_to(f"{W}/tools") is not None          # would bring a new tools/fsmonitor
+    assert g.create(f"{W}/githooksx", "file") is None

@@ -371,3 +371,38 @@ def test_git_clone_of_a_repo_with_protected_files_reports_them(sandbox):
     assert os.path.isfile(os.path.join(sandbox.workdir, "dst/main.py")), p.stderr
     assert not os.path.exists(os.path.join(sandbox.workdir, "dst/.envrc"))
     assert "dst/.envrc: protected path (.envrc)" in p.stderr, p.stderr
+
+
+MOVE_IN_BODY = r'''
+import subprocess
+tmp = os.environ["TMPDIR"]
+R["same fs"] = os.stat(tmp).st_dev == os.stat(".").st_dev
+os.makedirs(tmp + "/proj/.git/hooks")
+for rel in ("proj/.envrc", "proj/main.py", "proj/.git/hooks/post-checkout"):
+    opened(tmp + "/" + rel, os.O_WRONLY | os.O_CREAT)
+attempt("rename dir in", lambda: os.rename(tmp + "/proj", "proj"))
+opened(tmp + "/plain", os.O_WRONLY | os.O_CREAT)
+attempt("rename file in", lambda: os.rename(tmp + "/plain", "plain"))
+R["mv"] = subprocess.run(["mv", tmp + "/proj", "proj"], capture_output=True).returncode
+os.makedirs(".git/mods/lib/hooks")
+opened(".git/mods/lib/hooks/pre-commit", os.O_WRONLY | os.O_CREAT)
+attempt("rename to .git/modules", lambda: os.rename(".git/mods", ".git/modules"))
+'''
+
+
+def test_a_directory_from_outside_is_moved_in_name_by_name(sandbox):
+    """rename(2) of a directory from the private tmp (same filesystem) into the
+    workdir would bring an unjudged .envrc: EXDEV, and mv copies name by name."""
+    p, r = sandbox.probe(MOVE_IN_BODY)
+    assert r is not None, p.stderr
+    assert r["same fs"] is True                      # otherwise the kernel alone says EXDEV
+    # (Landlock also answers EXDEV between two granted trees without the refer right;
+    # the broker's own rule holds where a profile grants refer.)
+    assert r["rename dir in"] == "EXDEV" and r["rename file in"] in ("ok", "EXDEV"), (r, p.stderr)
+    assert r["mv"] != 0                              # mv reports the files it could not copy
+    assert r["rename to .git/modules"] == "EACCES", (r, p.stderr)
+    wd = sandbox.workdir
+    assert os.path.isfile(os.path.join(wd, "proj/main.py"))
+    assert not os.path.exists(os.path.join(wd, "proj/.envrc"))
+    assert not os.path.exists(os.path.join(wd, "proj/.git/hooks/post-checkout"))
+    assert not os.path.exists(os.path.join(wd, ".git/modules"))
