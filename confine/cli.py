@@ -157,8 +157,9 @@ def _print_plan(d: dict) -> None:
         e(f"mount namespace: host read-only except {', '.join(nsd['writable'])}; private "
           f"{', '.join(nsd['private'])}; protected workdir paths read-only")
     else:
-        e("mount namespace: NONE (host not read-only; protected paths only checked at exit)")
+        e("mount namespace: NONE (host not read-only; existing protected paths not read-only)")
     e(f"pid namespace: {'yes (the agent sees only its own processes)' if nsd['pid'] else 'no'}")
+    e(f"protected names: {d['protected_names']}")
     us = d["unix_sockets"]
     e(f"unix sockets: {us['mechanism']}; allowed under {', '.join(us['allowed_under'])}")
     e("environment:")

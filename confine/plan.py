@@ -94,6 +94,10 @@ class Plan:
                 + (", landlock resolve_unix" if self.abi >= 9 else ""),
                 "allowed_under": self.unix_roots(),
             },
+            "protected_names": ("seccomp user notification: opens for writing, creat, truncate, "
+                                "mkdir, mknod, symlink, link and rename are judged by the name "
+                                "guard and performed by the broker" if self.unix_mediation
+                                else "none (new protected paths only checked at exit)"),
             "lsm": {"apparmor": self.lsm_apparmor, "selinux": self.lsm_selinux},
             "namespaces": {
                 "mount": self.mount_ns, "pid": self.pid_ns,
@@ -168,7 +172,8 @@ def _missing(policy: Policy, abi: int, sc_status: dict, as_root: bool = True) ->
     if not sc_status.get("filter"):
         out.append(Missing("seccomp", "seccomp filters are not available on this kernel"))
     elif not sc_status.get("user_notif"):
-        out.append(Missing("seccomp_notify", "seccomp user notification (mediates listen() on "
+        out.append(Missing("seccomp_notify", "seccomp user notification (refuses new protected "
+                           "workdir names while the agent runs; mediates listen() on "
                            "unbound TCP sockets" + (" and pathname unix sockets, as Landlock "
                            f"ABI {abi} < 9 cannot)" if abi < 9 else ")")
                            + " is not available on this kernel"))

@@ -25,9 +25,9 @@ GROUP_TITLES = dict(GROUPS)
 _NO_WRITE = ("remove the write grant that covers it (profile filesystem.write, --write): "
              "Landlock allows writes only under granted paths")
 _SECCOMP = "keep the default seccomp denial ({}) - do not list it in seccomp.unsafe_allow"
-_LATER = ("protect it inside the workdir (existing paths are read-only binds in the mount "
-          "namespace; new ones are quarantined at exit); review it before running git, direnv or "
-          "the editor")
+_LATER = ("keep it in the profile's protected: list (no !pattern) and run with seccomp user "
+          "notification, which refuses new protected names while the agent runs; review it "
+          "before running git, direnv or the editor")
 _UNIX = ("refuse pathname unix sockets outside the workdir: Landlock ABI 9 RESOLVE_UNIX or "
          "seccomp user-notification mediation; do not list it in unix_sockets.allow")
 
@@ -204,7 +204,7 @@ def render(r: dict, verbose: bool = False) -> str:
     lines.append(f"  profile {r.get('profile')}, workdir {r.get('workdir')}, agent "
                  f"{agent.get('user')} (uid {agent.get('uid')}), Landlock ABI "
                  f"{r.get('landlock_abi')}, unix sockets: {r.get('unix_sockets')}, "
-                 f"{r['seconds']:.1f} s")
+                 f"new protected names: {r.get('protected_names')}, {r['seconds']:.1f} s")
     for d in r.get("degraded", []):
         lines.append(f"  DEGRADED (not enforced): {d}")
     c = r["counts"]

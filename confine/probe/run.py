@@ -419,6 +419,8 @@ def probe(*, profile="default", workdir=None, read=(), write=(), env=(), user=No
         "landlock_abi": plan.abi,
         "unix_sockets": ("landlock resolve_unix" if plan.abi >= 9 else
                          "seccomp user notification" if plan.unix_mediation else "not mediated"),
+        "protected_names": ("refused while running (seccomp user notification)"
+                            if plan.unix_mediation else "checked at exit only"),
         "degraded": [f"{m.feature}: {m.detail}" for m in plan.missing] if not unconfined else [],
         "warnings": warnings,
         "python": python,
