@@ -266,7 +266,7 @@ class Broker:
                             links += 1
                             if links > MAXLINKS:
                                 raise _err(errno.ELOOP)
-                            path = os.readlink(base, dir_fd=pfd)
+                            path = os.readlink(b"", dir_fd=opath)   # the link judged
                             if own:
                                 os.close(dfd)
                             dfd, own, pfd = pfd, True, -1
@@ -276,7 +276,7 @@ class Broker:
                         # The very file judged, opened the way the agent asked (O_TRUNC,
                         # permissions, read-only mounts: the kernel's own order).
                         return os.open(f"/proc/self/fd/{opath}", (flags | os.O_CLOEXEC)
-                                       & ~(os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW))
+                                       & ~(os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW), mode)
                     finally:
                         os.close(opath)
                 finally:

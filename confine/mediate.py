@@ -416,7 +416,7 @@ class Mediator:
         if not self.files:
             return self._respond(nid, error=errno.ENOSYS)
         i32 = lambda v: ctypes.c_int32(v & 0xFFFFFFFF).value  # noqa: E731
-        cwd = fsbroker_AT_FDCWD
+        cwd = AT_FDCWD
         flags = mode = arg = 0
         target = b""
         if name == "open":
@@ -467,7 +467,7 @@ class Mediator:
                     index.append(-1)
                     continue
                 dfd = i32(dfd)
-                if dfd == fsbroker_AT_FDCWD:
+                if dfd == AT_FDCWD:
                     fds.append(os.open(f"/proc/{pid}/cwd", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC))
                 else:
                     fds.append(notify.pidfd_getfd(pidfd, dfd))
@@ -579,7 +579,7 @@ def _task_facts(tid: int) -> tuple[int, int, int]:
     return umask, tgid, nstid
 
 
-fsbroker_AT_FDCWD = -100
+AT_FDCWD = -100
 
 
 def _nr(name: str) -> int:

@@ -217,6 +217,11 @@ def umask_file():
     opened("u", os.O_WRONLY | os.O_CREAT, 0o666)
     return oct(stat.S_IMODE(os.stat("u").st_mode))
 attempt("umask file", umask_file)
+def tmpfile_mode():
+    fd = os.open(".", os.O_TMPFILE | os.O_WRONLY, 0o666)
+    m = oct(stat.S_IMODE(os.fstat(fd).st_mode)); os.close(fd)
+    return m
+attempt("umask tmpfile", tmpfile_mode)
 attempt("umask dir", lambda: (os.mkdir("ud", 0o777), oct(stat.S_IMODE(os.stat("ud").st_mode)))[-1])
 def raw_cloexec(flags):
     fd = libc.open(b"u", flags)
@@ -279,7 +284,7 @@ attempt("dev null", lambda: opened("/dev/null", os.O_WRONLY | os.O_CREAT | os.O_
 def test_mediated_calls_keep_the_kernel_semantics(sandbox):
     p, r = sandbox.probe(SEMANTICS_BODY)
     assert r is not None, p.stderr
-    want = {"umask file": "0o640", "umask dir": "0o750", "no cloexec": 0, "cloexec": 1,
+    want = {"umask file": "0o640", "umask tmpfile": "0o640", "umask dir": "0o750", "no cloexec": 0, "cloexec": 1,
             "lowest fd": "ok", "excl existing": "EEXIST", "nofollow link": "ELOOP",
             "trunc append": "xyz", "truncate()": "x", "dev fd pipe": "p", "thread-self": "t",
             "dirfd": "ok", "exchange": "ok", "noreplace": "EEXIST", "creat slash": "EISDIR",
@@ -296,15 +301,20 @@ os.mkdir(".claude")
 os.mkdir("p")
 os.symlink(".claude", "pl")
 stop = time.monotonic() + P["seconds"]
+opened("x", os.O_WRONLY | os.O_CREAT)
+os.symlink(".mcp.json", "xl")
 def swapper():
     while time.monotonic() < stop:
         sysc(316, -100, b"p", -100, b"pl", 2)      # RENAME_EXCHANGE: dir <-> symlink
+        sysc(316, -100, b"x", -100, b"xl", 2)      # file <-> symlink to a protected name
 def creator():
     while time.monotonic() < stop:
-        for n in ("p/settings.json", "p/commands"):
+        for n in ("p/settings.json", "p/commands", "x"):
             try:
                 if n.endswith("commands"):
                     os.mkdir(n); os.rmdir(n)
+                elif n == "x":
+                    opened(n, os.O_WRONLY | os.O_CREAT)
                 else:
                     opened(n, os.O_WRONLY | os.O_CREAT); os.unlink(n)
                 R["made"] = R.get("made", 0) + 1
@@ -313,7 +323,7 @@ def creator():
 ts = [threading.Thread(target=swapper), threading.Thread(target=creator),
       threading.Thread(target=creator)]
 [t.start() for t in ts]; [t.join() for t in ts]
-R["leak"] = sorted(os.listdir(".claude"))
+R["leak"] = sorted(os.listdir(".claude")) + [n for n in (".mcp.json",) if os.path.lexists(n)]
 '''
 
 
