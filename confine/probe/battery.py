@@ -1675,6 +1675,35 @@ def _l_agent():
                   + _nested(".mcp.json", ".claude/settings.json", ".claude/commands/x.md"))
 
 
+@attempt("later.symlink_trick", "write through a new symlink that names a protected file")
+def _l_symlink():
+    base = os.path.join(scratch(), "trick")
+    os.makedirs(base, exist_ok=True)
+    link = os.path.join(base, "innocent")
+    os.symlink(".envrc", link)
+    try:
+        with open(link, "w") as f:
+            f.write("# written by confine probe (harmless)\n")
+    except OSError as e:
+        return blocked(e.errno, by_guard(e.errno, os.path.join(base, ".envrc")))
+    return possible("created %s through the symlink %s" % (os.path.join(base, ".envrc"), link))
+
+
+@attempt("later.gitfile", "point git elsewhere with a .git file (gitdir: a prepared directory)")
+def _l_gitfile():
+    base = os.path.join(scratch(), "gitfile")
+    prep = os.path.join(base, "elsewhere", "hooks")
+    os.makedirs(prep, exist_ok=True)
+    os.makedirs(os.path.join(base, "repo"), exist_ok=True)
+    target = os.path.join(base, "repo", ".git")
+    try:
+        with open(target, "w") as f:
+            f.write("gitdir: %s\n" % os.path.dirname(prep))
+    except OSError as e:
+        return blocked(e.errno, by_guard(e.errno, target))
+    return possible("wrote %s pointing at %s" % (target, os.path.dirname(prep)))
+
+
 # ------------------------------------------------------------ main
 
 class _Timeout(Exception):

@@ -129,6 +129,8 @@ FIXES = {
     "later.editor": _LATER,
     "later.shell_rc": _LATER,
     "later.agent_config": _LATER,
+    "later.symlink_trick": _LATER,
+    "later.gitfile": _LATER,
 }
 
 

@@ -177,7 +177,8 @@ MECH_LANDLOCK = {
     "later.git_hooks": "protected-path guard", "later.git_config": "protected-path guard",
     "later.git_rename": "protected-path guard", "later.envrc": "protected-path guard",
     "later.editor": "protected-path guard", "later.shell_rc": "protected-path guard",
-    "later.agent_config": "protected-path guard",
+    "later.agent_config": "protected-path guard", "later.symlink_trick": "protected-path guard",
+    "later.gitfile": "protected-path guard",
 }
 # With every layer (the default), the namespaces answer first for some of them:
 # the read-only host view (EROFS), the private /dev/shm and the agent's own
