@@ -220,10 +220,15 @@ class Mediator:
                     except Exception:  # never let a bug resume the agent unchecked
                         self._respond(n.id, error=errno.EPERM)
                 else:
-                    if ev & select.POLLIN:
-                        self._broker_reply()
-                    elif ev & (select.POLLHUP | select.POLLERR):
+                    # Replies first; the hang-up comes with POLLIN too (recv gives 0
+                    # bytes), so it is handled once nothing is left to read.
+                    if ev & select.POLLIN and self._broker_reply():
+                        continue
+                    if ev & (select.POLLIN | select.POLLHUP | select.POLLERR):
                         poller.unregister(fd)
+                        self.warn("the broker is gone (killed?): from now on every mediated "
+                                  "call fails (opens for writing, creates, renames, unix "
+                                  "connects)")
                         for nid, _, err in self.pending.values():
                             self._respond(nid, error=err)
                         self.pending.clear()
@@ -234,19 +239,22 @@ class Mediator:
         except OSError:
             pass  # the agent's call was interrupted; nothing to answer
 
-    def _broker_reply(self) -> None:
+    def _broker_reply(self) -> bool:
+        """Handle one reply; False when the broker has hung up."""
         try:
             data, fds, _, _ = socket.recv_fds(self.broker, _REP.size + 4096, 1)
         except OSError:
-            return
+            return False
         try:
+            if not data:
+                return False
             if len(data) < _REP.size:
-                return
+                return True
             rid, ret, err = _REP.unpack_from(data)
             reason = data[_REP.size:].decode(errors="replace")
             got = self.pending.pop(rid, None)
             if got is None:
-                return
+                return True
             nid, cloexec, _ = got
             if reason:
                 self.stats["denied"] += 1
@@ -259,8 +267,9 @@ class Mediator:
                 except OSError as e:
                     if e.errno != errno.ENOENT:     # ENOENT: the call was interrupted
                         self._respond(nid, error=e.errno or errno.EIO)
-                return
+                return True
             self._respond(nid, val=ret if ret >= 0 else 0, error=err if ret < 0 else 0)
+            return True
         finally:
             for f in fds:
                 os.close(f)

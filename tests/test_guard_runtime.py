@@ -416,3 +416,37 @@ def test_a_directory_from_outside_is_moved_in_name_by_name(sandbox):
     assert not os.path.exists(os.path.join(wd, "proj/.envrc"))
     assert not os.path.exists(os.path.join(wd, "proj/.git/hooks/post-checkout"))
     assert not os.path.exists(os.path.join(wd, ".git/modules"))
+
+
+KILL_BROKER_BODY = r'''
+import signal
+me = os.getpid()
+broker = None
+for pid in os.listdir("/proc"):
+    if pid.isdigit() and int(pid) not in (1, me):
+        try:
+            if open("/proc/%s/status" % pid).read().find("Tgid:\t%s\n" % pid) >= 0 and \
+                    int(open("/proc/%s/stat" % pid).read().rsplit(")", 1)[1].split()[1]) == 1:
+                broker = int(pid)
+        except OSError:
+            pass
+attempt("before", lambda: opened("a", os.O_WRONLY | os.O_CREAT))
+R["found"] = broker is not None
+if broker:
+    os.kill(broker, signal.SIGKILL)
+    import time; time.sleep(0.3)
+attempt("after", lambda: opened("b", os.O_WRONLY | os.O_CREAT))
+attempt("envrc after", lambda: opened(".envrc", os.O_WRONLY | os.O_CREAT))
+attempt("read after", lambda: read_file("a"))
+'''
+
+
+def test_killing_the_broker_fails_closed(root_sandbox):
+    """The agent can signal the broker (same domain, same uid); then every
+    mediated call fails, none is let through."""
+    p, r = root_sandbox.probe(KILL_BROKER_BODY)
+    assert r is not None, p.stderr
+    assert r["found"] is True and r["before"] == "ok", (r, p.stderr)
+    assert r["after"] == "EIO" and r["envrc after"] == "EIO" and r["read after"] == "ok", r
+    assert "broker is gone" in p.stderr
+    assert not os.path.exists(os.path.join(root_sandbox.workdir, ".envrc"))
