@@ -150,14 +150,19 @@ class Guard:
 
     # -- verdicts: None (allowed), VET, or the reason for refusing
 
+    def _named(self, path: str) -> tuple[tuple[str, ...] | None, str | None]:
+        """(components below the workdir or None, a refusal every verdict shares)."""
+        comps = self.rel(path)
+        if comps and comps[-1].startswith(INTERNAL):
+            return comps, "a temporary name of confine's"
+        return comps, None
+
     def create(self, path: str, kind: str) -> str | None:
         """kind: file, dir, symlink, link, node."""
-        comps = self.rel(path)
-        if comps is None or not comps:
-            return None
+        comps, why = self._named(path)
+        if not comps or why:
+            return why
         name = comps[-1]
-        if name.startswith(INTERNAL):
-            return "a temporary name of confine's"
         if name == ".git" and kind != "dir":
             return "a .git file or link would point git at another directory"
         m = self.match(comps)
@@ -178,12 +183,9 @@ class Guard:
         return None
 
     def rename_to(self, path: str) -> str | None:
-        comps = self.rel(path)
-        if comps is None or not comps:
-            return None
-        name = comps[-1]
-        if name.startswith(INTERNAL):
-            return "a temporary name of confine's"
+        comps, why = self._named(path)
+        if not comps or why:
+            return why
         m = self.match(comps)
         if m is not None:
             p, r = m
