@@ -34,6 +34,10 @@ _NOT = Pattern("", ("",), False, True, False)
 INTERNAL = ".confine-vet-"     # the broker's temporary names
 
 
+def _folded(p: Pattern) -> Pattern:
+    return Pattern(p.text, tuple(c.casefold() for c in p.comps), p.tree, p.anchored, p.git)
+
+
 def _literal(rel: str, tree: bool) -> Pattern:
     esc = "/".join("".join("[" + c + "]" if c in "*?[" else c for c in comp)
                    for comp in rel.split("/"))
@@ -48,19 +52,22 @@ class Guard:
         (namespaces.reachable_paths); names are judged there too."""
         self.workdir = os.path.normpath(workdir)
         self.roots = tuple(dict.fromkeys([self.workdir] + [os.path.normpath(a) for a in aliases]))
-        pats = list(patterns)
+        # Names are compared case-folded: on a case-insensitive directory (ext4
+        # casefold, which the owner may switch on for an empty directory) `.ENVRC`
+        # is the `.envrc` direnv opens.
+        pats = [_folded(p) for p in patterns]
         # exact workdir paths (protected at start, symlink and gitdir targets,
         # hooksPath of trusted configs): looked up by prefix, not pattern by pattern
         self.fixed: dict[tuple[str, ...], Pattern] = {}
         self.fixed_above: set[tuple[str, ...]] = set()
         for rel, tree in extra:
-            comps = tuple(c for c in os.path.normpath(rel).split("/") if c)
+            comps = tuple(c.casefold() for c in os.path.normpath(rel).split("/") if c)
             if not comps or comps[0] == "..":
                 continue
             self.fixed[comps] = _literal("/".join(comps), tree or self.fixed.get(comps, _NOT).tree)
             self.fixed_above.update(comps[:k] for k in range(1, len(comps)))
         for hp in global_hooks:      # relative core.hooksPath: below every worktree
-            p = _literal(os.path.normpath(hp), True)
+            p = _folded(_literal(os.path.normpath(hp), True))
             pats.append(Pattern(p.text, p.comps, True, False, False))
         self.patterns = tuple(pats)
         self.inodes = frozenset(inodes)
@@ -69,14 +76,15 @@ class Guard:
     # -- paths
 
     def rel(self, path: str) -> tuple[str, ...] | None:
-        """Components below the workdir, () for the workdir, None if outside."""
+        """Components below the workdir (case-folded), () for the workdir, None
+        if outside."""
         path = os.path.normpath(path)
         for root in self.roots:
             if path == root:
                 return ()
             top = root.rstrip("/") + "/"
             if path.startswith(top):
-                return tuple(path[len(top):].split("/"))
+                return tuple(c.casefold() for c in path[len(top):].split("/"))
         return None
 
     def _git_tails(self, comps: tuple[str, ...], i: int):

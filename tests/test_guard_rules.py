@@ -28,6 +28,7 @@ def g():
     (".git", "file"), ("sub/.git", "symlink"), (".claude", "symlink"),
     ("tools/hooks/pre-commit", "file"), ("pkg/.githooks/pre-push", "file"),
     (".bashrc", "file"), (".profile", "link"), (".confine-vet-1234", "file"),
+    (".ENVRC", "file"), (".Git/Hooks/pre-commit", "file"), (".VSCode/tasks.json", "file"),
 ])
 def test_refused_creations(g, rel, kind):
     assert g.create(f"{W}/{rel}", kind) is not None
