@@ -45,6 +45,7 @@ QUIET = ("/run/nscd/socket", "/run/systemd/userdb/", "/run/systemd/resolve/io.sy
 # Largest payload copied for one mediated send: a stream socket gets a short
 # write (legal, callers loop), a datagram larger than this gets EMSGSIZE.
 DATA_CAP = 1 << 20
+MAX_REPORTED = 100
 _REQ = struct.Struct("<QBiiIi")      # id, op, flags, has_opath, namelen, nfds_passed
 _REP = struct.Struct("<Qqi")         # id, return value, errno
 
@@ -258,9 +259,7 @@ class Mediator:
             nid, cloexec, _ = got
             if reason:
                 self.stats["denied"] += 1
-                if reason not in self.denied:
-                    self.denied.add(reason)
-                    self.warn(f"denied: {reason}")
+                self._report(reason)
             if fds and ret >= 0:
                 try:
                     notify.addfd_send(self.fd, nid, fds[0], cloexec)
@@ -276,11 +275,21 @@ class Mediator:
 
     # -- decisions
 
+    def _report(self, what: str) -> None:
+        """Each distinct denial once; a flood (a checkout full of refused files)
+        is cut short rather than burying the terminal."""
+        if what in self.denied:
+            return
+        self.denied.add(what)
+        if len(self.denied) <= MAX_REPORTED:
+            self.warn(f"denied: {what}")
+        elif len(self.denied) == MAX_REPORTED + 1:
+            self.warn(f"more than {MAX_REPORTED} different denials: no more are shown")
+
     def _deny(self, nid: int, what: str, quiet: bool = False) -> None:
         self.stats["denied"] += 1
-        if what not in self.denied and not quiet:
-            self.denied.add(what)
-            self.warn(f"denied: {what}")
+        if not quiet:
+            self._report(what)
         self._respond(nid, error=errno.EACCES)
 
     def _address(self, pid: int, raw: bytes, nid: int):

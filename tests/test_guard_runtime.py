@@ -450,3 +450,14 @@ def test_killing_the_broker_fails_closed(root_sandbox):
     assert r["after"] == "EIO" and r["envrc after"] == "EIO" and r["read after"] == "ok", r
     assert "broker is gone" in p.stderr
     assert not os.path.exists(os.path.join(root_sandbox.workdir, ".envrc"))
+
+
+def test_a_flood_of_denials_is_cut_short(root_sandbox):
+    body = ('for i in range(150):\n'
+            '    os.mkdir("d%d" % i)\n'
+            '    attempt("e%d" % i, lambda i=i: opened("d%d/.envrc" % i, os.O_WRONLY | os.O_CREAT))\n')
+    p, r = root_sandbox.probe(body)
+    assert r is not None and set(r.values()) == {"EACCES"}, p.stderr
+    lines = p.stderr.splitlines()
+    assert sum(1 for ln in lines if ln.startswith("confine: denied: ")) == 100
+    assert "more than 100 different denials: no more are shown" in p.stderr
