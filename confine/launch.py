@@ -266,7 +266,7 @@ def run_plan(plan, *, build_ruleset, build_filter, mediation_roots=None,
         broker_sup, broker_child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         sync_r, sync_w = os.pipe2(os.O_CLOEXEC)
         med = {"sync_r": sync_r, "broker_fd": broker_child.detach(), "guard": guard,
-               "filter": seccomp.build_notify(files=guard is not None)}
+               "filter": seccomp.notify_program(seccomp.build_notify(files=guard is not None))}
     sigset = set(FORWARD) | {signal.SIGCHLD}
     # SIGCHLD is ignored by default, which could discard it before sigwaitinfo.
     old_chld = signal.signal(signal.SIGCHLD, lambda *_: None)

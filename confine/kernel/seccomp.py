@@ -539,6 +539,8 @@ X32_SYSCALL_BIT = 0x40000000
 SECCOMP_SET_MODE_FILTER = 1
 SECCOMP_GET_ACTION_AVAIL = 2
 SECCOMP_FILTER_FLAG_TSYNC = 1
+SECCOMP_FILTER_FLAG_NEW_LISTENER = 1 << 3
+SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV = 1 << 5
 _SECCOMP_NR = {"x86_64": 317, "aarch64": 277, "riscv64": 277}  # when libseccomp is absent
 
 
@@ -777,15 +779,52 @@ def build_notify(files: bool = False) -> "pyseccomp.SyscallFilter":
     return flt
 
 
-def load_notify(flt) -> int:
-    """Load in the child; returns the listener fd (libseccomp asks the kernel for
-    one because the filter has NOTIFY rules)."""
-    sc = _lib()
-    flt.load()
-    fd = sc._libseccomp.seccomp_notify_fd(flt._filter)
-    if fd < 0:
-        raise OSError(-fd, "seccomp_notify_fd")
-    return fd
+def notify_program(flt) -> bytes:
+    """The notifying filter as raw BPF, exported before the fork (so the child
+    needs neither a file nor libseccomp's loader for it)."""
+    r, w = os.pipe()
+    try:
+        with os.fdopen(w, "wb", closefd=False) as f:
+            flt.export_bpf(f)
+        os.close(w)
+        w = -1
+        out = b""
+        while True:
+            chunk = os.read(r, 65536)
+            if not chunk:
+                return out
+            out += chunk
+    finally:
+        os.close(r)
+        if w >= 0:
+            os.close(w)
+
+
+def load_notify(prog: bytes) -> int:
+    """Load in the child (no_new_privs already set); returns the listener fd.
+
+    WAIT_KILLABLE_RECV (Linux 5.19): once the supervisor has taken a
+    notification, only a fatal signal interrupts the waiting call. Without it a
+    signal arriving while the broker performs a mkdir or an O_EXCL create
+    restarts the call after it took effect (a spurious EEXIST), and a timer
+    faster than a mediated call starves it with endless restarts. Older
+    kernels: loaded without it."""
+    insns = (_SockFilter * (len(prog) // 8)).from_buffer_copy(prog)
+    fprog = _SockFprog(len(insns), insns)
+    nr = _seccomp_nr()
+    if nr is None:
+        raise OSError(_errno.ENOSYS, "seccomp(2) number unknown on this architecture")
+    err = _errno.EINVAL
+    for flags in (SECCOMP_FILTER_FLAG_NEW_LISTENER | SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV,
+                  SECCOMP_FILTER_FLAG_NEW_LISTENER):
+        fd = _libc.syscall(ctypes.c_long(nr), ctypes.c_long(SECCOMP_SET_MODE_FILTER),
+                           ctypes.c_long(flags), ctypes.byref(fprog))
+        if fd >= 0:
+            return fd
+        err = ctypes.get_errno()
+        if err != _errno.EINVAL:
+            break
+    raise OSError(err, f"seccomp(SET_MODE_FILTER, NEW_LISTENER): {os.strerror(err)}")
 
 
 def no_inet_rules() -> tuple[Rule, ...]:
