@@ -93,8 +93,6 @@ def broker_main(sock: socket.socket, guard=None) -> None:
         try:
             ret, err, reason, fd = files.handle(body, fds)
             reply(rid, ret, err, reason, fd)
-        except Exception:  # noqa: BLE001 - answer rather than leave the agent waiting
-            reply(rid, -1, errno.EIO)
         finally:
             for f in fds + ([fd] if fd is not None else []):
                 try:
@@ -156,7 +154,10 @@ def broker_main(sock: socket.socket, guard=None) -> None:
     def worker() -> None:
         while True:
             body, fds = jobs.get()
-            handle(body, fds)
+            try:
+                handle(body, fds)
+            except Exception:  # noqa: BLE001 - answer rather than leave the agent waiting
+                reply(struct.unpack_from("<Q", body)[0], -1, errno.EIO)
             with idle_lock:
                 idle[0] += 1
 
