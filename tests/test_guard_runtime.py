@@ -406,8 +406,8 @@ def test_a_directory_from_outside_is_moved_in_name_by_name(sandbox):
     p, r = sandbox.probe(MOVE_IN_BODY)
     assert r is not None, p.stderr
     assert r["same fs"] is True                      # otherwise the kernel alone says EXDEV
-    # (Landlock also answers EXDEV between two granted trees without the refer right;
-    # the broker's own rule holds where a profile grants refer.)
+    # (Landlock and separate mounts answer EXDEV first here; where they would not,
+    # the broker's own rule does: test_move_in_rule_where_landlock_allows_the_rename.)
     assert r["rename dir in"] == "EXDEV" and r["rename file in"] in ("ok", "EXDEV"), (r, p.stderr)
     assert r["mv"] != 0                              # mv reports the files it could not copy
     assert r["rename to .git/modules"] == "EACCES", (r, p.stderr)
@@ -491,3 +491,78 @@ def test_signals_neither_repeat_nor_starve_mediated_calls(root_sandbox):
     p, r = root_sandbox.probe(SIGNAL_BODY, timeout=120)
     assert r is not None, p.stderr
     assert r == {"errors": {}, "files": 600}, (r, p.stderr)
+
+
+def test_move_in_rule_where_landlock_allows_the_rename(confine_bin, test_user):
+    """A `write:` grant above the workdir and no mount namespace: Landlock and
+    the kernel let a rename from beside the workdir into it succeed (the file
+    control), so the EXDEV for a directory is the broker's own rule; without
+    it the directory's unjudged .envrc would land in the workdir."""
+    import shutil
+    import tempfile
+    from conftest import Sandbox, make_workdir
+    top = make_workdir(test_user)
+    wd, out = os.path.join(top, "wd"), os.path.join(top, "out")
+    for d in (wd, out):
+        os.mkdir(d)
+        os.chown(d, test_user.pw_uid, test_user.pw_gid)
+    prof = tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False)
+    prof.write(f"extends: default\nfilesystem:\n  write: [{top}]\n")
+    prof.close()
+    os.chmod(prof.name, 0o644)
+    try:
+        box = Sandbox("root", test_user, wd).without_namespaces()
+        body = (f'O = "{out}"\n'
+                'opened(O + "/f", os.O_WRONLY | os.O_CREAT)\n'
+                'os.mkdir(O + "/d"); opened(O + "/d/.envrc", os.O_WRONLY | os.O_CREAT)\n'
+                'attempt("file", lambda: os.rename(O + "/f", "f"))\n'
+                'attempt("dir", lambda: os.rename(O + "/d", "d"))\n')
+        p, r = box.probe(body, None, "-p", prof.name)
+        assert r == {"file": "ok", "dir": "EXDEV"}, (r, p.stderr)
+        assert not os.path.exists(os.path.join(wd, "d"))
+    finally:
+        os.unlink(prof.name)
+        shutil.rmtree(top, ignore_errors=True)
+
+
+def test_another_mount_of_the_workdir_is_guarded_too(confine_bin, test_user):
+    """The workdir also reachable through a bind mount elsewhere, no mount
+    namespace: Landlock rules follow inodes, so the other path is writable;
+    the guard judges names under every path to the workdir."""
+    import shutil
+    import tempfile
+    from conftest import Sandbox, make_workdir
+    wd = make_workdir(test_user)
+    alias = tempfile.mkdtemp(prefix="confine-alias-", dir="/tmp")
+    subprocess.run(["mount", "--bind", wd, alias], check=True)
+    try:
+        box = Sandbox("root", test_user, wd).without_namespaces()
+        body = (f'A = "{alias}"\n'
+                'attempt("plain", lambda: opened(A + "/plain", os.O_WRONLY | os.O_CREAT))\n'
+                'attempt("envrc", lambda: opened(A + "/.envrc", os.O_WRONLY | os.O_CREAT))\n')
+        p, r = box.probe(body)
+        assert r == {"plain": "ok", "envrc": "EACCES"}, (r, p.stderr)
+        assert not os.path.exists(os.path.join(wd, ".envrc"))
+    finally:
+        subprocess.run(["umount", alias])
+        os.rmdir(alias)
+        shutil.rmtree(wd, ignore_errors=True)
+
+
+def test_target_of_a_protected_symlink_is_guarded(sandbox):
+    """`.git/hooks -> ../githooks` existing at start, no mount namespace: the
+    snapshot records githooks/ as protected, and the guard refuses new hooks
+    there (a pattern alone would only see the name githooks)."""
+    wd = sandbox.workdir
+    env = {"PATH": "/usr/bin:/bin", "HOME": "/nonexistent", "GIT_CONFIG_NOSYSTEM": "1"}
+    subprocess.run(["git", "init", "-q", wd], check=True, env=env)
+    hooks = os.path.join(wd, ".git", "hooks")
+    subprocess.run(["rm", "-rf", hooks], check=True)
+    os.mkdir(os.path.join(wd, "githooks"))
+    os.symlink("../githooks", hooks)
+    subprocess.run(["chown", "-Rh", f"{sandbox.pw.pw_uid}:{sandbox.pw.pw_gid}", wd], check=True)
+    box = sandbox.without_namespaces()
+    p, r = box.probe('attempt("hook", lambda: opened("githooks/pre-commit", os.O_WRONLY | os.O_CREAT))\n'
+                     'attempt("plain", lambda: opened("plain", os.O_WRONLY | os.O_CREAT))')
+    assert r == {"hook": "EACCES", "plain": "ok"}, (r, p.stderr)
+    assert not os.path.exists(os.path.join(wd, "githooks", "pre-commit"))
