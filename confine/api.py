@@ -17,7 +17,7 @@ from .errors import ConfineError
 from .identity import resolve as resolve_identity
 from .kernel import landlock, seccomp
 from .policy import load as _load
-from .policy.load import is_under
+from .paths import is_under
 
 # A workdir at or above any of these would hand the agent the system.
 SYSTEM_DIRS = ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32",

@@ -35,7 +35,7 @@ from .errors import ConfineError
 from .identity import Identity, resolve as resolve_identity
 from .kernel import landlock
 from .policy import load as _load
-from .policy.load import is_under
+from .paths import is_under
 from .policy.secrets import HOME_SECRETS
 
 HOME_ENV = "CONFINE_AUDIT_HOME"

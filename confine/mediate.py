@@ -36,7 +36,7 @@ import threading
 
 from . import fsbroker
 from .kernel import notify
-from .policy.load import is_under
+from .paths import is_under
 
 OP_CONNECT, OP_SENDTO, OP_SENDMSG = 1, 2, 3
 # glibc probes these on every user or host lookup and falls back by itself;
@@ -606,10 +606,10 @@ def _nr(name: str) -> int:
     return seccomp.syscall_number(name)
 
 
-NR = {n: _nr(n) for n in ("connect", "sendto", "sendmsg", "listen")}
-FILE_CALLS = ("open", "creat", "openat", "truncate", "mkdir", "mkdirat", "mknod", "mknodat",
-              "symlink", "symlinkat", "link", "linkat", "rename", "renameat", "renameat2")
+from .kernel.seccomp import FILE_CALLS, OPEN_CALLS, SOCKET_CALLS  # noqa: E402
+
+NR = {n: _nr(n) for n in SOCKET_CALLS}
 FS_NR = {}
-for _n in FILE_CALLS:
+for _n in tuple(OPEN_CALLS) + FILE_CALLS:
     if _nr(_n) is not None:      # aarch64 has only the *at calls
         FS_NR[_nr(_n)] = _n

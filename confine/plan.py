@@ -182,7 +182,7 @@ def _missing(policy: Policy, abi: int, sc_status: dict, as_root: bool = True) ->
 
 def _drop_covered(rules):
     """A rule beneath another rule that already grants all its rights adds nothing."""
-    from .policy.load import is_under
+    from .paths import is_under
     out = []
     for i, (p, r, w) in enumerate(rules):
         if any(j != i and is_under(p, q) and (r & ~r2) == 0 and (p != q or j < i)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 
+from ..paths import is_under
 from . import namespaces as ns
 from .namespaces import (MS_BIND, MS_NOATIME, MS_NODEV, MS_NODIRATIME, MS_NOEXEC, MS_NOSUID,
                          MS_RDONLY, MS_REC, MS_RELATIME, MS_REMOUNT, MS_STRICTATIME)
@@ -59,16 +60,12 @@ def _mounts() -> list[tuple[str, str]]:
     return out
 
 
-def _under(p: str, root: str) -> bool:
-    return p == root or p.startswith(root.rstrip("/") + "/")
-
-
 def readonly_except(writable: list[str]) -> list[str]:
     """Returns the mount points left writable (for --dry-run-like reporting)."""
     for w in writable:
         _mnt(w, w, None, MS_BIND | MS_REC, None, f"bind {w} read-write")
     for mp, fstype in sorted(set(_mounts()), key=lambda m: len(m[0])):
-        if any(_under(mp, w) for w in writable):
+        if any(is_under(mp, w) for w in writable):
             continue
         try:
             flags = _keep_flags(mp)

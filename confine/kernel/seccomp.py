@@ -740,14 +740,16 @@ def status() -> dict:
 
 # --- the unix-socket notifier (Landlock ABI < 9) ---------------------------------
 
-NOTIFY_SYSCALLS = ("connect", "sendto (with an address)", "sendmsg", "listen")
-
-
+# The one list of mediated calls: the filter below notifies exactly these, and
+# the supervisor decodes exactly these.
+SOCKET_CALLS = ("connect", "sendto", "sendmsg", "listen")   # sendto only with an address
 # Calls that can make a name appear (or write a file) in the workdir: the broker
 # performs them after the guard judged the name (fsbroker.py, guard.py).
 FILE_CALLS = ("creat", "truncate", "mkdir", "mkdirat", "mknod", "mknodat", "symlink",
               "symlinkat", "link", "linkat", "rename", "renameat", "renameat2")
-# open/openat: only with one of these flags; read-only opens run at full speed.
+# open/openat: only with one of these flags (argument OPEN_CALLS[name]); read-only
+# opens run at full speed.
+OPEN_CALLS = {"open": 1, "openat": 2}
 _O_WRITE_BITS = (0o1, 0o2, 0o100, 0o1000, 0o20000000)   # WRONLY RDWR CREAT TRUNC __O_TMPFILE
 
 
@@ -764,16 +766,17 @@ def build_notify(files: bool = False) -> "pyseccomp.SyscallFilter":
         for name in FILE_CALLS:
             if syscall_number(name) is not None:
                 flt.add_rule(sc.NOTIFY, name)
-        for name, arg in (("open", 1), ("openat", 2)):
+        for name, arg in OPEN_CALLS.items():
             if syscall_number(name) is None:
                 continue
             for bit in _O_WRITE_BITS:
                 flt.add_rule(sc.NOTIFY, name, sc.Arg(arg, sc.MASKED_EQ, bit, bit))
         flt.add_rule(sc.ERRNO(_errno.ENOSYS), "openat2")
-    flt.add_rule(sc.NOTIFY, "connect")
-    flt.add_rule(sc.NOTIFY, "sendto", sc.Arg(4, sc.NE, 0))
-    flt.add_rule(sc.NOTIFY, "sendmsg")
-    flt.add_rule(sc.NOTIFY, "listen")
+    for name in SOCKET_CALLS:
+        if name == "sendto":
+            flt.add_rule(sc.NOTIFY, name, sc.Arg(4, sc.NE, 0))
+        else:
+            flt.add_rule(sc.NOTIFY, name)
     # Each message of sendmmsg may carry an address; not mediated, so refused.
     flt.add_rule(sc.ERRNO(_errno.EPERM), "sendmmsg")
     return flt

@@ -15,6 +15,7 @@ from pathlib import Path
 import yaml
 
 from ..errors import ProfileError
+from ..paths import is_under
 from . import secrets
 from .model import Env, Network, PathGrant, Policy, Scope, Seccomp
 
@@ -341,10 +342,6 @@ def load(ref: str, *, workdir: str, home: str, tmp: str,
         scope=Scope(signals=scope.get("signals", Item(True, "")).value,
                     abstract_unix=scope.get("abstract_unix", Item(True, "")).value),
     )
-
-
-def is_under(path: str, root: str) -> bool:
-    return path == root or path.startswith(root.rstrip("/") + "/")
 
 
 def _check_not_secret(grants, deny):
