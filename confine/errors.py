@@ -17,3 +17,9 @@ class CommandNotFound(ConfineError):
 
 class CommandNotExecutable(ConfineError):
     status = 126
+
+
+def default_warn(msg: str) -> None:
+    """The one default report sink: one `confine:` line on stderr."""
+    import sys
+    print(f"confine: {msg}", file=sys.stderr, flush=True)

@@ -154,7 +154,7 @@ def _resolver() -> str | None:
 
 
 def _real_sockets(uid: int, home: str) -> dict[str, list[str]]:
-    from .. import audit
+    from . import audit
     found = audit.sockets_by_category(uid, home)
     return {"runtime": found.get("runtime", []), "ssh_agent": found.get("ssh", []),
             "dbus": found.get("dbus", []), "multiplexer": found.get("multiplexer", [])}
@@ -288,7 +288,7 @@ class Targets:
                 pass
         for d in (self.dir, self.suid_dir, os.path.join(self.workdir, self.scratch)):
             if d and os.path.lexists(d):
-                api._rmtree(d)
+                api.remove_tree(d)
 
 
 def _slurp(fd: int) -> str:
@@ -362,11 +362,10 @@ def probe(*, profile="default", workdir=None, read=(), write=(), env=(), user=No
                 force_workdir=force_workdir)
     # The same preparation `confine exec` makes, for the facts the battery and
     # the report need (identity, rules, ABI); the run below prepares again.
-    plan = api.prepare([python], **opts)
-    api._rmtree(plan.policy.tmp)
+    plan = api.prepare([python], protect=False, **opts)
     warnings: list[str] = []
     if not unconfined:
-        api.enforce_or_refuse(plan, allow_degraded, warn=lambda m: None)
+        api.refuse_missing(plan, allow_degraded, warn=lambda m: None)
     ident = plan.identity
     wd = plan.policy.workdir
     chown = os.geteuid() == 0 and ident.uid != 0
@@ -431,7 +430,7 @@ def probe(*, profile="default", workdir=None, read=(), write=(), env=(), user=No
     return report.build(meta, data, status, err, time.monotonic() - t0)
 
 
-from ..check import _read  # noqa: E402  (one reader of /proc and /sys files)
+from .check import _read  # noqa: E402  (one reader of /proc and /sys files)
 
 
 __all__ = ["probe", "battery_source", "UNCONFINED_ENV"]

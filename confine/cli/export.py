@@ -11,7 +11,7 @@ import click
 
 from ..errors import ConfineError
 from ..policy import load as _load
-from . import apparmor, k8s, oci, selinux, source, systemd
+from ..export import apparmor, k8s, oci, selinux, source, systemd
 
 _profile = click.option("-p", "--profile", default="default", show_default=True,
                         metavar="NAME|FILE", help="Built-in profile name or a YAML file.")

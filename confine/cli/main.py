@@ -9,9 +9,10 @@ import sys
 
 import click
 
-from . import api, check as _check
-from .errors import ConfineError
-from .policy import load as _load
+from .. import api
+from ..errors import ConfineError
+from ..policy import load as _load
+from ..probe import check as _check
 
 
 def _fail(e: ConfineError):
@@ -98,13 +99,10 @@ def exec_(profile, workdir, read_, write, env, user, allow_degraded, degrade, fo
         plan = api.prepare(list(command), profile=profile, workdir=workdir, read=read_,
                            write=write, env=env, user=user, force_workdir=force_workdir,
                            apparmor=apparmor, selinux_context=selinux_context)
-        try:
-            if as_json:
-                click.echo(json.dumps(plan.to_dict(), indent=2))
-            else:
-                _print_plan(plan.to_dict())
-        finally:
-            api._rmtree(plan.policy.tmp)
+        if as_json:
+            click.echo(json.dumps(plan.to_dict(), indent=2))
+        else:
+            _print_plan(plan.to_dict())
         return
     if as_json:
         raise ConfineError("--json only applies to --dry-run")
@@ -124,9 +122,11 @@ def _print_plan(d: dict) -> None:
     e(f"tmpdir:   {d['tmpdir']} (private, removed afterwards)")
     e(f"identity: {ident['user']} uid={ident['uid']} gid={ident['gid']}, no supplementary groups"
       + (f" (dropping {ident['dropped_groups']})" if ident['dropped_groups'] else ""))
-    e("steps:")
+    e("steps (the child runs these, in this order):")
     for i, s in enumerate(d["steps"], 1):
-        e(f"  {i}. {s}")
+        extra = {k: v for k, v in s.items() if k not in ("name", "does")}
+        e(f"  {i:2}. {s['name']}: {s['does']}"
+          + (f"  {json.dumps(extra)}" if extra and s["name"] not in ("exec",) else ""))
     ll = d["landlock"]
     e(f"landlock: ABI {ll['abi']}, handles fs={len(ll['handled_fs'])} rights, "
       f"net={','.join(ll['handled_net']) or '-'}, scoped={','.join(ll['scoped']) or '-'}")
@@ -152,6 +152,12 @@ def _print_plan(d: dict) -> None:
     for g, ent in groups.items():
         subs = f" [{', '.join(ent['subs'])}]" if ent["subs"] else ""
         e(f"  {g}: {', '.join(sorted(ent['syscalls']))}{subs} -> {'/'.join(sorted(ent['errnos']))}")
+    pp = d.get("protected_paths")
+    if pp:
+        e(f"protected paths: {len(pp['protected'])} in {len(pp['git_directories'])} git "
+          f"directories; read-only binds: {', '.join(pp['read_only_binds']) or '-'}")
+        for g in pp["guard_only"]:
+            e(f"  {g['path']}: no read-only bind ({g['reason']}); guarded by name")
     nsd = d["namespaces"]
     if nsd["mount"]:
         e(f"mount namespace: host read-only except {', '.join(nsd['writable'])}; private "
@@ -251,8 +257,9 @@ def profile_validate(file):
     click.echo(f"{file}: valid")
 
 
-from .export.command import export as _export  # noqa: E402
-from .probe.command import audit as _audit, probe as _probe  # noqa: E402
+from .export import export as _export  # noqa: E402
+from .probe import audit as _audit  # noqa: E402
+from .probe import probe as _probe  # noqa: E402
 
 cli.add_command(_probe)
 cli.add_command(_audit)

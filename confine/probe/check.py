@@ -4,10 +4,10 @@ from __future__ import annotations
 import os
 import tempfile
 
-from . import plan as _plan
-from .errors import ConfineError
-from .kernel import landlock, seccomp
-from .policy import load as _load
+from .. import plan as _plan
+from ..errors import ConfineError
+from ..kernel import landlock, seccomp
+from ..policy import load as _load
 
 
 def _read(path: str) -> str | None:
@@ -50,13 +50,12 @@ def host() -> dict:
 
 def profiles() -> list[dict]:
     out = []
-    abi = landlock.kernel_abi()
-    sc = seccomp.status()
+    facts = _plan.HostFacts.read(os.geteuid() == 0)
     with tempfile.TemporaryDirectory(prefix="confine-check-") as wd:
         for name in _load.builtin_names():
             try:
                 pol = _load.load(name, workdir=wd, home=os.path.expanduser("~"), tmp=wd)
-                missing = _plan._missing(pol, abi, sc, os.geteuid() == 0)
+                missing = _plan.missing_features(pol, facts, os.geteuid() == 0)
                 out.append({"profile": name, "enforceable": not missing,
                             "missing": [{"feature": m.feature, "detail": m.detail}
                                         for m in missing]})

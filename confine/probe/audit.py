@@ -28,15 +28,17 @@ import stat
 import tempfile
 import threading
 
-from . import api, check as _check
-from . import env as _env
-from . import plan as _plan
-from .errors import ConfineError
-from .identity import Identity, resolve as resolve_identity
-from .kernel import landlock
-from .policy import load as _load
-from .paths import is_under
-from .policy.secrets import HOME_SECRETS
+from .. import api
+from .. import plan as _plan
+from ..errors import ConfineError
+from ..kernel import landlock
+from ..paths import is_under
+from ..plan import env as _env
+from ..plan.identity import Identity
+from ..plan.identity import resolve as resolve_identity
+from ..policy import load as _load
+from ..policy.secrets import HOME_SECRETS
+from . import check as _check
 
 HOME_ENV = "CONFINE_AUDIT_HOME"
 SOCKET_DIRS_ENV = "CONFINE_AUDIT_SOCKET_DIRS"
@@ -567,7 +569,8 @@ def audit(*, profile="default", workdir=None, home=None, socket_dirs_=None, user
         ident = _identity(wd, user)
         home = os.path.realpath(home or os.environ.get(HOME_ENV) or ident.home)
         policy = _load.load(profile, workdir=wd, home=home, tmp=tmp)
-        plan = _plan.compile(policy, ["true"], ident, parent_env=dict(os.environ))
+        plan = _plan.compile(policy, ["true"], ident, _plan.HostFacts.read(os.geteuid() == 0),
+                             parent_env=dict(os.environ))
         launch_root = os.geteuid() == 0
         gids = {ident.gid} if ident.switch else set(os.getgroups()) | {os.getegid()}
         host = _check.host()
@@ -582,9 +585,9 @@ def audit(*, profile="default", workdir=None, home=None, socket_dirs_=None, user
         t.join(1.0)
         findings += _metadata(plan, meta_res)
     finally:
-        api._rmtree(tmp)
+        api.remove_tree(tmp)
         if tmpwd:
-            api._rmtree(tmpwd)
+            api.remove_tree(tmpwd)
     open_ = [f for f in findings if f["blocked"] is False]
     counts = {"findings": len(findings), "not_blocked": len(open_),
               "blocked": sum(1 for f in findings if f["blocked"] is True),

@@ -5,7 +5,7 @@ import os
 import pwd
 from dataclasses import dataclass, field
 
-from .errors import ConfineError
+from ..errors import ConfineError
 
 
 @dataclass(frozen=True)

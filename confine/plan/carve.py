@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import stat
 
-from .paths import is_under
+from ..paths import is_under
 
 
 def carve(path: str, denied: list[str]) -> tuple[list[str], list[str]]:

@@ -1,4 +1,4 @@
-"""click commands `probe` and `audit`, registered by cli.py with add_command.
+"""click commands `probe` and `audit`, registered by cli/main.py with add_command.
 
 Exit codes: 0 nothing possible (probe) / nothing unblocked (audit); 1 otherwise;
 125 confine's own errors (raised as ConfineError, mapped by cli.main).
@@ -54,8 +54,9 @@ def probe(profile, workdir, read_, write, env, user, allow_degraded, force_workd
     1 otherwise, 125 for confine's own errors.
     """
     import re
-    from . import report as _report
-    from .run import battery_source, probe as run_probe
+    from ..probe import report as _report
+    from ..probe.run import battery_source
+    from ..probe.run import probe as run_probe
     groups = {g for g, _ in _report.GROUPS}
     ids = set(re.findall(r'^@attempt\("([a-z0-9_.]+)"', battery_source(), re.M))
     for o in only:
@@ -97,7 +98,7 @@ def audit(profile, workdir, user, home, socket_dirs, as_json):
     something is not blocked, 125 for confine's own errors.
     """
     import os
-    from .. import audit as _audit
+    from ..probe import audit as _audit
     if home is not None and not os.path.isdir(home):
         raise ConfineError(f"--home {home}: not a directory")
     for d in socket_dirs:
@@ -110,17 +111,3 @@ def audit(profile, workdir, user, home, socket_dirs, as_json):
     else:
         click.echo(_audit.render(r))
     sys.exit(r["exit_status"])
-
-
-def main(argv=None):
-    """`python -m confine.probe.command probe|audit ...`: the same commands and exit
-    codes as `confine probe|audit`, for use before cli.py registers them."""
-    from .. import cli as _cli
-    for cmd in (probe, audit):
-        if cmd.name not in _cli.cli.commands:
-            _cli.cli.add_command(cmd)
-    _cli.main(argv)
-
-
-if __name__ == "__main__":
-    main()

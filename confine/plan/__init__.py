@@ -1,0 +1,6 @@
+"""Policy + identity + host facts -> a frozen Plan (see compile.py)."""
+from .compile import Lsm, Missing, Plan, Protected, Step, compile, missing_features
+from .host import HostFacts
+
+__all__ = ["HostFacts", "Lsm", "Missing", "Plan", "Protected", "Step", "compile",
+           "missing_features"]

@@ -1,0 +1,300 @@
+"""Policy + identity + host facts -> Plan: everything the child will do, decided up front.
+
+`compile` is pure in the sense that matters for a security tool: it reads no
+environment variable and probes no kernel feature (both arrive as arguments:
+`parent_env`, `HostFacts`), forks nothing and changes nothing; it only stats
+the paths the policy names (carve-outs and file-vs-directory rules need that).
+
+The plan's `steps` is the list the child executes, in order (runtime/child.py
+has one function per step name) and the list `--dry-run` prints. Anything the
+policy asks for that this host cannot enforce is listed in `missing`; the
+runtime refuses to run while that list is non-empty, unless the caller
+accepted the missing features by name.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from landlockpy import AccessFS, AccessNet, Scope
+
+from ..kernel import caps, landlock, seccomp
+from ..paths import is_under
+from ..policy.model import Policy
+from . import carve as _carve
+from . import env as _env
+from . import features
+from .host import HostFacts
+from .identity import Identity
+
+
+@dataclass(frozen=True)
+class Missing:
+    feature: str
+    detail: str
+
+
+@dataclass(frozen=True)
+class Step:
+    """One thing the child does between fork and exec. `params` is for people
+    and machines reading the plan; the step's function reads the Plan itself."""
+    name: str
+    does: str
+    params: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "does": self.does, **dict(self.params)}
+
+
+@dataclass(frozen=True)
+class Protected:
+    """What the protected-paths snapshot contributes to the plan (runtime input)."""
+    mount_plan: Any                      # kernel.namespaces.Plan: binds made in the child
+    description: Mapping[str, Any]       # Snapshot.describe(), for --dry-run
+    guard: bool                          # the name guard judges new names while the agent runs
+
+
+@dataclass(frozen=True)
+class Lsm:
+    apparmor: str | None = None          # AppArmor profile to enter at exec (validated by caller)
+    selinux: str | None = None           # full SELinux context to enter at exec
+
+
+@dataclass(frozen=True)
+class Plan:
+    policy: Policy
+    argv: tuple[str, ...]
+    identity: Identity
+    env: Mapping[str, str]
+    abi: int
+    handled_fs: AccessFS
+    handled_net: AccessNet
+    scoped: Scope
+    path_rules: tuple[tuple[str, AccessFS, str], ...]     # (path, rights, why)
+    port_rules: tuple[tuple[int, AccessNet], ...]
+    seccomp_rules: tuple[Any, ...]
+    seccomp_extra: tuple[Any, ...]       # a second filter (libseccomp cannot merge them)
+    missing: tuple[Missing, ...]
+    notes: tuple[str, ...]
+    carved: tuple[str, ...]
+    unix_mediation: bool                 # seccomp-notify mediation of connect/send/listen
+    file_mediation: bool                 # ... and of file calls that can make protected names
+    mount_ns: bool                       # private mount namespace: read-only host, own shm/pts
+    pid_ns: bool                         # own pid namespace and /proc (needs mount_ns)
+    lsm: Lsm
+    writable_binds: tuple[str, ...]      # stay writable in the read-only host view
+    child_rules: tuple[tuple[str, AccessFS], ...]   # Landlock rules added after the mounts
+    protected: Protected | None
+    steps: tuple[Step, ...] = ()
+
+    @property
+    def lsm_apparmor(self) -> str | None:
+        return self.lsm.apparmor
+
+    @property
+    def lsm_selinux(self) -> str | None:
+        return self.lsm.selinux
+
+    def unix_roots(self) -> list[str]:
+        """Where pathname unix sockets may be connected: workdir, tmp, profile allows."""
+        return [self.policy.workdir, self.policy.tmp] + [g.path for g in self.policy.unix_sockets]
+
+    def writable_paths(self) -> list[str]:
+        """What stays writable in the read-only host view, as shown to people."""
+        first = [self.policy.workdir, self.policy.tmp]
+        return first + [p for p in self.writable_binds if p not in first]
+
+    def step_names(self) -> list[str]:
+        return [s.name for s in self.steps]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "command": list(self.argv),
+            "profile": self.policy.name,
+            "sources": list(self.policy.sources),
+            "workdir": self.policy.workdir,
+            "tmpdir": self.policy.tmp,
+            "steps": [s.to_dict() for s in self.steps],
+            "identity": self.identity.to_dict(),
+            "environment": dict(self.env),
+            "landlock": {
+                "abi": self.abi,
+                "handled_fs": landlock.names(self.handled_fs),
+                "handled_net": landlock.names(self.handled_net),
+                "scoped": landlock.names(self.scoped),
+                "rules": [{"path": p, "access": landlock.names(a), "why": w}
+                          for p, a, w in self.path_rules],
+                "tcp_ports": [{"port": p, "access": landlock.names(a)} for p, a in self.port_rules],
+                "carved_out": list(self.carved),
+                "secrets": sorted({d.path for d in self.policy.deny}),
+            },
+            "seccomp": seccomp.describe(self.seccomp_rules + self.seccomp_extra),
+            "unix_sockets": {
+                "mechanism": ("seccomp user notification (connect, sendto, sendmsg, listen mediated)"
+                              if self.unix_mediation else "none")
+                + (", landlock resolve_unix" if self.abi >= 9 else ""),
+                "allowed_under": self.unix_roots(),
+            },
+            "protected_names": ("seccomp user notification: opens for writing, creat, truncate, "
+                                "mkdir, mknod, symlink, link and rename are judged by the name "
+                                "guard and performed by the broker" if self.file_mediation
+                                else "none (new protected paths only checked at exit)"),
+            "protected_paths": (dict(self.protected.description)
+                                if self.protected is not None else None),
+            "lsm": {"apparmor": self.lsm.apparmor, "selinux": self.lsm.selinux},
+            "namespaces": {
+                "mount": self.mount_ns, "pid": self.pid_ns,
+                "writable": self.writable_paths() if self.mount_ns else None,
+                "private": ["/dev/shm", "/dev/pts", "/proc"] if self.mount_ns else [],
+            },
+            "missing": [{"feature": m.feature, "detail": m.detail} for m in self.missing],
+            "notes": list(self.notes),
+        }
+
+
+def missing_features(policy: Policy, host: HostFacts, as_root: bool = True) -> list[Missing]:
+    """Every protection the policy needs that this host lacks (features.FEATURES)."""
+    out = []
+    if not host.namespaces:
+        out.append(Missing("mount_namespace", features.get("mount_namespace").protects
+                           + " could not be created"
+                           + ("" if as_root else " (unprivileged user namespaces are disabled "
+                              "or restricted, e.g. by AppArmor)")))
+    needed = ["landlock", "landlock.truncate", "landlock.ioctl_dev"]
+    if policy.network.connect_tcp or policy.network.bind_tcp:
+        # no port granted: seccomp refuses IPv4/IPv6 sockets instead (no_inet_rules)
+        needed.append("landlock.net_tcp")
+    if policy.scope.signals:
+        needed.append("landlock.scope_signal")
+    if policy.scope.abstract_unix:
+        needed.append("landlock.scope_abstract_unix")
+    abi = host.landlock_abi
+    for f in sorted((features.get(n) for n in needed), key=lambda f: (f.min_abi or 0, f.name)):
+        if f.min_abi is not None and abi < f.min_abi:
+            have = f"ABI {abi}" if abi else "no Landlock"
+            out.append(Missing(f.name, f"{f.protects} needs Landlock ABI {f.min_abi}; "
+                               f"this kernel has {have}"))
+    if not host.seccomp_filter:
+        out.append(Missing("seccomp", "seccomp filters are not available on this kernel"))
+    elif not host.seccomp_user_notif:
+        out.append(Missing("seccomp_notify", "seccomp user notification (refuses new protected "
+                           "workdir names while the agent runs; mediates listen() on "
+                           "unbound TCP sockets" + (" and pathname unix sockets, as Landlock "
+                           f"ABI {abi} < 9 cannot)" if abi < 9 else ")")
+                           + " is not available on this kernel"))
+    return out
+
+
+def _drop_covered(rules: list[tuple[str, AccessFS, str]]) -> list[tuple[str, AccessFS, str]]:
+    """A rule beneath another rule that already grants all its rights adds nothing."""
+    out = []
+    for i, (p, r, w) in enumerate(rules):
+        if any(j != i and is_under(p, q) and (r & ~r2) == 0 and (p != q or j < i)
+               for j, (q, r2, _) in enumerate(rules)):
+            continue
+        out.append((p, r, w))
+    return out
+
+
+def compile(policy: Policy, argv: Sequence[str], identity: Identity, host: HostFacts, *,
+            parent_env: Mapping[str, str], cli_env: Sequence[str] = (),
+            lsm: Lsm = Lsm(), protected: Protected | None = None) -> Plan:
+    abi = host.landlock_abi
+    handled_fs = landlock.fs_rights(abi)
+    handled_net = landlock.net_rights(abi) & (AccessNet.BIND_TCP | AccessNet.CONNECT_TCP
+                                              | AccessNet.BIND_UDP | AccessNet.CONNECT_SEND_UDP)
+    scoped = landlock.scopes(abi)
+    if not policy.scope.signals:
+        scoped &= ~Scope.SIGNAL
+    if not policy.scope.abstract_unix:
+        scoped &= ~Scope.ABSTRACT_UNIX_SOCKET
+
+    denied = sorted({d.path for d in policy.deny})
+    rules: list[tuple[str, AccessFS, str]] = []
+    carved: list[str] = []
+    for grants, rights, kind in ((policy.read, landlock.READ, "read"),
+                                 (policy.write, landlock.WRITE, "write"),
+                                 (policy.devices, landlock.DEVICE, "device"),
+                                 (tuple(g for g in policy.unix_sockets if os.path.exists(g.path)),
+                                  AccessFS.RESOLVE_UNIX, "unix socket")):
+        for g in grants:
+            paths, c = _carve.carve(g.path, denied)
+            carved += c
+            for p in paths:
+                r = rights & handled_fs
+                if not os.path.isdir(p):
+                    r &= landlock.FILE_RIGHTS
+                if r:
+                    rules.append((p, r, f"{kind} ({g.source})"))
+    rules = _drop_covered(rules)
+    ports = [(p, AccessNet.CONNECT_TCP) for p in policy.network.connect_tcp]
+    ports += [(p, AccessNet.BIND_TCP) for p in policy.network.bind_tcp]
+    ports = [(p, a & handled_net) for p, a in ports if a & handled_net]
+
+    fixed = {"HOME": identity.home, "TMPDIR": policy.tmp, "USER": identity.user,
+             "LOGNAME": identity.user}
+    env, env_notes = _env.build(dict(parent_env), passthrough=policy.env.passthrough,
+                                profile_set=policy.env.set, cli=cli_env, fixed=fixed)
+    notes = list(env_notes) + list(identity.notes)
+    if not identity.started_as_root:
+        notes.append(caps.BOUNDING_SET_NOTE)
+    if abi < 9:
+        notes.append("pathname unix sockets: connect/sendto/sendmsg are mediated by the supervisor "
+                     f"(Landlock ABI {abi} < 9 has no RESOLVE_UNIX); sendmmsg is refused")
+    notes.append("listen() on a TCP socket without a bound port is refused (it would pick a "
+                 "port without Landlock's BIND_TCP check)")
+    if policy.network.connect_tcp:
+        notes.append("outbound TCP allowed to ANY host on ports "
+                     + ", ".join(map(str, policy.network.connect_tcp))
+                     + " (Landlock filters ports, not addresses)")
+    if policy.seccomp.unsafe_allow:
+        notes.append("default seccomp denials removed by the profile: "
+                     + ", ".join(policy.seccomp.unsafe_allow))
+    missing = missing_features(policy, host, identity.started_as_root)
+    lsm_kept = Lsm()
+    if lsm.apparmor:
+        if host.apparmor:
+            lsm_kept = Lsm(apparmor=lsm.apparmor)
+        else:
+            missing.append(Missing("apparmor", f"--apparmor {lsm.apparmor}: AppArmor is not "
+                                   "enabled on this kernel"))
+    if lsm.selinux:
+        if host.selinux:
+            lsm_kept = Lsm(apparmor=lsm_kept.apparmor, selinux=lsm.selinux)
+        else:
+            missing.append(Missing("selinux", f"--selinux-context {lsm.selinux}: SELinux is "
+                                   "not enabled on this kernel"))
+    mount_ns = host.namespaces
+    shm = [g.path for g in policy.write if g.path == "/dev/shm"]
+    binds = [g.path for g in policy.write if g.path != "/dev/shm" and os.path.exists(g.path)]
+    child_rules = [("/dev/shm", landlock.WRITE & handled_fs)] if shm else []
+    for g in policy.devices:
+        if g.path in ("/dev/pts", "/dev/ptmx"):
+            child_rules.append((g.path, landlock.DEVICE & handled_fs))
+    for g in policy.read:
+        if g.path == "/proc" or g.path.startswith("/proc/"):
+            child_rules.append((g.path, landlock.READ & handled_fs))
+    sc_rules = seccomp.rules_for(policy.seccomp.deny, policy.seccomp.unsafe_allow)
+    sc_extra: tuple[Any, ...] = ()
+    if abi < 4 and not (policy.network.connect_tcp or policy.network.bind_tcp):
+        sc_extra = seccomp.no_inet_rules()
+        notes.append(f"Landlock ABI {abi} cannot filter TCP: IPv4/IPv6 sockets refused by seccomp")
+    unix_mediation = host.seccomp_user_notif
+    file_mediation = unix_mediation and protected is not None and protected.guard
+    plan = Plan(policy=policy, argv=tuple(argv), identity=identity, env=env, abi=abi,
+                handled_fs=handled_fs, handled_net=handled_net, scoped=scoped,
+                path_rules=tuple(rules), port_rules=tuple(ports), seccomp_rules=tuple(sc_rules),
+                seccomp_extra=tuple(sc_extra), missing=tuple(missing), notes=tuple(notes),
+                carved=tuple(sorted(set(carved))), unix_mediation=unix_mediation,
+                file_mediation=file_mediation, mount_ns=mount_ns, pid_ns=mount_ns,
+                lsm=lsm_kept, writable_binds=tuple(binds), child_rules=tuple(child_rules),
+                protected=protected)
+    from .steps import child_steps
+    return _with_steps(plan, child_steps(plan))
+
+
+def _with_steps(plan: Plan, steps: Sequence[Step]) -> Plan:
+    import dataclasses
+    return dataclasses.replace(plan, steps=tuple(steps))

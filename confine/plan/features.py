@@ -1,0 +1,46 @@
+"""The one table of protections a policy may need and this host may lack.
+
+Each feature has a name (what --degrade and `confine check` accept and print),
+the Landlock ABI it needs (None: not a Landlock feature) and what it protects.
+The planner turns every unmet feature into a `Missing`; the runtime refuses to
+run while any is left, unless the caller accepted it by name.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Feature:
+    name: str
+    min_abi: int | None
+    protects: str
+
+
+FEATURES: tuple[Feature, ...] = (
+    Feature("landlock", 1, "Landlock filesystem rules (writes only under the workdir, "
+            "secrets unreadable)"),
+    Feature("landlock.truncate", 3, "Landlock TRUNCATE: truncating files outside the workdir"),
+    Feature("landlock.net_tcp", 4, "Landlock TCP rights: outbound and listening TCP"),
+    Feature("landlock.ioctl_dev", 5, "Landlock IOCTL_DEV: ioctls on devices"),
+    Feature("landlock.scope_signal", 6, "Landlock signal scoping: kill() of processes outside "
+            "the sandbox"),
+    Feature("landlock.scope_abstract_unix", 6, "Landlock abstract unix socket scoping"),
+    Feature("seccomp", None, "seccomp filters (mount, partition, raw-device and kernel "
+            "attack-surface syscalls denied)"),
+    Feature("seccomp_notify", None, "seccomp user notification (refuses new protected workdir "
+            "names while the agent runs; mediates listen() on unbound TCP sockets and pathname "
+            "unix sockets)"),
+    Feature("mount_namespace", None, "private mount and pid namespaces (read-only host: chmod, "
+            "chown and utime outside the workdir; private /dev/shm, /dev/pts and /proc; "
+            "read-only protected workdir paths; every agent process ends with the run)"),
+    Feature("apparmor", None, "the AppArmor profile named by --apparmor"),
+    Feature("selinux", None, "the SELinux context named by --selinux-context"),
+)
+
+BY_NAME: dict[str, Feature] = {f.name: f for f in FEATURES}
+NAMES: frozenset[str] = frozenset(BY_NAME)
+
+
+def get(name: str) -> Feature:
+    return BY_NAME[name]

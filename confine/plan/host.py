@@ -1,0 +1,67 @@
+"""What this machine can enforce, read once per run and handed to the planner.
+
+The planner is pure: everything it needs to know about the kernel comes in as
+a frozen HostFacts, so it can be unit-tested with any host one cares to
+describe. `HostFacts.read` is the only place that asks the kernel.
+
+Test-only knobs (they can only take a protection away, so confine then refuses
+unless the caller accepts the loss by name):
+  CONFINE_TEST_LANDLOCK_ABI_MAX=N   believe the kernel has Landlock ABI <= N
+                                    (read in kernel/landlock.py)
+  CONFINE_TEST_NO_NAMESPACES=1      believe mount/pid namespaces are unavailable
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+NO_NAMESPACES_ENV = "CONFINE_TEST_NO_NAMESPACES"
+
+
+@dataclass(frozen=True)
+class HostFacts:
+    landlock_abi: int
+    seccomp_filter: bool
+    seccomp_user_notif: bool
+    namespaces: bool          # private mount + pid namespaces work for this caller
+    apparmor: bool = False    # AppArmor enabled
+    selinux: bool = False     # SELinux enabled
+
+    @classmethod
+    def read(cls, as_root: bool) -> HostFacts:
+        from ..kernel import landlock, lsm, seccomp
+        sc = seccomp.status()
+        return cls(landlock_abi=landlock.kernel_abi(),
+                   seccomp_filter=bool(sc.get("filter")),
+                   seccomp_user_notif=bool(sc.get("user_notif")),
+                   namespaces=namespaces_available(as_root),
+                   apparmor=lsm.apparmor_enabled(), selinux=lsm.selinux_enabled())
+
+
+_NS_CACHE: dict[bool, bool] = {}
+
+
+def namespaces_available(as_root: bool) -> bool:
+    """Try, in a throw-away child, what the launcher's child will do."""
+    if os.environ.get(NO_NAMESPACES_ENV) == "1":
+        return False
+    if as_root not in _NS_CACHE:
+        from ..kernel import hostview, namespaces
+        pid = os.fork()
+        if pid == 0:
+            try:
+                namespaces.enter(userns=not as_root)
+                namespaces.make_private()
+                namespaces.unshare(namespaces.CLONE_NEWPID)
+                init = os.fork()
+                if init == 0:
+                    try:
+                        hostview.private_proc()
+                        os._exit(0)
+                    except BaseException:
+                        os._exit(1)
+                os._exit(os.waitstatus_to_exitcode(os.waitpid(init, 0)[1]))
+            except BaseException:
+                os._exit(1)
+        _NS_CACHE[as_root] = os.waitpid(pid, 0)[1] == 0
+    return _NS_CACHE[as_root]

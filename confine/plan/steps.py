@@ -1,0 +1,98 @@
+"""The child's steps for a plan, in the order the child runs them.
+
+This is the only list of the child's order: runtime/child.py has one function
+per name below and runs exactly `plan.steps`; --dry-run prints the same list.
+Order matters and is explained where it is not obvious:
+  * the mount and pid namespaces come before the identity switch (making them
+    needs the capabilities the switch drops);
+  * the LSM requests come after the switch and before no_new_privs (which
+    blocks most AppArmor transitions) and Landlock (which makes /proc/self/attr
+    unwritable);
+  * seccomp comes last so the steps above are not blocked by it; the broker
+    is forked after Landlock (it lives in the agent's domain) and before the
+    notifying filter (it must not be subject to its own mediation).
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..kernel import landlock, seccomp
+
+if TYPE_CHECKING:
+    from .compile import Plan, Step
+
+
+def child_steps(plan: Plan) -> list[Step]:
+    from .compile import Step
+    ident = plan.identity
+    out = [
+        Step("pdeathsig", "SIGKILL when the supervisor dies (parent checked for the race)"),
+        Step("signals", "default dispositions and an empty mask for the agent"),
+        Step("close_fds", "close every inherited descriptor except 0, 1, 2"),
+    ]
+    if plan.mount_ns:
+        out += [
+            Step("mount_namespace", "private mount namespace"
+                 + ("" if ident.started_as_root else " (inside a new user namespace)"),
+                 {"user_namespace": not ident.started_as_root}),
+            Step("readonly_host", "every mount read-only, nosuid, nodev, except the writable "
+                 "paths", {"writable": plan.writable_paths()}),
+        ]
+        if plan.protected is not None:
+            d = plan.protected.description
+            out.append(Step("protected_binds", "protected workdir paths bound read-only "
+                            "(identity of each checked against the snapshot)",
+                            {"read_only": list(d.get("read_only_binds", ())),
+                             "pinned": list(d.get("pinned", ())),
+                             "through": list(d.get("bases", ()))}))
+        out.append(Step("private_dev", "private /dev/shm and /dev/pts",
+                        {"private": ["/dev/shm", "/dev/pts"]}))
+    if plan.pid_ns:
+        out.append(Step("pid_namespace", "own pid namespace and /proc; a relay outside passes "
+                        "signals and the exit status; pid 1 stays as the namespace's init"))
+    if plan.child_rules:
+        out.append(Step("landlock_new_mounts", "grant the policy's rights again on the new "
+                        "mounts", {"rules": [{"path": p, "access": landlock.names(a)}
+                                             for p, a in plan.child_rules]}))
+    out.append(Step("chdir", "enter the workdir", {"path": plan.policy.workdir}))
+    if ident.switch:
+        out.append(Step("identity", "supplementary groups dropped, gid and uid switched",
+                        {"uid": ident.uid, "gid": ident.gid, "user": ident.user}))
+    out.append(Step("capabilities", "bounding, ambient, inheritable, permitted and effective "
+                    "sets emptied" + ("; securebits locked"
+                                      if ident.started_as_root or plan.mount_ns else ""),
+                    {"privileged": ident.started_as_root or plan.mount_ns}))
+    if plan.lsm.apparmor:
+        out.append(Step("apparmor", "enter the AppArmor profile at exec",
+                        {"profile": plan.lsm.apparmor}))
+    if plan.lsm.selinux:
+        out.append(Step("selinux", "enter the SELinux context at exec",
+                        {"context": plan.lsm.selinux}))
+    out += [
+        Step("no_core_dumps", "RLIMIT_CORE 0"),
+        Step("no_new_privs", "no_new_privs: exec can never gain privileges"),
+    ]
+    if plan.abi > 0:
+        out.append(Step("landlock", "restrict_self with the rules listed under landlock",
+                        {"abi": plan.abi, "rules": len(plan.path_rules),
+                         "tcp_ports": len(plan.port_rules)}))
+    if plan.unix_mediation:
+        out.append(Step("broker", "fork the broker inside the agent's Landlock domain: it "
+                        "performs mediated calls the supervisor approved"))
+    if not any(m.feature == "seccomp" for m in plan.missing):
+        filters = [r for r in (plan.seccomp_rules, plan.seccomp_extra) if r]
+        out.append(Step("seccomp", "load the deny filters (a foreign architecture kills the "
+                        "process)", {"filters": len(filters),
+                                     "rules": sum(len(r) for r in filters)}))
+    if plan.unix_mediation:
+        calls = list(seccomp.SOCKET_CALLS)
+        if plan.file_mediation:
+            calls += list(seccomp.OPEN_CALLS) + list(seccomp.FILE_CALLS)
+        out.append(Step("seccomp_notify", "load the notifying filter and hand its listener to "
+                        "the supervisor", {"calls": calls}))
+    if plan.pid_ns:
+        out.append(Step("fork_agent", "pid 1 forks the agent and stays as init: reaps, "
+                        "forwards signals, and takes every agent process with it"))
+    out.append(Step("exec", "environment replaced by the plan's; exec the command",
+                    {"argv": list(plan.argv), "environment": sorted(plan.env)}))
+    return out

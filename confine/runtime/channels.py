@@ -1,0 +1,76 @@
+"""The descriptors that tie the child, the broker and the supervisor together
+for seccomp user notification, and the broker's fork."""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from .. import mediate  # imported before the fork: the broker cannot read it after Landlock
+from ..kernel import caps, seccomp
+
+
+@dataclass
+class MediationChannel:
+    broker_sup: socket.socket      # supervisor's end of the broker socket
+    broker_fd: int                 # broker's end (passed through the child)
+    sync_r: int                    # child waits here for "go" after the listener hand-off
+    sync_w: int
+    guard: Any                     # the name guard (protect.guard.Guard) or None
+    notify_program: bytes          # the notifying filter, raw BPF
+
+    @classmethod
+    def open(cls, guard: Any, files: bool) -> MediationChannel:
+        sup, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        sync_r, sync_w = os.pipe2(os.O_CLOEXEC)
+        return cls(broker_sup=sup, broker_fd=child.detach(), sync_r=sync_r, sync_w=sync_w,
+                   guard=guard,
+                   notify_program=seccomp.notify_program(seccomp.build_notify(files=files)))
+
+    def child_fds(self) -> tuple[int, int]:
+        return (self.sync_r, self.broker_fd)
+
+    def close_supervisor_ends_in_child(self) -> None:
+        self.broker_sup.close()
+        os.close(self.sync_w)
+
+    def close_child_ends(self) -> None:
+        os.close(self.sync_r)
+        os.close(self.broker_fd)
+
+    def close_sync(self) -> None:
+        os.close(self.sync_r)
+
+    def start_broker(self, filters: list[Any], status_w: int, supervisor: int,
+                     in_pid_ns: bool = False) -> None:
+        """Fork the broker inside the agent's Landlock domain (see mediation/). A
+        double fork re-parents it to the supervisor, a child subreaper; in a pid
+        namespace it stays the child of the namespace's init."""
+        first = os.fork()
+        if first == 0:
+            try:
+                if in_pid_ns:
+                    supervisor = 1
+                elif os.fork() != 0:
+                    os._exit(0)
+                os.close(status_w)
+                os.close(self.sync_r)
+                for _ in range(2000):
+                    if os.getppid() == supervisor:
+                        break
+                    time.sleep(0.0005)
+                caps.set_pdeathsig(signal.SIGKILL)
+                if os.getppid() != supervisor:
+                    os._exit(0)
+                caps.set_dumpable(False)
+                for f in filters:
+                    seccomp.load(f)
+                mediate.broker_main(socket.socket(fileno=self.broker_fd), self.guard)
+            finally:
+                os._exit(0)
+        if not in_pid_ns:
+            os.waitpid(first, 0)
+        os.close(self.broker_fd)
