@@ -491,3 +491,25 @@ def landlock_abi() -> int:
     libc.syscall.restype = ctypes.c_long
     r = libc.syscall(ctypes.c_long(444), None, ctypes.c_long(0), ctypes.c_long(1))
     return max(int(r), 0)
+
+
+# --- tiers -----------------------------------------------------------------------------
+# unit: tests/unit/, pure Python on the checkout (no root, no install): ./test.sh --fast
+# e2e:  runs the installed confine (real confined processes); root: needs root
+# tools: needs external tools (apparmor_parser, checkpolicy, systemd-analyze, ...)
+_E2E_FIXTURES = {"confine_bin", "sandbox", "root_sandbox", "user_sandbox", "root_agent",
+                 "confine_cmd"}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        parts = item.path.parts
+        if "unit" in parts:
+            item.add_marker(pytest.mark.unit)
+            continue
+        used = set(getattr(item, "fixturenames", ()))
+        if used & _E2E_FIXTURES:
+            item.add_marker(pytest.mark.e2e)
+            item.add_marker(pytest.mark.root)
+        if "export" in parts:
+            item.add_marker(pytest.mark.tools)

@@ -13,6 +13,7 @@ accepted the missing features by name.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -28,24 +29,13 @@ from . import env as _env
 from . import features
 from .host import HostFacts
 from .identity import Identity
+from .steps import Step, child_steps
 
 
 @dataclass(frozen=True)
 class Missing:
     feature: str
     detail: str
-
-
-@dataclass(frozen=True)
-class Step:
-    """One thing the child does between fork and exec. `params` is for people
-    and machines reading the plan; the step's function reads the Plan itself."""
-    name: str
-    does: str
-    params: Mapping[str, Any] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "does": self.does, **dict(self.params)}
 
 
 @dataclass(frozen=True)
@@ -291,10 +281,4 @@ def compile(policy: Policy, argv: Sequence[str], identity: Identity, host: HostF
                 file_mediation=file_mediation, mount_ns=mount_ns, pid_ns=mount_ns,
                 lsm=lsm_kept, writable_binds=tuple(binds), child_rules=tuple(child_rules),
                 protected=protected)
-    from .steps import child_steps
-    return _with_steps(plan, child_steps(plan))
-
-
-def _with_steps(plan: Plan, steps: Sequence[Step]) -> Plan:
-    import dataclasses
-    return dataclasses.replace(plan, steps=tuple(steps))
+    return dataclasses.replace(plan, steps=tuple(child_steps(plan)))

@@ -14,16 +14,29 @@ Order matters and is explained where it is not obvious:
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from ..kernel import landlock, seccomp
 
 if TYPE_CHECKING:
-    from .compile import Plan, Step
+    from .compile import Plan
+
+
+@dataclass(frozen=True)
+class Step:
+    """One thing the child does between fork and exec. `params` is for people
+    and machines reading the plan; the step's function reads the Plan itself."""
+    name: str
+    does: str
+    params: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "does": self.does, **dict(self.params)}
 
 
 def child_steps(plan: Plan) -> list[Step]:
-    from .compile import Step
     ident = plan.identity
     out = [
         Step("pdeathsig", "SIGKILL when the supervisor dies (parent checked for the race)"),

@@ -417,12 +417,17 @@ def _groups(plan, ident, launch_root: bool) -> list[dict]:
     return out
 
 
-def _metadata_probe(result: dict) -> None:
+def metadata_address() -> tuple[str, int]:
+    """The cloud metadata endpoint to try (CONFINE_AUDIT_METADATA=HOST:PORT replaces it)."""
     spec = os.environ.get(METADATA_ENV)
-    host, port = METADATA
     if spec and ":" in spec:
         host, _, p = spec.rpartition(":")
-        port = int(p)
+        return host, int(p)
+    return METADATA
+
+
+def _metadata_probe(result: dict) -> None:
+    host, port = metadata_address()
     result["addr"] = (host, port)
     s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     s.settimeout(0.3)

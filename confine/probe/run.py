@@ -41,11 +41,10 @@ from .. import api
 from ..errors import CommandNotExecutable, CommandNotFound
 from ..kernel import landlock, seccomp
 from ..policy.secrets import HOME_SECRETS
-from . import report
+from . import audit, report
 
 UNCONFINED_ENV = "CONFINE_TEST_PROBE_UNCONFINED"
 CANARY_ENV = "CONFINE_PROBE_CANARY_TOKEN"
-METADATA = ("169.254.169.254", 80)
 
 # Every system call the battery makes by number.
 SYSCALLS = (
@@ -98,13 +97,6 @@ def _rules(plan) -> list:
             for r in rules if r.syscall in names]
 
 
-def _is_sock(path: str) -> bool:
-    try:
-        return stat.S_ISSOCK(os.stat(path).st_mode)
-    except OSError:
-        return False
-
-
 def _credential_files(home: str, limit: int = 12) -> list[str]:
     """Existing credential files under home (files inside secret directories too)."""
     out: list[str] = []
@@ -154,7 +146,6 @@ def _resolver() -> str | None:
 
 
 def _real_sockets(uid: int, home: str) -> dict[str, list[str]]:
-    from . import audit
     found = audit.sockets_by_category(uid, home)
     return {"runtime": found.get("runtime", []), "ssh_agent": found.get("ssh", []),
             "dbus": found.get("dbus", []), "multiplexer": found.get("multiplexer", [])}
@@ -390,7 +381,7 @@ def probe(*, profile="default", workdir=None, read=(), write=(), env=(), user=No
             "credential_files": _credential_files(ident.home),
             "block_devices": _block_devices(),
             "resolver": _resolver(),
-            "metadata": list(METADATA),
+            "metadata": list(audit.metadata_address()),
             "legacy_tiocsti": _read("/proc/sys/dev/tty/legacy_tiocsti"),
             "only": list(only),
         })

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from confine.errors import ConfineError
 from confine.export import apparmor, selinux, source
-from confine.export.command import export
+from confine.cli.export import export
 
 
 def run(*args):

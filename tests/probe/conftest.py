@@ -1,9 +1,5 @@
 """Fixtures for the probe and audit tests: run `confine probe|audit` as root or
 as the unprivileged test account, in fresh workdirs.
-
-Until cli.py registers the commands, the same click commands run through
-`python -m confine.probe.command` from the installed virtualenv; once
-`confine probe --help` works, the real entry point is used.
 """
 from __future__ import annotations
 
@@ -27,10 +23,7 @@ def needs_root():
 
 @pytest.fixture(scope="session")
 def confine_cmd(confine_bin):
-    r = subprocess.run([confine_bin, "probe", "--help"], capture_output=True, text=True)
-    if r.returncode == 0:
-        return [confine_bin]
-    return [VENV_PY, "-m", "confine.probe.command"]
+    return [confine_bin]
 
 
 class Runner:
@@ -46,7 +39,10 @@ class Runner:
                       f"USER={self.pw.pw_name}"]
         else:
             prefix = ["env", "-i", "HOME=/root", "USER=root"]
-        prefix += [f"PATH={BASE_PATH}", "LANG=C.UTF-8", *env_extra]
+        # The metadata attempts (audit and probe) go to a closed local port, never to
+        # 169.254.169.254: tests send traffic only to this machine.
+        prefix += [f"PATH={BASE_PATH}", "LANG=C.UTF-8", "CONFINE_AUDIT_METADATA=127.0.0.1:1",
+                   *env_extra]
         return subprocess.run(prefix + self.base + list(args), capture_output=True, text=True,
                               timeout=timeout, cwd=cwd or "/")
 

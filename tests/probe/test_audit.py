@@ -194,16 +194,18 @@ def test_audit_root_equivalent_groups(monkeypatch, tmp_path):
     """Group memberships (in-process, with the group database faked): kept groups
     are judged by what the profile does to the resource behind them."""
     import pwd as _pwd
-    from confine import audit, plan as _plan
-    from confine.identity import Identity
+    from confine import plan as _plan
+    from confine.plan.identity import Identity
     from confine.policy import load as _load
+    from confine.probe import audit
     me = _pwd.getpwuid(os.geteuid())
     wd = tmp_path / "wd"
     wd.mkdir()
     ident = Identity(uid=os.geteuid(), gid=os.getegid(), user=me.pw_name, home=str(tmp_path),
                      switch=False, started_as_root=False)
     pol = _load.load("default", workdir=str(wd), home=str(tmp_path), tmp=str(tmp_path))
-    plan = _plan.compile(pol, ["true"], ident, parent_env={})
+    plan = _plan.compile(pol, ["true"], ident, _plan.HostFacts.read(os.geteuid() == 0),
+                         parent_env={})
     names = {60001: "docker", 60002: "disk", 60003: "sudo", 60004: "adm", 60005: "users"}
     monkeypatch.setattr(audit.os, "getgroups", lambda: list(names))
     monkeypatch.setattr(audit, "_group_name", lambda gid: names.get(gid, str(gid)))

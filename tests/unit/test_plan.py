@@ -1,0 +1,136 @@
+"""The planner, without root and without a kernel: HostFacts describe the host.
+
+Each case states a host and checks what the plan refuses (missing) and which
+child steps it lists; the end-to-end test that the child runs exactly these
+steps is tests/e2e/test_steps.py.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import pytest
+
+from confine.plan import HostFacts, Lsm, Protected, compile, features
+from confine.plan.identity import Identity
+from confine.policy import load as _load
+from confine.runtime.child import RUNNERS
+
+FULL = HostFacts(landlock_abi=7, seccomp_filter=True, seccomp_user_notif=True, namespaces=True,
+                 apparmor=True, selinux=False)
+
+
+@pytest.fixture
+def dirs(tmp_path):
+    wd, home, tmp = (tmp_path / n for n in ("wd", "home", "tmp"))
+    for d in (wd, home, tmp):
+        d.mkdir()
+    return str(wd), str(home), str(tmp)
+
+
+def _ident(home: str, root: bool = False) -> Identity:
+    return Identity(uid=1234, gid=1234, user="agent", home=home, switch=root,
+                    started_as_root=root)
+
+
+def _plan(dirs, host=FULL, profile="default", root=False, **kw):
+    wd, home, tmp = dirs
+    pol = _load.load(profile, workdir=wd, home=home, tmp=tmp)
+    return compile(pol, ["true"], _ident(home, root), host, parent_env={"PATH": "/usr/bin"},
+                   **kw)
+
+
+def test_full_host_misses_nothing(dirs):
+    plan = _plan(dirs)
+    assert plan.missing == ()
+    assert plan.step_names()[0] == "pdeathsig" and plan.step_names()[-1] == "exec"
+
+
+@pytest.mark.parametrize("abi,expect", [
+    (0, {"landlock", "landlock.truncate", "landlock.ioctl_dev", "landlock.scope_signal",
+         "landlock.scope_abstract_unix"}),
+    (2, {"landlock.truncate", "landlock.ioctl_dev", "landlock.scope_signal",
+         "landlock.scope_abstract_unix"}),
+    (4, {"landlock.ioctl_dev", "landlock.scope_signal", "landlock.scope_abstract_unix"}),
+    (5, {"landlock.scope_signal", "landlock.scope_abstract_unix"}),
+    (6, set()),
+])
+def test_missing_follows_the_feature_table(dirs, abi, expect):
+    plan = _plan(dirs, dataclasses.replace(FULL, landlock_abi=abi))
+    got = {m.feature for m in plan.missing}
+    assert got == expect
+    for name in got:
+        assert features.get(name).min_abi > abi
+    assert ("landlock" in plan.step_names()) == (abi > 0)
+
+
+def test_no_namespaces_removes_their_steps_and_is_missing(dirs):
+    plan = _plan(dirs, dataclasses.replace(FULL, namespaces=False))
+    assert "mount_namespace" in {m.feature for m in plan.missing}
+    names = plan.step_names()
+    for step in ("mount_namespace", "readonly_host", "private_dev", "pid_namespace",
+                 "fork_agent"):
+        assert step not in names
+
+
+def test_no_user_notification_no_broker(dirs):
+    plan = _plan(dirs, dataclasses.replace(FULL, seccomp_user_notif=False))
+    assert "seccomp_notify" in {m.feature for m in plan.missing}
+    assert "broker" not in plan.step_names() and "seccomp_notify" not in plan.step_names()
+
+
+def test_lsm_requested_but_not_enabled_is_missing(dirs):
+    plan = _plan(dirs, dataclasses.replace(FULL, apparmor=False),
+                 lsm=Lsm(apparmor="confine-default", selinux="u:r:t:s0"))
+    assert {"apparmor", "selinux"} <= {m.feature for m in plan.missing}
+    assert "apparmor" not in plan.step_names() and "selinux" not in plan.step_names()
+    plan = _plan(dirs, lsm=Lsm(apparmor="confine-default"))
+    assert "apparmor" in plan.step_names()
+    names = plan.step_names()
+    # LSM requests after the identity switch, before no_new_privs and Landlock
+    assert names.index("capabilities") < names.index("apparmor") < names.index("no_new_privs")
+
+
+def test_order_invariants(dirs):
+    names = _plan(dirs, root=True,
+                  protected=Protected(mount_plan=None, description={}, guard=True)).step_names()
+    assert names.index("mount_namespace") < names.index("identity")
+    assert names.index("protected_binds") < names.index("identity")
+    assert names.index("no_new_privs") < names.index("landlock") < names.index("broker")
+    assert names.index("broker") < names.index("seccomp") < names.index("seccomp_notify")
+    assert names.index("seccomp_notify") < names.index("fork_agent") < names.index("exec")
+
+
+def test_every_step_has_a_runner(dirs):
+    for host in (FULL, dataclasses.replace(FULL, namespaces=False, landlock_abi=0)):
+        plan = _plan(dirs, host, root=True, lsm=Lsm(apparmor="x"),
+                     protected=Protected(mount_plan=None, description={}, guard=True))
+        for name in plan.step_names():
+            assert name in RUNNERS
+
+
+def test_environment_comes_only_from_parent_env_argument(dirs, monkeypatch):
+    monkeypatch.setenv("CONFINE_UNIT_CANARY", "leak")
+    plan = _plan(dirs)
+    assert "CONFINE_UNIT_CANARY" not in plan.env
+    assert plan.env["PATH"] == "/usr/bin"
+
+
+def test_plan_is_frozen(dirs):
+    plan = _plan(dirs)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        plan.abi = 0  # type: ignore[misc]
+
+
+def test_file_mediation_needs_a_guard(dirs):
+    assert not _plan(dirs).file_mediation
+    p = _plan(dirs, protected=Protected(mount_plan=None, description={}, guard=True))
+    assert p.file_mediation
+    step = next(s for s in p.steps if s.name == "seccomp_notify")
+    assert "renameat2" in step.params["calls"]
+
+
+def test_dry_run_dict_lists_the_same_steps(dirs):
+    plan = _plan(dirs)
+    assert [s["name"] for s in plan.to_dict()["steps"]] == plan.step_names()
+    assert os.path.isdir(plan.policy.workdir)
