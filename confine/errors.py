@@ -1,4 +1,7 @@
 """Errors confine reports itself. Each carries the exit status the CLI uses."""
+from __future__ import annotations
+
+import sys
 
 
 class ConfineError(Exception):
@@ -17,3 +20,8 @@ class CommandNotFound(ConfineError):
 
 class CommandNotExecutable(ConfineError):
     status = 126
+
+
+def default_warn(msg: str) -> None:
+    """The one default sink for warnings and denial reports: a line on stderr."""
+    print(f"confine: {msg}", file=sys.stderr, flush=True)

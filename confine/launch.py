@@ -13,9 +13,10 @@ import signal
 import socket
 import sys
 import time
+from typing import Callable
 
-from .errors import CommandNotExecutable, CommandNotFound, ConfineError
-from . import mediate
+from .errors import CommandNotExecutable, CommandNotFound, ConfineError, default_warn
+from .mediation import Mediator, broker_main
 from .kernel import caps, hostview, landlock, lsm, namespaces, notify, seccomp
 
 FORWARD = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT,
@@ -179,7 +180,7 @@ def _close_child_ends(ruleset, med) -> None:
 
 
 def _start_broker(flt, med, status_w: int, supervisor: int, in_pid_ns: bool = False) -> None:
-    """Fork the broker inside the agent's Landlock domain (see mediate.py). A
+    """Fork the broker inside the agent's Landlock domain (see mediation/broker.py). A
     double fork re-parents it to the supervisor, a child subreaper; in a pid
     namespace it stays the child of the namespace's init."""
     first = os.fork()
@@ -201,7 +202,7 @@ def _start_broker(flt, med, status_w: int, supervisor: int, in_pid_ns: bool = Fa
             caps.set_dumpable(False)
             for f in flt:
                 seccomp.load(f)
-            mediate.broker_main(socket.socket(fileno=med["broker_fd"]), med.get("guard"))
+            broker_main(socket.socket(fileno=med["broker_fd"]), med.get("guard"))
         finally:
             os._exit(0)
     if not in_pid_ns:
@@ -335,13 +336,15 @@ def run_plan(plan, *, build_ruleset, build_filter, mediation_roots=None,
     return status
 
 
-def _start_mediator(pid: int, child_fd: int, broker, roots, plan, files: bool = False) -> None:
+def _start_mediator(pid: int, child_fd: int, broker: socket.socket, roots: list[str], plan,
+                    files: bool = False, warn: Callable[[str], None] = default_warn) -> None:
+    """Take the agent's notify listener from `pid` and answer it; denials go to warn."""
     pidfd = notify.pidfd_open(pid)
     try:
         nfd = notify.pidfd_getfd(pidfd, child_fd)
     finally:
         os.close(pidfd)
-    mediate.Mediator(nfd, broker, roots, plan.identity.uid, files=files).start()
+    Mediator(nfd, broker, roots, plan.identity.uid, warn=warn, files=files).start()
 
 
 def _wait(pid: int) -> int:
