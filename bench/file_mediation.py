@@ -5,7 +5,7 @@ Run by hand (as root or a user), from a directory you own:
     python3 bench/file_mediation.py [N]
 Inside `confine exec`, every open for writing, creat, mkdir, rename, link,
 symlink, mknod and truncate is a seccomp notification the supervisor hands to
-the broker (confine/fsbroker.py); read-only opens are not mediated. This
+the broker (confine/mediation/files.py); read-only opens are not mediated. This
 times N of each kind of call unconfined and confined, then a small git
 workload (init, 500 files, add, commit) both ways.
 """

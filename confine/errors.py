@@ -1,4 +1,7 @@
 """Errors confine reports itself. Each carries the exit status the CLI uses."""
+from __future__ import annotations
+
+import sys
 
 
 class ConfineError(Exception):
@@ -20,6 +23,5 @@ class CommandNotExecutable(ConfineError):
 
 
 def default_warn(msg: str) -> None:
-    """The one default report sink: one `confine:` line on stderr."""
-    import sys
+    """The one default sink for warnings and denial reports: a line on stderr."""
     print(f"confine: {msg}", file=sys.stderr, flush=True)

@@ -1,4 +1,4 @@
-"""Protected names are refused while the agent runs (guard.py, fsbroker.py).
+"""Protected names are refused while the agent runs (guard.py, mediation/files.py).
 
 The read-only binds only cover protected paths that exist at start; these
 tests create new ones, every way the kernel offers (open, creat, mkdir,

@@ -9,8 +9,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from .. import mediate  # imported before the fork: the broker cannot read it after Landlock
 from ..kernel import caps, seccomp
+# imported before the fork: the broker cannot read confine's files after Landlock
+from ..mediation import broker_main
 
 
 @dataclass
@@ -68,7 +69,7 @@ class MediationChannel:
                 caps.set_dumpable(False)
                 for f in filters:
                     seccomp.load(f)
-                mediate.broker_main(socket.socket(fileno=self.broker_fd), self.guard)
+                broker_main(socket.socket(fileno=self.broker_fd), self.guard)
             finally:
                 os._exit(0)
         if not in_pid_ns:

@@ -15,9 +15,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import mediate
-from ..errors import CommandNotExecutable, CommandNotFound, ConfineError
+from ..errors import CommandNotExecutable, CommandNotFound, ConfineError, default_warn
 from ..kernel import caps, landlock, notify, seccomp
+from ..mediation import Mediator
 from ..plan import Plan
 from . import child, status
 from .channels import MediationChannel
@@ -140,8 +140,8 @@ def _start_mediator(pid: int, child_fd: int, med: MediationChannel, plan: Plan,
         nfd = notify.pidfd_getfd(pidfd, child_fd)
     finally:
         os.close(pidfd)
-    mediate.Mediator(nfd, med.broker_sup, plan.unix_roots(), plan.identity.uid,
-                     files=plan.file_mediation).start()
+    Mediator(nfd, med.broker_sup, plan.unix_roots(), plan.identity.uid,
+             warn=warn or default_warn, files=plan.file_mediation).start()
 
 
 def _error(msg: status.Message, plan: Plan) -> ConfineError:

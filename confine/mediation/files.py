@@ -1,10 +1,11 @@
-"""File-system calls performed for the agent by the broker (see mediate.py).
+"""File-system calls performed for the agent by the broker (see broker.py).
 
 The supervisor turns a notified open/creat/truncate/mkdir/mknod/symlink/link/
 rename into a request; the broker, inside the agent's Landlock domain and
 mount namespace with the agent's uid, performs it here. Every name is acted
-on relative to a pinned parent directory after guard.py has judged that very
-name, so a rename or symlink swapped in meanwhile cannot redirect the call:
+on relative to a pinned parent directory after the name guard (guard.py) has
+judged that very name, so a rename or symlink swapped in meanwhile cannot
+redirect the call:
 
 * intermediate components are resolved first (openat2 with
   RESOLVE_NO_MAGICLINKS; through /proc a component walk that reads "self"
@@ -29,22 +30,26 @@ import secrets
 import stat
 import struct
 import threading
+from typing import TYPE_CHECKING, NamedTuple
 
-from . import guard as _guard
-from .kernel import notify
+# The guard's only runtime names here: its verdict "vet this git config" and
+# the prefix of the broker's own temporary names.
+from confine.guard import INTERNAL, VET
+from confine.kernel import notify
+from confine.kernel.libc import check, libc, oserror
 
-OP_OPEN, OP_TRUNCATE, OP_MKDIR, OP_MKNOD, OP_SYMLINK, OP_LINK, OP_RENAME = range(10, 17)
-# id, op, flags, mode, dev/length, umask, tgid, tid, fd for path 1, fd for path 2
-REQ = struct.Struct("<QBqQQIiiii")
+from .wire import FileRequest, Op, Reply, debug
+
+if TYPE_CHECKING:
+    from confine.guard import Guard
+
 MAXLINKS = 40
 PROC_SUPER_MAGIC = 0x9FA0
 AT_SYMLINK_FOLLOW = 0x400
 AT_EMPTY_PATH = 0x1000
 RENAME_NOREPLACE, RENAME_EXCHANGE, RENAME_WHITEOUT = 1, 2, 4
 CONFIG_CAP = 1 << 20
-
-_libc = ctypes.CDLL(None, use_errno=True)
-_statfs_buf = 128
+_STATFS_SIZE = 128
 
 
 class Refused(Exception):
@@ -55,13 +60,9 @@ class Refused(Exception):
         self.reason = reason
 
 
-def _err(e: int) -> OSError:
-    return OSError(e, os.strerror(e))
-
-
 def _fstype(fd: int) -> int:
-    buf = ctypes.create_string_buffer(_statfs_buf)
-    if _libc.fstatfs(fd, buf) != 0:
+    buf = ctypes.create_string_buffer(_STATFS_SIZE)
+    if libc.fstatfs(fd, buf) != 0:
         return 0
     return struct.unpack_from("<q", buf.raw)[0]
 
@@ -81,16 +82,19 @@ def path_of(fd: int) -> str | None:
     return p
 
 
-class Ctx:
-    def __init__(self, tgid: int, tid: int, umask: int):
-        self.tgid, self.tid, self.umask = tgid, tid, umask
+class Task(NamedTuple):
+    """The agent thread a call is made for: what "self" and "thread-self" mean
+    in its /proc (ids in its pid namespace), and its umask."""
+    tgid: int
+    tid: int
+    umask: int
 
 
-class Broker:
+class FileBroker:
     """Judges and performs; one instance per run, shared by the request threads."""
 
-    def __init__(self, g: _guard.Guard | None):
-        self.g = g
+    def __init__(self, guard: Guard | None):
+        self.guard = guard
         self.vetted: set[tuple[int, int]] = set()   # inodes of checked git configs
         self.root = os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
         # Held while a name is judged and made (never around a call that can
@@ -101,11 +105,11 @@ class Broker:
 
     # ------------------------------------------------------------ resolution
 
-    def _walk(self, ctx: Ctx, dirfd: int, path: bytes) -> tuple[int, bytes, bool]:
+    def _walk(self, task: Task, dirfd: int, path: bytes) -> tuple[int, bytes, bool]:
         """(pinned parent, last component, trailing slash). The caller closes
         the parent."""
         if not path:
-            raise _err(errno.ENOENT)
+            raise oserror(err=errno.ENOENT)
         slash = path.endswith(b"/")
         body = path.rstrip(b"/")
         if not body:                                   # "/" itself
@@ -116,7 +120,7 @@ class Broker:
         elif not head:
             head = b"/"
         if self.slow_only:
-            return self._slow(ctx, dirfd, path)
+            return self._slow(task, dirfd, path)
         try:
             pfd = notify.openat2(head, os.O_PATH | os.O_DIRECTORY, notify.RESOLVE_NO_MAGICLINKS,
                                  dirfd=dirfd)
@@ -130,9 +134,9 @@ class Broker:
             return pfd, base, slash
         if pfd is not None:
             os.close(pfd)
-        return self._slow(ctx, dirfd, path)
+        return self._slow(task, dirfd, path)
 
-    def _slow(self, ctx: Ctx, dirfd: int, path: bytes) -> tuple[int, bytes, bool]:
+    def _slow(self, task: Task, dirfd: int, path: bytes) -> tuple[int, bytes, bool]:
         """Component by component, for paths through /proc."""
         slash = path.endswith(b"/")
         cur = os.dup(self.root if path.startswith(b"/") else dirfd)
@@ -148,9 +152,9 @@ class Broker:
                 if c == b".":
                     continue
                 if c in (b"self", b"thread-self") and _proc_root(cur):
-                    me = [str(ctx.tgid).encode()]
+                    me = [str(task.tgid).encode()]
                     if c == b"thread-self":
-                        me += [b"task", str(ctx.tid).encode()]
+                        me += [b"task", str(task.tid).encode()]
                     todo.extend(reversed(me))
                     continue
                 nxt = os.open(c, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=cur)
@@ -159,7 +163,7 @@ class Broker:
                     links += 1
                     if links > MAXLINKS:
                         os.close(nxt)
-                        raise _err(errno.ELOOP)
+                        raise oserror(err=errno.ELOOP)
                     if _fstype(nxt) == PROC_SUPER_MAGIC and not _proc_root(cur):
                         # /proc/PID/{fd/N,cwd,root,...}: only the kernel can follow these
                         os.close(nxt)
@@ -177,7 +181,7 @@ class Broker:
                         continue
                 if not stat.S_ISDIR(st.st_mode):
                     os.close(nxt)
-                    raise _err(errno.ENOTDIR)
+                    raise oserror(err=errno.ENOTDIR)
                 os.close(cur)
                 cur = nxt
         except BaseException:
@@ -190,12 +194,12 @@ class Broker:
         return None if d is None else os.path.join(d, os.fsdecode(base))
 
     def _check_create(self, pfd: int, base: bytes, kind: str) -> None:
-        if self.g is None or base in (b".", b".."):
+        if self.guard is None or base in (b".", b".."):
             return
         where = self._where(pfd, base)
         if where is None:
             return                         # a deleted directory: nothing can be made there
-        why = self.g.create(where, kind)
+        why = self.guard.create(where, kind)
         if why is not None:
             raise Refused(errno.EACCES, f"{_verb(kind)} {where}: {why}")
 
@@ -203,38 +207,38 @@ class Broker:
         st = os.fstat(fd)
         if (st.st_dev, st.st_ino) in self.vetted:
             raise Refused(errno.EACCES, f"write {path_of(fd)}: a git config checked by confine")
-        if self.g is None:
+        if self.guard is None:
             return
         p = path_of(fd)
-        why = self.g.write(p, st.st_dev, st.st_ino)
+        why = self.guard.write(p, st.st_dev, st.st_ino)
         if why is not None:
             raise Refused(errno.EACCES, f"write {p or 'a file'}: {why}")
 
     # ------------------------------------------------------------ operations
 
-    def open(self, ctx: Ctx, dirfd: int, path: bytes, flags: int, mode: int) -> int:
+    def open(self, task: Task, dirfd: int, path: bytes, flags: int, mode: int) -> int:
         acc = flags & os.O_ACCMODE
         writing = acc != os.O_RDONLY or bool(flags & os.O_TRUNC)
         creat = bool(flags & os.O_CREAT)
         excl = creat and bool(flags & os.O_EXCL)
-        mode = mode & 0o7777 & ~ctx.umask
+        mode = mode & 0o7777 & ~task.umask
         if flags & os.O_PATH:           # no access, no creation: only "self" matters
-            pfd, base, slash = self._walk(ctx, dirfd, path)
+            pfd, base, slash = self._walk(task, dirfd, path)
             try:
                 return os.open(base + (b"/" if slash else b""), flags | os.O_CLOEXEC, dir_fd=pfd)
             finally:
                 os.close(pfd)
         if creat and flags & os.O_DIRECTORY:
-            raise _err(errno.EINVAL)
+            raise oserror(err=errno.EINVAL)
         links = 0
         dfd, own = dirfd, False
         try:
             for _ in range(MAXLINKS + 16):
-                pfd, base, slash = self._walk(ctx, dfd, path)
+                pfd, base, slash = self._walk(task, dfd, path)
                 try:
                     if base in (b"self", b"thread-self") and _proc_root(pfd):
-                        me = str(ctx.tgid).encode()
-                        base = me if base == b"self" else me + b"/task/" + str(ctx.tid).encode()
+                        me = str(task.tgid).encode()
+                        base = me if base == b"self" else me + b"/task/" + str(task.tid).encode()
                     name = base + (b"/" if slash else b"")
                     if slash and creat:        # the kernel refuses (EISDIR): nothing is made
                         return os.open(name, flags | os.O_CLOEXEC, mode, dir_fd=pfd)
@@ -262,10 +266,10 @@ class Broker:
                     try:
                         if stat.S_ISLNK(os.fstat(opath).st_mode):
                             if flags & os.O_NOFOLLOW:
-                                raise _err(errno.ELOOP)
+                                raise oserror(err=errno.ELOOP)
                             links += 1
                             if links > MAXLINKS:
-                                raise _err(errno.ELOOP)
+                                raise oserror(err=errno.ELOOP)
                             path = os.readlink(b"", dir_fd=opath)   # the link judged
                             if own:
                                 os.close(dfd)
@@ -282,13 +286,13 @@ class Broker:
                 finally:
                     if pfd >= 0:
                         os.close(pfd)
-            raise _err(errno.ELOOP)
+            raise oserror(err=errno.ELOOP)
         finally:
             if own:
                 os.close(dfd)
 
-    def truncate(self, ctx: Ctx, dirfd: int, path: bytes, length: int) -> int:
-        opath = self.open(ctx, dirfd, path, os.O_PATH, 0)
+    def truncate(self, task: Task, dirfd: int, path: bytes, length: int) -> int:
+        opath = self.open(task, dirfd, path, os.O_PATH, 0)
         try:
             self._check_write(opath)
             os.truncate(f"/proc/self/fd/{opath}", length)
@@ -296,28 +300,28 @@ class Broker:
             os.close(opath)
         return 0
 
-    def mkdir(self, ctx: Ctx, dirfd: int, path: bytes, mode: int) -> int:
-        pfd, base, _ = self._walk(ctx, dirfd, path)
+    def mkdir(self, task: Task, dirfd: int, path: bytes, mode: int) -> int:
+        pfd, base, _ = self._walk(task, dirfd, path)
         try:
             self._check_create(pfd, base, "dir")
-            os.mkdir(base, mode & 0o1777 & ~ctx.umask, dir_fd=pfd)
+            os.mkdir(base, mode & 0o1777 & ~task.umask, dir_fd=pfd)
         finally:
             os.close(pfd)
         return 0
 
-    def mknod(self, ctx: Ctx, dirfd: int, path: bytes, mode: int, dev: int) -> int:
-        pfd, base, slash = self._walk(ctx, dirfd, path)
+    def mknod(self, task: Task, dirfd: int, path: bytes, mode: int, dev: int) -> int:
+        pfd, base, slash = self._walk(task, dirfd, path)
         try:
             fmt = stat.S_IFMT(mode)
             self._check_create(pfd, base, "file" if fmt in (0, stat.S_IFREG) else "node")
-            os.mknod(base + (b"/" if slash else b""), fmt | (mode & 0o7777 & ~ctx.umask), dev,
+            os.mknod(base + (b"/" if slash else b""), fmt | (mode & 0o7777 & ~task.umask), dev,
                      dir_fd=pfd)
         finally:
             os.close(pfd)
         return 0
 
-    def symlink(self, ctx: Ctx, target: bytes, dirfd: int, path: bytes) -> int:
-        pfd, base, slash = self._walk(ctx, dirfd, path)
+    def symlink(self, task: Task, target: bytes, dirfd: int, path: bytes) -> int:
+        pfd, base, slash = self._walk(task, dirfd, path)
         try:
             self._check_create(pfd, base, "symlink")
             os.symlink(target, base + (b"/" if slash else b""), dir_fd=pfd)
@@ -325,18 +329,18 @@ class Broker:
             os.close(pfd)
         return 0
 
-    def link(self, ctx: Ctx, odir: int, opath: bytes, ndir: int, npath: bytes, flags: int) -> int:
+    def link(self, task: Task, odir: int, opath: bytes, ndir: int, npath: bytes, flags: int) -> int:
         if flags & ~(AT_SYMLINK_FOLLOW | AT_EMPTY_PATH):
-            raise _err(errno.EINVAL)
-        npfd, nbase, nslash = self._walk(ctx, ndir, npath)
+            raise oserror(err=errno.EINVAL)
+        npfd, nbase, nslash = self._walk(task, ndir, npath)
         try:
             self._check_create(npfd, nbase, "link")
             if not opath and flags & AT_EMPTY_PATH:
                 self._check_source(odir)
-                _check(_libc.linkat(odir, b"", npfd, nbase + (b"/" if nslash else b""),
+                check(libc.linkat(odir, b"", npfd, nbase + (b"/" if nslash else b""),
                                     AT_EMPTY_PATH))
                 return 0
-            opfd, obase, oslash = self._walk(ctx, odir, opath)
+            opfd, obase, oslash = self._walk(task, odir, opath)
             try:
                 oname = obase + (b"/" if oslash else b"")
                 try:
@@ -349,7 +353,7 @@ class Broker:
                         self._check_source(src)
                     finally:
                         os.close(src)
-                _check(_libc.linkat(opfd, oname, npfd, nbase + (b"/" if nslash else b""),
+                check(libc.linkat(opfd, oname, npfd, nbase + (b"/" if nslash else b""),
                                     flags & AT_SYMLINK_FOLLOW))
             finally:
                 os.close(opfd)
@@ -363,40 +367,40 @@ class Broker:
         except Refused as r:
             raise Refused(errno.EACCES, "another name for a protected file: " + r.reason) from None
 
-    def rename(self, ctx: Ctx, odir: int, opath: bytes, ndir: int, npath: bytes, flags: int) -> int:
+    def rename(self, task: Task, odir: int, opath: bytes, ndir: int, npath: bytes, flags: int) -> int:
         if flags & ~(RENAME_NOREPLACE | RENAME_EXCHANGE | RENAME_WHITEOUT):
-            raise _err(errno.EINVAL)
-        opfd, obase, oslash = self._walk(ctx, odir, opath)
+            raise oserror(err=errno.EINVAL)
+        opfd, obase, oslash = self._walk(task, odir, opath)
         try:
-            npfd, nbase, nslash = self._walk(ctx, ndir, npath)
+            npfd, nbase, nslash = self._walk(task, ndir, npath)
             try:
                 verdict = None
                 src = self._where(opfd, obase)
                 dst = self._where(npfd, nbase)
-                if self.g is not None and obase not in (b".", b".."):
-                    if src and os.path.basename(src).startswith(_guard.INTERNAL):
+                if self.guard is not None and obase not in (b".", b".."):
+                    if src and os.path.basename(src).startswith(INTERNAL):
                         raise Refused(errno.EACCES, f"rename {src}: a temporary name of confine's")
                     if dst is not None and nbase not in (b".", b".."):
-                        verdict = self.g.rename_to(dst)
+                        verdict = self.guard.rename_to(dst)
                     if flags & RENAME_EXCHANGE and src is not None:
-                        back = self.g.rename_to(src)
+                        back = self.guard.rename_to(src)
                         if back is not None:
                             raise Refused(errno.EACCES, f"exchange {dst} with {src}: "
-                                          + (back if back != _guard.VET else "protected path"))
-                        if verdict == _guard.VET:
+                                          + (back if back != VET else "protected path"))
+                        if verdict == VET:
                             verdict = "protected path (.git/config)"
                 # A directory from outside the workdir would bring names nobody
                 # judged: EXDEV, so mv and shutil.move copy it, name by name.
-                if self.g is not None and _moves_in(self.g, src, dst) and _is_dir(opfd, obase):
-                    raise _err(errno.EXDEV)
-                if self.g is not None and flags & RENAME_EXCHANGE and _moves_in(self.g, dst, src) \
+                if self.guard is not None and _moves_in(self.guard, src, dst) and _is_dir(opfd, obase):
+                    raise oserror(err=errno.EXDEV)
+                if self.guard is not None and flags & RENAME_EXCHANGE and _moves_in(self.guard, dst, src) \
                         and _is_dir(npfd, nbase):
-                    raise _err(errno.EXDEV)
-                if verdict == _guard.VET:
+                    raise oserror(err=errno.EXDEV)
+                if verdict == VET:
                     return self._vet_config(opfd, obase, npfd, nbase, flags, src, dst)
                 if verdict is not None:
                     raise Refused(errno.EACCES, f"rename {src} to {dst}: {verdict}")
-                _check(_libc.renameat2(opfd, obase + (b"/" if oslash else b""),
+                check(libc.renameat2(opfd, obase + (b"/" if oslash else b""),
                                        npfd, nbase + (b"/" if nslash else b""), flags))
             finally:
                 os.close(npfd)
@@ -408,7 +412,7 @@ class Broker:
                     src: str | None, dst: str | None) -> int:
         """git's lock-file protocol onto <gitdir>/config: check every key, then
         install the checked bytes as a new inode the agent never had open."""
-        from . import protect
+        from confine import protect
         if flags & (RENAME_EXCHANGE | RENAME_WHITEOUT):
             raise Refused(errno.EACCES, f"rename onto {dst}: protected path (.git/config)")
         fd = os.open(obase, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=opfd)
@@ -433,7 +437,7 @@ class Broker:
             raise Refused(errno.EACCES, f"git config {dst}: {what} not allowed in a repository "
                           "config written inside the sandbox (they could run programs for the "
                           "next person using git there)")
-        tmp = (_guard.INTERNAL + secrets.token_hex(8)).encode()
+        tmp = (INTERNAL + secrets.token_hex(8)).encode()
         tfd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
                       0, dir_fd=npfd)
         try:
@@ -446,7 +450,7 @@ class Broker:
                 self.vetted.add((nst.st_dev, nst.st_ino))
             finally:
                 os.close(tfd)
-            _check(_libc.renameat2(npfd, tmp, npfd, nbase, flags & RENAME_NOREPLACE))
+            check(libc.renameat2(npfd, tmp, npfd, nbase, flags & RENAME_NOREPLACE))
         except BaseException:
             try:
                 os.unlink(tmp, dir_fd=npfd)
@@ -461,44 +465,47 @@ class Broker:
 
     # ------------------------------------------------------------ dispatch
 
-    def handle(self, body: bytes, fds: list[int]) -> tuple[int, int, str, int | None]:
-        """-> (return value, errno, reason for a refusal, descriptor to hand over)."""
-        rid, op, flags, mode, arg, umask, tgid, tid, i1, i2 = REQ.unpack_from(body)
-        p1, p2, p3 = (body[REQ.size:].split(b"\0") + [b"", b""])[:3]
-        ctx = Ctx(tgid, tid, umask)
-        d1 = fds[i1] if i1 >= 0 else self.root
-        d2 = fds[i2] if i2 >= 0 else self.root
+    def handle(self, req: FileRequest, fds: list[int]) -> Reply:
+        """Perform req; fds are the directories req.dirs index. Never raises
+        OSError or Refused: they become the reply."""
+        task = Task(req.tgid, req.tid, req.umask)
+        d1, d2 = (fds[i] if i >= 0 else self.root for i in req.dirs)
+        (p1, p2), op = req.paths, req.op
         try:
-            if op == OP_OPEN:
-                return 0, 0, "", self.open(ctx, d1, p1, flags, mode)
-            if op == OP_TRUNCATE:
-                ret = self.truncate(ctx, d1, p1, arg)
-            elif op in (OP_MKDIR, OP_MKNOD, OP_SYMLINK, OP_LINK, OP_RENAME):
+            if op == Op.OPEN:
+                return Reply(0, fd=self.open(task, d1, p1, req.flags, req.mode))
+            if op == Op.TRUNCATE:
+                ret = self.truncate(task, d1, p1, req.arg)
+            elif op in _MAKES_NAMES:
                 with self.lock:
-                    if op == OP_MKDIR:
-                        ret = self.mkdir(ctx, d1, p1, mode)
-                    elif op == OP_MKNOD:
-                        ret = self.mknod(ctx, d1, p1, mode, arg)
-                    elif op == OP_SYMLINK:
-                        ret = self.symlink(ctx, p3, d1, p1)
-                    elif op == OP_LINK:
-                        ret = self.link(ctx, d1, p1, d2, p2, flags)
+                    if op == Op.MKDIR:
+                        ret = self.mkdir(task, d1, p1, req.mode)
+                    elif op == Op.MKNOD:
+                        ret = self.mknod(task, d1, p1, req.mode, req.arg)
+                    elif op == Op.SYMLINK:
+                        ret = self.symlink(task, req.target, d1, p1)
+                    elif op == Op.LINK:
+                        ret = self.link(task, d1, p1, d2, p2, req.flags)
                     else:
-                        ret = self.rename(ctx, d1, p1, d2, p2, flags)
+                        ret = self.rename(task, d1, p1, d2, p2, req.flags)
             else:
-                return -1, errno.ENOSYS, "", None
-            return ret, 0, "", None
+                return Reply(-1, errno.ENOSYS)
+            return Reply(ret)
         except Refused as r:
-            return -1, r.errno, r.reason, None
+            return Reply(-1, r.errno, r.reason)
         except OSError as e:
-            if os.environ.get("CONFINE_DEBUG"):
+            if debug():
                 import traceback
                 traceback.print_exc()
-            return -1, e.errno or errno.EIO, "", None
+            return Reply(-1, e.errno or errno.EIO)
 
 
-def _moves_in(g: _guard.Guard, src: str | None, dst: str | None) -> bool:
-    return src is not None and dst is not None and g.rel(src) is None and g.rel(dst) is not None
+# Calls that make or move a name: performed under FileBroker.lock.
+_MAKES_NAMES = frozenset({Op.MKDIR, Op.MKNOD, Op.SYMLINK, Op.LINK, Op.RENAME})
+
+
+def _moves_in(guard: Guard, src: str | None, dst: str | None) -> bool:
+    return src is not None and dst is not None and guard.rel(src) is None and guard.rel(dst) is not None
 
 
 def _is_dir(pfd: int, base: bytes) -> bool:
@@ -506,12 +513,6 @@ def _is_dir(pfd: int, base: bytes) -> bool:
         return stat.S_ISDIR(os.lstat(base, dir_fd=pfd).st_mode)
     except OSError:
         return False
-
-
-def _check(ret: int) -> None:
-    if ret != 0:
-        e = ctypes.get_errno()
-        raise OSError(e, os.strerror(e))
 
 
 def _verb(kind: str) -> str:

@@ -1,0 +1,517 @@
+"""The supervisor's side: answers every notification of the agent's filter.
+
+Nothing the agent asked for is ever resumed with CONTINUE: between a check and
+the kernel re-reading the agent's memory another thread could swap the
+address or the descriptor. Instead:
+
+* the supervisor copies the address (and data) out of the agent, takes its
+  own reference to the socket with pidfd_getfd, checks that the notification
+  is still valid, and decides;
+* a pathname unix address is resolved here and must lie under an allowed root
+  (workdir, private tmp, profile `unix_sockets.allow`); the socket file is
+  then pinned with openat2(O_PATH, RESOLVE_NO_SYMLINKS) so no later rename or
+  symlink can redirect it;
+* a file call's paths are copied and its directories taken (pidfd_getfd, or
+  the agent's cwd); the broker judges and performs it (files.py);
+* the call itself is performed by the broker (broker.py), in the agent's
+  Landlock domain; listen() alone is performed here (see _listen).
+
+Fail closed: a call the supervisor cannot decode or copy is answered with an
+error (EPERM on a bug), a call handed to a broker that dies gets EIO (file
+calls) or ECONNREFUSED (sockets), never a pass.
+"""
+from __future__ import annotations
+
+import ctypes
+import errno
+import functools
+import os
+import select
+import socket
+import stat
+import struct
+import threading
+from typing import Callable, NamedTuple, Sequence
+
+from confine.errors import default_warn
+from confine.kernel import notify
+from confine.kernel.seccomp import FILE_CALLS, OPEN_CALLS, SOCKET_CALLS, syscall_number
+from confine.paths import is_under
+
+from .wire import (DATA_CAP, IOVEC, MSGHDR_SIZE, REPLY_MAX, FileRequest, MsgHdr, Op,
+                   SocketRequest, debug, decode_reply, parse_rights)
+
+# glibc probes these on every user or host lookup and falls back by itself;
+# still denied (nscd would resolve names: a DNS channel), just not reported.
+QUIET = ("/run/nscd/socket", "/run/systemd/userdb/", "/run/systemd/resolve/io.systemd.Resolve")
+MAX_REPORTED = 100
+MAX_ADDR = 128          # a sockaddr longer than sockaddr_storage is EINVAL
+AT_FDCWD = -100
+
+
+class _Pending(NamedTuple):
+    """A request the broker has not answered yet."""
+    nid: int            # the notification to answer
+    cloexec: bool       # install the descriptor in the reply with O_CLOEXEC
+    lost: int           # errno the agent gets if the broker dies first
+
+
+class _SocketCall(NamedTuple):
+    op: Op
+    fd: int             # the agent's socket
+    flags: int
+    raw: bytes          # the address as the agent gave it (b"" for none)
+    data: bytes
+    passed: list[int]   # agent descriptors sent with SCM_RIGHTS
+    full: int | None = None   # sendto's length before DATA_CAP
+
+
+class _FileCall(NamedTuple):
+    op: Op
+    paths: list[tuple[int, int]]   # (agent dirfd, agent address of the path)
+    flags: int = 0
+    mode: int = 0
+    arg: int = 0
+    target: bytes = b""
+
+
+Handler = Callable[[notify.Notif], None]
+
+
+class Mediator:
+    """Answers every notification of one agent's filter, on a thread of its
+    own (start()); roots: where pathname unix sockets may be; files: the name
+    guard is on (file calls go to the broker, else ENOSYS); warn: where each
+    distinct denial is reported."""
+
+    def __init__(self, notify_fd: int, broker: socket.socket, roots: Sequence[str],
+                 agent_uid: int, warn: Callable[[str], None] = default_warn,
+                 files: bool = False):
+        self.fd = notify_fd
+        self.broker = broker
+        # A stuck broker must not freeze every mediated call: a send that cannot
+        # complete in time is answered ECONNREFUSED.
+        self.broker.settimeout(5)
+        self.roots = [os.path.realpath(r) for r in roots]
+        self.uid = agent_uid
+        self.pending: dict[int, _Pending] = {}      # request id -> its notification
+        self.next_id = 1
+        self.denied: set[str] = set()
+        self.warn = warn
+        self.thread = threading.Thread(target=self._loop, name="confine-mediator", daemon=True)
+        self.files = files
+        # Syscall number -> handler; any other number is answered ENOSYS (file
+        # calls too, unless the name guard is on).
+        self.handlers: dict[int, Handler] = {
+            nr: functools.partial(fn, self) for nr, fn in _SOCKET_NR.items()}
+        if files:
+            self.handlers.update({nr: functools.partial(Mediator._file, self, decode)
+                                  for nr, decode in _FILE_NR.items()})
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def _loop(self) -> None:
+        poller = select.poll()
+        poller.register(self.fd, select.POLLIN)
+        poller.register(self.broker.fileno(), select.POLLIN)
+        while True:
+            for fd, ev in poller.poll():
+                if fd == self.fd:
+                    if ev & (select.POLLHUP | select.POLLERR) and not ev & select.POLLIN:
+                        return  # no process uses the filter any more
+                    try:
+                        n = notify.recv(self.fd)
+                    except OSError:
+                        continue  # the task died between poll and recv
+                    try:
+                        self._handle(n)
+                    except OSError as e:
+                        if debug():
+                            self.warn(f"mediation of syscall {n.data.nr} failed: {e!r}")
+                        self._respond(n.id, error=e.errno or errno.EPERM)
+                    except Exception:  # never let a bug resume the agent unchecked
+                        self._respond(n.id, error=errno.EPERM)
+                else:
+                    # Replies first; the hang-up comes with POLLIN too (recv gives 0
+                    # bytes), so it is handled once nothing is left to read.
+                    if ev & select.POLLIN and self._broker_reply():
+                        continue
+                    if ev & (select.POLLIN | select.POLLHUP | select.POLLERR):
+                        poller.unregister(fd)
+                        self.warn("the broker is gone (killed?): from now on every mediated "
+                                  "call fails (opens for writing, creates, renames, unix "
+                                  "connects)")
+                        for p in self.pending.values():
+                            self._respond(p.nid, error=p.lost)
+                        self.pending.clear()
+
+    def _handle(self, n: notify.Notif) -> None:
+        handler = self.handlers.get(n.data.nr)
+        if handler is None:
+            return self._respond(n.id, error=errno.ENOSYS)
+        handler(n)
+
+    def _respond(self, nid: int, val: int = 0, error: int = 0) -> None:
+        try:
+            notify.respond(self.fd, nid, val=val, error=error)
+        except OSError:
+            pass  # the agent's call was interrupted; nothing to answer
+
+    def _broker_reply(self) -> bool:
+        """Handle one reply; False when the broker has hung up."""
+        try:
+            data, fds, _, _ = socket.recv_fds(self.broker, REPLY_MAX, 1)
+        except OSError:
+            return False
+        try:
+            if not data:
+                return False
+            decoded = decode_reply(data)
+            if decoded is None:
+                return True
+            rid, rep = decoded
+            got = self.pending.pop(rid, None)
+            if got is None:
+                return True
+            if rep.reason:
+                self._report(rep.reason)
+            if fds and rep.ret >= 0:
+                try:
+                    notify.addfd_send(self.fd, got.nid, fds[0], got.cloexec)
+                except OSError as e:
+                    if e.errno != errno.ENOENT:     # ENOENT: the call was interrupted
+                        self._respond(got.nid, error=e.errno or errno.EIO)
+                return True
+            self._respond(got.nid, val=rep.ret if rep.ret >= 0 else 0,
+                          error=rep.err if rep.ret < 0 else 0)
+            return True
+        finally:
+            for f in fds:
+                os.close(f)
+
+    def _send(self, nid: int, make: Callable[[int], bytes], fds: list[int], cloexec: bool,
+              lost: int) -> None:
+        """Hand the request make(request id) to the broker; the agent gets
+        `lost` if it cannot be sent or the broker dies before answering."""
+        rid = self.next_id
+        self.next_id += 1
+        try:
+            socket.send_fds(self.broker, [make(rid)], fds)
+        except OSError:
+            return self._respond(nid, error=lost)
+        self.pending[rid] = _Pending(nid, cloexec, lost)
+
+    # -- decisions
+
+    def _report(self, what: str) -> None:
+        """Each distinct denial once; a flood (a checkout full of refused files)
+        is cut short rather than burying the terminal."""
+        if what in self.denied:
+            return
+        self.denied.add(what)
+        if len(self.denied) <= MAX_REPORTED:
+            self.warn(f"denied: {what}")
+        elif len(self.denied) == MAX_REPORTED + 1:
+            self.warn(f"more than {MAX_REPORTED} different denials: no more are shown")
+
+    def _deny(self, nid: int, what: str, quiet: bool = False) -> None:
+        if not quiet:
+            self._report(what)
+        self._respond(nid, error=errno.EACCES)
+
+    # -- socket calls
+
+    def _connect(self, n: notify.Notif) -> None:
+        a = list(n.data.args)
+        addrlen = a[2] & 0xFFFFFFFF
+        if addrlen > MAX_ADDR:
+            return self._respond(n.id, error=errno.EINVAL)
+        raw = notify.read_mem(n.pid, a[1], addrlen)
+        self._socket(n, _SocketCall(Op.CONNECT, a[0], 0, raw, b"", []))
+
+    def _sendto(self, n: notify.Notif) -> None:
+        a = list(n.data.args)
+        addrlen = a[5] & 0xFFFFFFFF
+        if addrlen > MAX_ADDR:
+            return self._respond(n.id, error=errno.EINVAL)
+        raw = notify.read_mem(n.pid, a[4], addrlen) if a[4] else b""
+        data = notify.read_mem(n.pid, a[1], min(a[2], DATA_CAP))
+        self._socket(n, _SocketCall(Op.SENDTO, a[0], a[3] & 0xFFFFFFFF, raw, data, [], a[2]))
+
+    def _sendmsg(self, n: notify.Notif) -> None:
+        pid, nid = n.pid, n.id
+        a = list(n.data.args)
+        hdr = MsgHdr.from_buffer_copy(notify.read_mem(pid, a[1], MSGHDR_SIZE))
+        if hdr.msg_namelen > MAX_ADDR:
+            return self._respond(nid, error=errno.EINVAL)
+        raw = notify.read_mem(pid, hdr.msg_name, hdr.msg_namelen) if hdr.msg_name else b""
+        if hdr.msg_iovlen > 1024:
+            return self._respond(nid, error=errno.EMSGSIZE)
+        iovs = notify.read_mem(pid, hdr.msg_iov, IOVEC.size * hdr.msg_iovlen) if hdr.msg_iovlen else b""
+        chunks, total = [], 0
+        for i in range(hdr.msg_iovlen):
+            base, ln = IOVEC.unpack_from(iovs, IOVEC.size * i)
+            take = min(ln, DATA_CAP - total)
+            if take:
+                chunks.append(notify.read_mem(pid, base, take))
+                total += take
+            if ln > take:
+                break
+        passed = self._control(pid, hdr, nid)
+        if passed is None:
+            return
+        self._socket(n, _SocketCall(Op.SENDMSG, a[0], a[2] & 0xFFFFFFFF, raw, b"".join(chunks),
+                                    passed))
+
+    def _socket(self, n: notify.Notif, call: _SocketCall) -> None:
+        """Take the agent's socket (and the descriptors it passes), decide on
+        the address, and hand the call to the broker."""
+        pid, nid = n.pid, n.id
+        fds: list[int] = []
+        passed: list[int] = []
+        pidfd = _pidfd(pid)
+        try:
+            fds.append(notify.pidfd_getfd(pidfd, call.fd & 0xFFFFFFFF))
+            sockfd = fds[0]
+            try:
+                for afd in call.passed:
+                    passed.append(notify.pidfd_getfd(pidfd, afd))
+            except OSError:
+                for f in fds + passed:
+                    os.close(f)
+                raise
+        finally:
+            os.close(pidfd)
+        try:
+            # Everything above was read from the agent: make sure the thread that
+            # asked is still waiting (its pid cannot have been reused meanwhile).
+            if not notify.id_valid(self.fd, nid):
+                return
+            try:
+                stype = socket.socket(fileno=os.dup(sockfd))
+            except OSError:
+                stype = None
+            is_stream = stype is not None and stype.type == socket.SOCK_STREAM
+            if stype is not None:
+                stype.close()
+            if call.op == Op.SENDTO and call.full and call.full > DATA_CAP and not is_stream:
+                return self._respond(nid, error=errno.EMSGSIZE)
+            raw = call.raw
+            if raw and is_stream and call.op != Op.CONNECT:
+                raw = b""  # a connected stream socket ignores the address
+            decided = self._address(pid, raw, nid) if raw else (b"", None)
+            if decided is None:
+                return
+            name, opath = decided
+            if opath is not None:
+                fds.append(opath)
+            self._send(nid, lambda rid: SocketRequest(rid, call.op, call.flags, opath is not None,
+                                                      name, call.data, len(passed)).pack(),
+                       fds + passed, False, errno.ECONNREFUSED)
+        finally:
+            for f in fds + passed:
+                os.close(f)
+
+    def _address(self, pid: int, raw: bytes, nid: int) -> tuple[bytes, int | None] | None:
+        """Returns (name bytes for the broker, O_PATH fd or None) or None if denied."""
+        if len(raw) < 2 or struct.unpack_from("<H", raw)[0] != socket.AF_UNIX:
+            return raw, None
+        path = raw[2:]
+        if not path or path[0] == 0:
+            return raw, None                  # abstract or unnamed: Landlock scope decides
+        path = path.split(b"\0", 1)[0].decode(errors="surrogateescape")
+        if not path.startswith("/"):
+            path = os.path.join(os.readlink(f"/proc/{pid}/cwd"), path)
+        # /proc/self means the agent here, not the supervisor resolving it.
+        for alias, mine in (("/proc/self/", f"/proc/{pid}/"),
+                            ("/proc/thread-self/", f"/proc/{pid}/task/{pid}/")):
+            if path.startswith(alias):
+                path = mine + path[len(alias):]
+        real = os.path.realpath(path)
+        if not any(is_under(real, r) for r in self.roots):
+            self._deny(nid, f"connect to unix socket {path}"
+                       + (f" (-> {real})" if real != path else "")
+                       + ": outside the workdir and unix_sockets.allow",
+                       quiet=real.startswith(QUIET))
+            return None
+        try:
+            opath = notify.openat2(real, os.O_PATH | os.O_NOFOLLOW,
+                                   notify.RESOLVE_NO_SYMLINKS | notify.RESOLVE_NO_MAGICLINKS)
+        except OSError as e:
+            self._respond(nid, error=errno.ECONNREFUSED if e.errno == errno.ELOOP else e.errno)
+            return None
+        if not stat.S_ISSOCK(os.fstat(opath).st_mode):
+            os.close(opath)
+            self._respond(nid, error=errno.ECONNREFUSED)
+            return None
+        return b"", opath
+
+    def _control(self, pid: int, hdr: MsgHdr, nid: int) -> list[int] | None:
+        """Descriptors passed with SCM_RIGHTS (agent numbers); None if refused."""
+        if not hdr.msg_control or not hdr.msg_controllen:
+            return []
+        if hdr.msg_controllen > 4096:
+            self._respond(nid, error=errno.EINVAL)
+            return None
+        fds = parse_rights(notify.read_mem(pid, hdr.msg_control, hdr.msg_controllen))
+        if fds is None:
+            # SCM_CREDENTIALS would name the broker, not the agent: refuse.
+            self._respond(nid, error=errno.EPERM)
+        return fds
+
+    def _listen(self, n: notify.Notif) -> None:
+        """listen() on an unbound TCP socket binds an ephemeral port without
+        Landlock's BIND_TCP check; refuse that, perform the rest ourselves on
+        the very socket we inspected (listen itself is not a Landlock right)."""
+        nid = n.id
+        fd, backlog = n.data.args[0] & 0xFFFFFFFF, n.data.args[1] & 0xFFFFFFFF
+        pidfd = _pidfd(n.pid)
+        try:
+            sfd = notify.pidfd_getfd(pidfd, fd)
+        finally:
+            os.close(pidfd)
+        try:
+            s = socket.socket(fileno=sfd)
+        except OSError as e:
+            os.close(sfd)
+            return self._respond(nid, error=e.errno)
+        try:
+            if not notify.id_valid(self.fd, nid):
+                return
+            if s.family in (socket.AF_INET, socket.AF_INET6) and s.getsockname()[1] == 0:
+                return self._deny(nid, "listen() on a TCP socket with no port bound "
+                                       "(would bind an ephemeral port without Landlock)")
+            try:
+                s.listen(min(backlog, 0x7FFFFFFF))
+            except OSError as e:
+                return self._respond(nid, error=e.errno)
+            self._respond(nid, 0)
+        finally:
+            s.close()
+
+    # -- file calls
+
+    def _file(self, decode: Callable[[list[int], int], _FileCall | None], n: notify.Notif) -> None:
+        """A file-system call: copy its strings, take the agent's directories,
+        and let the broker judge and perform it (files.py)."""
+        pid, nid = n.pid, n.id
+        call = decode([int(x) for x in n.data.args], pid)
+        if call is None:
+            return self._respond(nid, error=errno.EINVAL)
+        strs = [notify.read_cstr(pid, addr) for _, addr in call.paths]
+        umask, tgid, tid = _task_facts(pid)
+        fds: list[int] = []
+        index: list[int] = []
+        pidfd = _pidfd(pid)
+        try:
+            for (dfd, _), path in zip(call.paths, strs):
+                if path.startswith(b"/"):
+                    index.append(-1)
+                    continue
+                dfd = _i32(dfd)
+                if dfd == AT_FDCWD:
+                    fds.append(os.open(f"/proc/{pid}/cwd", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC))
+                else:
+                    fds.append(notify.pidfd_getfd(pidfd, dfd))
+                index.append(len(fds) - 1)
+        except OSError:
+            for f in fds:
+                os.close(f)
+            raise
+        finally:
+            os.close(pidfd)
+        try:
+            if not notify.id_valid(self.fd, nid):
+                return
+            index += [-1] * (2 - len(index))
+            strs += [b""] * (2 - len(strs))
+            self._send(nid, lambda rid: FileRequest(
+                rid, call.op, call.flags, call.mode & 0xFFFFFFFF, call.arg, umask, tgid, tid,
+                (index[0], index[1]), (strs[0], strs[1]), call.target).pack(),
+                fds, call.op == Op.OPEN and bool(call.flags & os.O_CLOEXEC), errno.EIO)
+        finally:
+            for f in fds:
+                os.close(f)
+
+
+def _pidfd(tid: int) -> int:
+    """A pidfd for the notifying thread (PIDFD_THREAD, Linux 6.9) or, on older
+    kernels, for its thread group; id_valid() later proves it was not reused."""
+    try:
+        return notify.pidfd_open(tid, notify.PIDFD_THREAD)
+    except OSError as e:
+        if e.errno != errno.EINVAL:
+            raise
+    with open(f"/proc/{tid}/status") as f:
+        tgid = next(int(line.split()[1]) for line in f if line.startswith("Tgid:"))
+    return notify.pidfd_open(tgid)
+
+
+def _task_facts(tid: int) -> tuple[int, int, int]:
+    """umask, and the thread's process and thread ids in its own pid namespace
+    (what "self" and "thread-self" mean in its /proc)."""
+    umask, tgid, nstid = 0o022, tid, tid
+    with open(f"/proc/{tid}/status") as f:
+        for line in f:
+            if line.startswith("Umask:"):
+                umask = int(line.split()[1], 8)
+            elif line.startswith("NStgid:"):
+                tgid = int(line.split()[-1])
+            elif line.startswith("NSpid:"):
+                nstid = int(line.split()[-1])
+    return umask, tgid, nstid
+
+
+def _i32(v: int) -> int:
+    """A syscall argument as the C int the kernel reads (dirfds, flags)."""
+    return ctypes.c_int32(v & 0xFFFFFFFF).value
+
+
+def _truncate(a: list[int], pid: int) -> _FileCall | None:
+    if a[1] >= 1 << 63:
+        return None                       # a negative length
+    return _FileCall(Op.TRUNCATE, [(AT_FDCWD, a[0])], arg=a[1])
+
+
+# Each notified syscall, by name: how its arguments become a broker request
+# (a = the six raw arguments). None: answered EINVAL.
+_FILE_DECODERS: dict[str, Callable[[list[int], int], _FileCall | None]] = {
+    "open": lambda a, pid: _FileCall(Op.OPEN, [(AT_FDCWD, a[0])], _i32(a[1]), a[2]),
+    "creat": lambda a, pid: _FileCall(Op.OPEN, [(AT_FDCWD, a[0])],
+                                      os.O_CREAT | os.O_WRONLY | os.O_TRUNC, a[1]),
+    "openat": lambda a, pid: _FileCall(Op.OPEN, [(a[0], a[1])], _i32(a[2]), a[3]),
+    "truncate": _truncate,
+    "mkdir": lambda a, pid: _FileCall(Op.MKDIR, [(AT_FDCWD, a[0])], mode=a[1]),
+    "mkdirat": lambda a, pid: _FileCall(Op.MKDIR, [(a[0], a[1])], mode=a[2]),
+    "mknod": lambda a, pid: _FileCall(Op.MKNOD, [(AT_FDCWD, a[0])], mode=a[1], arg=a[2]),
+    "mknodat": lambda a, pid: _FileCall(Op.MKNOD, [(a[0], a[1])], mode=a[2], arg=a[3]),
+    "symlink": lambda a, pid: _FileCall(Op.SYMLINK, [(AT_FDCWD, a[1])],
+                                        target=notify.read_cstr(pid, a[0])),
+    "symlinkat": lambda a, pid: _FileCall(Op.SYMLINK, [(a[1], a[2])],
+                                          target=notify.read_cstr(pid, a[0])),
+    "link": lambda a, pid: _FileCall(Op.LINK, [(AT_FDCWD, a[0]), (AT_FDCWD, a[1])]),
+    "linkat": lambda a, pid: _FileCall(Op.LINK, [(a[0], a[1]), (a[2], a[3])], _i32(a[4])),
+    "rename": lambda a, pid: _FileCall(Op.RENAME, [(AT_FDCWD, a[0]), (AT_FDCWD, a[1])]),
+    "renameat": lambda a, pid: _FileCall(Op.RENAME, [(a[0], a[1]), (a[2], a[3])]),
+    "renameat2": lambda a, pid: _FileCall(Op.RENAME, [(a[0], a[1]), (a[2], a[3])], _i32(a[4])),
+}
+_SOCKET_HANDLERS: dict[str, Callable[[Mediator, notify.Notif], None]] = {
+    "connect": Mediator._connect, "sendto": Mediator._sendto,
+    "sendmsg": Mediator._sendmsg, "listen": Mediator._listen,
+}
+# kernel.seccomp decides which calls notify; a call it adds without a handler
+# here must fail the import, not be answered ENOSYS at run time.
+if set(_SOCKET_HANDLERS) != set(SOCKET_CALLS) \
+        or set(_FILE_DECODERS) != set(OPEN_CALLS) | set(FILE_CALLS):
+    raise ImportError("confine.mediation.supervisor: handlers do not match kernel.seccomp's "
+                      "SOCKET_CALLS, OPEN_CALLS, FILE_CALLS")
+
+
+def _numbers(table: dict) -> dict:
+    """The table by this architecture's syscall numbers (aarch64 has only the *at calls)."""
+    return {nr: fn for name, fn in table.items() if (nr := syscall_number(name)) is not None}
+
+
+_SOCKET_NR: dict[int, Callable[[Mediator, notify.Notif], None]] = _numbers(_SOCKET_HANDLERS)
+_FILE_NR: dict[int, Callable[[list[int], int], _FileCall | None]] = _numbers(_FILE_DECODERS)

@@ -1,0 +1,183 @@
+"""The protocol between the supervisor and the broker, and nothing else.
+
+One request per datagram on a SOCK_SEQPACKET pair: a fixed header, then
+names and data; the descriptors the call acts on travel with it as
+SCM_RIGHTS. One reply per request, in any order (a call that blocks holds up
+only its own reply), matched by request id; a file the broker opened for the
+agent travels back as SCM_RIGHTS.
+
+Threat: both ends belong to confine (the supervisor, and the broker, which
+the agent can neither ptrace nor take descriptors from), so requests and
+replies come from confine itself. What the agent controls is what the
+supervisor copies out of it (addresses, data, its msghdr and control
+messages): the callers bound every length before these helpers decode it.
+"""
+from __future__ import annotations
+
+import array
+import ctypes
+import enum
+import os
+import socket
+import struct
+from typing import NamedTuple
+
+
+class Op(enum.IntEnum):
+    """Every request the broker serves."""
+    CONNECT = 1
+    SENDTO = 2
+    SENDMSG = 3
+    OPEN = 10
+    TRUNCATE = 11
+    MKDIR = 12
+    MKNOD = 13
+    SYMLINK = 14
+    LINK = 15
+    RENAME = 16
+
+
+SOCKET_OPS = frozenset({Op.CONNECT, Op.SENDTO, Op.SENDMSG})
+FILE_OPS = frozenset({Op.OPEN, Op.TRUNCATE, Op.MKDIR, Op.MKNOD, Op.SYMLINK, Op.LINK, Op.RENAME})
+
+# Largest payload copied for one mediated send: a stream socket gets a short
+# write (legal, callers loop), a datagram larger than this gets EMSGSIZE.
+DATA_CAP = 1 << 20
+REQUEST_MAX = DATA_CAP + 4096     # the broker's receive buffer
+MAX_FDS = 255                     # descriptors one request may carry
+REASON_CAP = 2048                 # bytes of a refusal's reason in a reply
+
+_HEAD = struct.Struct("<QB")                   # every request starts: id, op
+_SOCKET = struct.Struct("<QBiiIi")             # id, op, flags, has_opath, namelen, nfds_passed
+_FILE = struct.Struct("<QBqQQIiiii")           # id, op, flags, mode, dev/length, umask,
+                                               # tgid, tid, fd index for path 1, for path 2
+_REPLY = struct.Struct("<Qqi")                 # id, return value, errno
+REPLY_MAX = _REPLY.size + 4096                 # the supervisor's receive buffer
+_U64 = 0xFFFFFFFFFFFFFFFF
+
+
+def request_head(body: bytes) -> tuple[int, int]:
+    """(request id, op number) of any request; the number may not be an Op."""
+    return _HEAD.unpack_from(body)
+
+
+class SocketRequest(NamedTuple):
+    """connect/sendto/sendmsg. Descriptors: the socket, then (has_opath) an
+    O_PATH of the pinned socket file to connect to instead of `name`, then
+    the ones the agent passes with SCM_RIGHTS."""
+    rid: int
+    op: Op
+    flags: int
+    has_opath: bool
+    name: bytes
+    data: bytes
+    npassed: int
+
+    def pack(self) -> bytes:
+        return _SOCKET.pack(self.rid, self.op, self.flags, 1 if self.has_opath else 0,
+                            len(self.name), self.npassed) + self.name + self.data
+
+    @classmethod
+    def unpack(cls, body: bytes) -> "SocketRequest":
+        rid, op, flags, has_opath, namelen, npassed = _SOCKET.unpack_from(body)
+        rest = body[_SOCKET.size:]
+        return cls(rid, Op(op), flags, bool(has_opath), rest[:namelen], rest[namelen:], npassed)
+
+
+class FileRequest(NamedTuple):
+    """A file-system call. dirs: for each path the index of its directory in
+    the descriptors sent along, -1 for an absolute path (or no path)."""
+    rid: int
+    op: Op
+    flags: int
+    mode: int
+    arg: int                    # dev for mknod, length for truncate
+    umask: int
+    tgid: int                   # the agent's "self" in its /proc
+    tid: int                    # and its "thread-self"
+    dirs: tuple[int, int]
+    paths: tuple[bytes, bytes]  # b"" when the call has one path
+    target: bytes               # a symlink's contents
+
+    def pack(self) -> bytes:
+        return (_FILE.pack(self.rid, self.op, self.flags, self.mode, self.arg & _U64, self.umask,
+                           self.tgid, self.tid, self.dirs[0], self.dirs[1])
+                + b"\0".join((*self.paths, self.target)))
+
+    @classmethod
+    def unpack(cls, body: bytes) -> "FileRequest":
+        rid, op, flags, mode, arg, umask, tgid, tid, d1, d2 = _FILE.unpack_from(body)
+        p1, p2, target = (body[_FILE.size:].split(b"\0") + [b"", b""])[:3]
+        return cls(rid, Op(op), flags, mode, arg, umask, tgid, tid, (d1, d2), (p1, p2), target)
+
+
+class Reply(NamedTuple):
+    """The broker's answer: the call's return value, or -1 and errno; reason
+    is set when the guard refused (reported once by the supervisor); fd is a
+    file opened for the agent."""
+    ret: int
+    err: int = 0
+    reason: str = ""
+    fd: int | None = None
+
+    def encode(self, rid: int) -> bytes:
+        return _REPLY.pack(rid, self.ret, self.err) + self.reason.encode(errors="replace")[:REASON_CAP]
+
+
+def decode_reply(data: bytes) -> tuple[int, Reply] | None:
+    """(request id, reply without fd), or None for a datagram too short to be one."""
+    if len(data) < _REPLY.size:
+        return None
+    rid, ret, err = _REPLY.unpack_from(data)
+    return rid, Reply(ret, err, data[_REPLY.size:].decode(errors="replace"))
+
+
+# ------------------------------------------------ msghdr and SCM_RIGHTS (x86_64/aarch64 ABI)
+
+class MsgHdr(ctypes.Structure):
+    _fields_ = [("msg_name", ctypes.c_void_p), ("msg_namelen", ctypes.c_uint32),
+                ("msg_iov", ctypes.c_void_p), ("msg_iovlen", ctypes.c_size_t),
+                ("msg_control", ctypes.c_void_p), ("msg_controllen", ctypes.c_size_t),
+                ("msg_flags", ctypes.c_int)]
+
+
+MSGHDR_SIZE = ctypes.sizeof(MsgHdr)
+IOVEC = struct.Struct("<QQ")        # iov_base, iov_len
+CMSG_HDR = struct.Struct("<Qii")    # cmsg_len (size_t), level, type
+
+
+def cmsg_align(n: int) -> int:
+    return (n + 7) & ~7
+
+
+def rights_control(fds: list[int]) -> tuple[ctypes.Array | None, int]:
+    """A control buffer passing fds with SCM_RIGHTS, and its length; (None, 0) for none."""
+    if not fds:
+        return None, 0
+    fd_bytes = array.array("i", fds).tobytes()
+    clen = cmsg_align(CMSG_HDR.size + len(fd_bytes))
+    raw = CMSG_HDR.pack(CMSG_HDR.size + len(fd_bytes), socket.SOL_SOCKET,
+                        socket.SCM_RIGHTS) + fd_bytes
+    return ctypes.create_string_buffer(raw, clen), clen
+
+
+def parse_rights(ctrl: bytes) -> list[int] | None:
+    """The descriptor numbers in ctrl's SCM_RIGHTS messages; None if it holds
+    any other kind of control message. A malformed tail ends the walk."""
+    fds: list[int] = []
+    off = 0
+    while off + CMSG_HDR.size <= len(ctrl):
+        ln, level, typ = CMSG_HDR.unpack_from(ctrl, off)
+        if ln < CMSG_HDR.size or off + ln > len(ctrl):
+            break
+        if level != socket.SOL_SOCKET or typ != socket.SCM_RIGHTS:
+            return None
+        payload = ctrl[off + CMSG_HDR.size: off + ln]
+        fds += array.array("i", payload[: len(payload) // 4 * 4]).tolist()
+        off += cmsg_align(ln)
+    return fds
+
+
+def debug() -> bool:
+    """CONFINE_DEBUG is set: both sides then show what a plain run hides."""
+    return bool(os.environ.get("CONFINE_DEBUG"))

@@ -1,0 +1,57 @@
+"""The broker protocol and the supervisor's report sink, without a sandbox."""
+import os
+import socket
+
+from confine.kernel.seccomp import FILE_CALLS, OPEN_CALLS, SOCKET_CALLS, syscall_number
+from confine.mediation import Mediator, supervisor, wire
+from confine.mediation.wire import FileRequest, Op, Reply, SocketRequest
+
+
+def test_every_op_is_a_socket_or_a_file_op():
+    assert wire.SOCKET_OPS | wire.FILE_OPS == set(Op)
+    assert not wire.SOCKET_OPS & wire.FILE_OPS
+
+
+def test_requests_and_replies_round_trip():
+    s = SocketRequest(7, Op.SENDMSG, 0x40, True, b"", b"data", 2)
+    assert SocketRequest.unpack(s.pack()) == s
+    assert wire.request_head(s.pack()) == (7, Op.SENDMSG)
+    f = FileRequest(9, Op.RENAME, 1, 0o644, -1, 0o022, 5, 6, (0, -1), (b"a", b"/b"), b"")
+    g = FileRequest.unpack(f.pack())
+    assert g._replace(arg=0) == f._replace(arg=0) and g.arg == 2**64 - 1
+    rid, rep = wire.decode_reply(Reply(-1, 13, "x" * 5000).encode(3))
+    assert rid == 3 and rep == Reply(-1, 13, "x" * wire.REASON_CAP)
+    assert wire.decode_reply(b"short") is None
+
+
+def test_rights_control_parses_back_and_other_messages_are_refused():
+    buf, n = wire.rights_control([3, 4, 5])
+    assert wire.parse_rights(buf.raw[:n]) == [3, 4, 5]
+    assert wire.rights_control([]) == (None, 0)
+    creds = wire.CMSG_HDR.pack(wire.CMSG_HDR.size + 12, socket.SOL_SOCKET,
+                               socket.SCM_CREDENTIALS) + bytes(12)
+    assert wire.parse_rights(creds) is None
+
+
+def _mediator(**kw):
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    b.close()
+    return Mediator(-1, a, ["/"], os.getuid(), **kw)
+
+
+def test_every_mediated_syscall_has_a_handler():
+    m = _mediator(files=True)
+    names = tuple(SOCKET_CALLS) + tuple(OPEN_CALLS) + FILE_CALLS
+    want = {syscall_number(n) for n in names if syscall_number(n) is not None}
+    assert set(m.handlers) == want
+    assert set(_mediator().handlers) == {syscall_number(n) for n in SOCKET_CALLS}
+
+
+def test_denials_reach_the_callers_sink_at_most_once_each_and_capped():
+    seen = []
+    m = _mediator(warn=seen.append)
+    for i in range(supervisor.MAX_REPORTED + 50):
+        m._report(f"thing {i}")
+        m._report(f"thing {i}")
+    assert len(seen) == supervisor.MAX_REPORTED + 1
+    assert seen[0] == "denied: thing 0" and "no more are shown" in seen[-1]
