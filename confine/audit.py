@@ -18,7 +18,6 @@ the directories searched for daemon sockets (/run, /var/run, /run/user/UID,
 """
 from __future__ import annotations
 
-import ctypes
 import glob
 import grp
 import os
@@ -34,6 +33,7 @@ from . import plan as _plan
 from .errors import ConfineError
 from .identity import Identity, resolve as resolve_identity
 from .kernel import landlock
+from .kernel.libc import libc
 from .policy import load as _load
 from .paths import is_under
 from .policy.secrets import HOME_SECRETS
@@ -455,7 +455,6 @@ def _userns_allowed() -> bool:
     pid = os.fork()
     if pid == 0:
         try:
-            libc = ctypes.CDLL(None, use_errno=True)
             os._exit(0 if libc.unshare(0x10000000) == 0 else 1)
         finally:
             os._exit(1)
