@@ -3,8 +3,8 @@
 Real kernel, real git, no mocks, no `confine exec` (the launcher wires these
 functions in; here they are called directly):
 
-* namespace layer: a forked child runs `namespaces.setup(snapshot.mount_plan)`
-  as root (CLONE_NEWNS) and as the unprivileged test account (CLONE_NEWUSER |
+* namespace layer: a forked child runs `namespaces.enter`, `make_private` and
+  `apply(snapshot.mount_plan)` (the launcher's calls) as root (CLONE_NEWNS) and as the unprivileged test account (CLONE_NEWUSER |
   CLONE_NEWNS, both from a forked-and-setresuid child and from a fresh process
   started with setpriv), then attempts every forbidden write, rename and
   delete and checks the errno, and runs normal git work, which must succeed;
@@ -448,10 +448,11 @@ def test_namespace_as_root_then_as_the_agent_user(world, account):
     wd, home = world["wd"], world["home"]
     snap = protect.snapshot(wd)
     before = _mountinfo_lines()
-    assert namespaces.probe(snap.mount_plan, userns=False) is None
 
     def child():
-        n = namespaces.setup(snap.mount_plan, userns=False)
+        namespaces.enter(userns=False)
+        namespaces.make_private()
+        n = namespaces.apply(snap.mount_plan)
         res = {"mounts": n, "attempts as root": _forbidden_attempts(wd)}
         # what the launcher does next: identity, capabilities
         caps.switch_user(account.pw_uid, account.pw_gid)
@@ -488,9 +489,10 @@ def test_namespace_unprivileged_user_namespace(world, account):
     snap = protect.snapshot(wd)
 
     def child():
-        res = {"probe": namespaces.probe(snap.mount_plan, userns=True)}
-        namespaces.setup(snap.mount_plan, userns=True)
-        res["ids"] = [os.getuid(), os.geteuid(), os.getgid()]
+        namespaces.enter(userns=True)
+        namespaces.make_private()
+        namespaces.apply(snap.mount_plan)
+        res = {"ids": [os.getuid(), os.geteuid(), os.getgid()]}
         res["caps in userns"] = caps.status()["CapEff"] != 0
         res["attempts with caps"] = _forbidden_attempts(wd)
         res["drop notes"] = caps.drop_all(privileged=False)
@@ -503,7 +505,6 @@ def test_namespace_unprivileged_user_namespace(world, account):
         return res
 
     res = in_child(child, pw=account)
-    assert res["probe"] is None
     assert res["ids"] == [account.pw_uid, account.pw_uid, account.pw_gid]
     assert res["caps in userns"]            # full set inside the new user namespace ...
     assert res["drop notes"] == []          # ... so even the bounding set can now be dropped
@@ -526,8 +527,9 @@ def test_namespace_from_a_fresh_unprivileged_process(world, account):
         "from confine.kernel import namespaces as ns, caps\n"
         "b, m = json.loads(sys.argv[1])\n"
         "plan = ns.Plan(tuple(ns.Base(**x) for x in b), tuple(ns.Mount(**dict(x, rel=tuple(x['rel']))) for x in m), True)\n"
-        "print('probe', ns.probe(plan, True))\n"
-        "ns.setup(plan, True)\n"
+        "ns.enter(True)\n"
+        "ns.make_private()\n"
+        "ns.apply(plan)\n"
         "print('notes', caps.drop_all(privileged=True))\n"
         "def t(f):\n"
         "    try:\n        f(); return 'ok'\n"
@@ -543,7 +545,7 @@ def test_namespace_from_a_fresh_unprivileged_process(world, account):
                        cwd=wd, env=env, capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, p.stderr
     out = dict(line.split(" ", 1) for line in p.stdout.splitlines())
-    assert out == {"probe": "None", "notes": "[]", "hook": "EROFS", "config": "EROFS",
+    assert out == {"notes": "[]", "hook": "EROFS", "config": "EROFS",
                    "unlink": "EBUSY", "file": "ok"}
 
 
@@ -563,7 +565,9 @@ def test_namespace_covers_a_second_path_to_the_workdir(world, account):
         assert libc.mount(world["top"].encode(), alt.encode(), None, 4096, None) == 0
         snap = protect.snapshot(wd)
         bases = [b.path for b in snap.mount_plan.bases]
-        namespaces.setup(snap.mount_plan, userns=False)
+        namespaces.enter(userns=False)
+        namespaces.make_private()
+        namespaces.apply(snap.mount_plan)
         via = os.path.join(alt, "w")
         return {"bases": bases, "complete": snap.mount_plan.complete,
                 "config via alt": err_of(lambda: append(os.path.join(via, ".git/config"))),
@@ -582,12 +586,12 @@ def test_namespace_refuses_a_path_swapped_after_the_snapshot(world, account):
     snap = protect.snapshot(wd)
     os.rename(os.path.join(wd, ".envrc"), os.path.join(wd, "envrc.old"))
     os.symlink("/etc/passwd", os.path.join(wd, ".envrc"))
-    assert "ELOOP" in str(namespaces.probe(snap.mount_plan, userns=False)) or \
-        "symlink" in str(namespaces.probe(snap.mount_plan, userns=False))
 
     def child():
         try:
-            namespaces.setup(snap.mount_plan, userns=False)
+            namespaces.enter(userns=False)
+            namespaces.make_private()
+            namespaces.apply(snap.mount_plan)
         except OSError as e:
             return e.strerror
         return "mounted"
@@ -790,7 +794,9 @@ def test_trust_mounts_leaves_host_edits_but_not_what_the_mount_misses(world, acc
     assert ".claude/settings.json" in guard and "real-settings.json" in snap.roots
 
     def agent():
-        namespaces.setup(snap.mount_plan, userns=False)
+        namespaces.enter(userns=False)
+        namespaces.make_private()
+        namespaces.apply(snap.mount_plan)
         caps.switch_user(account.pw_uid, account.pw_gid)
         caps.drop_all(privileged=True)
         return {
@@ -867,7 +873,9 @@ def test_the_launcher_steps_after_the_namespace_still_work(world, account, start
             os.setgroups([])
             os.setresgid(account.pw_gid, account.pw_gid, account.pw_gid)
             os.setresuid(account.pw_uid, account.pw_uid, account.pw_uid)
-        namespaces.setup(snap.mount_plan, userns=(start == "user"))
+        namespaces.enter(userns=(start == "user"))
+        namespaces.make_private()
+        namespaces.apply(snap.mount_plan)
         if start == "root":
             caps.switch_user(account.pw_uid, account.pw_gid)
         notes = caps.drop_all(privileged=True)   # root, or root-equivalent in the new userns
@@ -909,7 +917,9 @@ def test_host_replacing_a_mounted_file_ends_trust_for_it(world, account):
         try:
             os.close(go_w)
             os.close(done_r)
-            namespaces.setup(snap.mount_plan, userns=False)
+            namespaces.enter(userns=False)
+            namespaces.make_private()
+            namespaces.apply(snap.mount_plan)
             caps.switch_user(account.pw_uid, account.pw_gid)
             caps.drop_all(privileged=True)
             before = err_of(lambda: append(os.path.join(wd, ".git/config")))

@@ -27,6 +27,8 @@ import ctypes
 import errno
 import os
 
+from .libc import check, libc, oserror
+
 __all__ = [
     "SECBIT_NOROOT", "SECBIT_NOROOT_LOCKED",
     "SECBIT_NO_SETUID_FIXUP", "SECBIT_NO_SETUID_FIXUP_LOCKED",
@@ -97,9 +99,9 @@ _CAP_FIELDS = ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")
 
 # --- libc bindings ----------------------------------------------------------
 
-_libc = ctypes.CDLL(None, use_errno=True)
-
-_prctl = _libc.prctl
+# Own function objects (libc["name"], not libc.name): the prototypes set here
+# stay private to this module instead of changing the shared handle's.
+_prctl = libc["prctl"]
 # prctl is variadic in the header; the kernel reads five unsigned longs.
 _prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
 _prctl.restype = ctypes.c_int
@@ -121,25 +123,17 @@ _CapDataV3 = _CapData * 2
 
 # glibc and musl both export thin capget/capset wrappers, which saves us a
 # per-architecture table of syscall numbers.
-_capget = _libc.capget
+_capget = libc["capget"]
 _capget.argtypes = [ctypes.POINTER(_CapHeader), ctypes.POINTER(_CapData)]
 _capget.restype = ctypes.c_int
-_capset = _libc.capset
+_capset = libc["capset"]
 _capset.argtypes = [ctypes.POINTER(_CapHeader), ctypes.POINTER(_CapData)]
 _capset.restype = ctypes.c_int
 
 
-def _err(step: str, err: int | None = None) -> OSError:
-    err = ctypes.get_errno() if err is None else err
-    return OSError(err, f"capabilities: {step}: {os.strerror(err)}")
-
-
 def _prctl_call(step: str, option: int, a2: int = 0, a3: int = 0, a4: int = 0, a5: int = 0) -> int:
     ctypes.set_errno(0)
-    rc = _prctl(option, a2, a3, a4, a5)
-    if rc < 0:
-        raise _err(step)
-    return rc
+    return check(_prctl(option, a2, a3, a4, a5), f"capabilities: {step}")
 
 
 # --- small prctl knobs ------------------------------------------------------
@@ -225,8 +219,7 @@ def capget() -> tuple[int, int, int]:
     hdr = _CapHeader(_LINUX_CAPABILITY_VERSION_3, 0)
     data = _CapDataV3()
     ctypes.set_errno(0)
-    if _capget(ctypes.byref(hdr), data) < 0:
-        raise _err("capget")
+    check(_capget(ctypes.byref(hdr), data), "capabilities: capget")
     return (
         data[0].effective | (data[1].effective << 32),
         data[0].permitted | (data[1].permitted << 32),
@@ -244,8 +237,8 @@ def capset(effective: int, permitted: int, inheritable: int) -> None:
         data[i].permitted = (permitted >> shift) & 0xFFFFFFFF
         data[i].inheritable = (inheritable >> shift) & 0xFFFFFFFF
     ctypes.set_errno(0)
-    if _capset(ctypes.byref(hdr), data) < 0:
-        raise _err(f"capset(eff={effective:#x}, prm={permitted:#x}, inh={inheritable:#x})")
+    check(_capset(ctypes.byref(hdr), data),
+          f"capabilities: capset(eff={effective:#x}, prm={permitted:#x}, inh={inheritable:#x})")
 
 
 def clear_caps() -> None:
@@ -253,14 +246,14 @@ def clear_caps() -> None:
     capset(0, 0, 0)
 
 
-def status() -> dict:
+def status() -> dict[str, int]:
     """Capability state as the kernel reports it in /proc/self/status.
 
     Keys: CapInh, CapPrm, CapEff, CapBnd, CapAmb (ints), NoNewPrivs (0/1),
     Seccomp (0 off, 1 strict, 2 filter).  Raises OSError if /proc is missing,
     which makes drop_all() fail closed rather than skip the check.
     """
-    out: dict = {}
+    out: dict[str, int] = {}
     with open("/proc/self/status") as f:
         for line in f:
             key, _, value = line.partition(":")
@@ -274,7 +267,7 @@ def status() -> dict:
     return out
 
 
-def verify_dropped(st: dict, fields: tuple[str, ...] = _CAP_FIELDS) -> None:
+def verify_dropped(st: dict[str, int], fields: tuple[str, ...] = _CAP_FIELDS) -> None:
     """Raise OSError(EPERM) unless every capability set named in `fields` is 0."""
     left = [f"{k}={st[k]:#x}" for k in fields if st.get(k, 1) != 0]
     if left:
@@ -305,15 +298,15 @@ def switch_user(uid: int, gid: int) -> None:
     try:
         os.setgroups([])
     except OSError as e:
-        raise _err("setgroups([])", e.errno) from None
+        raise oserror("capabilities: setgroups([])", e.errno) from None
     try:
         os.setresgid(gid, gid, gid)
     except OSError as e:
-        raise _err(f"setresgid({gid})", e.errno) from None
+        raise oserror(f"capabilities: setresgid({gid})", e.errno) from None
     try:
         os.setresuid(uid, uid, uid)
     except OSError as e:
-        raise _err(f"setresuid({uid})", e.errno) from None
+        raise oserror(f"capabilities: setresuid({uid})", e.errno) from None
     # setres*id() is all-or-nothing in the kernel, but check anyway: running
     # the agent with the wrong identity is the failure we cannot afford.
     if os.getresuid() != (uid,) * 3 or os.getresgid() != (gid,) * 3 or os.getgroups():

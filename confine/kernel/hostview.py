@@ -18,18 +18,38 @@ Runs in the forked child between fork and exec, single-threaded.
 """
 from __future__ import annotations
 
+import errno
 import os
 
 from ..paths import is_under
-from . import namespaces as ns
-from .namespaces import (MS_BIND, MS_NOATIME, MS_NODEV, MS_NODIRATIME, MS_NOEXEC, MS_NOSUID,
-                         MS_RDONLY, MS_REC, MS_RELATIME, MS_REMOUNT, MS_STRICTATIME)
+from .libc import oserror
+from .mounts import (
+    MS_BIND,
+    MS_NOATIME,
+    MS_NODEV,
+    MS_NODIRATIME,
+    MS_NOEXEC,
+    MS_NOSUID,
+    MS_RDONLY,
+    MS_REC,
+    MS_RELATIME,
+    MS_REMOUNT,
+    MS_STRICTATIME,
+    ST_NOATIME,
+    ST_NODEV,
+    ST_NODIRATIME,
+    ST_NOEXEC,
+    ST_NOSUID,
+    ST_RDONLY,
+    ST_RELATIME,
+    mount,
+    unescape,
+)
 
 # statvfs f_flag bit -> the mount flag a remount must repeat
-ST = {ns.ST_RDONLY: MS_RDONLY, ns.ST_NOSUID: MS_NOSUID, ns.ST_NODEV: MS_NODEV,
-      ns.ST_NOEXEC: MS_NOEXEC, ns.ST_NOATIME: MS_NOATIME, ns.ST_NODIRATIME: MS_NODIRATIME,
-      ns.ST_RELATIME: MS_RELATIME}
-_mnt = ns.mount
+ST = {ST_RDONLY: MS_RDONLY, ST_NOSUID: MS_NOSUID, ST_NODEV: MS_NODEV,
+      ST_NOEXEC: MS_NOEXEC, ST_NOATIME: MS_NOATIME, ST_NODIRATIME: MS_NODIRATIME,
+      ST_RELATIME: MS_RELATIME}
 
 
 def _keep_flags(path: str) -> int:
@@ -39,7 +59,7 @@ def _keep_flags(path: str) -> int:
     for st, ms in ST.items():
         if f & st:
             out |= ms
-    if not f & (ns.ST_NOATIME | ns.ST_RELATIME):
+    if not f & (ST_NOATIME | ST_RELATIME):
         out |= MS_STRICTATIME
     return out & ~MS_RDONLY
 
@@ -56,14 +76,14 @@ def _mounts() -> list[tuple[str, str]]:
     with open("/proc/self/mountinfo") as f:
         for line in f:
             left, _, right = line.partition(" - ")
-            out.append((ns._unescape(left.split()[4]), right.split()[0]))
+            out.append((unescape(left.split()[4]), right.split()[0]))
     return out
 
 
-def readonly_except(writable: list[str]) -> list[str]:
-    """Returns the mount points left writable (for --dry-run-like reporting)."""
+def readonly_except(writable: list[str]) -> None:
+    """Bind each writable path onto itself, then remount every other mount read-only."""
     for w in writable:
-        _mnt(w, w, None, MS_BIND | MS_REC, None, f"bind {w} read-write")
+        mount(w, w, None, MS_BIND | MS_REC, None, f"bind {w} read-write")
     for mp, fstype in sorted(set(_mounts()), key=lambda m: len(m[0])):
         if any(is_under(mp, w) for w in writable):
             continue
@@ -71,40 +91,40 @@ def readonly_except(writable: list[str]) -> list[str]:
             flags = _keep_flags(mp)
         except OSError:
             continue  # hidden under another mount or gone: not reachable
-        if os.statvfs(mp).f_flag & ns.ST_RDONLY:
+        if os.statvfs(mp).f_flag & ST_RDONLY:
             continue
         try:
-            _mnt(None, mp, None, MS_REMOUNT | MS_BIND | MS_RDONLY | flags, None,
-                 f"remount {mp} read-only")
+            mount(None, mp, None, MS_REMOUNT | MS_BIND | MS_RDONLY | flags, None,
+                  f"remount {mp} read-only")
         except OSError:
-            if fstype not in PSEUDO and not os.statvfs(mp).f_flag & ns.ST_RDONLY:
+            if fstype not in PSEUDO and not os.statvfs(mp).f_flag & ST_RDONLY:
                 raise
     for w in writable:
-        if os.statvfs(w).f_flag & ns.ST_RDONLY:
-            raise ns._fail(f"{w} became read-only", 5)
-    return list(writable)
+        if os.statvfs(w).f_flag & ST_RDONLY:
+            raise oserror(f"namespaces: {w} became read-only", errno.EIO)
 
 
 def private_shm() -> bool:
     if not os.path.isdir("/dev/shm"):
         return False
-    _mnt("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777,size=50%",
-         "mount a private tmpfs on /dev/shm")
+    mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777,size=50%",
+          "mount a private tmpfs on /dev/shm")
     return True
 
 
 def private_pts() -> bool:
     if not os.path.isdir("/dev/pts"):
         return False
-    _mnt("devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC,
-         "newinstance,ptmxmode=0666,mode=0620", "mount a private devpts on /dev/pts")
+    mount("devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC,
+          "newinstance,ptmxmode=0666,mode=0620", "mount a private devpts on /dev/pts")
     if os.path.exists("/dev/ptmx"):
-        _mnt("/dev/pts/ptmx", "/dev/ptmx", None, MS_BIND, None, "bind /dev/pts/ptmx on /dev/ptmx")
+        mount("/dev/pts/ptmx", "/dev/ptmx", None, MS_BIND, None,
+              "bind /dev/pts/ptmx on /dev/ptmx")
     return True
 
 
 def private_proc() -> None:
     """A procfs of the new pid namespace: the agent sees its own processes only
     (no command lines of the user's other programs)."""
-    _mnt("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None,
-         "mount /proc of the new pid namespace")
+    mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None,
+          "mount /proc of the new pid namespace")

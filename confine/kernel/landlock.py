@@ -5,7 +5,9 @@ before anything runs) and enforced in the child with restrict_self.
 """
 from __future__ import annotations
 
+import errno
 import os
+from enum import Flag
 
 import landlockpy
 from landlockpy import AccessFS, AccessNet, Scope
@@ -15,16 +17,17 @@ from landlockpy import AccessFS, AccessNet, Scope
 # without --allow-degraded.
 _ABI_CAP_ENV = "CONFINE_TEST_LANDLOCK_ABI_MAX"
 
-FS_MIN_ABI = {
+# The Landlock ABI that introduced each right (and scope).
+FS_MIN_ABI: dict[AccessFS, int] = {
     AccessFS.EXECUTE: 1, AccessFS.WRITE_FILE: 1, AccessFS.READ_FILE: 1, AccessFS.READ_DIR: 1,
     AccessFS.REMOVE_DIR: 1, AccessFS.REMOVE_FILE: 1, AccessFS.MAKE_CHAR: 1, AccessFS.MAKE_DIR: 1,
     AccessFS.MAKE_REG: 1, AccessFS.MAKE_SOCK: 1, AccessFS.MAKE_FIFO: 1, AccessFS.MAKE_BLOCK: 1,
     AccessFS.MAKE_SYM: 1, AccessFS.REFER: 2, AccessFS.TRUNCATE: 3, AccessFS.IOCTL_DEV: 5,
     AccessFS.RESOLVE_UNIX: 9,
 }
-NET_MIN_ABI = {AccessNet.BIND_TCP: 4, AccessNet.CONNECT_TCP: 4,
-               AccessNet.BIND_UDP: 10, AccessNet.CONNECT_SEND_UDP: 10}
-SCOPE_MIN_ABI = {Scope.ABSTRACT_UNIX_SOCKET: 6, Scope.SIGNAL: 6}
+NET_MIN_ABI: dict[AccessNet, int] = {AccessNet.BIND_TCP: 4, AccessNet.CONNECT_TCP: 4,
+                                     AccessNet.BIND_UDP: 10, AccessNet.CONNECT_SEND_UDP: 10}
+SCOPE_MIN_ABI: dict[Scope, int] = {Scope.ABSTRACT_UNIX_SOCKET: 6, Scope.SIGNAL: 6}
 
 READ = AccessFS.EXECUTE | AccessFS.READ_FILE | AccessFS.READ_DIR
 WRITE = (READ | AccessFS.WRITE_FILE | AccessFS.REMOVE_DIR | AccessFS.REMOVE_FILE
@@ -71,12 +74,14 @@ def scopes(abi: int) -> Scope:
     return out
 
 
-def names(flags) -> list[str]:
-    return [f.name.lower() for f in type(flags) if f.value and f in flags and f.name != "NONE"]
+def names(flags: Flag) -> list[str]:
+    return [f.name.lower() for f in type(flags)
+            if f.value and f in flags and f.name and f.name != "NONE"]
 
 
 def build(handled_fs: AccessFS, handled_net: AccessNet, scoped: Scope,
-          path_rules: list[tuple[str, AccessFS]], ports: list[tuple[int, AccessNet]]):
+          path_rules: list[tuple[str, AccessFS]],
+          ports: list[tuple[int, AccessNet]]) -> landlockpy.Ruleset:
     """Create the ruleset fd (in the supervisor). Raises OSError naming the path."""
     rs = landlockpy.Ruleset(handled_fs=handled_fs, handled_net=handled_net,
                             scoped=scoped, best_effort=False)
@@ -85,16 +90,17 @@ def build(handled_fs: AccessFS, handled_net: AccessNet, scoped: Scope,
             try:
                 rs.allow_path(path, access)
             except OSError as e:
-                raise OSError(e.errno, f"Landlock rule for {path}: {os.strerror(e.errno)}") from None
-        for port, access in ports:
-            rs.allow_port(port, access)
+                err = e.errno or errno.EIO
+                raise OSError(err, f"Landlock rule for {path}: {os.strerror(err)}") from None
+        for port, net_access in ports:
+            rs.allow_port(port, net_access)
     except BaseException:
         rs.close()
         raise
     return rs
 
 
-def add(ruleset, path: str, access: AccessFS) -> None:
+def add(ruleset: landlockpy.Ruleset, path: str, access: AccessFS) -> None:
     """Add a rule in the child (for mounts that exist only in its namespace)."""
     if not os.path.isdir(path):
         access &= FILE_RIGHTS
@@ -103,6 +109,6 @@ def add(ruleset, path: str, access: AccessFS) -> None:
         ruleset.allow_path(path, access)
 
 
-def restrict(ruleset) -> None:
+def restrict(ruleset: landlockpy.Ruleset) -> None:
     """Enforce in the calling (child) thread; no_new_privs is already set."""
     ruleset.restrict(no_new_privs=True)

@@ -50,14 +50,16 @@ def _write_attr(path: str, data: bytes, what: str) -> None:
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
     except OSError as e:
-        raise OSError(e.errno, f"{what}: cannot open {path}: {os.strerror(e.errno)}") from None
+        err = e.errno or errno.EIO
+        raise OSError(err, f"{what}: cannot open {path}: {os.strerror(err)}") from None
     try:
         n = os.write(fd, data)
     except OSError as e:
+        err = e.errno or errno.EIO
         hint = {errno.ENOENT: " (profile not loaded?)",
                 errno.EINVAL: " (invalid or unknown context?)",
                 errno.EACCES: " (policy forbids it)", errno.EPERM: " (policy forbids it)"}
-        raise OSError(e.errno, f"{what}: {os.strerror(e.errno)}{hint.get(e.errno, '')}") from None
+        raise OSError(err, f"{what}: {os.strerror(err)}{hint.get(err, '')}") from None
     finally:
         os.close(fd)
     if n != len(data):
@@ -80,28 +82,20 @@ def apparmor_profile_loaded(name: str) -> bool | None:
     return any(line.rsplit(" (", 1)[0] == name for line in text.splitlines())
 
 
-def apparmor_current() -> str | None:
-    text = _read(_attr("apparmor", "current"))
-    return text.strip().rstrip("\0") if text is not None else None
-
-
 def apparmor_change_onexec(name: str) -> None:
     """At the next execve() this task moves to profile `name` (aa_change_onexec)."""
     if not name or any(c.isspace() or c == "\0" for c in name):
         raise OSError(errno.EINVAL, f"apparmor: invalid profile name {name!r}")
     if not apparmor_enabled():
         raise OSError(errno.ENOSYS, "apparmor: not enabled in this kernel")
-    _write_attr(_attr("apparmor", "exec"), f"exec {name}".encode(), f"apparmor: change_onexec {name}")
+    _write_attr(_attr("apparmor", "exec"), f"exec {name}".encode(),
+                f"apparmor: change_onexec {name}")
 
 
 # --- SELinux ----------------------------------------------------------------
 
 def selinux_enabled() -> bool:
     return os.path.exists(f"{_SE_FS}/enforce")
-
-
-def selinux_enforcing() -> bool:
-    return (_read(f"{_SE_FS}/enforce") or "0").strip() == "1"
 
 
 def selinux_current_context() -> str | None:

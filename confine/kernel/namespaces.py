@@ -1,12 +1,20 @@
-"""Private mount namespace with read-only binds over the protected workdir paths.
+"""The protected workdir paths: read-only binds in the child's private mount namespace.
 
-The only module in confine that calls unshare() or mount().  What to mount
-is decided in the supervisor (confine/protect.py builds a `Plan` from its
-snapshot of the workdir); this module executes that plan in the forked child,
-between fork and exec, while the child is single-threaded.  Nothing here
-imports at call time: every binding is made when the module is imported.
+Most of this module is that one layer: the bind mounts that keep the agent
+from changing git hooks, git configs and the other protected paths, and the
+supervisor-side search for every path the workdir is reachable through
+(`reachable_paths`). It also creates the namespaces themselves (`enter`,
+`make_private`, `unshare`: the only calls of unshare() in confine); every
+mount goes through kernel/mounts.py.
 
-Steps the child runs (`setup`):
+What to mount is decided in the supervisor (confine/protect.py builds a
+`Plan` from its snapshot of the workdir); this module executes that plan in
+the forked child, between fork and exec, while the child is single-threaded.
+Nothing here imports at call time: every binding is made when the module is
+imported.
+
+Steps the child runs (the launcher calls enter, make_private, then apply;
+hostview.py makes the host read-only in between):
   1. unshare(CLONE_NEWNS) when started as root, or
      unshare(CLONE_NEWUSER|CLONE_NEWNS) when started unprivileged, then
      /proc/self/setgroups = "deny" and uid_map/gid_map mapping the caller's
@@ -43,54 +51,50 @@ API, so the agent can neither undo nor layer these mounts.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import errno
 import os
 import stat
 from typing import NamedTuple
 
 from . import caps
+from .libc import check, libc, oserror
+from .mounts import (
+    MS_BIND,
+    MS_NOATIME,
+    MS_NODEV,
+    MS_NODIRATIME,
+    MS_NOEXEC,
+    MS_NOSUID,
+    MS_PRIVATE,
+    MS_RDONLY,
+    MS_REC,
+    MS_RELATIME,
+    MS_REMOUNT,
+    MS_STRICTATIME,
+    ST_NOATIME,
+    ST_NODIRATIME,
+    ST_NOEXEC,
+    ST_RDONLY,
+    ST_RELATIME,
+    mount,
+    unescape,
+)
 
 __all__ = [
-    "CLONE_NEWNS", "CLONE_NEWUSER", "Mount", "Base", "Plan",
-    "unshare", "enter", "make_private", "apply", "setup", "probe",
-    "mount_id", "reachable_paths",
+    "CLONE_NEWNS", "CLONE_NEWUSER", "CLONE_NEWPID", "Mount", "Base", "Plan",
+    "unshare", "enter", "make_private", "apply", "mount_id", "reachable_paths",
 ]
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWPID = 0x20000000
 
-MS_RDONLY = 1
-MS_NOSUID = 2
-MS_NODEV = 4
-MS_NOEXEC = 8
-MS_REMOUNT = 32
-MS_NOATIME = 1024
-MS_NODIRATIME = 2048
-MS_BIND = 4096
-MS_REC = 16384
-MS_PRIVATE = 1 << 18
-MS_RELATIME = 1 << 21
-MS_STRICTATIME = 1 << 24
-
-ST_RDONLY = 1
-ST_NOSUID = 2
-ST_NODEV = 4
-ST_NOEXEC = 8
-ST_NOATIME = 1024
-ST_NODIRATIME = 2048
-ST_RELATIME = 4096
-
 _O_PATH = getattr(os, "O_PATH", 0o10000000)
 _OPEN_DIR = _O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _OPEN_ANY = _O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC
 
-_libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
-_mount = _libc.mount
-_mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_void_p]
-_mount.restype = ctypes.c_int
-_unshare = _libc.unshare
+# Own function object: the prototype stays private to this module.
+_unshare = libc["unshare"]
 _unshare.argtypes = [ctypes.c_int]
 _unshare.restype = ctypes.c_int
 
@@ -98,7 +102,7 @@ _unshare.restype = ctypes.c_int
 class Mount(NamedTuple):
     """One bind, relative to each base.  `rel` holds the path components
     below the workdir; (dev, ino) is what the supervisor saw there."""
-    rel: tuple
+    rel: tuple[str, ...]
     readonly: bool          # False: a read-write "pin" (only to make it a mount point)
     dev: int
     ino: int
@@ -113,46 +117,33 @@ class Base(NamedTuple):
 
 
 class Plan(NamedTuple):
-    bases: tuple            # of Base
-    mounts: tuple           # of Mount, parents before children
-    complete: bool          # False: could not prove `bases` lists every way in
+    bases: tuple[Base, ...]
+    mounts: tuple[Mount, ...]   # parents before children
+    complete: bool              # False: could not prove `bases` lists every way in
 
 
-def _fail(step: str, err: int | None = None) -> OSError:
-    err = ctypes.get_errno() if err is None else err
-    return OSError(err, f"namespaces: {step}: {os.strerror(err)}")
-
-
-def mount(src, tgt, fstype, flags: int, data, step: str) -> None:
-    """mount(2); raises OSError naming `step`."""
-    ctypes.set_errno(0)
-    enc = (lambda v: None if v is None else os.fsencode(v))
-    if _mount(enc(src), enc(tgt), enc(fstype), flags, enc(data)) != 0:
-        raise _fail(step)
-
-
-def _sys_mount(src, tgt, flags: int, step: str) -> None:
+def _sys_mount(src: str | None, tgt: str, flags: int, step: str) -> None:
     mount(src, tgt, None, flags, None, step)
 
 
 def unshare(flags: int) -> None:
     ctypes.set_errno(0)
-    if _unshare(flags) != 0:
-        raise _fail(f"unshare({flags:#x})")
+    check(_unshare(flags), f"namespaces: unshare({flags:#x})")
 
 
 def _write_proc(name: str, data: bytes) -> None:
     try:
         fd = os.open(f"/proc/self/{name}", os.O_WRONLY | os.O_CLOEXEC)
     except OSError as e:
-        raise _fail(f"open /proc/self/{name}", e.errno) from None
+        raise oserror(f"namespaces: open /proc/self/{name}", e.errno) from None
     try:
         if os.write(fd, data) != len(data):
-            raise _fail(f"write /proc/self/{name}", errno.EIO)
+            raise oserror(f"namespaces: write /proc/self/{name}", errno.EIO)
     except OSError as e:
         if isinstance(e.strerror, str) and e.strerror.startswith("namespaces:"):
             raise
-        raise _fail(f"write {data.strip().decode()!r} to /proc/self/{name}", e.errno) from None
+        raise oserror(f"namespaces: write {data.strip().decode()!r} to /proc/self/{name}",
+                      e.errno) from None
     finally:
         os.close(fd)
 
@@ -177,8 +168,8 @@ def enter(userns: bool) -> None:
     if not was_dumpable:
         caps.set_dumpable(False)
     if os.geteuid() != uid or os.getegid() != gid:
-        raise _fail(f"identity after the user namespace is {os.geteuid()}/{os.getegid()}, "
-                    f"wanted {uid}/{gid}", errno.EPERM)
+        raise oserror(f"namespaces: identity after the user namespace is "
+                      f"{os.geteuid()}/{os.getegid()}, wanted {uid}/{gid}", errno.EPERM)
 
 
 def make_private() -> None:
@@ -196,7 +187,7 @@ def mount_id(fd: int) -> int:
     for line in data.split(b"\n"):
         if line.startswith(b"mnt_id:"):
             return int(line.split(b":", 1)[1])
-    raise _fail(f"no mnt_id in /proc/self/fdinfo/{fd}", errno.EIO)
+    raise oserror(f"namespaces: no mnt_id in /proc/self/fdinfo/{fd}", errno.EIO)
 
 
 def _remount_flags(fd: int) -> int:
@@ -217,7 +208,7 @@ def _remount_flags(fd: int) -> int:
     return flags
 
 
-def _open_below(base_fd: int, rel: tuple, shown: str) -> tuple:
+def _open_below(base_fd: int, rel: tuple[str, ...], shown: str) -> tuple[int, int]:
     """(parent fd, target fd) for rel below base_fd, never following a symlink."""
     cur = os.dup(base_fd)
     try:
@@ -225,13 +216,13 @@ def _open_below(base_fd: int, rel: tuple, shown: str) -> tuple:
             try:
                 nxt = os.open(comp, _OPEN_DIR, dir_fd=cur)
             except OSError as e:
-                raise _fail(f"open {shown} (at {comp!r})", e.errno) from None
+                raise oserror(f"namespaces: open {shown} (at {comp!r})", e.errno) from None
             os.close(cur)
             cur = nxt
         try:
             fd = os.open(rel[-1], _OPEN_ANY, dir_fd=cur)
         except OSError as e:
-            raise _fail(f"open {shown}", e.errno) from None
+            raise oserror(f"namespaces: open {shown}", e.errno) from None
         return cur, fd
     except BaseException:
         os.close(cur)
@@ -245,9 +236,10 @@ def _apply_one(base_fd: int, base_path: str, m: Mount) -> None:
     try:
         st = os.fstat(fd)
         if stat.S_ISLNK(st.st_mode):
-            raise _fail(f"{shown} is a symlink", errno.ELOOP)
+            raise oserror(f"namespaces: {shown} is a symlink", errno.ELOOP)
         if (st.st_dev, st.st_ino) != (m.dev, m.ino) or stat.S_ISDIR(st.st_mode) != m.is_dir:
-            raise _fail(f"{shown} changed since the supervisor looked at it", errno.ESTALE)
+            raise oserror(f"namespaces: {shown} changed since the supervisor looked at it",
+                          errno.ESTALE)
         under = mount_id(parent)
         proc = f"/proc/self/fd/{fd}"
         _sys_mount(proc, proc, MS_BIND | (0 if m.readonly else MS_REC), f"bind {shown}")
@@ -255,15 +247,17 @@ def _apply_one(base_fd: int, base_path: str, m: Mount) -> None:
         try:
             fd2 = os.open(m.rel[-1], _OPEN_ANY, dir_fd=parent)
         except OSError as e:
-            raise _fail(f"re-open {shown}", e.errno) from None
+            raise oserror(f"namespaces: re-open {shown}", e.errno) from None
         st2 = os.fstat(fd2)
         if (st2.st_dev, st2.st_ino) != (m.dev, m.ino) or mount_id(fd2) == under:
-            raise _fail(f"bind {shown}: the new mount is not where it should be", errno.EIO)
+            raise oserror(f"namespaces: bind {shown}: the new mount is not where it should be",
+                          errno.EIO)
         if m.readonly:
             proc2 = f"/proc/self/fd/{fd2}"
             _sys_mount(None, proc2, _remount_flags(fd2), f"remount {shown} read-only")
             if not os.fstatvfs(fd2).f_flag & ST_RDONLY:
-                raise _fail(f"{shown} is still writable after the remount", errno.EIO)
+                raise oserror(f"namespaces: {shown} is still writable after the remount",
+                              errno.EIO)
     finally:
         os.close(fd)
         os.close(parent)
@@ -278,11 +272,11 @@ def apply(plan: Plan) -> int:
         try:
             bfd = os.open(b.path, _O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
         except OSError as e:
-            raise _fail(f"open {b.path}", e.errno) from None
+            raise oserror(f"namespaces: open {b.path}", e.errno) from None
         try:
             st = os.fstat(bfd)
             if (st.st_dev, st.st_ino) != (b.dev, b.ino):
-                raise _fail(f"{b.path} is no longer the workdir", errno.ESTALE)
+                raise oserror(f"namespaces: {b.path} is no longer the workdir", errno.ESTALE)
             for m in plan.mounts:
                 _apply_one(bfd, b.path, m)
                 n += 1
@@ -291,95 +285,10 @@ def apply(plan: Plan) -> int:
     return n
 
 
-def setup(plan: Plan, userns: bool) -> int:
-    """Everything the child needs, in order: enter, make_private, apply.
-
-    userns=False when the launcher runs as root (call before switching
-    identity: it needs CAP_SYS_ADMIN); userns=True when it runs unprivileged.
-    Returns the number of mounts made; raises OSError (step named) on any
-    failure, after which the child must not exec.
-    """
-    enter(userns)
-    make_private()
-    return apply(plan)
-
-
-def probe(plan: Plan, userns: bool) -> str | None:
-    """Supervisor side, before the real fork: run `setup(plan)` in a throwaway
-    child. None if it works here, else the reason (e.g. user namespaces are
-    disabled or restricted by AppArmor). Call it while single-threaded."""
-    r, w = os.pipe2(os.O_CLOEXEC)
-    pid = os.fork()
-    if pid == 0:
-        code = 0
-        try:
-            os.close(r)
-            try:
-                setup(plan, userns)
-            except OSError as e:
-                os.write(w, (e.strerror or str(e)).encode()[:2000])
-                code = 1
-            except BaseException as e:  # noqa: BLE001 - report, never return to the caller
-                os.write(w, f"{type(e).__name__}: {e}".encode()[:2000])
-                code = 1
-        finally:
-            os._exit(code)
-    os.close(w)
-    chunks = []
-    try:
-        while True:
-            try:
-                c = os.read(r, 4096)
-            except InterruptedError:
-                continue
-            if not c:
-                break
-            chunks.append(c)
-    finally:
-        os.close(r)
-    while True:
-        try:
-            _, st = os.waitpid(pid, 0)
-            break
-        except InterruptedError:
-            continue
-    msg = b"".join(chunks).decode(errors="replace")
-    if os.WIFEXITED(st) and os.WEXITSTATUS(st) == 0 and not msg:
-        return None
-    msg = msg or f"probe child ended with status {st:#x}"
-    if userns:
-        for knob, bad, hint in (
-                ("kernel/apparmor_restrict_unprivileged_userns", "1",
-                 "AppArmor restricts unprivileged user namespaces (Ubuntu 24.04+): start confine "
-                 "as root, or allow `userns` in an AppArmor profile for the launcher"),
-                ("kernel/unprivileged_userns_clone", "0",
-                 "unprivileged user namespaces are disabled (sysctl kernel.unprivileged_userns_clone=0)"),
-                ("user/max_user_namespaces", "0",
-                 "user namespaces are disabled (sysctl user.max_user_namespaces=0)")):
-            try:
-                with open(f"/proc/sys/{knob}") as f:
-                    if f.read().strip() == bad:
-                        msg += f" ({hint})"
-            except OSError:
-                pass
-    return msg
-
-
 # --- supervisor side: every path the workdir can be reached through ---------
 
-def _unescape(s: str) -> str:
-    out, i = [], 0
-    while i < len(s):
-        if s[i] == "\\" and i + 3 < len(s) and s[i + 1:i + 4].isdigit():
-            out.append(chr(int(s[i + 1:i + 4], 8)))
-            i += 4
-        else:
-            out.append(s[i])
-            i += 1
-    return "".join(out)
-
-
-def reachable_paths(workdir: str, mountinfo: str = "/proc/self/mountinfo") -> tuple:
+def reachable_paths(workdir: str,
+                    mountinfo: str = "/proc/self/mountinfo") -> tuple[tuple[str, ...], bool]:
     """(paths, complete): absolute paths at which the workdir's directory is
     visible in this mount namespace, the workdir itself first.
 
@@ -406,7 +315,7 @@ def reachable_paths(workdir: str, mountinfo: str = "/proc/self/mountinfo") -> tu
             continue
         if sep < 5:
             continue
-        mounts.append((parts[2], _unescape(parts[3]), _unescape(parts[4])))  # dev, root, mountpoint
+        mounts.append((parts[2], unescape(parts[3]), unescape(parts[4])))  # dev, root, mountpoint
     best = None
     for dev, root, mp in mounts:
         if workdir == mp or workdir.startswith(mp.rstrip("/") + "/"):

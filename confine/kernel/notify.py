@@ -1,16 +1,25 @@
-"""seccomp user notification and the process-access syscalls the supervisor
-needs to act on a notification: receive/respond/id-valid, pidfd_open,
-pidfd_getfd, process_vm_readv, openat2. The only module making these calls.
+"""The supervisor's system calls for answering seccomp user notifications.
+
+Holds two groups, the only module in confine making these calls:
+
+* the notification ioctls on the listener fd: receive (`recv`), answer
+  (`respond`, `addfd_send`: install a descriptor in the agent and answer with
+  it) and `id_valid` (is the notifying task still waiting in that call, so
+  what was read from its memory still belongs to it);
+* access to the notifying task, which the supervisor needs to act on a
+  notification: pidfd_open/pidfd_getfd (take a copy of one of its fds),
+  process_vm_readv (`read_mem`, `read_cstr`: read a path or sockaddr from its
+  memory) and openat2 (open a path with RESOLVE_* limits).
+
+Every failure raises OSError naming the call. The structures and ioctl
+numbers are those of x86_64 and aarch64 (asm-generic ioctl encoding).
 """
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 
-_libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
-_libc.syscall.restype = ctypes.c_long
-_libc.ioctl.restype = ctypes.c_int
+from .libc import check, libc
 
 # x86_64 and aarch64 share the numbers of these newer syscalls.
 SYS_pidfd_open = 434
@@ -58,16 +67,9 @@ IOCTL_SEND = _ioc(3, 1, ctypes.sizeof(NotifResp))
 IOCTL_ID_VALID = _ioc(1, 2, 8)
 
 
-def _check(ret: int, what: str) -> int:
-    if ret < 0:
-        e = ctypes.get_errno()
-        raise OSError(e, f"{what}: {os.strerror(e)}")
-    return ret
-
-
 def recv(fd: int) -> Notif:
     n = Notif()
-    _check(_libc.ioctl(fd, IOCTL_RECV, ctypes.byref(n)), "SECCOMP_IOCTL_NOTIF_RECV")
+    check(libc.ioctl(fd, IOCTL_RECV, ctypes.byref(n)), "SECCOMP_IOCTL_NOTIF_RECV")
     return n
 
 
@@ -75,20 +77,20 @@ def respond(fd: int, nid: int, val: int = 0, error: int = 0, cont: bool = False)
     """error is a positive errno; the kernel wants it negated."""
     r = NotifResp(id=nid, val=val, error=-error if error else 0,
                   flags=SECCOMP_USER_NOTIF_FLAG_CONTINUE if cont else 0)
-    _check(_libc.ioctl(fd, IOCTL_SEND, ctypes.byref(r)), "SECCOMP_IOCTL_NOTIF_SEND")
+    check(libc.ioctl(fd, IOCTL_SEND, ctypes.byref(r)), "SECCOMP_IOCTL_NOTIF_SEND")
 
 
 def id_valid(fd: int, nid: int) -> bool:
     v = ctypes.c_uint64(nid)
-    return _libc.ioctl(fd, IOCTL_ID_VALID, ctypes.byref(v)) == 0
+    return bool(libc.ioctl(fd, IOCTL_ID_VALID, ctypes.byref(v)) == 0)
 
 
 def pidfd_open(pid: int, flags: int = 0) -> int:
-    return _check(_libc.syscall(SYS_pidfd_open, pid, flags), "pidfd_open")
+    return check(libc.syscall(SYS_pidfd_open, pid, flags), "pidfd_open")
 
 
 def pidfd_getfd(pidfd: int, fd: int) -> int:
-    return _check(_libc.syscall(SYS_pidfd_getfd, pidfd, fd, 0), "pidfd_getfd")
+    return check(libc.syscall(SYS_pidfd_getfd, pidfd, fd, 0), "pidfd_getfd")
 
 
 def read_mem(pid: int, addr: int, size: int) -> bytes:
@@ -98,16 +100,16 @@ def read_mem(pid: int, addr: int, size: int) -> bytes:
     buf = ctypes.create_string_buffer(size)
     local = IoVec(ctypes.cast(buf, ctypes.c_void_p), size)
     remote = IoVec(ctypes.c_void_p(addr), size)
-    n = _check(_libc.syscall(SYS_process_vm_readv, pid, ctypes.byref(local), 1,
+    n = check(libc.syscall(SYS_process_vm_readv, pid, ctypes.byref(local), 1,
                              ctypes.byref(remote), 1, 0), "process_vm_readv")
     if n != size:
         raise OSError(14, "process_vm_readv: short read")
     return buf.raw
 
 
-def openat2(path: str, flags: int, resolve: int, dirfd: int = -100) -> int:
+def openat2(path: str | bytes, flags: int, resolve: int, dirfd: int = -100) -> int:
     how = OpenHow(flags=flags | os.O_CLOEXEC, mode=0, resolve=resolve)
-    return _check(_libc.syscall(SYS_openat2, dirfd, os.fsencode(path), ctypes.byref(how),
+    return check(libc.syscall(SYS_openat2, dirfd, os.fsencode(path), ctypes.byref(how),
                                 ctypes.sizeof(how)), "openat2")
 
 
@@ -128,7 +130,7 @@ def addfd_send(fd: int, nid: int, srcfd: int, cloexec: bool) -> int:
     answer the notification with that number, atomically (Linux 5.14)."""
     a = NotifAddfd(id=nid, flags=SECCOMP_ADDFD_FLAG_SEND, srcfd=srcfd, newfd=0,
                    newfd_flags=os.O_CLOEXEC if cloexec else 0)
-    return _check(_libc.ioctl(fd, IOCTL_ADDFD, ctypes.byref(a)), "SECCOMP_IOCTL_NOTIF_ADDFD")
+    return check(libc.ioctl(fd, IOCTL_ADDFD, ctypes.byref(a)), "SECCOMP_IOCTL_NOTIF_ADDFD")
 
 
 def read_cstr(pid: int, addr: int, limit: int = PATH_MAX) -> bytes:

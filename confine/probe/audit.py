@@ -18,7 +18,6 @@ the directories searched for daemon sockets (/run, /var/run, /run/user/UID,
 """
 from __future__ import annotations
 
-import ctypes
 import glob
 import grp
 import os
@@ -32,6 +31,7 @@ from .. import api
 from .. import plan as _plan
 from ..errors import ConfineError
 from ..kernel import landlock
+from ..kernel.libc import libc
 from ..paths import is_under
 from ..plan import env as _env
 from ..plan.identity import Identity
@@ -462,7 +462,6 @@ def _userns_allowed() -> bool:
     pid = os.fork()
     if pid == 0:
         try:
-            libc = ctypes.CDLL(None, use_errno=True)
             os._exit(0 if libc.unshare(0x10000000) == 0 else 1)
         finally:
             os._exit(1)

@@ -39,7 +39,10 @@ import traceback
 import pytest
 
 from confine.kernel import seccomp
-from confine.kernel.seccomp import ArgMatch, DEFAULT_RULES, Rule
+from confine.kernel.seccomp import DEFAULT_RULES, ArgMatch, Rule
+from confine.kernel.seccomp.loader import _arch_guard_program, _load_bpf, _rejects_x32
+from confine.kernel.seccomp.rules import _blocks_outside, describe_rule
+from confine.kernel.seccomp.syscalls import resolve
 
 MARK = errno.ENOTRECOVERABLE  # 131: no probed syscall returns it on its own
 U32 = 0xFFFFFFFF
@@ -219,7 +222,7 @@ def probes_for(rule: Rule) -> list[tuple[str, int, list]]:
         args = list(HARMLESS[rule.syscall])
         for a in rule.args:
             args[a.index] = arg_value(args[a.index], a, variant)
-        out.append((f"{seccomp._describe_one(rule)} [{variant}]", n, args))
+        out.append((f"{describe_rule(rule)} [{variant}]", n, args))
     return out
 
 
@@ -279,7 +282,7 @@ def test_default_rules_shape():
     assert len(set(DEFAULT_RULES)) == len(DEFAULT_RULES)
     # Every name is known to libseccomp (on some arch) or to the fallback table.
     for name in {r.syscall for r in DEFAULT_RULES}:
-        assert seccomp._resolve(name)[1], name
+        assert resolve(name)[1], name
 
 
 def test_clone_rules_cover_each_namespace_flag():
@@ -319,11 +322,11 @@ def test_ioctl_numbers_match_the_ioc_macros():
 
 def test_blocks_outside_is_an_exact_complement():
     for allowed, width in (((1, 2, 10, 16), 8), ((0, 6), 10), ((1, 2, 3), 4), ((1,), 6)):
-        blocks = seccomp._blocks_outside(allowed, width)
+        blocks = _blocks_outside(allowed, width)
         for v in range(1 << width):
             hits = sum(v & m == val for val, m in blocks)
             assert hits == (0 if v in allowed else 1), (allowed, v, hits)
-    assert len(seccomp._blocks_outside((0, 6))) == 33
+    assert len(_blocks_outside((0, 6))) == 33
 
 
 def denied_by(rules, syscall, *args) -> bool:
@@ -394,7 +397,7 @@ def test_libseccomp_program_rejects_x32_itself():
     """libseccomp's x86_64 program kills nr >= 0x40000000 (except -1) after the
     arch check, so the fallback guard is not stacked with this libseccomp."""
     flt = seccomp.build(DEFAULT_RULES)
-    assert seccomp._rejects_x32(flt)
+    assert _rejects_x32(flt)
     assert not getattr(flt, "_confine_arch_guard", False)
 
 
@@ -687,7 +690,7 @@ def test_fallback_arch_guard_alone():
     """The hand-written cBPF guard that load() stacks if libseccomp ever stops
     rejecting x32: loaded alone, it kills x32 and i386 calls and allows the rest."""
     def setup():
-        seccomp._load_bpf(seccomp._arch_guard_program())
+        _load_bpf(_arch_guard_program())
     assert run_child(lambda: sc(nr("getpid")) == os.getpid(), setup=setup).result() is True
     assert run_child(lambda: sc(0x40000000 | 39), setup=setup).signal == signal.SIGSYS
     assert run_child(call_i386_getpid, setup=setup).signal == signal.SIGSYS

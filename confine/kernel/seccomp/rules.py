@@ -1,18 +1,14 @@
-"""seccomp: the only module in confine that touches seccomp.
+"""The seccomp rule data: the default deny table, the profile's changes to it,
+the list of mediated calls, and a readable description of each rule.
+
+Read by the loader (loader.py) and by exporters (export/oci.py); imports no
+libseccomp of its own (syscall names are resolved through syscalls.py, which
+imports it lazily).
 
 The filter is a deny list on top of a default ALLOW: Landlock, dropped
 capabilities and no_new_privs do the main work; seccomp closes the kernel
 interfaces those do not cover (mount API, namespaces, io_uring, keyrings,
 bpf, raw-disk ioctls, non-TCP sockets, ...) and shrinks kernel attack surface.
-
-Architecture: only the native ABI is accepted. Any other audit arch (i386 via
-`int 0x80` on x86_64, arm32 compat on aarch64) hits the bad-arch action, which
-kills the whole process (SIGSYS). x32 system calls (x86_64 audit arch with
-nr | 0x40000000) are rejected by libseccomp's own x86_64 program (it emits
-`if nr >= 0x40000000 && nr != -1: bad-arch action`; verified by reading the
-generated BPF and by tests/kernel/test_seccomp.py). `build()` re-checks the
-generated program every time and, if a libseccomp ever lacks that check, stacks
-a tiny hand-written classic-BPF guard (`_arch_guard_program`) at `load()`.
 
 Argument comparisons: libseccomp 2.5 compares all 64 bits of an argument for
 "eq"/"ne"/"lt"/... on 64-bit ABIs, but the kernel truncates int-typed arguments
@@ -23,32 +19,23 @@ most 32 bits. libseccomp 2.5.4 also rejects (EINVAL) two comparisons on the
 same argument in one rule, so "not in {a, b}" is written as several deny rules
 that each match one aligned block of values: see `_blocks_outside()`.
 
-Names that libseccomp knows but that do not exist on the native ABI (iopl on
-aarch64, umount on x86_64, ...) stay in DEFAULT_RULES, for exporters that
-target other arches, and are skipped silently by `build()`. Names newer than
-the installed libseccomp (open_tree_attr with libseccomp 2.5.4) are resolved
-from `_UNIFIED_NUMBERS` (syscalls >= 424 share one number on every arch except
-alpha, ia64 and mips).
+Names that do not exist on the native ABI stay in DEFAULT_RULES, for
+exporters that target other arches (see syscalls.py).
 
 ioctl and flag numbers are those of x86_64 and aarch64 (asm-generic ioctl
 encoding, LP64 struct sizes); powerpc, mips and sparc encode ioctls differently.
 """
 from __future__ import annotations
 
-import ctypes
 import errno as _errno
-import os
-import platform
-import struct
-import sys
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
-if TYPE_CHECKING:  # pragma: no cover
-    import pyseccomp
+from .syscalls import native_arch, syscall_number
 
-__all__ = ["ArgMatch", "Rule", "DEFAULT_RULES", "rules_for", "build", "load", "describe",
-           "status", "syscall_number", "native_arch", "export_bpf"]
+__all__ = ["ArgMatch", "Rule", "DEFAULT_RULES", "rules_for", "no_inet_rules", "describe",
+           "describe_rule", "SOCKET_CALLS", "FILE_CALLS", "OPEN_CALLS", "OPEN_WRITE_BITS",
+           "IOCTLS", "IOCTL_NAMES", "PERSONA_FLAGS"]
 
 U32 = 0xFFFFFFFF
 U64 = 0xFFFFFFFFFFFFFFFF
@@ -207,10 +194,11 @@ PERSONALITY_QUERY = 0xFFFFFFFF
 _TTY = "injects input into / takes over a terminal outside the sandbox"
 _DISK = "raw disk or partition-table change"
 IOCTLS: tuple[tuple[str, int, str], ...] = (
-    ("TIOCSTI", 0x5412, "push bytes into a tty's input queue: the parent shell runs them"),   # asm-generic/ioctls.h
-    ("TIOCLINUX", 0x541C, "VT paste/selection subcommands inject keystrokes"),                # asm-generic/ioctls.h
-    ("TIOCCONS", 0x541D, "redirects the system console to this tty"),                        # asm-generic/ioctls.h
-    ("TIOCSETD", 0x5423, "line disciplines (n_gsm, n_hdlc, ...) are kernel attack surface"),  # asm-generic/ioctls.h
+    # the four TIOC* from asm-generic/ioctls.h
+    ("TIOCSTI", 0x5412, "push bytes into a tty's input queue: the parent shell runs them"),
+    ("TIOCLINUX", 0x541C, "VT paste/selection subcommands inject keystrokes"),
+    ("TIOCCONS", 0x541D, "redirects the system console to this tty"),
+    ("TIOCSETD", 0x5423, "line disciplines (n_gsm, n_hdlc, ...) are kernel attack surface"),
     ("BLKROSET", 0x125D, _DISK),          # _IO(0x12, 93)
     ("BLKRRPART", 0x125F, _DISK),         # _IO(0x12, 95)
     ("BLKFLSBUF", 0x1261, _DISK),         # _IO(0x12, 97)
@@ -218,7 +206,8 @@ IOCTLS: tuple[tuple[str, int, str], ...] = (
     ("BLKFRASET", 0x1264, _DISK),         # _IO(0x12, 100)
     ("BLKPG", 0x1269, _DISK),             # _IO(0x12, 105): add/delete/resize partitions
     ("BLKBSZSET", 0x40081271, _DISK),     # _IOW(0x12, 113, size_t)
-    ("BLKTRACESETUP", 0xC0481273, "block tracing sees all I/O of the device"),  # _IOWR(0x12, 115, struct blk_user_trace_setup[72])
+    # _IOWR(0x12, 115, struct blk_user_trace_setup[72])
+    ("BLKTRACESETUP", 0xC0481273, "block tracing sees all I/O of the device"),
     ("BLKTRACESTART", 0x1274, "block tracing sees all I/O of the device"),      # _IO(0x12, 116)
     ("BLKDISCARD", 0x1277, _DISK + ": needs only a write open"),               # _IO(0x12, 119)
     ("BLKSECDISCARD", 0x127D, _DISK + ": needs only a write open"),            # _IO(0x12, 125)
@@ -227,30 +216,46 @@ IOCTLS: tuple[tuple[str, int, str], ...] = (
     ("BLKOPENZONE", 0x40101286, _DISK),   # _IOW(0x12, 134, struct blk_zone_range[16])
     ("BLKCLOSEZONE", 0x40101287, _DISK),  # _IOW(0x12, 135, struct blk_zone_range[16])
     ("BLKFINISHZONE", 0x40101288, _DISK), # _IOW(0x12, 136, struct blk_zone_range[16])
-    ("FIFREEZE", 0xC0045877, "freezes a whole filesystem"),                     # _IOWR('X', 119, int)
-    ("FITRIM", 0xC0185879, "discards free blocks of a whole filesystem"),       # _IOWR('X', 121, struct fstrim_range[24])
-    ("IOC_PR_REGISTER", 0x401870C8, _DISK + " (persistent reservation)"),        # _IOW('p', 200, struct pr_registration[24])
-    ("IOC_PR_RESERVE", 0x401070C9, _DISK + " (persistent reservation)"),         # _IOW('p', 201, struct pr_reservation[16])
-    ("IOC_PR_RELEASE", 0x401070CA, _DISK + " (persistent reservation)"),         # _IOW('p', 202, struct pr_reservation[16])
-    ("IOC_PR_PREEMPT", 0x401870CB, _DISK + " (persistent reservation)"),         # _IOW('p', 203, struct pr_preempt[24])
-    ("IOC_PR_PREEMPT_ABORT", 0x401870CC, _DISK + " (persistent reservation)"),   # _IOW('p', 204, struct pr_preempt[24])
-    ("IOC_PR_CLEAR", 0x401070CD, _DISK + " (persistent reservation)"),           # _IOW('p', 205, struct pr_clear[16])
+    # _IOWR('X', 119, int)
+    ("FIFREEZE", 0xC0045877, "freezes a whole filesystem"),
+    # _IOWR('X', 121, struct fstrim_range[24])
+    ("FITRIM", 0xC0185879, "discards free blocks of a whole filesystem"),
+    # _IOW('p', 200, struct pr_registration[24])
+    ("IOC_PR_REGISTER", 0x401870C8, _DISK + " (persistent reservation)"),
+    # _IOW('p', 201, struct pr_reservation[16])
+    ("IOC_PR_RESERVE", 0x401070C9, _DISK + " (persistent reservation)"),
+    # _IOW('p', 202, struct pr_reservation[16])
+    ("IOC_PR_RELEASE", 0x401070CA, _DISK + " (persistent reservation)"),
+    # _IOW('p', 203, struct pr_preempt[24])
+    ("IOC_PR_PREEMPT", 0x401870CB, _DISK + " (persistent reservation)"),
+    # _IOW('p', 204, struct pr_preempt[24])
+    ("IOC_PR_PREEMPT_ABORT", 0x401870CC, _DISK + " (persistent reservation)"),
+    # _IOW('p', 205, struct pr_clear[16])
+    ("IOC_PR_CLEAR", 0x401070CD, _DISK + " (persistent reservation)"),
     ("SG_SCSI_RESET", 0x2284, "raw SCSI reset"),                                 # scsi/sg.h
     ("SG_IO", 0x2285, "raw SCSI command pass-through"),                          # scsi/sg.h
-    ("SCSI_IOCTL_SEND_COMMAND", 0x0001, "raw SCSI command (same number as FIBMAP, which needs CAP_SYS_RAWIO)"),  # scsi/scsi_ioctl.h
+    # scsi/scsi_ioctl.h
+    ("SCSI_IOCTL_SEND_COMMAND", 0x0001,
+     "raw SCSI command (same number as FIBMAP, which needs CAP_SYS_RAWIO)"),
     ("CDROM_SEND_PACKET", 0x5393, "raw SCSI/ATAPI packet"),                      # linux/cdrom.h
     ("HDIO_DRIVE_TASKFILE", 0x031D, "raw ATA command"),                          # linux/hdreg.h
     ("HDIO_DRIVE_TASK", 0x031E, "raw ATA command"),                              # linux/hdreg.h
     ("HDIO_DRIVE_CMD", 0x031F, "raw ATA command"),                               # linux/hdreg.h
-    ("NVME_IOCTL_ADMIN_CMD", 0xC0484E41, "raw NVMe command"),     # _IOWR('N', 0x41, struct nvme_admin_cmd[72])
-    ("NVME_IOCTL_SUBMIT_IO", 0x40304E42, "raw NVMe I/O"),         # _IOW('N', 0x42, struct nvme_user_io[48])
-    ("NVME_IOCTL_IO_CMD", 0xC0484E43, "raw NVMe command"),        # _IOWR('N', 0x43, struct nvme_passthru_cmd[72])
+    # _IOWR('N', 0x41, struct nvme_admin_cmd[72])
+    ("NVME_IOCTL_ADMIN_CMD", 0xC0484E41, "raw NVMe command"),
+    # _IOW('N', 0x42, struct nvme_user_io[48])
+    ("NVME_IOCTL_SUBMIT_IO", 0x40304E42, "raw NVMe I/O"),
+    # _IOWR('N', 0x43, struct nvme_passthru_cmd[72])
+    ("NVME_IOCTL_IO_CMD", 0xC0484E43, "raw NVMe command"),
     ("NVME_IOCTL_RESET", 0x4E44, "resets the NVMe controller"),   # _IO('N', 0x44)
     ("NVME_IOCTL_SUBSYS_RESET", 0x4E45, "resets the NVMe subsystem"),  # _IO('N', 0x45)
     ("NVME_IOCTL_RESCAN", 0x4E46, "rescans NVMe namespaces"),     # _IO('N', 0x46)
-    ("NVME_IOCTL_ADMIN64_CMD", 0xC0504E47, "raw NVMe command"),   # _IOWR('N', 0x47, struct nvme_passthru_cmd64[80])
-    ("NVME_IOCTL_IO64_CMD", 0xC0504E48, "raw NVMe command"),      # _IOWR('N', 0x48, struct nvme_passthru_cmd64[80])
-    ("NVME_IOCTL_IO64_CMD_VEC", 0xC0504E49, "raw NVMe command"),  # _IOWR('N', 0x49, struct nvme_passthru_cmd64[80])
+    # _IOWR('N', 0x47, struct nvme_passthru_cmd64[80])
+    ("NVME_IOCTL_ADMIN64_CMD", 0xC0504E47, "raw NVMe command"),
+    # _IOWR('N', 0x48, struct nvme_passthru_cmd64[80])
+    ("NVME_IOCTL_IO64_CMD", 0xC0504E48, "raw NVMe command"),
+    # _IOWR('N', 0x49, struct nvme_passthru_cmd64[80])
+    ("NVME_IOCTL_IO64_CMD_VEC", 0xC0504E49, "raw NVMe command"),
     ("LOOP_SET_FD", 0x4C00, "attaches a file as a block device"),       # linux/loop.h
     ("LOOP_CLR_FD", 0x4C01, "detaches a loop device"),                  # linux/loop.h
     ("LOOP_SET_STATUS", 0x4C02, "reconfigures a loop device"),          # linux/loop.h
@@ -263,29 +268,26 @@ IOCTLS: tuple[tuple[str, int, str], ...] = (
     ("LOOP_CTL_ADD", 0x4C80, "creates loop devices"),                   # linux/loop.h
     ("LOOP_CTL_REMOVE", 0x4C81, "removes loop devices"),                # linux/loop.h
     ("LOOP_CTL_GET_FREE", 0x4C82, "allocates a loop device"),           # linux/loop.h
-    ("MEMERASE", 0x40084D02, "erases raw flash (MTD)"),        # _IOW('M', 2, struct erase_info_user[8])
-    ("MEMWRITEOOB", 0xC0104D03, "writes raw flash (MTD)"),     # _IOWR('M', 3, struct mtd_oob_buf[16])
-    ("MEMLOCK", 0x40084D05, "locks raw flash (MTD)"),          # _IOW('M', 5, struct erase_info_user[8])
-    ("MEMSETBADBLOCK", 0x40084D0C, "marks flash blocks bad (MTD)"),  # _IOW('M', 12, __kernel_loff_t)
-    ("OTPLOCK", 0x800C4D10, "permanently locks OTP flash (MTD)"),     # _IOR('M', 16, struct otp_info[12])
-    ("MEMERASE64", 0x40104D14, "erases raw flash (MTD)"),      # _IOW('M', 20, struct erase_info_user64[16])
-    ("MEMWRITEOOB64", 0xC0184D15, "writes raw flash (MTD)"),   # _IOWR('M', 21, struct mtd_oob_buf64[24])
-    ("MEMWRITE", 0xC0304D18, "writes raw flash (MTD)"),        # _IOWR('M', 24, struct mtd_write_req[48])
+    # _IOW('M', 2, struct erase_info_user[8])
+    ("MEMERASE", 0x40084D02, "erases raw flash (MTD)"),
+    # _IOWR('M', 3, struct mtd_oob_buf[16])
+    ("MEMWRITEOOB", 0xC0104D03, "writes raw flash (MTD)"),
+    # _IOW('M', 5, struct erase_info_user[8])
+    ("MEMLOCK", 0x40084D05, "locks raw flash (MTD)"),
+    # _IOW('M', 12, __kernel_loff_t)
+    ("MEMSETBADBLOCK", 0x40084D0C, "marks flash blocks bad (MTD)"),
+    # _IOR('M', 16, struct otp_info[12])
+    ("OTPLOCK", 0x800C4D10, "permanently locks OTP flash (MTD)"),
+    # _IOW('M', 20, struct erase_info_user64[16])
+    ("MEMERASE64", 0x40104D14, "erases raw flash (MTD)"),
+    # _IOWR('M', 21, struct mtd_oob_buf64[24])
+    ("MEMWRITEOOB64", 0xC0184D15, "writes raw flash (MTD)"),
+    # _IOWR('M', 24, struct mtd_write_req[48])
+    ("MEMWRITE", 0xC0304D18, "writes raw flash (MTD)"),
     ("OTPERASE", 0x400C4D19, "erases OTP flash (MTD)"),        # _IOW('M', 25, struct otp_info[12])
 )
 IOCTL_NAMES = {num: name for name, num, _ in IOCTLS}
 assert len(IOCTL_NAMES) == len(IOCTLS), "duplicate ioctl number"
-
-# Syscalls numbered >= 424 share one number on x86_64, aarch64, riscv64,
-# ppc64, s390x (not alpha/ia64/mips). Used only for names the installed
-# libseccomp does not know (2.5.4 stops at futex_wake).
-_UNIFIED_NUMBERS = {
-    "futex_wait": 455, "futex_requeue": 456, "statmount": 457, "listmount": 458,
-    "lsm_get_self_attr": 459, "lsm_set_self_attr": 460, "lsm_list_modules": 461, "mseal": 462,
-    "setxattrat": 463, "getxattrat": 464, "listxattrat": 465, "removexattrat": 466,
-    "open_tree_attr": 467, "file_getattr": 468, "file_setattr": 469,
-}
-_UNIFIED_ARCHES = ("x86_64", "aarch64", "riscv64", "ppc64", "ppc64le", "s390x")
 
 
 # --- the default deny list ----------------------------------------------------
@@ -296,12 +298,15 @@ def _deny(group: str, why: str, *syscalls: str, errno: int = EPERM) -> list[Rule
 
 def _default_rules() -> tuple[Rule, ...]:
     r: list[Rule] = []
-    r += _deny("mounts", "mount API: changes what paths mean (Landlock denies most of it, this is the rest)",
-               "mount", "umount", "umount2", "pivot_root", "move_mount", "open_tree", "open_tree_attr",
-               "fsopen", "fsconfig", "fsmount", "fspick", "mount_setattr", "chroot")
+    r += _deny("mounts",
+               "mount API: changes what paths mean (Landlock denies most of it, this is the rest)",
+               "mount", "umount", "umount2", "pivot_root", "move_mount", "open_tree",
+               "open_tree_attr", "fsopen", "fsconfig", "fsmount", "fspick", "mount_setattr",
+               "chroot")
     r += _deny("swap", "swap devices are system state", "swapon", "swapoff")
     r += _deny("boot", "reboot / load a new kernel", "reboot", "kexec_load", "kexec_file_load")
-    r += _deny("modules", "loads or unloads kernel code", "init_module", "finit_module", "delete_module")
+    r += _deny("modules", "loads or unloads kernel code",
+               "init_module", "finit_module", "delete_module")
     r += _deny("bpf", "eBPF: kernel attack surface, tracing", "bpf")
     r += _deny("perf", "perf events: side channels, kernel attack surface", "perf_event_open")
     r += _deny("keyring", "kernel keyrings are not namespaced: the user's keys live there",
@@ -309,13 +314,15 @@ def _default_rules() -> tuple[Rule, ...]:
     r += _deny("userfaultfd", "widens kernel race windows for exploits", "userfaultfd")
     r += _deny("io_uring", "io_uring operations bypass seccomp; large CVE history",
                "io_uring_setup", "io_uring_enter", "io_uring_register")
-    r += _deny("namespaces", "new namespaces (user ns gives CAP_SYS_ADMIN over a big kernel surface)",
+    r += _deny("namespaces",
+               "new namespaces (user ns gives CAP_SYS_ADMIN over a big kernel surface)",
                "unshare", "setns")
     for flag, name in sorted(CLONE_NS_FLAGS.items()):
         r.append(Rule("clone", EPERM, (_m(0, flag, flag),), "namespaces",
                       f"clone() with {name} creates a namespace"))
     r.append(Rule("clone3", ENOSYS, (), "namespaces",
-                  "clone3 flags are in memory seccomp cannot read: ENOSYS makes libc fall back to clone"))
+                  "clone3 flags are in memory seccomp cannot read: "
+                  "ENOSYS makes libc fall back to clone"))
     r += _deny("file-handles", "open_by_handle_at bypasses path checks (the 'shocker' breakout)",
                "open_by_handle_at", "name_to_handle_at")
     r += _deny("acct", "process accounting is system state", "acct")
@@ -347,8 +354,9 @@ def _default_rules() -> tuple[Rule, ...]:
         bit = 1 << y
         d = danger[(danger.index(bit) + 1) % len(danger)] if bit in danger else danger[0]
         r.append(Rule("personality", EPERM, (_m(0, d, d | bit),), "personality",
-                      "persona flags such as ADDR_NO_RANDOMIZE and READ_IMPLIES_EXEC weaken exploit "
-                      "mitigations (0, PER_LINUX32, UNAME26 and the 0xffffffff query stay allowed)"))
+                      "persona flags such as ADDR_NO_RANDOMIZE and READ_IMPLIES_EXEC weaken "
+                      "exploit mitigations (0, PER_LINUX32, UNAME26 and the 0xffffffff query "
+                      "stay allowed)"))
 
     for syscall, idx in (("mknod", 1), ("mknodat", 2)):
         for kind, name in ((S_IFCHR, "character"), (S_IFBLK, "block")):
@@ -369,19 +377,25 @@ def _default_rules() -> tuple[Rule, ...]:
     for fam in (AF_INET, AF_INET6):
         fname = ADDRESS_FAMILIES[fam]
         r.append(Rule("socket", EPERM, (_m(0, fam), _m(1, SOCK_DGRAM, SOCK_TYPE_MASK)),
-                      "socket:inet-dgram", f"{fname} datagram (UDP, ICMP): not mediated by Landlock"))
+                      "socket:inet-dgram",
+                      f"{fname} datagram (UDP, ICMP): not mediated by Landlock"))
         r.append(Rule("socket", EPERM, (_m(0, fam), _m(1, SOCK_RAW, SOCK_TYPE_MASK)),
                       "socket:inet-raw", f"{fname} raw sockets: not mediated by Landlock"))
         for value, mask in _blocks_outside((SOCK_STREAM, SOCK_DGRAM, SOCK_RAW), width=4):
-            r.append(Rule("socket", EPERM, (_m(0, fam), _m(1, value, mask)), "socket:inet-other-types",
-                          f"{fname} types other than stream/datagram/raw (SEQPACKET, RDM, DCCP, PACKET)"))
+            r.append(Rule("socket", EPERM, (_m(0, fam), _m(1, value, mask)),
+                          "socket:inet-other-types",
+                          f"{fname} types other than stream/datagram/raw "
+                          "(SEQPACKET, RDM, DCCP, PACKET)"))
         for value, mask in _blocks_outside((IPPROTO_IP, IPPROTO_TCP)):
-            r.append(Rule("socket", EPERM, (_m(0, fam), _m(1, SOCK_STREAM, SOCK_TYPE_MASK), _m(2, value, mask)),
+            r.append(Rule("socket", EPERM,
+                          (_m(0, fam), _m(1, SOCK_STREAM, SOCK_TYPE_MASK), _m(2, value, mask)),
                           "socket:inet-stream-non-tcp",
-                          f"{fname} stream protocols other than TCP (MPTCP, SCTP, SMC): not mediated by Landlock"))
+                          f"{fname} stream protocols other than TCP (MPTCP, SCTP, SMC): "
+                          "not mediated by Landlock"))
     for value, mask in _blocks_outside((AF_UNIX,)):
         r.append(Rule("socketpair", EPERM, (_m(0, value, mask),), "socketpair:non-unix",
-                      "socketpair() only makes sense for AF_UNIX; other families are attack surface"))
+                      "socketpair() only makes sense for AF_UNIX; "
+                      "other families are attack surface"))
     # TCP Fast Open connects inside sendto/sendmsg, where Landlock's
     # CONNECT_TCP check does not run (seen on 6.18, ABI 7).
     MSG_FASTOPEN = 0x20000000
@@ -398,54 +412,7 @@ def _default_rules() -> tuple[Rule, ...]:
 DEFAULT_RULES: tuple[Rule, ...] = _default_rules()
 
 
-# --- libseccomp access ----------------------------------------------------------
-
-def _lib():
-    """pyseccomp, imported lazily so that DEFAULT_RULES/describe work without libseccomp."""
-    import pyseccomp
-    return pyseccomp
-
-
-_ARCH_NAMES = {
-    "X86": "x86", "X86_64": "x86_64", "X32": "x32", "ARM": "arm", "AARCH64": "aarch64",
-    "PPC64LE": "ppc64le", "PPC64": "ppc64", "PPC": "ppc", "S390X": "s390x", "S390": "s390",
-    "RISCV64": "riscv64",
-}
-AUDIT_ARCH_X86_64 = 0xC000003E
-
-
-def native_arch() -> str:
-    """Native ABI name (x86_64, aarch64, ...) as libseccomp sees it."""
-    try:
-        sc = _lib()
-        token = sc.system_arch()
-        for attr, name in _ARCH_NAMES.items():
-            if getattr(sc.Arch, attr, None) == token:
-                return name
-    except (ImportError, RuntimeError, OSError, AttributeError):
-        pass
-    return platform.machine()
-
-
-def _resolve(name: str) -> tuple[int | None, bool]:
-    """(native number or None, whether any arch knows the name)."""
-    sc = _lib()
-    nr = sc.resolve_syscall(sc.Arch.NATIVE, name)
-    if nr >= 0:
-        return nr, True
-    if nr == -1:  # __NR_SCMP_ERROR: libseccomp does not know the name at all
-        if name in _UNIFIED_NUMBERS and native_arch() in _UNIFIED_ARCHES:
-            return _UNIFIED_NUMBERS[name], True
-        return None, name in _UNIFIED_NUMBERS
-    return None, True  # a pseudo-syscall number: known, but not on this ABI
-
-
-def syscall_number(name: str) -> int | None:
-    """The native syscall number for name, or None if it does not exist here."""
-    return _resolve(name)[0]
-
-
-# --- public API -----------------------------------------------------------------
+# --- the profile's changes ---------------------------------------------------
 
 def rules_for(extra_deny: Iterable[str] = (), unsafe_allow: Iterable[str] = ()) -> tuple[Rule, ...]:
     """DEFAULT_RULES minus the named opt-outs, plus extra syscalls to deny (EPERM).
@@ -477,143 +444,16 @@ def rules_for(extra_deny: Iterable[str] = (), unsafe_allow: Iterable[str] = ()) 
     return tuple(rules)
 
 
-_LIB_OPS = {"masked_eq": "MASKED_EQ", "eq": "EQ", "ne": "NE", "lt": "LT", "le": "LE",
-            "gt": "GT", "ge": "GE"}
+def no_inet_rules() -> tuple[Rule, ...]:
+    """Without Landlock TCP rights (ABI < 4) a profile that grants no port is
+    still enforceable: refuse IPv4/IPv6 sockets altogether."""
+    return tuple(Rule("socket", _errno.EACCES, (ArgMatch(0, "masked_eq", fam),),
+                      group="network:no-landlock",
+                      why="no TCP port is granted and this kernel's Landlock cannot filter TCP")
+                 for fam in (AF_INET, AF_INET6))
 
 
-def build(rules: Iterable[Rule]) -> "pyseccomp.SyscallFilter":
-    """A libseccomp filter: default ALLOW, each rule -> ERRNO(rule.errno), only
-    the native ABI (any other arch, and x32, kills the process). Rules whose
-    syscall does not exist on this ABI are skipped. Does not load anything."""
-    sc = _lib()
-    flt = sc.SyscallFilter(sc.ALLOW)
-    try:
-        flt.set_attr(sc.Attr.ACT_BADARCH, sc.KILL_PROCESS)
-    except OSError:  # kernel < 4.14 has no KILL_PROCESS; the child is single-threaded
-        flt.set_attr(sc.Attr.ACT_BADARCH, sc.KILL_THREAD)
-    for attr, value in ((sc.Attr.CTL_TSYNC, 1),      # all threads, if there are any
-                        (sc.Attr.CTL_OPTIMIZE, 2)):  # binary search on syscall numbers
-        try:
-            flt.set_attr(attr, value)
-        except OSError:
-            pass
-    for rule in rules:
-        nr, known = _resolve(rule.syscall)
-        if nr is None:
-            if known:
-                continue  # e.g. iopl on aarch64: nothing to filter
-            raise ValueError(f"seccomp: unknown system call {rule.syscall!r}")
-        args = []
-        for a in rule.args:
-            if a.op == "masked_eq":
-                args.append(sc.Arg(a.index, sc.MASKED_EQ, a.mask, a.value))
-            else:
-                args.append(sc.Arg(a.index, getattr(sc, _LIB_OPS[a.op]), a.value))
-        try:
-            flt.add_rule(sc.ERRNO(rule.errno), nr, *args)
-        except OSError as e:
-            raise ValueError(f"libseccomp rejected the rule {_describe_one(rule)}: "
-                             f"{os.strerror(e.errno)}") from None
-    if native_arch() == "x86_64" and not _rejects_x32(flt):
-        flt._confine_arch_guard = True  # type: ignore[attr-defined]
-    return flt
-
-
-def load(flt: "pyseccomp.SyscallFilter") -> None:
-    """Load the filter into the calling process (the forked child, right before
-    exec; no_new_privs already set). Irreversible."""
-    flt.load()
-    if getattr(flt, "_confine_arch_guard", False):
-        _load_bpf(_arch_guard_program())
-
-
-# --- classic BPF: inspecting libseccomp's program, and the fallback guard --------
-
-BPF_LD_W_ABS = 0x20   # BPF_LD | BPF_W | BPF_ABS
-BPF_JEQ_K = 0x15      # BPF_JMP | BPF_JEQ | BPF_K
-BPF_JGE_K = 0x35      # BPF_JMP | BPF_JGE | BPF_K
-BPF_RET_K = 0x06      # BPF_RET | BPF_K
-SECCOMP_RET_KILL_PROCESS = 0x80000000
-SECCOMP_RET_ALLOW = 0x7FFF0000
-X32_SYSCALL_BIT = 0x40000000
-SECCOMP_SET_MODE_FILTER = 1
-SECCOMP_GET_ACTION_AVAIL = 2
-SECCOMP_FILTER_FLAG_TSYNC = 1
-SECCOMP_FILTER_FLAG_NEW_LISTENER = 1 << 3
-SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV = 1 << 5
-_SECCOMP_NR = {"x86_64": 317, "aarch64": 277, "riscv64": 277}  # when libseccomp is absent
-
-
-def export_bpf(flt: "pyseccomp.SyscallFilter") -> list[tuple[int, int, int, int]]:
-    """libseccomp's generated program as (code, jt, jf, k) tuples."""
-    fd = os.memfd_create("confine-seccomp-bpf")
-    try:
-        with os.fdopen(os.dup(fd), "rb") as f:
-            flt.export_bpf(f)
-        size = os.lseek(fd, 0, os.SEEK_END)
-        data = os.pread(fd, size, 0)
-    finally:
-        os.close(fd)
-    fmt = "<HBBI" if sys.byteorder == "little" else ">HBBI"
-    return [struct.unpack_from(fmt, data, i) for i in range(0, len(data), 8)]
-
-
-def _rejects_x32(flt: "pyseccomp.SyscallFilter") -> bool:
-    """Whether the program checks nr >= 0x40000000 right after loading nr."""
-    prog = export_bpf(flt)
-    return any(a[0] == BPF_LD_W_ABS and a[3] == 0 and b[0] == BPF_JGE_K and b[3] == X32_SYSCALL_BIT
-               for a, b in zip(prog, prog[1:]))
-
-
-def _arch_guard_program() -> list[tuple[int, int, int, int]]:
-    """x86_64 only: kill unless arch is x86_64 and nr is not an x32 number
-    (nr == -1, which tracers use to skip a syscall, is let through)."""
-    return [
-        (BPF_LD_W_ABS, 0, 0, 4),                          # 0: A = seccomp_data.arch
-        (BPF_JEQ_K, 0, 3, AUDIT_ARCH_X86_64),             # 1: arch != x86_64 -> 5
-        (BPF_LD_W_ABS, 0, 0, 0),                          # 2: A = seccomp_data.nr
-        (BPF_JGE_K, 0, 2, X32_SYSCALL_BIT),               # 3: nr < 0x40000000 -> 6
-        (BPF_JEQ_K, 1, 0, 0xFFFFFFFF),                    # 4: nr == -1 -> 6, else 5
-        (BPF_RET_K, 0, 0, SECCOMP_RET_KILL_PROCESS),      # 5
-        (BPF_RET_K, 0, 0, SECCOMP_RET_ALLOW),             # 6
-    ]
-
-
-class _SockFilter(ctypes.Structure):
-    _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8),
-                ("k", ctypes.c_uint32)]
-
-
-class _SockFprog(ctypes.Structure):
-    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(_SockFilter))]
-
-
-_libc = ctypes.CDLL(None, use_errno=True)
-_libc.syscall.restype = ctypes.c_long
-
-
-def _seccomp_nr() -> int | None:
-    try:
-        return syscall_number("seccomp")
-    except (ImportError, RuntimeError, OSError):
-        return _SECCOMP_NR.get(platform.machine())
-
-
-def _load_bpf(program: Sequence[tuple[int, int, int, int]]) -> None:
-    """Install a classic-BPF seccomp program with seccomp(2) (stacked on any
-    filter already installed)."""
-    insns = (_SockFilter * len(program))(*[_SockFilter(*i) for i in program])
-    prog = _SockFprog(len(program), insns)
-    nr = _seccomp_nr()
-    if nr is None:
-        raise OSError(_errno.ENOSYS, "seccomp(2) number unknown on this architecture")
-    if _libc.syscall(ctypes.c_long(nr), ctypes.c_long(SECCOMP_SET_MODE_FILTER),
-                     ctypes.c_long(SECCOMP_FILTER_FLAG_TSYNC), ctypes.byref(prog)) != 0:
-        e = ctypes.get_errno()
-        raise OSError(e, f"seccomp(SET_MODE_FILTER): {os.strerror(e)}")
-
-
-# --- describe / status ---------------------------------------------------------------
+# --- describe ---------------------------------------------------------------------
 
 # (syscall, arg index) -> (value names, mask that selects one whole value;
 # None for flag arguments, where a name is shown for any mask).
@@ -632,7 +472,8 @@ _VALUE_NAMES: dict[tuple[str, int], tuple[dict[int, str], int | None]] = {
 
 def _arg_text(syscall: str, a: ArgMatch) -> str:
     names, whole = _VALUE_NAMES.get((syscall, a.index), ({}, U32))
-    name = names.get(a.value) if whole is None or a.mask & whole == whole or a.op != "masked_eq" else None
+    shows_value = whole is None or a.mask & whole == whole or a.op != "masked_eq"
+    name = names.get(a.value) if shows_value else None
     val = f"{name}({a.value:#x})" if name else f"{a.value:#x}"
     if a.op != "masked_eq":
         return f"arg{a.index} {_OP_SYMBOL[a.op]} {val}"
@@ -643,12 +484,12 @@ def _arg_text(syscall: str, a: ArgMatch) -> str:
     return text
 
 
-def _describe_one(rule: Rule) -> str:
+def describe_rule(rule: Rule) -> str:
     args = " && ".join(_arg_text(rule.syscall, a) for a in rule.args)
     return f"{rule.syscall}({args})" if args else rule.syscall
 
 
-def describe(rules: Iterable[Rule]) -> list[dict]:
+def describe(rules: Iterable[Rule]) -> list[dict[str, Any]]:
     """JSON-able view for --dry-run: one dict per rule. "nr" is the native
     syscall number, or None when the syscall does not exist here (skipped)."""
     out = []
@@ -668,77 +509,7 @@ def describe(rules: Iterable[Rule]) -> list[dict]:
     return out
 
 
-def _action_avail(action: int) -> bool | None:
-    """seccomp(SECCOMP_GET_ACTION_AVAIL); None when the kernel cannot say (< 4.14)."""
-    nr = _seccomp_nr()
-    if nr is None:
-        return None
-    val = ctypes.c_uint32(action)
-    if _libc.syscall(ctypes.c_long(nr), ctypes.c_long(SECCOMP_GET_ACTION_AVAIL),
-                     ctypes.c_long(0), ctypes.byref(val)) == 0:
-        return True
-    return False if ctypes.get_errno() == _errno.EOPNOTSUPP else None
-
-
-def _filter_mode_available() -> bool:
-    ok = _action_avail(SECCOMP_RET_ALLOW)
-    if ok is not None:
-        return ok
-    PR_GET_SECCOMP, PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 21, 22, 2
-    _libc.prctl.restype = ctypes.c_int
-    if _libc.prctl(PR_GET_SECCOMP, 0, 0, 0, 0) < 0:
-        return False
-    # A NULL program: EFAULT means filter mode exists, EINVAL means it does not.
-    _libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, None, 0, 0)
-    return ctypes.get_errno() in (_errno.EFAULT, _errno.EACCES)
-
-
-def _current_mode() -> str | None:
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("Seccomp:"):
-                    return {0: "disabled", 1: "strict", 2: "filter"}.get(int(line.split()[1]))
-    except (OSError, ValueError):
-        pass
-    return None
-
-
-class _ScmpVersion(ctypes.Structure):
-    _fields_ = [("major", ctypes.c_uint), ("minor", ctypes.c_uint), ("micro", ctypes.c_uint)]
-
-
-def status() -> dict:
-    """For `confine check`: flat key -> scalar."""
-    out: dict = {
-        "filter": _filter_mode_available(),
-        "user_notif": bool(_action_avail(0x7FC00000)),      # SECCOMP_RET_USER_NOTIF
-        "kill_process": bool(_action_avail(SECCOMP_RET_KILL_PROCESS)),
-        "libseccomp": None,
-        "api_level": None,
-        "arch": native_arch(),
-        "current_mode": _current_mode(),
-        "x32": "not applicable",
-    }
-    try:
-        sc = _lib()
-        fn = sc._libseccomp.seccomp_version
-        fn.restype = ctypes.POINTER(_ScmpVersion)
-        v = fn().contents
-        out["libseccomp"] = f"{v.major}.{v.minor}.{v.micro}"
-        try:
-            out["api_level"] = sc.get_api()
-        except NotImplementedError:
-            pass
-        if out["arch"] == "x86_64":
-            out["x32"] = ("killed (libseccomp filter)" if _rejects_x32(build(()))
-                          else "killed (confine guard filter)")
-    except (ImportError, RuntimeError, OSError, AttributeError) as e:
-        out["libseccomp_error"] = str(e)
-    return out
-
-
-# --- the unix-socket notifier (Landlock ABI < 9) ---------------------------------
+# --- the mediated calls (seccomp user notification) --------------------------------
 
 # The one list of mediated calls: the filter below notifies exactly these, and
 # the supervisor decodes exactly these.
@@ -750,89 +521,4 @@ FILE_CALLS = ("creat", "truncate", "mkdir", "mkdirat", "mknod", "mknodat", "syml
 # open/openat: only with one of these flags (argument OPEN_CALLS[name]); read-only
 # opens run at full speed.
 OPEN_CALLS = {"open": 1, "openat": 2}
-_O_WRITE_BITS = (0o1, 0o2, 0o100, 0o1000, 0o20000000)   # WRONLY RDWR CREAT TRUNC __O_TMPFILE
-
-
-def build_notify(files: bool = False) -> "pyseccomp.SyscallFilter":
-    """The notifying filter, loaded after the deny filter. The kernel runs every
-    filter and the most restrictive answer wins, so a denial is never turned
-    into a notification. See confine/mediate.py for who answers.
-    files: mediate FILE_CALLS and writing opens; openat2 (its flags sit in a
-    struct seccomp cannot read) answers ENOSYS, and callers fall back to openat."""
-    sc = _lib()
-    flt = sc.SyscallFilter(sc.ALLOW)
-    flt.set_attr(sc.Attr.ACT_BADARCH, sc.KILL_PROCESS)
-    if files:
-        for name in FILE_CALLS:
-            if syscall_number(name) is not None:
-                flt.add_rule(sc.NOTIFY, name)
-        for name, arg in OPEN_CALLS.items():
-            if syscall_number(name) is None:
-                continue
-            for bit in _O_WRITE_BITS:
-                flt.add_rule(sc.NOTIFY, name, sc.Arg(arg, sc.MASKED_EQ, bit, bit))
-        flt.add_rule(sc.ERRNO(_errno.ENOSYS), "openat2")
-    for name in SOCKET_CALLS:
-        if name == "sendto":
-            flt.add_rule(sc.NOTIFY, name, sc.Arg(4, sc.NE, 0))
-        else:
-            flt.add_rule(sc.NOTIFY, name)
-    # Each message of sendmmsg may carry an address; not mediated, so refused.
-    flt.add_rule(sc.ERRNO(_errno.EPERM), "sendmmsg")
-    return flt
-
-
-def notify_program(flt) -> bytes:
-    """The notifying filter as raw BPF, exported before the fork (so the child
-    needs neither a file nor libseccomp's loader for it)."""
-    r, w = os.pipe()
-    try:
-        with os.fdopen(w, "wb", closefd=False) as f:
-            flt.export_bpf(f)
-        os.close(w)
-        w = -1
-        out = b""
-        while True:
-            chunk = os.read(r, 65536)
-            if not chunk:
-                return out
-            out += chunk
-    finally:
-        os.close(r)
-        if w >= 0:
-            os.close(w)
-
-
-def load_notify(prog: bytes) -> int:
-    """Load in the child (no_new_privs already set); returns the listener fd.
-
-    WAIT_KILLABLE_RECV (Linux 5.19): once the supervisor has taken a
-    notification, only a fatal signal interrupts the waiting call. Without it a
-    signal arriving while the broker performs a mkdir or an O_EXCL create
-    restarts the call after it took effect (a spurious EEXIST), and a timer
-    faster than a mediated call starves it with endless restarts. Older
-    kernels: loaded without it."""
-    insns = (_SockFilter * (len(prog) // 8)).from_buffer_copy(prog)
-    fprog = _SockFprog(len(insns), insns)
-    nr = _seccomp_nr()
-    if nr is None:
-        raise OSError(_errno.ENOSYS, "seccomp(2) number unknown on this architecture")
-    err = _errno.EINVAL
-    for flags in (SECCOMP_FILTER_FLAG_NEW_LISTENER | SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV,
-                  SECCOMP_FILTER_FLAG_NEW_LISTENER):
-        fd = _libc.syscall(ctypes.c_long(nr), ctypes.c_long(SECCOMP_SET_MODE_FILTER),
-                           ctypes.c_long(flags), ctypes.byref(fprog))
-        if fd >= 0:
-            return fd
-        err = ctypes.get_errno()
-        if err != _errno.EINVAL:
-            break
-    raise OSError(err, f"seccomp(SET_MODE_FILTER, NEW_LISTENER): {os.strerror(err)}")
-
-
-def no_inet_rules() -> tuple[Rule, ...]:
-    """Without Landlock TCP rights (ABI < 4) a profile that grants no port is
-    still enforceable: refuse IPv4/IPv6 sockets altogether."""
-    return tuple(Rule("socket", _errno.EACCES, (ArgMatch(0, "masked_eq", fam),), group="network:no-landlock",
-                      why="no TCP port is granted and this kernel's Landlock cannot filter TCP")
-                 for fam in (AF_INET, AF_INET6))
+OPEN_WRITE_BITS = (0o1, 0o2, 0o100, 0o1000, 0o20000000)   # WRONLY RDWR CREAT TRUNC __O_TMPFILE

@@ -1,0 +1,46 @@
+"""seccomp: the only package in confine that touches seccomp.
+
+rules.py holds the data (the default deny table, the profile's changes to it,
+the one list of mediated calls, describe); loader.py compiles and loads it
+(libseccomp build, the raw BPF guard, the notifying filter and its loader,
+status); syscalls.py resolves syscall names to native numbers for both.
+
+The names importers use are re-exported here, so `confine.kernel.seccomp.build`,
+`.rules_for`, `.FILE_CALLS`, ... stay where they were before the split.
+"""
+from __future__ import annotations
+
+from .loader import (
+                     BPF_LD_W_ABS,
+                     build,
+                     build_notify,
+                     export_bpf,
+                     load,
+                     load_notify,
+                     notify_program,
+                     status,
+)
+from .rules import (
+                     DEFAULT_RULES,
+                     FILE_CALLS,
+                     IOCTL_NAMES,
+                     IOCTLS,
+                     OPEN_CALLS,
+                     PERSONA_FLAGS,
+                     SOCKET_CALLS,
+                     ArgMatch,
+                     Rule,
+                     describe,
+                     no_inet_rules,
+                     rules_for,
+)
+from .syscalls import native_arch, syscall_number
+
+__all__ = [
+    "ArgMatch", "Rule", "DEFAULT_RULES", "IOCTLS", "IOCTL_NAMES", "PERSONA_FLAGS",
+    "rules_for", "no_inet_rules", "describe",
+    "SOCKET_CALLS", "FILE_CALLS", "OPEN_CALLS",
+    "build", "load", "export_bpf", "BPF_LD_W_ABS", "status",
+    "build_notify", "notify_program", "load_notify",
+    "native_arch", "syscall_number",
+]

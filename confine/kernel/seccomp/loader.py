@@ -1,0 +1,317 @@
+"""Compiling and loading the seccomp filters: the deny filter built with
+libseccomp, the hand-written raw BPF guard, the notifying filter and its
+loader, and the status report for `confine check`.
+
+Architecture: only the native ABI is accepted. Any other audit arch (i386 via
+`int 0x80` on x86_64, arm32 compat on aarch64) hits the bad-arch action, which
+kills the whole process (SIGSYS). x32 system calls (x86_64 audit arch with
+nr | 0x40000000) are rejected by libseccomp's own x86_64 program (it emits
+`if nr >= 0x40000000 && nr != -1: bad-arch action`; verified by reading the
+generated BPF and by tests/kernel/test_seccomp.py). `build()` re-checks the
+generated program every time and, if a libseccomp ever lacks that check, stacks
+a tiny hand-written classic-BPF guard (`_arch_guard_program`) at `load()`.
+
+Rules whose syscall does not exist on the native ABI are skipped silently by
+`build()` (see syscalls.py).
+"""
+from __future__ import annotations
+
+import ctypes
+import errno as _errno
+import os
+import platform
+import struct
+import sys
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
+
+from ..libc import libc, oserror
+from .rules import FILE_CALLS, OPEN_CALLS, OPEN_WRITE_BITS, SOCKET_CALLS, Rule, describe_rule
+from .syscalls import libseccomp, native_arch, resolve, syscall_number
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pyseccomp
+
+__all__ = ["build", "load", "export_bpf", "status", "build_notify", "notify_program",
+           "load_notify", "BPF_LD_W_ABS"]
+
+AUDIT_ARCH_X86_64 = 0xC000003E
+
+_LIB_OPS = {"masked_eq": "MASKED_EQ", "eq": "EQ", "ne": "NE", "lt": "LT", "le": "LE",
+            "gt": "GT", "ge": "GE"}
+
+
+def build(rules: Iterable[Rule]) -> "pyseccomp.SyscallFilter":
+    """A libseccomp filter: default ALLOW, each rule -> ERRNO(rule.errno), only
+    the native ABI (any other arch, and x32, kills the process). Rules whose
+    syscall does not exist on this ABI are skipped. Does not load anything."""
+    sc = libseccomp()
+    flt = sc.SyscallFilter(sc.ALLOW)
+    try:
+        flt.set_attr(sc.Attr.ACT_BADARCH, sc.KILL_PROCESS)
+    except OSError:  # kernel < 4.14 has no KILL_PROCESS; the child is single-threaded
+        flt.set_attr(sc.Attr.ACT_BADARCH, sc.KILL_THREAD)
+    for attr, value in ((sc.Attr.CTL_TSYNC, 1),      # all threads, if there are any
+                        (sc.Attr.CTL_OPTIMIZE, 2)):  # binary search on syscall numbers
+        try:
+            flt.set_attr(attr, value)
+        except OSError:
+            pass
+    for rule in rules:
+        nr, known = resolve(rule.syscall)
+        if nr is None:
+            if known:
+                continue  # e.g. iopl on aarch64: nothing to filter
+            raise ValueError(f"seccomp: unknown system call {rule.syscall!r}")
+        args = []
+        for a in rule.args:
+            if a.op == "masked_eq":
+                args.append(sc.Arg(a.index, sc.MASKED_EQ, a.mask, a.value))
+            else:
+                args.append(sc.Arg(a.index, getattr(sc, _LIB_OPS[a.op]), a.value))
+        try:
+            flt.add_rule(sc.ERRNO(rule.errno), nr, *args)
+        except OSError as e:
+            raise ValueError(f"libseccomp rejected the rule {describe_rule(rule)}: "
+                             f"{os.strerror(e.errno or _errno.EINVAL)}") from None
+    if native_arch() == "x86_64" and not _rejects_x32(flt):
+        flt._confine_arch_guard = True
+    return flt
+
+
+def load(flt: "pyseccomp.SyscallFilter") -> None:
+    """Load the filter into the calling process (the forked child, right before
+    exec; no_new_privs already set). Irreversible."""
+    flt.load()
+    if getattr(flt, "_confine_arch_guard", False):
+        _load_bpf(_arch_guard_program())
+
+
+# --- classic BPF: inspecting libseccomp's program, and the fallback guard --------
+
+BPF_LD_W_ABS = 0x20   # BPF_LD | BPF_W | BPF_ABS
+BPF_JEQ_K = 0x15      # BPF_JMP | BPF_JEQ | BPF_K
+BPF_JGE_K = 0x35      # BPF_JMP | BPF_JGE | BPF_K
+BPF_RET_K = 0x06      # BPF_RET | BPF_K
+SECCOMP_RET_KILL_PROCESS = 0x80000000
+SECCOMP_RET_ALLOW = 0x7FFF0000
+X32_SYSCALL_BIT = 0x40000000
+SECCOMP_SET_MODE_FILTER = 1
+SECCOMP_GET_ACTION_AVAIL = 2
+SECCOMP_FILTER_FLAG_TSYNC = 1
+SECCOMP_FILTER_FLAG_NEW_LISTENER = 1 << 3
+SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV = 1 << 5
+_SECCOMP_NR = {"x86_64": 317, "aarch64": 277, "riscv64": 277}  # when libseccomp is absent
+
+
+def export_bpf(flt: "pyseccomp.SyscallFilter") -> list[tuple[int, int, int, int]]:
+    """libseccomp's generated program as (code, jt, jf, k) tuples."""
+    fd = os.memfd_create("confine-seccomp-bpf")
+    try:
+        with os.fdopen(os.dup(fd), "rb") as f:
+            flt.export_bpf(f)
+        size = os.lseek(fd, 0, os.SEEK_END)
+        data = os.pread(fd, size, 0)
+    finally:
+        os.close(fd)
+    fmt = "<HBBI" if sys.byteorder == "little" else ">HBBI"
+    return [struct.unpack_from(fmt, data, i) for i in range(0, len(data), 8)]
+
+
+def _rejects_x32(flt: "pyseccomp.SyscallFilter") -> bool:
+    """Whether the program checks nr >= 0x40000000 right after loading nr."""
+    prog = export_bpf(flt)
+    return any(a[0] == BPF_LD_W_ABS and a[3] == 0 and b[0] == BPF_JGE_K and b[3] == X32_SYSCALL_BIT
+               for a, b in zip(prog, prog[1:], strict=False))
+
+
+def _arch_guard_program() -> list[tuple[int, int, int, int]]:
+    """x86_64 only: kill unless arch is x86_64 and nr is not an x32 number
+    (nr == -1, which tracers use to skip a syscall, is let through)."""
+    return [
+        (BPF_LD_W_ABS, 0, 0, 4),                          # 0: A = seccomp_data.arch
+        (BPF_JEQ_K, 0, 3, AUDIT_ARCH_X86_64),             # 1: arch != x86_64 -> 5
+        (BPF_LD_W_ABS, 0, 0, 0),                          # 2: A = seccomp_data.nr
+        (BPF_JGE_K, 0, 2, X32_SYSCALL_BIT),               # 3: nr < 0x40000000 -> 6
+        (BPF_JEQ_K, 1, 0, 0xFFFFFFFF),                    # 4: nr == -1 -> 6, else 5
+        (BPF_RET_K, 0, 0, SECCOMP_RET_KILL_PROCESS),      # 5
+        (BPF_RET_K, 0, 0, SECCOMP_RET_ALLOW),             # 6
+    ]
+
+
+class _SockFilter(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8),
+                ("k", ctypes.c_uint32)]
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(_SockFilter))]
+
+
+def _seccomp_nr() -> int | None:
+    try:
+        return syscall_number("seccomp")
+    except (ImportError, RuntimeError, OSError):
+        return _SECCOMP_NR.get(platform.machine())
+
+
+def _load_bpf(program: Sequence[tuple[int, int, int, int]]) -> None:
+    """Install a classic-BPF seccomp program with seccomp(2) (stacked on any
+    filter already installed)."""
+    insns = (_SockFilter * len(program))(*[_SockFilter(*i) for i in program])
+    prog = _SockFprog(len(program), insns)
+    nr = _seccomp_nr()
+    if nr is None:
+        raise OSError(_errno.ENOSYS, "seccomp(2) number unknown on this architecture")
+    if libc.syscall(ctypes.c_long(nr), ctypes.c_long(SECCOMP_SET_MODE_FILTER),
+                     ctypes.c_long(SECCOMP_FILTER_FLAG_TSYNC), ctypes.byref(prog)) != 0:
+        raise oserror("seccomp(SET_MODE_FILTER)")
+
+
+# --- status -------------------------------------------------------------------------
+
+def _action_avail(action: int) -> bool | None:
+    """seccomp(SECCOMP_GET_ACTION_AVAIL); None when the kernel cannot say (< 4.14)."""
+    nr = _seccomp_nr()
+    if nr is None:
+        return None
+    val = ctypes.c_uint32(action)
+    if libc.syscall(ctypes.c_long(nr), ctypes.c_long(SECCOMP_GET_ACTION_AVAIL),
+                     ctypes.c_long(0), ctypes.byref(val)) == 0:
+        return True
+    return False if ctypes.get_errno() == _errno.EOPNOTSUPP else None
+
+
+def _filter_mode_available() -> bool:
+    ok = _action_avail(SECCOMP_RET_ALLOW)
+    if ok is not None:
+        return ok
+    PR_GET_SECCOMP, PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 21, 22, 2
+    if libc.prctl(PR_GET_SECCOMP, 0, 0, 0, 0) < 0:
+        return False
+    # A NULL program: EFAULT means filter mode exists, EINVAL means it does not.
+    libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, None, 0, 0)
+    return ctypes.get_errno() in (_errno.EFAULT, _errno.EACCES)
+
+
+def _current_mode() -> str | None:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Seccomp:"):
+                    return {0: "disabled", 1: "strict", 2: "filter"}.get(int(line.split()[1]))
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+class _ScmpVersion(ctypes.Structure):
+    _fields_ = [("major", ctypes.c_uint), ("minor", ctypes.c_uint), ("micro", ctypes.c_uint)]
+
+
+def status() -> dict[str, Any]:
+    """For `confine check`: flat key -> scalar."""
+    out: dict[str, Any] = {
+        "filter": _filter_mode_available(),
+        "user_notif": bool(_action_avail(0x7FC00000)),      # SECCOMP_RET_USER_NOTIF
+        "kill_process": bool(_action_avail(SECCOMP_RET_KILL_PROCESS)),
+        "libseccomp": None,
+        "api_level": None,
+        "arch": native_arch(),
+        "current_mode": _current_mode(),
+        "x32": "not applicable",
+    }
+    try:
+        sc = libseccomp()
+        fn = sc._libseccomp.seccomp_version
+        fn.restype = ctypes.POINTER(_ScmpVersion)
+        v = fn().contents
+        out["libseccomp"] = f"{v.major}.{v.minor}.{v.micro}"
+        try:
+            out["api_level"] = sc.get_api()
+        except NotImplementedError:
+            pass
+        if out["arch"] == "x86_64":
+            out["x32"] = ("killed (libseccomp filter)" if _rejects_x32(build(()))
+                          else "killed (confine guard filter)")
+    except (ImportError, RuntimeError, OSError, AttributeError) as e:
+        out["libseccomp_error"] = str(e)
+    return out
+
+
+# --- the unix-socket notifier (Landlock ABI < 9) ---------------------------------
+
+def build_notify(files: bool = False) -> "pyseccomp.SyscallFilter":
+    """The notifying filter, loaded after the deny filter. The kernel runs every
+    filter and the most restrictive answer wins, so a denial is never turned
+    into a notification. See confine/mediate.py for who answers.
+    files: mediate FILE_CALLS and writing opens; openat2 (its flags sit in a
+    struct seccomp cannot read) answers ENOSYS, and callers fall back to openat."""
+    sc = libseccomp()
+    flt = sc.SyscallFilter(sc.ALLOW)
+    flt.set_attr(sc.Attr.ACT_BADARCH, sc.KILL_PROCESS)
+    if files:
+        for name in FILE_CALLS:
+            if syscall_number(name) is not None:
+                flt.add_rule(sc.NOTIFY, name)
+        for name, arg in OPEN_CALLS.items():
+            if syscall_number(name) is None:
+                continue
+            for bit in OPEN_WRITE_BITS:
+                flt.add_rule(sc.NOTIFY, name, sc.Arg(arg, sc.MASKED_EQ, bit, bit))
+        flt.add_rule(sc.ERRNO(_errno.ENOSYS), "openat2")
+    for name in SOCKET_CALLS:
+        if name == "sendto":
+            flt.add_rule(sc.NOTIFY, name, sc.Arg(4, sc.NE, 0))
+        else:
+            flt.add_rule(sc.NOTIFY, name)
+    # Each message of sendmmsg may carry an address; not mediated, so refused.
+    flt.add_rule(sc.ERRNO(_errno.EPERM), "sendmmsg")
+    return flt
+
+
+def notify_program(flt: "pyseccomp.SyscallFilter") -> bytes:
+    """The notifying filter as raw BPF, exported before the fork (so the child
+    needs neither a file nor libseccomp's loader for it)."""
+    r, w = os.pipe()
+    try:
+        with os.fdopen(w, "wb", closefd=False) as f:
+            flt.export_bpf(f)
+        os.close(w)
+        w = -1
+        out = b""
+        while True:
+            chunk = os.read(r, 65536)
+            if not chunk:
+                return out
+            out += chunk
+    finally:
+        os.close(r)
+        if w >= 0:
+            os.close(w)
+
+
+def load_notify(prog: bytes) -> int:
+    """Load in the child (no_new_privs already set); returns the listener fd.
+
+    WAIT_KILLABLE_RECV (Linux 5.19): once the supervisor has taken a
+    notification, only a fatal signal interrupts the waiting call. Without it a
+    signal arriving while the broker performs a mkdir or an O_EXCL create
+    restarts the call after it took effect (a spurious EEXIST), and a timer
+    faster than a mediated call starves it with endless restarts. Older
+    kernels: loaded without it."""
+    insns = (_SockFilter * (len(prog) // 8)).from_buffer_copy(prog)
+    fprog = _SockFprog(len(insns), insns)
+    nr = _seccomp_nr()
+    if nr is None:
+        raise OSError(_errno.ENOSYS, "seccomp(2) number unknown on this architecture")
+    err = _errno.EINVAL
+    for flags in (SECCOMP_FILTER_FLAG_NEW_LISTENER | SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV,
+                  SECCOMP_FILTER_FLAG_NEW_LISTENER):
+        fd = libc.syscall(ctypes.c_long(nr), ctypes.c_long(SECCOMP_SET_MODE_FILTER),
+                           ctypes.c_long(flags), ctypes.byref(fprog))
+        if fd >= 0:
+            return int(fd)
+        err = ctypes.get_errno()
+        if err != _errno.EINVAL:
+            break
+    raise oserror("seccomp(SET_MODE_FILTER, NEW_LISTENER)", err)
