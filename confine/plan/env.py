@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import fnmatch
 import re
+from collections.abc import Iterable, Mapping
 
 ALLOWLIST = ("PATH", "LANG", "LC_*", "TERM", "COLORTERM", "TZ", "USER", "LOGNAME",
              "SHELL", "EDITOR")
@@ -35,14 +36,15 @@ def is_injection(name: str) -> bool:
     return bool(_INJECTION.match(name))
 
 
-def build(parent: dict[str, str], *, passthrough=(), profile_set=(), cli=(),
-          fixed: dict[str, str]) -> tuple[dict[str, str], list[str]]:
+def build(parent: Mapping[str, str], *, passthrough: Iterable[str] = (),
+          profile_set: Iterable[tuple[str, str]] = (), cli: Iterable[str] = (),
+          fixed: Mapping[str, str]) -> tuple[dict[str, str], list[str]]:
     """Returns (environment, notes). `cli` items are NAME or NAME=VALUE (explicit).
     `fixed` (HOME, TMPDIR, USER, LOGNAME) is set by the plan and wins over the parent."""
     env: dict[str, str] = {}
     notes: list[str] = []
 
-    def take_globs(patterns, origin):
+    def take_globs(patterns: Iterable[str], origin: str) -> None:
         for pat in patterns:
             if "*" not in pat:
                 continue

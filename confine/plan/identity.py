@@ -19,7 +19,7 @@ class Identity:
     dropped_groups: tuple[int, ...] = ()
     notes: tuple[str, ...] = field(default=())
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, object]:
         return {"uid": self.uid, "gid": self.gid, "user": self.user, "home": self.home,
                 "supplementary_groups": [], "dropped_groups": list(self.dropped_groups),
                 "switch_user": self.switch, "started_as_root": self.started_as_root}
@@ -42,7 +42,7 @@ def resolve(workdir: str, user: str | None) -> Identity:
             raise ConfineError("--user needs confine to be started as root "
                                f"(running as {me.pw_name})")
         groups = tuple(g for g in os.getgroups() if g != os.getegid())
-        notes = ()
+        notes: tuple[str, ...] = ()
         if groups:
             notes = (f"supplementary groups {list(groups)} kept: dropping them needs root "
                      "(start confine as root with --user to drop them)",)
