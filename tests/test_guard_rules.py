@@ -1,4 +1,4 @@
-"""The guard's verdicts on names (confine/guard.py), without a kernel: which
+"""The guard's verdicts on names (confine/protect/guard.py), without a kernel: which
 creations, renames and writes it refuses for the default patterns. The
 end-to-end proof that the broker asks it is tests/test_guard_runtime.py."""
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from confine import protect
-from confine.guard import VET, Guard
+from confine.protect.guard import VET, Guard
 
 W = "/w"
 

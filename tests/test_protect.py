@@ -183,116 +183,6 @@ def _mountinfo_lines() -> int:
         return len(f.read().splitlines())
 
 
-# --- patterns ----------------------------------------------------------------------------
-
-def test_default_patterns_compile_and_cover_the_issue_list():
-    pats = protect.compile_patterns(None)
-    texts = {p.text for p in pats}
-    for need in (".git/hooks/", ".git/config", ".gitmodules", ".envrc", ".vscode/", ".idea/",
-                 ".bashrc", ".bash_profile", ".bash_login", ".profile", ".zshrc", ".zprofile",
-                 ".zshenv", ".zlogin", ".mcp.json", ".claude/commands/", ".claude/agents/",
-                 ".claude/settings.json", ".codex/"):
-        assert need in texts, need
-    git = [p for p in pats if p.git]
-    assert {p.comps for p in git} >= {("hooks",), ("config",)}
-
-
-@pytest.mark.parametrize("bad", ["", "/", "a/../b", "./", "**/x", ".git/", "/.git/config",
-                                 "a//b", "!nothing-earlier"])
-def test_bad_patterns_are_refused(bad):
-    with pytest.raises(ValueError):
-        protect.compile_patterns([".envrc", bad])
-
-
-def test_pattern_negation_and_anchor(tmp_path):
-    pats = protect.compile_patterns(list(protect.DEFAULT_PATTERNS) + ["!.idea/", "/top.sh", "*.hook"])
-    texts = [p.text for p in pats]
-    assert ".idea/" not in texts and "/top.sh" in texts
-    wd = tmp_path / "w"
-    (wd / "a").mkdir(parents=True)
-    for rel in ("top.sh", "a/top.sh", ".idea/x", "a/b.hook", "a/.envrc"):
-        p = wd / rel
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text("x")
-    snap = protect.snapshot(str(wd), pats, git_configs=[])
-    assert set(snap.roots) == {"top.sh", "a/b.hook", "a/.envrc"}
-
-
-# --- git config parsing, against git itself ------------------------------------------------
-
-TRICKY_CONFIG = (
-    b"[core] fsmonitor = \"touch x\" ; comment\n"
-    b"[Core]\n\tFSMonitor=a # c\n"
-    b"[filter.Lfs]\n\tsmudge = a \\\n  b\n"
-    b"[alias]\n x = \"!sh -c 'y'\"\r\n st = status\n"
-    b"[includeIf \"gitdir:/x/\"]\npath = a\n"
-    b"[remote \"o.r\\\"g\"]\n\turl = \"a\\tb\\\\c\"  \n\tbare\n"
-    b"[user]name=z\n"
-    b"[diff \"p\"]\n\ttextconv = cat\n"
-    b"[credential]\n\thelper = !evil\n"
-)
-
-
-def _git_list(path: str) -> list[tuple[str, str | None]]:
-    out = subprocess.run([GIT, "config", "--file", path, "--list", "--null", "--no-includes"],
-                         capture_output=True, check=True).stdout.decode("utf-8", "surrogateescape")
-    res = []
-    for rec in out.split("\0"):
-        if not rec:
-            continue
-        name, nl, value = rec.partition("\n")
-        res.append((name, value if nl else None))
-    return res
-
-
-def _lower_name(name: str) -> str:
-    # git prints section and key lower case, the subsection as written
-    parts = name.split(".")
-    return ".".join([parts[0].lower()] + parts[1:-1] + [parts[-1].lower()])
-
-
-def test_parser_reads_what_git_reads(tmp_path):
-    f = tmp_path / "config"
-    f.write_bytes(TRICKY_CONFIG)
-    items, err = protect.parse_git_config(TRICKY_CONFIG)
-    assert err is None
-    assert [(i.name, i.value) for i in items] == [(_lower_name(n), v) for n, v in _git_list(str(f))]
-
-
-def test_sanitized_config_keeps_only_safe_keys_and_git_agrees(tmp_path):
-    data = TRICKY_CONFIG + (b"[core]\n\trepositoryformatversion = 0\n\thooksPath = h\n"
-                            b"\tpager = less\n\tworktree = /home\n\tsshCommand = evil\n"
-                            b"[remote \"origin\"]\n\turl = https://example.invalid/r.git\n"
-                            b"\tuploadpack = evil\n[remote \"e\"]\n\turl = ext::sh -c evil\n"
-                            b"[include]\n\tpath = ../x\n[protocol \"ext\"]\n\tallow = always\n"
-                            b"[url \"ext::sh \"]\n\tinsteadOf = https://\n")
-    new, removed, err = protect.sanitize_git_config(data)
-    assert err is None
-    f = tmp_path / "config"
-    f.write_bytes(new)
-    kept = _git_list(str(f))
-    assert kept == [("remote.o.r\"g.url", "a\tb\\c"), ("user.name", "z"), ("core.repositoryformatversion", "0"),
-                    ("remote.origin.url", "https://example.invalid/r.git")]
-    danger = {i.name for i in removed if protect.is_dangerous_key(i)}
-    assert {"core.fsmonitor", "filter.lfs.smudge", "alias.x", "includeif.gitdir:/x/.path",
-            "diff.p.textconv", "credential.helper", "core.hookspath", "core.pager",
-            "core.worktree", "core.sshcommand", "remote.origin.uploadpack", "include.path",
-            "protocol.ext.allow", "url.ext::sh .insteadof"} <= danger
-    assert "alias.st" not in danger  # removed (not on the safe list) but not a program
-
-
-def test_parser_stops_where_git_refuses(tmp_path):
-    data = b"[core]\n\tbare = false\n[core\n\tfsmonitor = x\n"
-    items, err = protect.parse_git_config(data)
-    assert [i.name for i in items] == ["core.bare"] and err
-    f = tmp_path / "c"
-    f.write_bytes(data)
-    assert subprocess.run([GIT, "config", "--file", str(f), "--list"],
-                          capture_output=True).returncode != 0
-    new, removed, err2 = protect.sanitize_git_config(data)
-    assert b"fsmonitor" not in new and err2
-
-
 # --- discovery and the mount plan ----------------------------------------------------------
 
 @root_only
@@ -687,7 +577,8 @@ def test_guard_reverts_and_git_runs_nothing_afterwards(world, account, superviso
     assert "fsmonitor" in read(by_path[".git/config"][3])      # the agent's version is kept
     # the new repository stays, harmless: no fsmonitor, no alias, sample hooks kept
     new_cfg = os.path.join(wd, "newrepo/.git/config")
-    names = [n for n, _ in _git_list(new_cfg)]
+    names = subprocess.run([GIT, "config", "--file", new_cfg, "--list", "--name-only"],
+                           capture_output=True, text=True, check=True).stdout.split()
     assert "core.fsmonitor" not in names and "alias.st" not in names and "user.name" in names
     assert by_path["newrepo/.git/config"][2] == "sanitized"
     assert os.path.exists(os.path.join(wd, "newrepo/.git/hooks/pre-commit.sample"))

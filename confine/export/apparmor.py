@@ -21,8 +21,10 @@ does not.
 """
 from __future__ import annotations
 
+from ..errors import ConfineError
 from ..policy.model import Policy
-from . import protected, source
+from ..policy.patterns import Pattern, compile_patterns, effective
+from . import source
 from .source import Spot
 
 LAUNCHER = "confine"
@@ -87,21 +89,81 @@ def _deny_lines(policy: Policy) -> list[str]:
     return out
 
 
-def _protected_lines() -> list[str]:
+# Where git directories live inside a .git directory (AppArmor alternation).
+GIT_DIRS = "{,modules/**/,worktrees/*/,modules/**/worktrees/*/}"
+# Special in an AppArmor path (outside a character class), literal in a pattern.
+_AARE_SPECIAL = frozenset('{}[]*?\\,"^')
+
+
+def _glob(comp: str) -> str:
+    """One pattern component (fnmatch: `*`, `?`, `[...]`, `[!...]`) as an
+    AppArmor glob matching the same names; everything else literal."""
+    out, i, n = [], 0, len(comp)
+    while i < n:
+        c = comp[i]
+        if c in "*?":
+            out.append(c)
+            i += 1
+            continue
+        if c == "[":
+            # where fnmatch ends the class: "!" negates, a "]" right after is literal
+            j = i + 1
+            if j < n and comp[j] == "!":
+                j += 1
+            if j < n and comp[j] == "]":
+                j += 1
+            while j < n and comp[j] != "]":
+                j += 1
+            if j < n:
+                body = comp[i + 1:j]
+                neg = body.startswith("!")
+                body = body[1:] if neg else body
+                out.append("[" + ("^" if neg else "")
+                           + "".join("\\" + ch if ch in '\\[]^"' else ch for ch in body) + "]")
+                i = j + 1
+                continue
+        out.append("\\" + c if c in _AARE_SPECIAL else c)
+        i += 1
+    return "".join(out)
+
+
+def _where(p: Pattern, comps: tuple[str, ...]) -> str:
+    """The AppArmor path of comps (the first components of p) in the workdir:
+    at its top when p is anchored, else at any depth; inside every git
+    directory, submodule and worktree ones included, when p is a git pattern."""
+    base = f"{VAR['workdir']}/" + ("" if p.anchored else "{,**/}")
+    if p.git:
+        base += ".git/" + GIT_DIRS
+    return base + "/".join(_glob(c) for c in comps)
+
+
+def _protected_lines(policy: Policy) -> list[str]:
+    """deny write and link on every protected pattern of the policy
+    (patterns.effective: the defaults and the profile's own `protected:`)."""
+    pats = compile_patterns(effective(policy))
+    for p in pats:
+        if any(ord(ch) < 32 or ord(ch) == 127 for ch in p.text):
+            # a newline would end the rule and start another one
+            raise ConfineError(f"protected pattern {p.text!r}: control characters cannot be "
+                               "written into an AppArmor profile")
+    # Renaming a prepared directory onto one that holds a protected path would
+    # plant it without writing any protected path, so those directories are
+    # protected as directories (the files inside them stay writable), and as a
+    # file or symlink too (".git" holding "gitdir: ...").
     w = VAR["workdir"]
-    out = []
-    dirs = sorted({d for e in protected.PROTECTED for d in protected.parents(e)})
-    for d in dirs:  # as a directory, and as a file or symlink (".git" holding "gitdir: ...")
-        out.append(f"  deny {w}/{{,**/}}{d.rstrip('/')}{{,/}} wl,")
+    dirs: dict[str, str] = {}
+    for p in pats:
+        if p.git:
+            dirs.setdefault(".git/", f"{w}/{{,**/}}.git")
+        for k in range(1, len(p.comps)):
+            key = (".git/" if p.git else "/" if p.anchored else "") + "/".join(p.comps[:k]) + "/"
+            dirs.setdefault(key, _where(p, p.comps[:k]))
+    out = [f"  deny {_quote(d + '{,/}')} wl," for _, d in sorted(dirs.items())]
     # The same for the git directories of submodules and worktrees, and the
     # directories holding them.
     out.append(f"  deny {w}/{{,**/}}.git/{{,modules/**/}}{{modules,worktrees}}/{{,*/}} wl,")
-    for e in protected.PROTECTED:
-        rel = e.rstrip("/")
-        if rel.startswith(".git/"):
-            rel = ".git/" + protected.GIT_DIRS + rel[len(".git/"):]
-        pat = f"{w}/{{,**/}}{rel}"
-        out.append(f"  deny {pat}{{,/,/**}} wl," if e.endswith("/") else f"  deny {pat} wl,")
+    for p in pats:
+        out.append(f"  deny {_quote(_where(p, p.comps) + ('{,/,/**}' if p.tree else ''))} wl,")
     return out
 
 
@@ -183,7 +245,7 @@ def agent_profile(policy: Policy, *, name: str | None = None, workdir: str | Non
         *_deny_lines(policy),
         "",
         "  # Workdir files that run code later, outside the sandbox.",
-        *_protected_lines(),
+        *_protected_lines(policy),
         "",
         "  # Raw devices and kernel interfaces.",
         f"  deny /dev/{{{','.join(RAW_DEVICES)}}} rwlk,",

@@ -24,6 +24,7 @@ import pwd
 
 from ..errors import ConfineError
 from ..policy.model import Policy
+from ..policy.patterns import Pattern, compile_patterns, effective
 from . import source
 
 # Syscalls the launcher needs beyond @system-service: Landlock and seccomp(2)
@@ -53,6 +54,35 @@ def _path_value(p: str) -> str:
     if any(c.isspace() for c in p) or "%" in p:
         raise ConfineError(f"path {p!r} cannot be used in a unit file setting")
     return p
+
+
+def _protected_lines(policy: Policy, workdir: str) -> list[str]:
+    """ReadOnlyPaths= for the policy's protected patterns (patterns.effective:
+    the defaults and the profile's own `protected:`), at the top of the
+    workdir and of its top git directory: systemd binds paths that exist at
+    start, with no globs and no "at any depth", so the launcher inside covers
+    the rest; patterns it cannot name at all are listed in a comment."""
+    pats = compile_patterns(effective(policy))
+    named: list[Pattern] = []
+    unnamed: list[str] = []
+    for p in pats:
+        if any(ord(ch) < 32 or ord(ch) == 127 for ch in p.text):
+            # a newline would end the setting and start another one
+            raise ConfineError(f"protected pattern {p.text!r}: control characters cannot be "
+                               "written into a unit file")
+        if any(p.wild(i) for i in range(len(p.comps))) or any(c.isspace() or c == "%"
+                                                              for c in p.text):
+            unnamed.append(p.text)
+        else:
+            named.append(p)
+    out = [f"ReadOnlyPaths=-{_path_value(os.path.join(workdir, *p.comps))}"
+           for p in named if not p.git]
+    out += [f"ReadOnlyPaths=-{_path_value(os.path.join(workdir, '.git', *p.comps))}"
+            for p in named if p.git]
+    if unnamed:
+        out.append("# Protected by confine only (a glob, a space or % in the name): "
+                   + ", ".join(unnamed))
+    return out
 
 
 def _hidden(path: str) -> bool:
@@ -165,11 +195,7 @@ def unit(policy: Policy, *, name: str, workdir: str, argv: list[str], confine: s
           for p in bind_rw]
     L += [f"ReadWritePaths=-{_path_value(p)}" for p in rw_paths]
     L += [f"BindReadOnlyPaths=-{_path_value(p)}" for p in reads + launcher_home]
-    from .protected import PROTECTED
-    L += [f"ReadOnlyPaths=-{_path_value(os.path.join(workdir, e.rstrip('/')))}"
-          for e in PROTECTED if not e.startswith(".git/")]
-    L += [f"ReadOnlyPaths=-{_path_value(os.path.join(workdir, '.git', e[5:].rstrip('/')))}"
-          for e in PROTECTED if e.startswith(".git/")]
+    L += _protected_lines(policy, workdir)
     L += [f"InaccessiblePaths=-{_path_value(p)}" for p in secrets + list(SOCKETS)]
     L += ["", "# System calls: the service allow-list minus privileged groups, plus what the",
           "# launcher needs to confine the agent",

@@ -27,7 +27,7 @@ from .wire import (FILE_OPS, MAX_FDS, REQUEST_MAX, SOCKET_OPS, FileRequest, MsgH
                    SocketRequest, request_head, rights_control)
 
 if TYPE_CHECKING:
-    from confine.guard import Guard
+    from confine.protect.guard import Guard
 
 
 def broker_main(sock: socket.socket, guard: Guard | None = None) -> NoReturn:

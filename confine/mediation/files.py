@@ -34,14 +34,14 @@ from typing import TYPE_CHECKING, NamedTuple
 
 # The guard's only runtime names here: its verdict "vet this git config" and
 # the prefix of the broker's own temporary names.
-from confine.guard import INTERNAL, VET
+from confine.protect.guard import INTERNAL, VET
 from confine.kernel import notify
 from confine.kernel.libc import check, libc, oserror
 
 from .wire import FileRequest, Op, Reply, debug
 
 if TYPE_CHECKING:
-    from confine.guard import Guard
+    from confine.protect.guard import Guard
 
 MAXLINKS = 40
 PROC_SUPER_MAGIC = 0x9FA0

@@ -18,6 +18,7 @@ from ..errors import ProfileError
 from ..paths import is_under
 from . import secrets
 from .model import Env, Network, PathGrant, Policy, Scope, Seccomp
+from .patterns import DEFAULT_PATTERNS, compile_patterns
 
 # section -> key -> kind.  Kinds: "str", "paths", "ports", "names", "envset", "bool".
 SCHEMA: dict[str, object] = {
@@ -196,7 +197,6 @@ class _Parser:
                     self.fail(el, f"{full}: {v!r} is not an environment variable name "
                                   "(NAME or PREFIX_*)")
             elif kind == "patterns":
-                from ..protect import DEFAULT_PATTERNS, compile_patterns
                 try:
                     # in context: `!.idea/` removes a default or an earlier entry
                     compile_patterns(list(DEFAULT_PATTERNS) + [str(i.value) for i in items]

@@ -1568,7 +1568,7 @@ def _n_mptcp():
 
 def by_guard(err, path):
     """EACCES on a workdir path Landlock lets the agent write: the protected-path
-    guard (confine/guard.py) refused the name."""
+    guard (confine/protect/guard.py) refused the name."""
     if err in (errno.EACCES, errno.EPERM) and (path + "/").startswith(WORKDIR.rstrip("/") + "/"):
         return "protected-path guard"
     return by_fs(err, path)

@@ -144,21 +144,13 @@ class Session:
     def _snapshot(self, policy: Any, home: str, facts: HostFacts) -> Protected:
         from .. import protect
         try:
-            snap = protect.snapshot(policy.workdir,
-                                    list(protect.DEFAULT_PATTERNS) + list(policy.protected),
-                                    home=home)
+            snap = protect.snapshot(policy.workdir, protect.effective(policy), home=home)
         except (OSError, ValueError) as e:
             raise ConfineError(f"cannot snapshot the protected workdir paths: {e}") from None
         self.snapshot = snap
         guard = facts.seccomp_user_notif and bool(snap.patterns)
         if guard:
-            from ..guard import Guard
-            self.guard = Guard(snap.workdir, snap.patterns,
-                               [(rel, tree) for rel, tree, _ in snap.extra]
-                               + [(r.rel, r.tree) for r in snap.roots.values()],
-                               snap.global_hooks,
-                               {(e.dev, e.ino) for e in snap.entries.values() if e.kind == "f"},
-                               aliases=[b.path for b in snap.mount_plan.bases])
+            self.guard = protect.Guard.from_snapshot(snap)
         return Protected(mount_plan=snap.mount_plan, description=snap.describe(), guard=guard)
 
     def run(self, allow_degraded: bool | Collection[str] | None = False) -> Result:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -44,3 +45,15 @@ def refpolicy() -> Path:
     if not (REFPOLICY / "base.pp").is_file():
         need(str(REFPOLICY / "base.pp"))
     return REFPOLICY
+
+
+@pytest.fixture
+def workdir(test_user):
+    """A project in the agent's home: ProtectHome=tmpfs hides it unless bound."""
+    base = test_user.pw_dir if os.geteuid() == 0 else os.path.expanduser("~")
+    d = tempfile.mkdtemp(prefix="confine-export-", dir=base)
+    if os.geteuid() == 0:
+        os.chown(d, test_user.pw_uid, test_user.pw_gid)
+    os.chmod(d, 0o755)
+    yield d
+    shutil.rmtree(d, ignore_errors=True)

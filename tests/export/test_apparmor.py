@@ -10,7 +10,8 @@ import subprocess
 
 import pytest
 
-from confine.export import apparmor, protected, source
+from confine.export import apparmor, source
+from confine.policy.patterns import DEFAULT_PATTERNS
 
 from .conftest import BUILTIN, REPO, need
 
@@ -152,7 +153,7 @@ def test_profile_allows_the_policy_and_nothing_it_denies(policies, name):
 def test_protected_workdir_paths_are_read_only(policies):
     text = apparmor.agent_profile(policies["default"])
     denied, allowed = [], []
-    for entry in protected.PROTECTED:
+    for entry in DEFAULT_PATTERNS:
         e = entry.rstrip("/")
         for base in (W, W + "/sub/dir"):
             denied.append(f"{base}/{e}")

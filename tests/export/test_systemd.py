@@ -7,10 +7,8 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
-import tempfile
 import textwrap
 import time
 
@@ -21,18 +19,6 @@ from confine.export import systemd
 from .conftest import BUILTIN, need
 
 LIMIT = 1.5
-
-
-@pytest.fixture
-def workdir(test_user):
-    """A project in the agent's home: ProtectHome=tmpfs hides it unless bound."""
-    base = test_user.pw_dir if os.geteuid() == 0 else os.path.expanduser("~")
-    d = tempfile.mkdtemp(prefix="confine-export-", dir=base)
-    if os.geteuid() == 0:
-        os.chown(d, test_user.pw_uid, test_user.pw_gid)
-    os.chmod(d, 0o755)
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
 
 
 def make_unit(policy, workdir, confine, argv, name="agent-test", **kw):

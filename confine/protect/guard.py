@@ -1,12 +1,12 @@
 """Which workdir names the agent may not create or write while it runs.
 
-The read-only binds of protect.py cover protected paths that exist at start;
-this covers the rest, by name, at the moment of the call: the broker
-(fsbroker.py) asks the Guard before it creates, links, renames or opens for
-writing, with the parent directory already pinned, so the name it checks is
-the name it acts on.
+The read-only binds of the snapshot's mount plan cover protected paths that
+exist at start; this covers the rest, by name, at the moment of the call: the
+broker (mediation/files.py) asks the Guard before it creates, links,
+renames or opens for writing, with the parent directory already pinned, so
+the name it checks is the name it acts on.
 
-Rules (patterns as in protect.py):
+Rules (patterns as in confine/policy/patterns.py):
 * a protected name is never created as a file, symlink, hard link or device
   node, never the destination of a rename, and never opened for writing;
 * `.git/hooks` may be made (git init does), but nothing inside except git's
@@ -16,7 +16,7 @@ Rules (patterns as in protect.py):
   link elsewhere would bring its contents along unchecked; `.git` is never
   created as a file (a gitfile points git at another directory);
 * `<gitdir>/config` appears only the way git writes it, by renaming a lock
-  file onto it, and only when every key is on protect.py's safe list
+  file onto it, and only when every key is on gitconfig.py's safe list
   (VET: the broker then copies the checked bytes into a fresh inode);
 * files recorded as protected at start (by inode) are never opened for
   writing through any other name.
@@ -27,7 +27,8 @@ import fnmatch
 import os
 from typing import Iterable, Sequence
 
-from .protect import GIT_SKIP, Pattern
+from ..policy.patterns import Pattern
+from .snapshot import GIT_SKIP, Snapshot
 
 VET = "vet"
 _NOT = Pattern("", ("",), False, True, False)
@@ -72,6 +73,20 @@ class Guard:
         self.patterns = tuple(pats)
         self.inodes = frozenset(inodes)
         self._index()
+
+    @classmethod
+    def from_snapshot(cls, snap: Snapshot) -> Guard:
+        """The Guard for a run whose protected paths `snap` recorded: its
+        patterns, every root it found (and the paths trusted git configs point
+        to), the global hooksPath, the inodes of protected files (so another
+        name of one is refused too) and every path at which the workdir is
+        mounted."""
+        return cls(snap.workdir, snap.patterns,
+                   [(rel, tree) for rel, tree, _ in snap.extra]
+                   + [(r.rel, r.tree) for r in snap.roots.values()],
+                   snap.global_hooks,
+                   {(e.dev, e.ino) for e in snap.entries.values() if e.kind == "f"},
+                   aliases=[b.path for b in snap.mount_plan.bases])
 
     # -- paths
 
