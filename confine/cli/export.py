@@ -10,8 +10,8 @@ import shutil
 import click
 
 from ..errors import ConfineError
-from ..policy import load as _load
 from ..export import apparmor, k8s, oci, selinux, source, systemd
+from ..policy import load as _load
 
 _profile = click.option("-p", "--profile", default="default", show_default=True,
                         metavar="NAME|FILE", help="Built-in profile name or a YAML file.")

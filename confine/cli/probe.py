@@ -54,6 +54,7 @@ def probe(profile, workdir, read_, write, env, user, allow_degraded, force_workd
     1 otherwise, 125 for confine's own errors.
     """
     import re
+
     from ..probe import report as _report
     from ..probe.run import battery_source
     from ..probe.run import probe as run_probe
@@ -98,6 +99,7 @@ def audit(profile, workdir, user, home, socket_dirs, as_json):
     something is not blocked, 125 for confine's own errors.
     """
     import os
+
     from ..probe import audit as _audit
     if home is not None and not os.path.isdir(home):
         raise ConfineError(f"--home {home}: not a directory")

@@ -238,7 +238,8 @@ def _launcher_block(launcher: str) -> list[str]:
         f"allow {DOMAIN} {launcher}:fifo_file {{ getattr read write append ioctl lock }};",
         f"allow {DOMAIN} {launcher}:unix_stream_socket {{ getattr read write append ioctl }};",
         f"allow {DOMAIN} {launcher}:process sigchld;",
-        f"allow {launcher} {{ confine_agent_work_t confine_agent_home_t confine_agent_home_rw_t }}:dir {{ relabelfrom relabelto }};",
+        f"allow {launcher} {{ confine_agent_work_t confine_agent_home_t confine_agent_home_rw_t }}"
+        ":dir { relabelfrom relabelto };",
     ]
 
 

@@ -23,8 +23,19 @@ from confine.kernel import notify
 from confine.kernel.libc import libc
 
 from .files import FileBroker
-from .wire import (FILE_OPS, MAX_FDS, REQUEST_MAX, SOCKET_OPS, FileRequest, MsgHdr, Op, Reply,
-                   SocketRequest, request_head, rights_control)
+from .wire import (
+    FILE_OPS,
+    MAX_FDS,
+    REQUEST_MAX,
+    SOCKET_OPS,
+    FileRequest,
+    MsgHdr,
+    Op,
+    Reply,
+    SocketRequest,
+    request_head,
+    rights_control,
+)
 
 if TYPE_CHECKING:
     from confine.protect.guard import Guard

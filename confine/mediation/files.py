@@ -32,11 +32,12 @@ import struct
 import threading
 from typing import TYPE_CHECKING, NamedTuple
 
+from confine.kernel import notify
+from confine.kernel.libc import check, libc, oserror
+
 # The guard's only runtime names here: its verdict "vet this git config" and
 # the prefix of the broker's own temporary names.
 from confine.protect.guard import INTERNAL, VET
-from confine.kernel import notify
-from confine.kernel.libc import check, libc, oserror
 
 from .wire import FileRequest, Op, Reply, debug
 

@@ -38,8 +38,19 @@ from confine.kernel import notify
 from confine.kernel.seccomp import FILE_CALLS, OPEN_CALLS, SOCKET_CALLS, syscall_number
 from confine.paths import is_under
 
-from .wire import (DATA_CAP, IOVEC, MSGHDR_SIZE, REPLY_MAX, FileRequest, MsgHdr, Op,
-                   SocketRequest, debug, decode_reply, parse_rights)
+from .wire import (
+    DATA_CAP,
+    IOVEC,
+    MSGHDR_SIZE,
+    REPLY_MAX,
+    FileRequest,
+    MsgHdr,
+    Op,
+    SocketRequest,
+    debug,
+    decode_reply,
+    parse_rights,
+)
 
 # glibc probes these on every user or host lookup and falls back by itself;
 # still denied (nscd would resolve names: a DNS channel), just not reported.
@@ -405,7 +416,7 @@ class Mediator:
         index: list[int] = []
         pidfd = _pidfd(pid)
         try:
-            for (dfd, _), path in zip(call.paths, strs):
+            for (dfd, _), path in zip(call.paths, strs, strict=True):
                 if path.startswith(b"/"):
                     index.append(-1)
                     continue

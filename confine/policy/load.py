@@ -8,11 +8,13 @@ from __future__ import annotations
 import difflib
 import os
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from typing import Any, NoReturn
 
-import yaml
+import yaml  # type: ignore[import-untyped]
 
 from ..errors import ProfileError
 from ..paths import is_under
@@ -82,7 +84,7 @@ def find_profile(ref: str, relative_to: Path | None = None) -> Path:
     raise ProfileError(f"unknown profile {ref!r}{hint}; built-in profiles: {', '.join(known)}")
 
 
-def _suggest(key: str, valid) -> str:
+def _suggest(key: str, valid: Iterable[str]) -> str:
     near = difflib.get_close_matches(key, list(valid), n=1, cutoff=0.5)
     return f" (did you mean {near[0]!r}?)" if near else f" (valid keys: {', '.join(valid)})"
 
@@ -92,13 +94,13 @@ class _Parser:
         self.path = path
         self.label = path.name if path.parent == builtin_dir() else str(path)
 
-    def where(self, node) -> str:
+    def where(self, node: Any) -> str:
         return f"{self.label}:{node.start_mark.line + 1}"
 
-    def fail(self, node, msg: str):
+    def fail(self, node: Any, msg: str) -> NoReturn:
         raise ProfileError(f"{self.where(node)}: {msg}")
 
-    def parse(self) -> dict:
+    def parse(self) -> dict[str, Any]:
         try:
             text = self.path.read_text()
         except OSError as e:
@@ -116,8 +118,8 @@ class _Parser:
             self.fail(root, "a profile must be a mapping of sections (filesystem:, network:, ...)")
         return self.mapping(root, SCHEMA, "")
 
-    def mapping(self, node, schema: dict, prefix: str) -> dict:
-        out: dict = {}
+    def mapping(self, node: Any, schema: Mapping[str, Any], prefix: str) -> dict[str, Any]:
+        out: dict[str, Any] = {}
         for knode, vnode in node.value:
             if not isinstance(knode, yaml.ScalarNode):
                 self.fail(knode, f"{prefix or 'profile'}: keys must be plain names")
@@ -139,12 +141,12 @@ class _Parser:
                 out[key] = self.value(vnode, kind, full)
         return out
 
-    def scalar(self, node, full: str):
+    def scalar(self, node: Any, full: str) -> Any:
         if not isinstance(node, yaml.ScalarNode):
             self.fail(node, f"{full!r} expects a single value here")
         return yaml.SafeLoader("").construct_object(node)
 
-    def value(self, node, kind: str, full: str):
+    def value(self, node: Any, kind: str, full: str) -> Any:
         if kind == "str":
             v = self.scalar(node, full)
             if not isinstance(v, str):
@@ -160,7 +162,7 @@ class _Parser:
                 return {}
             if not isinstance(node, yaml.MappingNode):
                 self.fail(node, f"{full!r} must be a mapping NAME: value")
-            out = {}
+            out: dict[str, Item] = {}
             for k, v in node.value:
                 name = self.scalar(k, full)
                 if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
@@ -175,7 +177,7 @@ class _Parser:
             return []
         if not isinstance(node, yaml.SequenceNode):
             self.fail(node, f"{full!r} must be a list")
-        items = []
+        items: list[Item] = []
         for el in node.value:
             v = self.scalar(el, full)
             if kind == "ports":
@@ -210,11 +212,11 @@ class _Parser:
         return items
 
 
-def _is_null(node) -> bool:
+def _is_null(node: Any) -> bool:
     return isinstance(node, yaml.ScalarNode) and node.tag == "tag:yaml.org,2002:null"
 
 
-def _merge(base: dict, top: dict) -> dict:
+def _merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
     out = dict(base)
     for k, v in top.items():
         if k == "extends":
@@ -228,10 +230,10 @@ def _merge(base: dict, top: dict) -> dict:
     return out
 
 
-def read_layers(ref: str) -> tuple[dict, list[Path]]:
+def read_layers(ref: str) -> tuple[dict[str, Any], list[Path]]:
     """The merged raw profile (ancestors first) and the files it came from."""
     chain: list[Path] = []
-    raw: dict = {}
+    raw: dict[str, Any] = {}
     p = find_profile(ref)
     layers = []
     while True:
@@ -261,7 +263,7 @@ def expand(template: str, vars: dict[str, str]) -> str:
     return _VAR.sub(lambda m: vars[m.group(1)], s)
 
 
-def _grants(items: list[Item], vars, *, must_exist: bool) -> tuple[PathGrant, ...]:
+def _grants(items: list[Item], vars: dict[str, str], *, must_exist: bool) -> tuple[PathGrant, ...]:
     out = []
     seen = set()
     for it in items:
@@ -282,7 +284,7 @@ def _grants(items: list[Item], vars, *, must_exist: bool) -> tuple[PathGrant, ..
     return tuple(out)
 
 
-def _deny(items: list[Item], vars) -> tuple[PathGrant, ...]:
+def _deny(items: list[Item], vars: dict[str, str]) -> tuple[PathGrant, ...]:
     """Deny entries may be globs and need not exist; both the spelled and the
     resolved path are kept so a symlinked secret is carved out either way."""
     import glob as _glob
@@ -299,7 +301,7 @@ def _deny(items: list[Item], vars) -> tuple[PathGrant, ...]:
 
 
 def load(ref: str, *, workdir: str, home: str, tmp: str,
-         extra_read=(), extra_write=(), extra_env=()) -> Policy:
+         extra_read: Iterable[str] = (), extra_write: Iterable[str] = ()) -> Policy:
     raw, chain = read_layers(ref)
     vars = {"workdir": workdir, "home": home, "tmp": tmp}
     fs = raw.get("filesystem", {})
@@ -310,12 +312,10 @@ def load(ref: str, *, workdir: str, home: str, tmp: str,
     cli_read = [Item(p, "--read") for p in extra_read]
     cli_write = [Item(p, "--write") for p in extra_write]
     for it in cli_read + cli_write:
-        if not os.path.isabs(os.path.expanduser(it.value)):
+        if not os.path.isabs(os.path.expanduser(str(it.value))):
             raise ProfileError(f"{it.where} {it.value}: path must be absolute")
-    cli_read = [Item(os.path.expanduser(i.value) if i.value.startswith("~") else i.value,
-                     i.where) for i in cli_read]
-    cli_write = [Item(os.path.expanduser(i.value) if i.value.startswith("~") else i.value,
-                      i.where) for i in cli_write]
+    cli_read = [Item(os.path.expanduser(str(i.value)), i.where) for i in cli_read]
+    cli_write = [Item(os.path.expanduser(str(i.value)), i.where) for i in cli_write]
     deny = _deny(secrets.mandatory_items(Item) + fs.get("deny", []), vars)
     read = _grants(fs.get("read", []) + cli_read, vars, must_exist=True)
     write = _grants([Item("{workdir}", "workdir"), Item("{tmp}", "tmp")]
@@ -344,7 +344,7 @@ def load(ref: str, *, workdir: str, home: str, tmp: str,
     )
 
 
-def _check_not_secret(grants, deny):
+def _check_not_secret(grants: tuple[PathGrant, ...], deny: tuple[PathGrant, ...]) -> None:
     for g in grants:
         for d in deny:
             if is_under(g.path, d.path):

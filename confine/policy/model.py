@@ -59,10 +59,10 @@ class Policy:
     seccomp: Seccomp = field(default_factory=Seccomp)
     scope: Scope = field(default_factory=Scope)
     unix_sockets: tuple[PathGrant, ...] = ()   # pathname sockets connectable outside the workdir
-    protected: tuple[str, ...] = ()            # workdir patterns added to protect.DEFAULT_PATTERNS
+    protected: tuple[str, ...] = ()            # workdir patterns added to patterns.DEFAULT_PATTERNS
 
-    def to_dict(self) -> dict:
-        def grants(gs):
+    def to_dict(self) -> dict[str, object]:
+        def grants(gs: tuple[PathGrant, ...]) -> list[dict[str, object]]:
             return [{"path": g.path, "template": g.template, "source": g.source,
                      "optional": g.optional} for g in gs]
         return {

@@ -3,6 +3,12 @@
 Landlock is an allowlist, so "deny" here means: wherever a read or write grant
 covers one of these paths, the grant is replaced by grants on its siblings.
 """
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TypeVar
+
+T = TypeVar("T")
 
 HOME_SECRETS = (
     "~/.ssh", "~/.gnupg", "~/.aws", "~/.azure", "~/.config/gcloud", "~/.kube",
@@ -30,5 +36,5 @@ SYSTEM_SECRETS = (
 )
 
 
-def mandatory_items(item_cls):
+def mandatory_items(item_cls: Callable[[str, str], T]) -> list[T]:
     return [item_cls(p, "built-in secrets") for p in HOME_SECRETS + SYSTEM_SECRETS]

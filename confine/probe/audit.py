@@ -158,7 +158,7 @@ def _bus_from_env() -> str | None:
 def sockets_by_category(uid: int, home: str) -> dict[str, list[str]]:
     """Existing daemon sockets by category (runtime, ssh, dbus, multiplexer), for the probe."""
     out: dict[str, list[str]] = {}
-    for cat, kind, path in find_sockets(uid, home):
+    for cat, _kind, path in find_sockets(uid, home):
         out.setdefault(cat, []).append(path)
     return out
 

@@ -674,7 +674,7 @@ def _x_fds():
     try:
         fds = sorted(int(n) for n in os.listdir("/proc/self/fd"))
     except OSError:
-        raise Skip("/proc/self/fd not readable")
+        raise Skip("/proc/self/fd not readable") from None
     extra = []
     for fd in fds:
         if fd <= 2:

@@ -423,5 +423,4 @@ def probe(*, profile="default", workdir=None, read=(), write=(), env=(), user=No
 
 from .check import _read  # noqa: E402  (one reader of /proc and /sys files)
 
-
 __all__ = ["probe", "battery_source", "UNCONFINED_ENV"]

@@ -35,8 +35,14 @@ confine/policy/patterns.py.
 from __future__ import annotations
 
 from ..policy.patterns import DEFAULT_PATTERNS, Pattern, compile_patterns, effective
-from .gitconfig import (ConfigItem, is_dangerous_key, is_safe_key, parse_git_config,
-                        render_git_config, sanitize_git_config)
+from .gitconfig import (
+                        ConfigItem,
+                        is_dangerous_key,
+                        is_safe_key,
+                        parse_git_config,
+                        render_git_config,
+                        sanitize_git_config,
+)
 from .guard import VET, Guard
 from .report import format_report
 from .revert import Change, Report, default_quarantine_dir, verify_and_revert

@@ -24,8 +24,18 @@ from typing import Iterator
 from ..paths import rel_under
 from .gitconfig import is_dangerous_key, sanitize_git_config
 from .report import format_report
-from .snapshot import (_DIR, _FILE, _O_PATH, FILE_COPY_CAP, Entry, Root, Snapshot, _parent_of,
-                       _Scan, _Unsafe)
+from .snapshot import (
+    _DIR,
+    _FILE,
+    _O_PATH,
+    FILE_COPY_CAP,
+    Entry,
+    Root,
+    Snapshot,
+    _parent_of,
+    _Scan,
+    _Unsafe,
+)
 
 __all__ = ["Change", "Report", "verify_and_revert", "default_quarantine_dir"]
 

@@ -448,7 +448,7 @@ class _Scan:
             for item in stack:
                 os.close(item[1])
         # .git files pointing into the workdir somewhere the walk did not reach
-        for ptr, target in list(self.pointers.items()):
+        for target in list(self.pointers.values()):
             if target is not None and target not in self.gitdirs:
                 self._visit_gitdir_at(target)
         self._worktrees()
@@ -759,7 +759,7 @@ def snapshot(workdir: str, patterns: Iterable[str] | Sequence[Pattern] | None = 
 def _mount_plan(workdir: str, sc: _Scan) -> tuple[namespaces.Plan, list[tuple[str, str]]]:
     ro: dict[str, Entry] = {}
     guard_only: list[tuple[str, str]] = []
-    for rel, r in sc.roots.items():
+    for rel in sc.roots:
         e = sc.entries.get(rel)
         if e is None:
             continue

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..kernel import caps, seccomp
+
 # imported before the fork: the broker cannot read confine's files after Landlock
 from ..mediation import broker_main
 

@@ -1,8 +1,9 @@
 """The child between fork and exec: runs `plan.steps`, one function per step.
 
 Everything a step needs is imported at the top: after the Landlock step the
-child may no longer read confine's own files. Nothing here decides anything: the plan (plan/steps.py) says which steps run
-and in which order; each function below applies one. Any failure reports the
+child may no longer read confine's own files. Nothing here decides anything:
+the plan (plan/steps.py) says which steps run and in which order; each
+function below applies one. Any failure reports the
 step and exits 125: the command is never exec'd half-confined.
 """
 from __future__ import annotations

@@ -10,9 +10,9 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
+from confine.cli.export import export
 from confine.errors import ConfineError
 from confine.export import apparmor, selinux, source
-from confine.cli.export import export
 
 
 def run(*args):

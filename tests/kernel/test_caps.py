@@ -8,17 +8,15 @@ the parent.  Root-only tests are skipped with a reason when not root.
 from __future__ import annotations
 
 import errno
-import json
 import os
-import select
 import shutil
 import signal
 import subprocess
 import tempfile
 import time
-import traceback
 
 import pytest
+from childrun import fork_json
 
 from confine.kernel import caps
 
@@ -37,37 +35,7 @@ root_only = pytest.mark.skipif(
 
 def run_in_child(fn, timeout: float = 5.0) -> dict:
     """Run fn() in a forked child; return {"ok": True, "value": ...} or the error."""
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # child: never return into pytest
-        try:
-            os.close(r)
-            try:
-                result = {"ok": True, "value": fn()}
-            except BaseException as e:  # noqa: BLE001 - report everything
-                result = {"ok": False, "type": type(e).__name__, "errno": getattr(e, "errno", None),
-                          "msg": str(e), "tb": traceback.format_exc()}
-            data = json.dumps(result).encode()
-            while data:
-                data = data[os.write(w, data):]
-        finally:
-            os._exit(0)
-    os.close(w)
-    chunks, deadline = [], time.monotonic() + timeout
-    try:
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0 or not select.select([r], [], [], left)[0]:
-                os.kill(pid, signal.SIGKILL)
-                raise AssertionError(f"child did not finish within {timeout}s")
-            chunk = os.read(r, 65536)
-            if not chunk:
-                break
-            chunks.append(chunk)
-    finally:
-        os.close(r)
-        os.waitpid(pid, 0)
-    return json.loads(b"".join(chunks) or b'{"ok": false, "msg": "child sent nothing"}')
+    return fork_json(fn, timeout)
 
 
 def value_of(res: dict):

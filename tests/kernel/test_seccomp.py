@@ -27,16 +27,14 @@ import mmap
 import os
 import random
 import resource
-import select
 import signal
 import socket
 import stat
 import subprocess
 import sys
-import time
-import traceback
 
 import pytest
+from childrun import fork_json
 
 from confine.kernel import seccomp
 from confine.kernel.seccomp import DEFAULT_RULES, ArgMatch, Rule
@@ -112,46 +110,20 @@ def run_child(fn, rules=None, *, setup=None, timeout: float = 10.0) -> Outcome:
     """fork; in the child: setsid, no core dumps, no_new_privs, build + load the
     filter for `rules` (none if None), call `setup` instead if given, then fn();
     its JSON-able result comes back through a pipe."""
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # child: never return into pytest
-        try:
-            os.close(r)
-            try:
-                os.setsid()  # no controlling tty: vhangup/TIOCSTI probes touch nothing
-                resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # SIGSYS deaths leave no core
-                set_nnp()
-                if setup is not None:
-                    setup()
-                elif rules is not None:
-                    seccomp.load(seccomp.build(rules))
-                out = {"ok": True, "value": fn()}
-            except BaseException as e:  # noqa: BLE001 - report everything
-                out = {"ok": False, "error": f"{type(e).__name__}: {e}\n{traceback.format_exc()}"}
-            data = json.dumps(out).encode()
-            while data:
-                data = data[os.write(w, data):]
-        finally:
-            os._exit(0)
-    os.close(w)
-    chunks, deadline = [], time.monotonic() + timeout
-    try:
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0 or not select.select([r], [], [], left)[0]:
-                os.kill(pid, signal.SIGKILL)
-                raise AssertionError(f"child did not finish within {timeout}s")
-            chunk = os.read(r, 65536)
-            if not chunk:
-                break
-            chunks.append(chunk)
-    finally:
-        os.close(r)
-        _, st = os.waitpid(pid, 0)
-    if os.WIFSIGNALED(st):
-        return Outcome(False, signal=os.WTERMSIG(st), error="killed")
-    data = json.loads(b"".join(chunks) or b'{"ok": false, "error": "child sent nothing"}')
-    return Outcome(data["ok"], data.get("value"), data.get("error", ""), exit=os.WEXITSTATUS(st))
+    def before():
+        os.setsid()  # no controlling tty: vhangup/TIOCSTI probes touch nothing
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # SIGSYS deaths leave no core
+        set_nnp()
+        if setup is not None:
+            setup()
+        elif rules is not None:
+            seccomp.load(seccomp.build(rules))
+    data = fork_json(fn, timeout, before)
+    if "signal" in data:
+        return Outcome(False, signal=data["signal"], error="killed")
+    return Outcome(data["ok"], data.get("value"),
+                   "" if data["ok"] else f"{data.get('type')}: {data.get('msg')}\n{data.get('tb')}",
+                   exit=data["exit"])
 
 
 def marked(rules) -> tuple[Rule, ...]:

@@ -194,6 +194,7 @@ def test_audit_root_equivalent_groups(monkeypatch, tmp_path):
     """Group memberships (in-process, with the group database faked): kept groups
     are judged by what the profile does to the resource behind them."""
     import pwd as _pwd
+
     from confine import plan as _plan
     from confine.plan.identity import Identity
     from confine.policy import load as _load

@@ -16,8 +16,6 @@ import subprocess
 
 import pytest
 
-from conftest import PY
-
 PLANT_BODY = r'''
 import stat, threading
 O = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
@@ -500,6 +498,7 @@ def test_move_in_rule_where_landlock_allows_the_rename(confine_bin, test_user):
     it the directory's unjudged .envrc would land in the workdir."""
     import shutil
     import tempfile
+
     from conftest import Sandbox, make_workdir
     top = make_workdir(test_user)
     wd, out = os.path.join(top, "wd"), os.path.join(top, "out")
@@ -531,6 +530,7 @@ def test_another_mount_of_the_workdir_is_guarded_too(confine_bin, test_user):
     the guard judges names under every path to the workdir."""
     import shutil
     import tempfile
+
     from conftest import Sandbox, make_workdir
     wd = make_workdir(test_user)
     alias = tempfile.mkdtemp(prefix="confine-alias-", dir="/tmp")

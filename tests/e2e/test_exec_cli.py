@@ -19,11 +19,27 @@ import time
 import pytest
 
 try:  # tests/ as a package or as a plain directory
-    from .conftest import (PY, Sandbox, _alive, host_pid, kill_quietly, landlock_abi,
-                           make_workdir, wait_dead)
+    from .conftest import (
+        PY,
+        Sandbox,
+        _alive,
+        host_pid,
+        kill_quietly,
+        landlock_abi,
+        make_workdir,
+        wait_dead,
+    )
 except ImportError:
-    from conftest import (PY, Sandbox, _alive, host_pid, kill_quietly, landlock_abi,
-                          make_workdir, wait_dead)
+    from conftest import (
+        PY,
+        Sandbox,
+        _alive,
+        host_pid,
+        kill_quietly,
+        landlock_abi,
+        make_workdir,
+        wait_dead,
+    )
 
 pytestmark = pytest.mark.usefixtures("confine_bin")
 
@@ -159,7 +175,7 @@ def test_bad_profiles(sandbox, profile_dir):
     _refused(sandbox.run(RAN, "-p", "no-such-profile"), "no-such-profile", "default")
     _refused(sandbox.run(RAN, "-p", "defualt"), "defualt", "did you mean 'default'")
     bad = profile_dir("bad.yaml", BAD_YAML)
-    line = _refused(sandbox.run(RAN, "-p", bad), "bad.yaml:5", "YAML")
+    _refused(sandbox.run(RAN, "-p", bad), "bad.yaml:5", "YAML")
     key = profile_dir("key.yaml", UNKNOWN_KEY)
     _refused(sandbox.run(RAN, "-p", key), "key.yaml:3", "filesytem", "did you mean 'filesystem'")
     nested = profile_dir("nested.yaml", UNKNOWN_NESTED)
@@ -647,7 +663,7 @@ def test_degraded_refused_then_allowed(sandbox):
     assert ok.returncode == 0 and ok.stdout == "RAN\n" and "degraded" not in ok.stderr
     # refused, naming the missing right
     p = sandbox.run(RAN, env_extra=ABI3)
-    line = _refused(p, missing[0], "--allow-degraded")
+    _refused(p, missing[0], "--allow-degraded")
     # allowed explicitly: runs, and names every missing protection on stderr
     p = sandbox.run(RAN, "--allow-degraded", env_extra=ABI3)
     assert p.returncode == 0 and p.stdout == "RAN\n", p

@@ -23,17 +23,15 @@ import errno
 import json
 import os
 import pwd
-import select
 import shutil
-import signal
 import stat
 import subprocess
 import sys
 import tempfile
 import time
-import traceback
 
 import pytest
+from childrun import fork_json
 
 from confine import protect
 from confine.kernel import caps, namespaces
@@ -74,40 +72,12 @@ def as_user(pw, cmd: str, cwd: str, home: str, check: bool = True) -> subprocess
 def in_child(fn, pw=None, timeout: float = 60.0):
     """fn() in a forked child (as the test account when pw is given: setgroups,
     setresgid, setresuid); returns its JSON-able value or raises with its traceback."""
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        try:
-            os.close(r)
-            try:
-                if pw is not None:
-                    os.setgroups([])
-                    os.setresgid(pw.pw_gid, pw.pw_gid, pw.pw_gid)
-                    os.setresuid(pw.pw_uid, pw.pw_uid, pw.pw_uid)
-                res = {"ok": True, "value": fn()}
-            except BaseException as e:  # noqa: BLE001 - report everything
-                res = {"ok": False, "tb": traceback.format_exc(), "errno": getattr(e, "errno", None)}
-            data = json.dumps(res).encode()
-            while data:
-                data = data[os.write(w, data):]
-        finally:
-            os._exit(0)
-    os.close(w)
-    chunks, deadline = [], time.monotonic() + timeout
-    try:
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0 or not select.select([r], [], [], left)[0]:
-                os.kill(pid, signal.SIGKILL)
-                raise AssertionError(f"child did not finish within {timeout}s")
-            c = os.read(r, 65536)
-            if not c:
-                break
-            chunks.append(c)
-    finally:
-        os.close(r)
-        os.waitpid(pid, 0)
-    res = json.loads(b"".join(chunks) or b'{"ok": false, "tb": "child sent nothing"}')
+    def before():
+        if pw is not None:
+            os.setgroups([])
+            os.setresgid(pw.pw_gid, pw.pw_gid, pw.pw_gid)
+            os.setresuid(pw.pw_uid, pw.pw_uid, pw.pw_uid)
+    res = fork_json(fn, timeout, before)
     assert res["ok"], res["tb"]
     return res["value"]
 

@@ -39,11 +39,27 @@ import uuid
 import pytest
 
 try:  # tests/ as a package or as a plain directory
-    from .conftest import (PY, Sandbox, _alive, last_json, make_workdir, probe_code, pty_run,
-                           write_owned)
+    from .conftest import (
+        PY,
+        Sandbox,
+        _alive,
+        last_json,
+        make_workdir,
+        probe_code,
+        pty_run,
+        write_owned,
+    )
 except ImportError:
-    from conftest import (PY, Sandbox, _alive, last_json, make_workdir, probe_code, pty_run,
-                          write_owned)
+    from conftest import (
+        PY,
+        Sandbox,
+        _alive,
+        last_json,
+        make_workdir,
+        probe_code,
+        pty_run,
+        write_owned,
+    )
 
 pytestmark = pytest.mark.usefixtures("confine_bin")
 
