@@ -23,17 +23,15 @@ from __future__ import annotations
 import errno
 import os
 
+from .sysfs import read_text
+
 _AA_ENABLED = "/sys/module/apparmor/parameters/enabled"
 _AA_FS = "/sys/kernel/security/apparmor"
 _SE_FS = "/sys/fs/selinux"
 
 
 def _read(path: str) -> str | None:
-    try:
-        with open(path) as f:
-            return f.read()
-    except OSError:
-        return None
+    return read_text(path)
 
 
 def _attr(lsm: str | None, name: str) -> str:

@@ -39,6 +39,7 @@ from ..plan.identity import resolve as resolve_identity
 from ..policy import load as _load
 from ..policy.secrets import HOME_SECRETS
 from . import check as _check
+from .check import read_setting
 
 HOME_ENV = "CONFINE_AUDIT_HOME"
 SOCKET_DIRS_ENV = "CONFINE_AUDIT_SOCKET_DIRS"
@@ -217,7 +218,6 @@ def _dac_writable(st, uid: int, gids: set[int]) -> bool:
     return bool(st.st_mode & 0o002)
 
 
-from .check import _read  # noqa: E402  (one reader of /proc and /sys files)
 
 
 def _finding(fid, category, severity, title, detail="", blocked=None, by=None, fix=None):
@@ -524,7 +524,7 @@ def _kernel(plan, host: dict) -> list[dict]:
          _seccomp_denies(plan, "perf_event_open"), "seccomp (perf)"),
     )
     for kid, path, weak, title, blocked, by in knobs:
-        v = _read(path)
+        v = read_setting(path)
         try:
             bad = weak(v)
         except ValueError:

@@ -7,15 +7,13 @@ import tempfile
 from .. import plan as _plan
 from ..errors import ConfineError
 from ..kernel import landlock, seccomp
+from ..kernel.sysfs import read_text
 from ..policy import load as _load
 
 
-def _read(path: str) -> str | None:
-    try:
-        with open(path) as f:
-            return f.read().strip()
-    except OSError:
-        return None
+def read_setting(path: str) -> str | None:
+    """A /proc or /sys setting, stripped; None if it cannot be read."""
+    return read_text(path, strip=True)
 
 
 def host() -> dict:
@@ -25,8 +23,8 @@ def host() -> dict:
         errata = landlockpy.errata() if abi else 0
     except OSError:
         errata = 0
-    aa = _read("/sys/module/apparmor/parameters/enabled")
-    se = _read("/sys/fs/selinux/enforce")
+    aa = read_setting("/sys/module/apparmor/parameters/enabled")
+    se = read_setting("/sys/fs/selinux/enforce")
     return {
         "kernel": os.uname().release,
         "landlock": {
@@ -37,14 +35,14 @@ def host() -> dict:
         },
         "seccomp": seccomp.status(),
         "user_namespaces": {
-            "max_user_namespaces": int(_read("/proc/sys/user/max_user_namespaces") or 0),
+            "max_user_namespaces": int(read_setting("/proc/sys/user/max_user_namespaces") or 0),
             "apparmor_restrict_unprivileged_userns":
-                _read("/proc/sys/kernel/apparmor_restrict_unprivileged_userns"),
+                read_setting("/proc/sys/kernel/apparmor_restrict_unprivileged_userns"),
         },
         "apparmor": {"enabled": aa == "Y"} if aa is not None else {"enabled": False},
         "selinux": {"enabled": se is not None,
                     "mode": {"1": "enforcing", "0": "permissive"}.get(se or "", "disabled")},
-        "tiocsti_legacy": _read("/proc/sys/dev/tty/legacy_tiocsti"),
+        "tiocsti_legacy": read_setting("/proc/sys/dev/tty/legacy_tiocsti"),
     }
 
 

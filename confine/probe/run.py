@@ -42,6 +42,7 @@ from ..errors import CommandNotExecutable, CommandNotFound
 from ..kernel import landlock, seccomp
 from ..policy.secrets import HOME_SECRETS
 from . import audit, report
+from .check import read_setting
 
 UNCONFINED_ENV = "CONFINE_TEST_PROBE_UNCONFINED"
 CANARY_ENV = "CONFINE_PROBE_CANARY_TOKEN"
@@ -382,7 +383,7 @@ def probe(*, profile="default", workdir=None, read=(), write=(), env=(), user=No
             "block_devices": _block_devices(),
             "resolver": _resolver(),
             "metadata": list(audit.metadata_address()),
-            "legacy_tiocsti": _read("/proc/sys/dev/tty/legacy_tiocsti"),
+            "legacy_tiocsti": read_setting("/proc/sys/dev/tty/legacy_tiocsti"),
             "only": list(only),
         })
         argv = [python, "-I", "-S", "-c", battery_source(), json.dumps(cfg)]
@@ -421,6 +422,5 @@ def probe(*, profile="default", workdir=None, read=(), write=(), env=(), user=No
     return report.build(meta, data, status, err, time.monotonic() - t0)
 
 
-from .check import _read  # noqa: E402  (one reader of /proc and /sys files)
 
 __all__ = ["probe", "battery_source", "UNCONFINED_ENV"]

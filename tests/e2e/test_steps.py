@@ -59,3 +59,37 @@ def test_dry_run_shows_protected_paths(sandbox):
     assert ".git/hooks" in {p["path"] for p in pp["protected"]}
     binds = next(s for s in d["steps"] if s["name"] == "protected_binds")
     assert binds["read_only"] == pp["read_only_binds"] and binds["read_only"]
+
+
+ADDED = (".tool-hooks/", ".tool-*.toml")
+
+
+def test_exec_and_exporters_protect_the_same_patterns(sandbox, tmp_path):
+    """A profile with its own `protected:` entries: `confine exec` snapshots and
+    guards exactly the list the AppArmor profile and the systemd unit are built
+    from (tests/export/test_protected.py reads those back), and the added names
+    are refused inside while an ordinary name beside them is not."""
+    from confine.export import source
+    from confine.policy.patterns import effective
+    prof = os.path.join(sandbox.workdir + "-prof.yaml")
+    with open(prof, "w") as f:
+        f.write("extends: default\nprotected:\n" + "".join(f"  - '{p}'\n" for p in ADDED))
+    os.chmod(prof, 0o644)
+    try:
+        dry = sandbox.confine("exec", "--dry-run", "--json", "-w", sandbox.workdir, "-p", prof,
+                              "--", "true")
+        assert dry.returncode == 0, dry.stderr
+        shown = json.loads(dry.stdout)["protected_paths"]["patterns"]
+        want = effective(source.load_policy(prof))
+        assert list(shown) == list(want)
+        assert set(ADDED) <= set(shown)
+        p, r = sandbox.probe('attempt("added", lambda: (os.mkdir(".tool-hooks"), '
+                             'opened(".tool-hooks/x", os.O_WRONLY | os.O_CREAT))[-1])\n'
+                             'attempt("glob", lambda: opened(".tool-a.toml", os.O_WRONLY | os.O_CREAT))\n'
+                             'attempt("plain", lambda: opened("tool.toml", os.O_WRONLY | os.O_CREAT))',
+                             None, "-p", prof)
+        assert r is not None, p.stderr
+        assert r["plain"] == "ok", r
+        assert r["added"] in ("EACCES", "EPERM") and r["glob"] in ("EACCES", "EPERM"), r
+    finally:
+        os.unlink(prof)
