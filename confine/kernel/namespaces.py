@@ -7,7 +7,7 @@ supervisor-side search for every path the workdir is reachable through
 `make_private`, `unshare`: the only calls of unshare() in confine); every
 mount goes through kernel/mounts.py.
 
-What to mount is decided in the supervisor (confine/protect.py builds a
+What to mount is decided in the supervisor (confine/protect/snapshot.py builds a
 `Plan` from its snapshot of the workdir); this module executes that plan in
 the forked child, between fork and exec, while the child is single-threaded.
 Nothing here imports at call time: every binding is made when the module is

@@ -243,7 +243,7 @@ def status() -> dict[str, Any]:
 def build_notify(files: bool = False) -> "pyseccomp.SyscallFilter":
     """The notifying filter, loaded after the deny filter. The kernel runs every
     filter and the most restrictive answer wins, so a denial is never turned
-    into a notification. See confine/mediate.py for who answers.
+    into a notification. See confine/mediation/ for who answers.
     files: mediate FILE_CALLS and writing opens; openat2 (its flags sit in a
     struct seccomp cannot read) answers ENOSYS, and callers fall back to openat."""
     sc = libseccomp()
