@@ -515,7 +515,7 @@ def describe(rules: Iterable[Rule]) -> list[dict[str, Any]]:
 # the supervisor decodes exactly these.
 SOCKET_CALLS = ("connect", "sendto", "sendmsg", "listen")   # sendto only with an address
 # Calls that can make a name appear (or write a file) in the workdir: the broker
-# performs them after the guard judged the name (fsbroker.py, guard.py).
+# performs them after the guard judged the name (mediation/files.py, protect/guard.py).
 FILE_CALLS = ("creat", "truncate", "mkdir", "mkdirat", "mknod", "mknodat", "symlink",
               "symlinkat", "link", "linkat", "rename", "renameat", "renameat2")
 # open/openat: only with one of these flags (argument OPEN_CALLS[name]); read-only
