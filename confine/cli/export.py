@@ -6,6 +6,7 @@ import os
 import re
 import shlex
 import shutil
+import sys
 
 import click
 
@@ -112,7 +113,7 @@ def selinux_cmd(profile, workdir, part, output):
 @click.option("--user", metavar="USER",
               help="Account the service runs as (default: the workdir's owner; never root).")
 @click.option("--confine", "confine_path", metavar="PATH",
-              help="The confine executable (default: `confine` on PATH, resolved).")
+              help="The confine executable (default: the one running this command).")
 @click.option("--allow-ip", multiple=True, metavar="CIDR",
               help="Only these addresses are reachable (IPAddressDeny=any + IPAddressAllow=); "
                    "for profiles that grant TCP ports.")
@@ -130,10 +131,10 @@ def systemd_cmd(name, profile, workdir, user, confine_path, allow_ip, env_file,
         raise ConfineError(f"unit name {name!r}: letters, digits and :_.\\- only")
     wd = source.check_workdir(workdir, required=True)
     if confine_path is None:
-        found = shutil.which("confine")
-        if found is None:
-            raise ConfineError("confine is not on PATH: pass --confine PATH")
-        confine_path = os.path.realpath(found)
+        confine_path = _running_confine()
+        if confine_path is None:
+            raise ConfineError("cannot tell which confine runs this command: pass --confine PATH")
+    command = _resolve_for_systemd(command)
     if not os.path.isabs(confine_path):
         raise ConfineError(f"--confine {confine_path}: must be an absolute path")
     policy = source.load_policy(profile)
@@ -154,6 +155,37 @@ def systemd_cmd(name, profile, workdir, user, confine_path, allow_ip, env_file,
         click.echo(f"confine: warning: {pw.pw_name} is in groups {', '.join(groups)}; systemd "
                    "keeps supplementary groups, so the agent can use what they open", err=True)
     _write(output, {f"{name}.service": text}, f"{name}.service")
+
+
+# What systemd gives a system service when the unit sets no PATH (systemd.exec(5)).
+SYSTEMD_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin"
+
+
+def _running_confine() -> str | None:
+    """The confine executable of this very installation (its virtualenv's entry
+    point), not whichever `confine` comes first on PATH."""
+    cand = os.path.join(sys.prefix, "bin", "confine")
+    if os.access(cand, os.X_OK):
+        return cand
+    arg0 = sys.argv[0] if sys.argv else ""
+    if os.path.basename(arg0) == "confine" and os.access(arg0, os.X_OK):
+        return os.path.abspath(arg0)
+    found = shutil.which("confine")
+    return os.path.realpath(found) if found else None
+
+
+def _resolve_for_systemd(command: tuple[str, ...]) -> tuple[str, ...]:
+    """A bare command name becomes the absolute path systemd's PATH finds; one it
+    would not find is refused now rather than when the unit starts."""
+    if not command:
+        raise ConfineError("no command given: confine export systemd NAME -w DIR -- COMMAND")
+    if "/" in command[0]:
+        return command
+    found = shutil.which(command[0], path=SYSTEMD_PATH)
+    if found is None:
+        raise ConfineError(f"{command[0]}: not found on the PATH systemd gives services "
+                           f"({SYSTEMD_PATH}); give the command's absolute path")
+    return (found, *command[1:])
 
 
 @export.command("oci-seccomp")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from typing import NoReturn
 
 import click
 
@@ -15,12 +16,22 @@ from ..policy import load as _load
 from ..probe import check as _check
 
 
-def _fail(e: ConfineError):
+def _fail(e: ConfineError) -> NoReturn:
     click.echo(f"confine: {e}", err=True)
     sys.exit(e.status)
 
 
-def main(argv=None):
+def _exec_hint(e: click.exceptions.UsageError) -> str | None:
+    """`confine exec ls -la`: the command's own options were taken for ours."""
+    ctx = e.ctx
+    if (isinstance(e, click.exceptions.NoSuchOption) and ctx is not None
+            and ctx.command.name == "exec"):
+        return ("put `--` before the command so its options are not read as confine's: "
+                "confine exec [OPTIONS] -- CMD [ARGS...]")
+    return None
+
+
+def main(argv: list[str] | None = None) -> NoReturn:
     """Console entry point: usage errors and confine's own failures exit 125."""
     try:
         rv = cli.main(args=argv, prog_name="confine", standalone_mode=False)
@@ -28,6 +39,9 @@ def main(argv=None):
         _fail(e)
     except click.exceptions.UsageError as e:
         e.show()
+        hint = _exec_hint(e)
+        if hint:
+            click.echo(f"Hint: {hint}", err=True)
         sys.exit(125)
     except click.exceptions.Abort:
         click.echo("confine: aborted", err=True)
@@ -85,7 +99,7 @@ def cli():
               help="Also run the agent in this SELinux context (e.g. with type confine_agent_t).")
 @click.option("--dry-run", is_flag=True, help="Print the effective policy and exit.")
 @click.option("--json", "as_json", is_flag=True, help="With --dry-run: machine-readable output.")
-@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+@click.argument("command", nargs=-1, required=False, type=click.UNPROCESSED)
 def exec_(profile, workdir, read_, write, env, user, allow_degraded, degrade, force_workdir,
           apparmor, selinux_context, dry_run, as_json, command):
     """Run COMMAND confined. Put `--` before the command.
@@ -95,8 +109,12 @@ def exec_(profile, workdir, read_, write, env, user, allow_degraded, degrade, fo
     system but not $HOME or secrets, has no network unless the profile grants
     TCP ports, cannot mount, repartition, load kernel code or regain privileges.
     """
+    if not command and not dry_run:
+        raise click.UsageError("no command given: confine exec [OPTIONS] -- CMD [ARGS...]")
     if dry_run:
-        plan = api.prepare(list(command), profile=profile, workdir=workdir, read=read_,
+        # Without a command, the plan for the user's shell: what an interactive run would do.
+        argv = list(command) or [os.environ.get("SHELL") or "/bin/sh"]
+        plan = api.prepare(argv, profile=profile, workdir=workdir, read=read_,
                            write=write, env=env, user=user, force_workdir=force_workdir,
                            apparmor=apparmor, selinux_context=selinux_context)
         if as_json:
@@ -216,20 +234,35 @@ def profile():
 
 
 @profile.command("list")
-@click.option("--json", "as_json", is_flag=True)
-def profile_list(as_json):
-    """Built-in profiles and their descriptions."""
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def profile_list(as_json: bool) -> None:
+    """Your profiles, the system's and the built-in ones, in the order a name is
+    looked up (an earlier one shadows a later one of the same name)."""
     rows = []
-    for name in _load.builtin_names():
-        raw, chain = _load.read_layers(name)
-        desc = raw.get("description")
-        rows.append({"name": name, "description": desc.value if desc else "",
-                     "file": str(chain[0])})
+    seen: set[str] = set()
+    dirs = [(d, "user" if i == 0 else "system") for i, d in enumerate(_load.user_dirs())]
+    dirs.append((_load.builtin_dir(), "built-in"))
+    for d, origin in dirs:
+        for path in sorted(d.glob("*.yaml")) if d.is_dir() else ():
+            if path.stem.startswith("_"):
+                continue
+            row = {"name": path.stem, "origin": origin, "file": str(path),
+                   "shadowed": path.stem in seen, "description": "", "error": None}
+            seen.add(path.stem)
+            try:
+                raw, _chain = _load.read_layers(str(path))
+                desc = raw.get("description")
+                row["description"] = desc.value if desc else ""
+            except ConfineError as e:
+                row["error"] = str(e)
+            rows.append(row)
     if as_json:
         click.echo(json.dumps(rows, indent=2))
-    else:
-        for r in rows:
-            click.echo(f"{r['name']:<12} {r['description']}")
+        return
+    for r in rows:
+        tag = f"[{r['origin']}{', shadowed' if r['shadowed'] else ''}]"
+        text = f"INVALID: {r['error']}" if r["error"] else r["description"]
+        click.echo(f"{r['name']:<12} {tag:<22} {text}")
 
 
 @profile.command("show")
@@ -246,15 +279,19 @@ def profile_show(name):
 
 
 @profile.command("validate")
-@click.argument("file", type=click.Path(dir_okay=False))
-def profile_validate(file):
-    """Check a profile file: keys, types, variables, paths. Exit 0 if valid."""
-    import os
+@click.argument("profile_ref", metavar="NAME|FILE")
+def profile_validate(profile_ref: str) -> None:
+    """Check a profile (a file, or a name as -p takes it): keys, types, variables,
+    paths, and everything it extends. Exit 0 if valid, 125 with file:line if not."""
     import tempfile
+    ref = profile_ref
+    if os.path.isfile(ref) and "/" not in ref:
+        ref = "./" + ref               # a file in the current directory, not a name
+    elif not os.path.exists(ref) and ref.endswith((".yaml", ".yml")):
+        raise ConfineError(f"profile file {ref} does not exist")
     with tempfile.TemporaryDirectory(prefix="confine-validate-") as wd:
-        _load.load(file if "/" in file else "./" + file, workdir=wd,
-                   home=os.path.expanduser("~"), tmp=wd)
-    click.echo(f"{file}: valid")
+        policy = _load.load(ref, workdir=wd, home=os.path.expanduser("~"), tmp=wd)
+    click.echo(f"{profile_ref}: valid ({', '.join(policy.sources)})")
 
 
 from .export import export as _export  # noqa: E402

@@ -239,6 +239,9 @@ def compile(policy: Policy, argv: Sequence[str], identity: Identity, host: HostF
         notes.append("outbound TCP allowed to ANY host on ports "
                      + ", ".join(map(str, policy.network.connect_tcp))
                      + " (Landlock filters ports, not addresses)")
+    for port in sorted(set(policy.network.bind_tcp) - set(policy.network.connect_tcp)):
+        notes.append(f"network.bind_tcp: the agent may listen on port {port} but not connect to "
+                     f"it (add {port} to network.connect_tcp to reach its own server)")
     if policy.seccomp.unsafe_allow:
         notes.append("default seccomp denials removed by the profile: "
                      + ", ".join(policy.seccomp.unsafe_allow))

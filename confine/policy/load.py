@@ -179,6 +179,13 @@ class _Parser:
             self.fail(node, f"{full!r} must be a list")
         items: list[Item] = []
         for el in node.value:
+            if (isinstance(el, yaml.MappingNode) and len(el.value) == 1
+                    and isinstance(el.value[0][0], yaml.ScalarNode) and _is_null(el.value[0][1])):
+                # `[/usr, ?/opt]`: in a flow list YAML reads `?` as "mapping key follows"
+                key = el.value[0][0].value
+                self.fail(el, f"{full}: '?{key}' inside [...] is read by YAML as a mapping key, "
+                              f"not an optional path; quote it ('?{key}') or write one entry "
+                              f"per line (- ?{key})")
             v = self.scalar(el, full)
             if kind == "ports":
                 if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= 65535:

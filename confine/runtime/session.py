@@ -85,6 +85,12 @@ def refuse_missing(plan: Plan, allow_degraded: bool | Collection[str] | None,
         warn(f"degraded: NOT enforced: {m.feature}: {m.detail}")
 
 
+def unreachable_servers(policy: Any) -> list[int]:
+    """Ports the agent may listen on but not connect to: its own server would be
+    unreachable from inside, which looks like a bug in the server."""
+    return sorted(set(policy.network.bind_tcp) - set(policy.network.connect_tcp))
+
+
 class Session:
     def __init__(self, req: Request, *, warn: Warn = default_warn, protect: bool = True,
                  host: HostFacts | None = None, parent_env: dict[str, str] | None = None):
@@ -116,6 +122,9 @@ class Session:
             name = item.split("=", 1)[0]
             if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
                 raise ConfineError(f"--env {item!r}: invalid variable name")
+            if "=" not in item and name not in parent_env:
+                raise ConfineError(f"--env {name}: not set in this environment, so there is "
+                                   f"nothing to pass (set it with --env {name}=VALUE)")
         wd = os.path.abspath(req.workdir or os.getcwd())
         check_workdir(wd, [os.path.expanduser("~")], req.force_workdir)
         ident = resolve_identity(os.path.realpath(wd), req.user)
@@ -160,6 +169,9 @@ class Session:
         if self.snapshot is None:
             raise ConfineError("this session was prepared without the protected-path snapshot")
         refuse_missing(plan, allow_degraded, say)
+        for port in unreachable_servers(plan.policy):
+            say(f"network.bind_tcp lets the agent listen on port {port}, but not connect to it "
+                f"(add {port} to network.connect_tcp to reach its own server)")
         guarded = self.guard is not None
         if not plan.mount_ns:
             say("protected workdir paths (.git/hooks, .git/config, .envrc, ...) are NOT "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 
 import pytest
@@ -52,8 +53,10 @@ def test_systemd_output(tmp_path, test_user):
             "--", "make", "-j4", "test")
     assert r.exit_code == 0, r.output
     text = (tmp_path / "a.service").read_text()
+    # a bare command name: the path systemd's PATH finds, fixed now
+    make = shutil.which("make", path="/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin")
     assert (f"ExecStart=/opt/confine/bin/confine exec -p default -w {wd} "
-            "--degrade mount_namespace -- make -j4 test") in text
+            f"--degrade mount_namespace -- {make} -j4 test") in text
     assert f"User={test_user.pw_name}" in text
     # A profile file goes into ExecStart by its path: inside the unit a name
     # could resolve differently ($HOME is hidden there).
@@ -62,7 +65,21 @@ def test_systemd_output(tmp_path, test_user):
     r = run("systemd", "agent-2", "-p", str(prof), "-w", str(wd), "--user", test_user.pw_name,
             "--confine", "/opt/confine/bin/confine", "--", "true")
     assert r.exit_code == 0, r.output
-    assert f"exec -p {prof} -w {wd} --degrade mount_namespace -- true" in r.output
+    assert f"exec -p {prof} -w {wd} --degrade mount_namespace -- {shutil.which('true')}" in r.output
+
+
+def test_systemd_refuses_a_command_systemd_would_not_find(tmp_path, test_user):
+    r = run("systemd", "agent-3", "-w", str(tmp_path), "--user", test_user.pw_name,
+            "--confine", "/opt/confine/bin/confine", "--", "no-such-tool-anywhere")
+    assert r.exit_code != 0 and "not found on the PATH systemd gives services" in str(r.exception)
+
+
+def test_systemd_uses_the_running_confine(tmp_path, test_user):
+    """Without --confine: this installation's confine, not the first on PATH."""
+    import sys
+    r = run("systemd", "agent-4", "-w", str(tmp_path), "--user", test_user.pw_name, "--", "true")
+    assert r.exit_code == 0, r.output
+    assert f"ExecStart={sys.prefix}/bin/confine exec" in r.output
 
 
 @pytest.mark.parametrize("args, why", [
