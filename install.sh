@@ -2,6 +2,8 @@
 # Install confine into its own virtualenv and put `confine` on PATH.
 #   ./install.sh            as root: /opt/confine + /usr/local/bin/confine
 #                           as a user: ~/.local/share/confine + ~/.local/bin/confine
+#   ./install.sh --uninstall   removes what the same command installed (the virtualenv and
+#                           the link); profiles in ~/.config/confine and /etc/confine stay.
 # CONFINE_PREFIX=DIR overrides the virtualenv location; CONFINE_EXTRAS=test adds test tools.
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
@@ -9,6 +11,20 @@ if [ "$(id -u)" = 0 ]; then
     prefix=${CONFINE_PREFIX:-/opt/confine}; bindir=/usr/local/bin
 else
     prefix=${CONFINE_PREFIX:-$HOME/.local/share/confine}; bindir=$HOME/.local/bin
+fi
+if [ "${1:-}" = "--uninstall" ]; then
+    link="$bindir/confine"
+    if [ -L "$link" ] && [ "$(readlink "$link")" = "$prefix/bin/confine" ]; then
+        rm -f "$link"
+    fi
+    if [ -x "$prefix/bin/confine" ] && [ -f "$prefix/pyvenv.cfg" ]; then
+        rm -rf "$prefix"
+        echo "confine uninstalled from $prefix"
+    else
+        echo "install.sh: no confine installation at $prefix" >&2
+        exit 1
+    fi
+    exit 0
 fi
 # The system Python: readable by every user the agent may run as (a pyenv under
 # /root is not), so root can start confine for an unprivileged account.
