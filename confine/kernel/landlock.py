@@ -89,6 +89,10 @@ def build(handled_fs: AccessFS, handled_net: AccessNet, scoped: Scope,
         for path, access in path_rules:
             try:
                 rs.allow_path(path, access)
+            except FileNotFoundError:
+                # Gone since the plan listed it (a lock file in /etc, say): there
+                # is nothing left to grant, and granting less is the safe side.
+                continue
             except OSError as e:
                 err = e.errno or errno.EIO
                 raise OSError(err, f"Landlock rule for {path}: {os.strerror(err)}") from None

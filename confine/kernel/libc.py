@@ -7,9 +7,39 @@ library is opened once (no `ctypes.util.find_library`, which spawns
 from __future__ import annotations
 
 import ctypes
+import ctypes.util
+import glob
 import os
 
 libc = ctypes.CDLL(None, use_errno=True)
+
+# ctypes.util.find_library runs `ldconfig -p` (a fork and exec, ~4 ms) on every
+# call, and pyseccomp and landlockpy call it three times per start. Answer from
+# the usual library directories first; anything not found there takes the
+# original path, so no library is ever missed.
+_LIB_DIRS = ("/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib/aarch64-linux-gnu",
+             "/usr/lib/aarch64-linux-gnu", "/lib64", "/usr/lib64", "/lib", "/usr/lib")
+_original_find_library = ctypes.util.find_library
+_found: dict[str, str | None] = {}
+
+
+def find_library(name: str) -> str | None:
+    if name not in _found:
+        hit = None
+        if name == "c" and os.path.exists("/lib/x86_64-linux-gnu/libc.so.6") \
+                or name == "c" and os.path.exists("/lib/aarch64-linux-gnu/libc.so.6"):
+            hit = "libc.so.6"
+        else:
+            for d in _LIB_DIRS:
+                cands = sorted(glob.glob(os.path.join(d, f"lib{glob.escape(name)}.so.[0-9]*")))
+                if cands:
+                    hit = os.path.basename(cands[0])
+                    break
+        _found[name] = hit if hit is not None else _original_find_library(name)
+    return _found[name]
+
+
+ctypes.util.find_library = find_library
 libc.syscall.restype = ctypes.c_long
 
 

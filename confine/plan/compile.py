@@ -22,7 +22,6 @@ from typing import Any
 from landlockpy import AccessFS, AccessNet, Scope
 
 from ..kernel import caps, landlock, seccomp
-from ..paths import is_under
 from ..policy.model import Policy
 from . import carve as _carve
 from . import env as _env
@@ -178,13 +177,23 @@ def missing_features(policy: Policy, host: HostFacts, as_root: bool = True) -> l
 
 
 def _drop_covered(rules: list[tuple[str, AccessFS, str]]) -> list[tuple[str, AccessFS, str]]:
-    """A rule beneath another rule that already grants all its rights adds nothing."""
+    """A rule beneath another rule that already grants all its rights adds nothing.
+    Linear in rules x path depth: only a rule on the path itself or one of its
+    ancestors can cover it (an earlier one, for rules on the same path)."""
+    at: dict[str, list[tuple[int, AccessFS]]] = {}
+    for i, (p, r, _) in enumerate(rules):
+        at.setdefault(p, []).append((i, r))
     out = []
     for i, (p, r, w) in enumerate(rules):
-        if any(j != i and is_under(p, q) and (r & ~r2) == 0 and (p != q or j < i)
-               for j, (q, r2, _) in enumerate(rules)):
-            continue
-        out.append((p, r, w))
+        covered = False
+        q = p
+        while not covered:
+            covered = any((r & ~r2) == 0 and (q != p or j < i) for j, r2 in at.get(q, ()))
+            if q == "/" or not q:
+                break
+            q = os.path.dirname(q)
+        if not covered:
+            out.append((p, r, w))
     return out
 
 

@@ -30,10 +30,9 @@ class HostFacts:
     @classmethod
     def read(cls, as_root: bool) -> HostFacts:
         from ..kernel import landlock, lsm, seccomp
-        sc = seccomp.status()
+        sc_filter, sc_notif = seccomp.available()
         return cls(landlock_abi=landlock.kernel_abi(),
-                   seccomp_filter=bool(sc.get("filter")),
-                   seccomp_user_notif=bool(sc.get("user_notif")),
+                   seccomp_filter=sc_filter, seccomp_user_notif=sc_notif,
                    namespaces=namespaces_available(as_root),
                    apparmor=lsm.apparmor_enabled(), selinux=lsm.selinux_enabled())
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from .loader import (
                      BPF_LD_W_ABS,
+                     available,
                      build,
                      build_notify,
                      export_bpf,
@@ -39,7 +40,7 @@ from .syscalls import native_arch, syscall_number
 __all__ = [
     "ArgMatch", "Rule", "DEFAULT_RULES", "IOCTLS", "IOCTL_NAMES", "PERSONA_FLAGS",
     "rules_for", "no_inet_rules", "describe",
-    "SOCKET_CALLS", "FILE_CALLS", "OPEN_CALLS",
+    "SOCKET_CALLS", "FILE_CALLS", "OPEN_CALLS", "available",
     "build", "load", "export_bpf", "BPF_LD_W_ABS", "status",
     "build_notify", "notify_program", "load_notify",
     "native_arch", "syscall_number",

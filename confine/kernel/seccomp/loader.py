@@ -208,6 +208,12 @@ class _ScmpVersion(ctypes.Structure):
     _fields_ = [("major", ctypes.c_uint), ("minor", ctypes.c_uint), ("micro", ctypes.c_uint)]
 
 
+def available() -> tuple[bool, bool]:
+    """(filter mode, user notification): what the planner needs, without the
+    library probes of status() (which build a filter)."""
+    return _filter_mode_available(), bool(_action_avail(0x7FC00000))
+
+
 def status() -> dict[str, Any]:
     """For `confine check`: flat key -> scalar."""
     out: dict[str, Any] = {
