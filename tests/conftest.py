@@ -321,9 +321,12 @@ def planted_home(test_user):
         with open(p, "w") as f:
             f.write(text)
         os.chmod(p, 0o600)
-    for dirpath, dirnames, filenames in os.walk(home):
-        for n in dirnames + filenames:
-            os.lchown(os.path.join(dirpath, n), test_user.pw_uid, test_user.pw_gid)
+    # Only what was planted (and the directories made for it): the rest of the
+    # account's home is other tests' business (quarantine trees can be deep).
+    for rel in files:
+        parts = rel.split("/")
+        for i in range(1, len(parts) + 1):
+            os.lchown(os.path.join(home, *parts[:i]), test_user.pw_uid, test_user.pw_gid)
     return home
 
 

@@ -212,6 +212,9 @@ def _print_plan(d: dict) -> None:
     e("environment:")
     for k, v in sorted(d["environment"].items()):
         e(f"  {k}={v}")
+    for feature, how in d.get("mechanisms", {}).items():
+        if "replaces" in how:
+            e(f"replaced: {feature}: by {how}")
     for m in d["missing"]:
         e(f"MISSING: {m['feature']}: {m['detail']}")
     for n in d["notes"]:
@@ -245,6 +248,9 @@ def check(as_json):
         for p in profiles:
             state = "fully enforceable" if p["enforceable"] else "NOT fully enforceable"
             click.echo(f"  {p['profile']:<12} {state}")
+            for feature, how in p.get("mechanisms", {}).items():
+                if "replaces" in how:
+                    click.echo(f"    {feature}: by {how}")
             for m in p["missing"]:
                 click.echo(f"    missing {m['feature']}: {m['detail']}")
     if not all(p["enforceable"] for p in profiles):

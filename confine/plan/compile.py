@@ -16,12 +16,13 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from landlockpy import AccessFS, AccessNet, Scope
 
 from ..kernel import caps, landlock, seccomp
+from ..paths import is_under
 from ..policy.model import Policy
 from . import carve as _carve
 from . import env as _env
@@ -76,6 +77,7 @@ class Plan:
     writable_binds: tuple[str, ...]      # stay writable in the read-only host view
     child_rules: tuple[tuple[str, AccessFS], ...]   # Landlock rules added after the mounts
     protected: Protected | None
+    mechanisms: Mapping[str, str] = field(default_factory=dict)   # feature -> what enforces it
     steps: tuple[Step, ...] = ()
 
     @property
@@ -138,13 +140,48 @@ class Plan:
                 "writable": self.writable_paths() if self.mount_ns else None,
                 "private": ["/dev/shm", "/dev/pts", "/proc"] if self.mount_ns else [],
             },
+            "mechanisms": dict(self.mechanisms),
             "missing": [{"feature": m.feature, "detail": m.detail} for m in self.missing],
             "notes": list(self.notes),
         }
 
 
+def _replacement(name: str, policy: Policy, host: HostFacts) -> str | None:
+    """The mechanism that gives feature `name` where its primary is missing, if
+    one does here (features.REPLACEMENTS)."""
+    if name not in features.REPLACEMENTS or not host.namespaces:
+        return None
+    if name == "landlock.truncate" and any(is_under(d.path, w.path)
+                                           for d in policy.deny for w in policy.write):
+        return None      # a secret inside a writable bind: only Landlock could refuse it
+    return features.REPLACEMENTS[name][0]
+
+
+def mechanisms(policy: Policy, host: HostFacts) -> dict[str, str]:
+    """feature -> the mechanism that enforces it on this host (primary or replacement);
+    features with neither are absent (they are in missing_features)."""
+    out: dict[str, str] = {}
+    abi = host.landlock_abi
+    for f in features.FEATURES:
+        if f.min_abi is not None:
+            if abi >= f.min_abi:
+                out[f.name] = f"Landlock ABI {abi}"
+            else:
+                rep = _replacement(f.name, policy, host)
+                if rep is not None:
+                    out[f.name] = f"{rep} (replaces Landlock ABI {f.min_abi})"
+    if host.seccomp_filter:
+        out["seccomp"] = "seccomp filter"
+    if host.seccomp_user_notif:
+        out["seccomp_notify"] = "seccomp user notification"
+    if host.namespaces:
+        out["mount_namespace"] = "mount and pid namespaces"
+    return out
+
+
 def missing_features(policy: Policy, host: HostFacts, as_root: bool = True) -> list[Missing]:
-    """Every protection the policy needs that this host lacks (features.FEATURES)."""
+    """Every protection the policy needs that this host lacks (features.FEATURES),
+    minus those another layer replaces here (features.REPLACEMENTS)."""
     out = []
     if not host.namespaces:
         out.append(Missing("mount_namespace", features.get("mount_namespace").protects
@@ -161,7 +198,7 @@ def missing_features(policy: Policy, host: HostFacts, as_root: bool = True) -> l
         needed.append("landlock.scope_abstract_unix")
     abi = host.landlock_abi
     for f in sorted((features.get(n) for n in needed), key=lambda f: (f.min_abi or 0, f.name)):
-        if f.min_abi is not None and abi < f.min_abi:
+        if f.min_abi is not None and abi < f.min_abi and _replacement(f.name, policy, host) is None:
             have = f"ABI {abi}" if abi else "no Landlock"
             out.append(Missing(f.name, f"{f.protects} needs Landlock ABI {f.min_abi}; "
                                f"this kernel has {have}"))
@@ -292,5 +329,5 @@ def compile(policy: Policy, argv: Sequence[str], identity: Identity, host: HostF
                 carved=tuple(sorted(set(carved))), unix_mediation=unix_mediation,
                 file_mediation=file_mediation, mount_ns=mount_ns, pid_ns=mount_ns,
                 lsm=lsm_kept, writable_binds=tuple(binds), child_rules=tuple(child_rules),
-                protected=protected)
+                protected=protected, mechanisms=mechanisms(policy, host))
     return dataclasses.replace(plan, steps=tuple(child_steps(plan)))

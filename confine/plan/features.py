@@ -38,6 +38,19 @@ FEATURES: tuple[Feature, ...] = (
     Feature("selinux", None, "the SELinux context named by --selinux-context"),
 )
 
+# Where the primary mechanism is missing, another layer confine already has may
+# give the same guarantee: feature -> (mechanism, why it is equivalent). The
+# planner uses one only when its condition holds on this host and for this
+# policy (compile.missing_features), and says so in --dry-run and `confine check`.
+REPLACEMENTS: dict[str, tuple[str, str]] = {
+    "landlock.scope_signal": (
+        "pid namespace", "the agent can name no process outside its own pid namespace, so it "
+        "cannot signal one"),
+    "landlock.truncate": (
+        "read-only host view", "every mount but the writable paths is read-only, so truncate "
+        "fails with EROFS outside them (used only when no secret lies under a write grant)"),
+}
+
 BY_NAME: dict[str, Feature] = {f.name: f for f in FEATURES}
 NAMES: frozenset[str] = frozenset(BY_NAME)
 

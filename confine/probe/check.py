@@ -55,6 +55,7 @@ def profiles() -> list[dict]:
                 pol = _load.load(name, workdir=wd, home=os.path.expanduser("~"), tmp=wd)
                 missing = _plan.missing_features(pol, facts, os.geteuid() == 0)
                 out.append({"profile": name, "enforceable": not missing,
+                            "mechanisms": _plan.mechanisms(pol, facts),
                             "missing": [{"feature": m.feature, "detail": m.detail}
                                         for m in missing]})
             except ConfineError as e:

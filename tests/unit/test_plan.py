@@ -56,10 +56,12 @@ def test_full_host_misses_nothing(dirs):
     (6, set()),
 ])
 def test_missing_follows_the_feature_table(dirs, abi, expect):
-    plan = _plan(dirs, dataclasses.replace(FULL, landlock_abi=abi))
+    # without namespaces no other layer replaces a Landlock feature
+    plan = _plan(dirs, dataclasses.replace(FULL, landlock_abi=abi, namespaces=False))
+    expect = expect | {"mount_namespace"}
     got = {m.feature for m in plan.missing}
     assert got == expect
-    for name in got:
+    for name in got - {"mount_namespace"}:
         assert features.get(name).min_abi > abi
     assert ("landlock" in plan.step_names()) == (abi > 0)
 
@@ -178,3 +180,29 @@ def test_a_rule_path_that_vanished_before_launch_is_skipped(tmp_path):
     with pytest.raises(OSError):      # directory rights on a file: still an error
         landlock.build(landlock.fs_rights(1), landlock.net_rights(0), landlock.scopes(0),
                        [(str(tmp_path / "afile"), landlock.WRITE & landlock.fs_rights(1))], [])
+
+
+def test_replacements_where_the_primary_is_missing(dirs):
+    """Below ABI 6 the pid namespace replaces signal scoping; below ABI 3 the
+    read-only host view replaces TRUNCATE. Without namespaces neither does."""
+    plan = _plan(dirs, dataclasses.replace(FULL, landlock_abi=5))
+    assert {m.feature for m in plan.missing} == {"landlock.scope_abstract_unix"}
+    assert plan.mechanisms["landlock.scope_signal"].startswith("pid namespace")
+    plan = _plan(dirs, dataclasses.replace(FULL, landlock_abi=2))
+    assert "landlock.truncate" not in {m.feature for m in plan.missing}
+    assert plan.mechanisms["landlock.truncate"].startswith("read-only host view")
+    assert plan.mechanisms["landlock"] == "Landlock ABI 2"
+    bare = _plan(dirs, dataclasses.replace(FULL, landlock_abi=2, namespaces=False))
+    assert {"landlock.truncate", "landlock.scope_signal"} <= {m.feature for m in bare.missing}
+
+
+def test_truncate_replacement_not_used_with_a_secret_under_a_write_grant(dirs, tmp_path):
+    wd, home, tmp = dirs
+    secret_dir = os.path.join(home, ".ssh")
+    os.mkdir(secret_dir)
+    prof = tmp_path / "p.yaml"
+    prof.write_text("extends: default\nfilesystem:\n  write: ['{home}']\n")
+    pol = _load.load(str(prof), workdir=wd, home=home, tmp=tmp)
+    plan = compile(pol, ["true"], _ident(home), dataclasses.replace(FULL, landlock_abi=2),
+                   parent_env={})
+    assert "landlock.truncate" in {m.feature for m in plan.missing}
