@@ -72,6 +72,7 @@ class GitState:
     index_key: tuple[int, int, int, int] | None = None     # dev, ino, size, mtime_ns
     index: dict[str, tuple[int, str]] | None = None        # protected path -> (mode, hex)
     index_err: str | None = None
+    refs_err: str | None = None
     files: dict[str, str] = field(default_factory=dict)    # SMALL_FILES present -> sha256
 
 
@@ -395,6 +396,7 @@ class _Objects:
     def __init__(self, sc: _Scan, objdir: str, hashlen: int, budget: list[int]):
         self.sc, self.dir, self.hl, self.budget = sc, objdir, hashlen, budget
         self.packs: list[_Pack] | None = None
+        self.depth = 0
 
     def _load_packs(self) -> list[_Pack]:
         if self.packs is None:
@@ -479,7 +481,13 @@ class _Objects:
             elif t == 7:                # REF_DELTA: base by name
                 base = head[i:i + p.hl]
                 chain.append(_inflate_fd(p.pack, off + i + p.hl, OBJECT_CAP))
-                kind, body = self.read(base.hex())
+                self.depth += 1         # bases by name may form a cycle: bound the recursion
+                if self.depth > 64:
+                    raise CannotDecide("delta bases by name nested too deep")
+                try:
+                    kind, body = self.read(base.hex())
+                finally:
+                    self.depth -= 1
                 for d in reversed(chain):
                     body = _apply_delta(body, d)
                 return kind, body
@@ -557,7 +565,7 @@ def _state(sc: _Scan, gd: str, hashlen: int, names: _Names) -> GitState:
     try:
         _refs(sc, gd, st)
     except CannotDecide as e:
-        st.index_err = str(e)
+        st.refs_err = str(e)
     for rel in SMALL_FILES:
         data = _read(sc, _j(gd, rel), 16 << 20)
         if data is not None or sc.fs.lstat(_j(gd, rel)) is not None:
@@ -573,7 +581,7 @@ def _state(sc: _Scan, gd: str, hashlen: int, names: _Names) -> GitState:
             if link:
                 raise CannotDecide("split index (its shared part is not read)")
             st.index = {p: (m, s) for p, m, s in ents if names.match(p) is not None}
-        except CannotDecide as e:
+        except (CannotDecide, IndexError, struct.error) as e:
             st.index_err = f"index: {e}"
     return st
 
@@ -583,7 +591,11 @@ def record(sc: _Scan) -> dict[str, GitState]:
     out: dict[str, GitState] = {}
     for gd, g in sc.gitdirs.items():
         common = _common(sc, gd) or gd
-        out[gd] = _state(sc, gd, _hashlen(sc, common), _Names(sc, g.worktree))
+        try:
+            out[gd] = _state(sc, gd, _hashlen(sc, common), _Names(sc, g.worktree))
+        except Exception as e:  # noqa: BLE001 - never stop a run from starting; exit decides
+            out[gd] = GitState(refs_err=f"{type(e).__name__}: {e}",
+                               index_err=f"{type(e).__name__}: {e}")
     return out
 
 
@@ -604,9 +616,10 @@ def check(snap: Snapshot, cur: _Scan, rv: _Reverter, quarantine: Quarantine) -> 
         except CannotDecide as e:
             rv.add("git-data", gd, "noted", f"cannot decide ({e}): inspect this repository "
                    "before running git in it")
-        except OSError as e:
-            rv.add("git-data", gd, "noted", f"cannot decide ({e.strerror or e}): inspect this "
-                   "repository before running git in it")
+        except Exception as e:  # noqa: BLE001 - a parser failure must not end the exit check
+            why = e.strerror if isinstance(e, OSError) and e.strerror else f"{type(e).__name__}: {e}"
+            rv.add("git-data", gd, "noted", f"cannot decide ({why}): inspect this repository "
+                   "before running git in it")
 
 
 def _check_one(cur: _Scan, rv: _Reverter, quarantine: Quarantine, gd: str, worktree: str | None,
@@ -630,7 +643,9 @@ def _check_one(cur: _Scan, rv: _Reverter, quarantine: Quarantine, gd: str, workt
                         "run (it changes which history git shows or where it reads objects)")
     if now.reftable is not None and now.reftable != before.reftable:
         raise CannotDecide("refs in the reftable format changed (not read by this check)")
-    if before.index_err is None and now.index_err is not None and now.index_key != before.index_key:
+    if now.refs_err is not None:
+        raise CannotDecide(now.refs_err)
+    if now.index_err is not None and now.index_key != before.index_key:
         raise CannotDecide(now.index_err)
     # 2. staged entries that add or change a protected path
     if now.index is not None and now.index_key != before.index_key:

@@ -262,3 +262,99 @@ def test_git_data_check_is_bounded_by_what_changed(tmp_path, n):
         gitdata._Objects.read = orig
     assert not rep.alerts, protect.format_report(rep)
     assert 0 < len(calls) < 20, len(calls)
+
+
+# --- attacks on the git-data reader: each must end in "cannot decide", never in a crash ------
+
+def _git(wd, *a, **kw):
+    return subprocess.run([GIT, "-C", str(wd), *a], check=True, env=GITENV, capture_output=True,
+                          **kw)
+
+
+def _loose(wd, kind: bytes, body: bytes) -> str:
+    import hashlib
+    import zlib
+    raw = kind + b" " + str(len(body)).encode() + b"\0" + body
+    h = hashlib.sha1(raw).hexdigest()
+    d = wd / ".git" / "objects" / h[:2]
+    d.mkdir(exist_ok=True)
+    (d / h[2:]).write_bytes(zlib.compress(raw, 9))
+    return h
+
+
+def _cannot_decide(tmp_path, wd, snap) -> str:
+    rep = protect.verify_and_revert(snap, quarantine_dir=str(tmp_path / "q"))
+    text = protect.format_report(rep)
+    assert "cannot decide" in text, text
+    return text
+
+
+def _started_repo(tmp_path):
+    wd = tmp_path / "r"
+    _git(tmp_path, "init", "-q", "-b", "main", str(wd))
+    (wd / "a").write_text("a")
+    _git(wd, "add", "a")
+    _git(wd, "commit", "-qm", "one")
+    return wd, protect.snapshot(str(wd), git_configs=[])
+
+
+def test_a_tree_bomb_is_cannot_decide(tmp_path):
+    wd, snap = _started_repo(tmp_path)
+    from confine.protect import gitdata
+    big = _loose(wd, b"tree", b"100644 x\0" + b"\0" * 20 + b"\0" * (gitdata.OBJECT_CAP + 1000))
+    c = _loose(wd, b"commit", f"tree {big}\n\nx\n".encode())
+    (wd / ".git" / "refs" / "heads" / "bomb").write_text(c + "\n")
+    assert "larger than" in _cannot_decide(tmp_path, wd, snap)
+
+
+def test_malformed_objects_and_index_are_cannot_decide(tmp_path):
+    wd, snap = _started_repo(tmp_path)
+    bad_tree = _loose(wd, b"tree", b"100644 no-nul-and-no-hash")
+    c = _loose(wd, b"commit", f"tree {bad_tree}\n\nx\n".encode())
+    (wd / ".git" / "refs" / "heads" / "bad").write_text(c + "\n")
+    (wd / ".git" / "refs" / "heads" / "missing").write_text("ab" * 20 + "\n")
+    _cannot_decide(tmp_path, wd, snap)
+    (tmp_path / "2").mkdir()
+    wd2, snap2 = _started_repo(tmp_path / "2")
+    (wd2 / ".git" / "index").write_bytes(b"DIRC\0\0\0\4\0\0\0\5" + b"\xff" * 80)
+    _cannot_decide(tmp_path / "2", wd2, snap2)
+
+
+def test_a_delta_cycle_in_a_pack_is_cannot_decide(tmp_path):
+    """Two REF_DELTA entries naming each other as base: bounded, no RecursionError."""
+    import hashlib
+    import struct
+    import zlib
+    wd, snap = _started_repo(tmp_path)
+    a, b = hashlib.sha1(b"A").digest(), hashlib.sha1(b"B").digest()
+    delta = zlib.compress(b"\x01\x01\x01x")          # src 1, dst 1, insert "x"
+    ents, offs = b"", {}
+    for sha, base in ((a, b), (b, a)):
+        offs[sha] = 12 + len(ents)
+        ents += bytes([0x70 | 4]) + base + delta    # type 7, size 4
+    pack = b"PACK" + struct.pack(">II", 2, 2) + ents
+    pack += hashlib.sha1(pack).digest()
+    shas = sorted(offs)
+    fan = [sum(1 for s in shas if s[0] <= i) for i in range(256)]
+    idx = (b"\xfftOc" + struct.pack(">I", 2) + struct.pack(">256I", *fan) + b"".join(shas)
+           + b"\0" * 8 + b"".join(struct.pack(">I", offs[s]) for s in shas) + b"\0" * 40)
+    pdir = wd / ".git" / "objects" / "pack"
+    pdir.mkdir(exist_ok=True)
+    (pdir / "pack-x.pack").write_bytes(pack)
+    (pdir / "pack-x.idx").write_bytes(idx)
+    (wd / ".git" / "refs" / "heads" / "cycle").write_text(a.hex() + "\n")
+    _cannot_decide(tmp_path, wd, snap)
+
+
+def test_a_packed_replace_ref_is_cut_out_of_packed_refs(tmp_path):
+    wd, snap = _started_repo(tmp_path)
+    (wd / "b").write_text("b")
+    _git(wd, "add", "b")
+    _git(wd, "commit", "-qm", "two")
+    _git(wd, "replace", "HEAD", "HEAD~1")
+    _git(wd, "pack-refs", "--all")
+    assert b"refs/replace/" in (wd / ".git" / "packed-refs").read_bytes()
+    rep = protect.verify_and_revert(snap, quarantine_dir=str(tmp_path / "q"))
+    assert any(c.what == "git-data" and "refs/replace/" in c.path for c in rep.alerts)
+    assert b"refs/replace/" not in (wd / ".git" / "packed-refs").read_bytes()
+    assert _git(wd, "log", "-1", "--format=%s", "main", text=True).stdout.strip() == "two"
