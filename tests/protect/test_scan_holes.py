@@ -358,3 +358,31 @@ def test_a_packed_replace_ref_is_cut_out_of_packed_refs(tmp_path):
     assert any(c.what == "git-data" and "refs/replace/" in c.path for c in rep.alerts)
     assert b"refs/replace/" not in (wd / ".git" / "packed-refs").read_bytes()
     assert _git(wd, "log", "-1", "--format=%s", "main", text=True).stdout.strip() == "two"
+
+
+def test_probe_reports_hidden_bare_repo_and_modes_blocked_by_the_exit_check(sandbox):
+    import json
+    _repo(sandbox)
+    p = sandbox.confine("probe", "-w", sandbox.workdir, "--json", "--only", "later.hidden_bare_repo",
+                        "--only", "later.modes", timeout=120)
+    r = json.loads(p.stdout)
+    got = {a["id"]: a for a in r["attempts"]}
+    for aid in ("later.hidden_bare_repo", "later.modes"):
+        assert got[aid]["result"] == "blocked", got[aid]
+        assert got[aid]["mechanism"].startswith("exit check"), got[aid]
+    # and the exit check of that run did what the battery says (its report in quarantine)
+    scratch = os.path.basename(r["targets"]["scratch"])
+    qbase = ("/var/lib/confine/quarantine" if sandbox.mode == "root"
+             else os.path.join(sandbox.pw.pw_dir, ".local/state/confine/quarantine"))
+    reports = [os.path.join(qbase, d, "REPORT.txt") for d in os.listdir(qbase)]
+    text = "".join(open(f).read() for f in reports
+                   if os.path.exists(f) and scratch in open(f).read())
+    assert f"{scratch}/hidden/.git/objects/zz/b/config  sanitized: removed core.pager" in text, text
+    assert f"{scratch}/modes/.git" in text and "777 -> 775" in text, text
+    # control: the same battery unconfined finds both possible
+    p = sandbox.confine("probe", "-w", sandbox.workdir, "--json", "--only",
+                        "later.hidden_bare_repo", "--only", "later.modes", timeout=120,
+                        env_extra=["CONFINE_TEST_PROBE_UNCONFINED=1"])
+    r = json.loads(p.stdout)
+    assert {a["id"]: a["result"] for a in r["attempts"]} == {
+        "later.hidden_bare_repo": "possible", "later.modes": "possible"}, r["attempts"]
