@@ -69,7 +69,7 @@ class GitState:
     refs: dict[str, str] = field(default_factory=dict)     # name -> hex or "ref: target"
     loose: set[str] = field(default_factory=set)           # names that are loose ref files
     reftable: tuple[tuple[str, int, int, int], ...] | None = None
-    index_key: tuple[int, int, int, int] | None = None     # dev, ino, size, mtime_ns
+    index_key: tuple[int, int, int, int] | None = None     # dev, ino, size, ctime_ns
     index: dict[str, tuple[int, str]] | None = None        # protected path -> (mode, hex)
     index_err: str | None = None
     refs_err: str | None = None
@@ -560,7 +560,8 @@ def _tree_changes(objs: _Objects, names: _Names, old: str | None, new: str,
 
 # --- record (snapshot) and check (exit) ----------------------------------------------------
 
-def _state(sc: _Scan, gd: str, hashlen: int, names: _Names) -> GitState:
+def _state(sc: _Scan, gd: str, hashlen: int, names: _Names,
+           before: GitState | None = None) -> GitState:
     st = GitState()
     try:
         _refs(sc, gd, st)
@@ -572,7 +573,11 @@ def _state(sc: _Scan, gd: str, hashlen: int, names: _Names) -> GitState:
             st.files[rel] = hashlib.sha256(data).hexdigest() if data is not None else "?"
     ist = sc.fs.lstat(_j(gd, "index"))
     if ist is not None:
-        st.index_key = (ist.st_dev, ist.st_ino, ist.st_size, ist.st_mtime_ns)
+        # ctime, not mtime: utime() can put an mtime back, only the kernel sets ctime
+        st.index_key = (ist.st_dev, ist.st_ino, ist.st_size, ist.st_ctime_ns)
+        if before is not None and before.index_key == st.index_key:
+            st.index, st.index_err = before.index, before.index_err   # git renames a new one
+            return st
         data = _read(sc, _j(gd, "index"), INDEX_CAP)
         try:
             if data is None:
@@ -627,7 +632,7 @@ def _check_one(cur: _Scan, rv: _Reverter, quarantine: Quarantine, gd: str, workt
     common = _common(cur, gd)
     hashlen = _hashlen(cur, common or gd)
     names = _Names(cur, worktree)
-    now = _state(cur, gd, hashlen, names)
+    now = _state(cur, gd, hashlen, names, before)
     # 1. replace refs, grafts, alternates: move them away
     for ref in sorted(r for r in now.refs if r.startswith("refs/replace/")):
         if before.refs.get(ref) == now.refs[ref]:
