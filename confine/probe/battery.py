@@ -1704,6 +1704,54 @@ def _l_gitfile():
     return possible("wrote %s pointing at %s" % (target, os.path.dirname(prep)))
 
 
+# A change nothing refuses at the call, because it is not a protected name: confine's exit
+# check finds it after the run, reverts it and reports it.  Such an attempt says "blocked"
+# with the exit check as the mechanism only when it is confined (an unconfined run has no
+# exit check: there it is possible).
+_EXIT = "exit check (reverted and reported when the agent exits)"
+
+
+def _after_exit(detail):
+    if not CONFINED:
+        return possible(detail)
+    return blocked("ok", _EXIT, detail + "; the call worked while running: confine's exit check "
+                   "puts it back and names it on stderr")
+
+
+@attempt("later.hidden_bare_repo", "hide a bare repository with core.pager under .git/objects, "
+         "reached through a symlink")
+def _l_hidden_bare():
+    base = os.path.join(scratch(), "hidden")
+    bare = os.path.join(base, ".git", "objects", "zz", "b")
+    try:
+        for d in ("objects", "refs/heads"):
+            os.makedirs(os.path.join(bare, d))
+        with open(os.path.join(bare, "HEAD"), "w") as f:
+            f.write("ref: refs/heads/main\n")
+        with open(os.path.join(bare, "config"), "w") as f:
+            f.write("[core]\n\tbare = true\n\tpager = true confine-probe-harmless\n")
+        os.symlink(os.path.join(".git", "objects", "zz", "b"), os.path.join(base, "tools"))
+    except OSError as e:
+        return blocked(e.errno, by_guard(e.errno, bare))
+    return _after_exit("made %s with core.pager and the symlink %s/tools to it" % (bare, base))
+
+
+@attempt("later.modes", "chmod 0777 a git directory and the directory above it")
+def _l_modes():
+    base = os.path.join(scratch(), "modes")
+    gd = os.path.join(base, ".git")
+    try:
+        for d in ("objects", "refs"):
+            os.makedirs(os.path.join(gd, d))
+        with open(os.path.join(gd, "HEAD"), "w") as f:
+            f.write("ref: refs/heads/main\n")
+        os.chmod(gd, 0o777)
+        os.chmod(base, 0o777)
+    except OSError as e:
+        return blocked(e.errno, by_guard(e.errno, gd))
+    return _after_exit("chmod 0777 %s and %s" % (gd, base))
+
+
 # ------------------------------------------------------------ main
 
 class _Timeout(Exception):

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Iterator
 
 from ..paths import rel_under
+from . import gitdata
 from .gitconfig import is_dangerous_key, sanitize_git_config
 from .report import format_report
 from .snapshot import (
@@ -396,6 +397,8 @@ def verify_and_revert(snap: Snapshot, *, quarantine_dir: str | None = None,
         cur.walk()
         rv = _Reverter(snap, cur, q, report)
         _revert(snap, cur, rv, trust_mounts and snap.mount_plan.complete)
+        gitdata.check_modes(snap, cur, rv)      # chmod 0777 . .git (issue 10, item 7)
+        gitdata.check(snap, cur, rv, _quarantine)  # index, commits, replace refs (item 5)
         for n in cur.notes:
             report.changes.append(Change("unchecked", n.split(":", 1)[0], "noted",
                                          n.split(":", 1)[-1].strip()))

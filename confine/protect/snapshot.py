@@ -14,8 +14,11 @@ and includeIf.*.path, and the program of command-valued keys (core.fsmonitor,
 filter drivers, ...) when it is a file in the workdir.
 
 Walk: everything below the workdir is walked, fd by fd with O_NOFOLLOW (a
-symlinked directory is never entered), except inside git directories, where
-`objects`, `refs`, `logs` and `lfs` are skipped.  node_modules, virtualenvs
+symlinked directory is never entered: its target, if in the workdir, is
+walked where it really is), git internals included: a bare repository or a
+`.git` hidden in `.git/objects`, `refs`, `logs` or `lfs` is a git directory
+that a person's git reaches through a symlink (`tools -> .git/objects/x`),
+so it is found and checked like any other.  node_modules, virtualenvs
 and build trees are walked too: a nested repository anywhere can be reached
 by a person's `git status` through a gitlink, so skipping them would leave a
 hole; measured: 100k directories with 300k files take about 1.7 s (2-core VM).  Nesting is followed
@@ -29,8 +32,8 @@ import hashlib
 import os
 import stat
 import time
-from dataclasses import dataclass
-from typing import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Iterator, Sequence
 
 from ..kernel import namespaces
 from ..paths import rel_under
@@ -44,6 +47,8 @@ TOTAL_COPY_CAP = 64 << 20       # ... and 64 MiB in all; larger ones: hash only
 HASH_CAP = 256 << 20            # above this, compare inode/size/ctime only
 ENTRY_CAP = 100_000             # entries recorded below protected directories
 MAX_DEPTH = 400                 # directory nesting followed by the walk
+# git's own storage inside a git directory.  The name guard (guard.py) does not look for
+# submodule git directories below these; the walk enters them all the same.
 GIT_SKIP = frozenset({"objects", "refs", "logs", "lfs"})
 
 _O_PATH = getattr(os, "O_PATH", 0o10000000)
@@ -106,6 +111,11 @@ class Snapshot:
     notes: tuple[str, ...]                     # what could not be recorded
     taken_at: float = 0.0
     seconds: float = 0.0
+    # rel -> (dev, ino, mode) of the workdir (""), every git directory, the directories
+    # between them and the workdir, and their objects/refs/info/hooks: restored at exit
+    dir_modes: dict[str, tuple[int, int, int]] = field(default_factory=dict)
+    # gitdir rel -> what gitdata.py recorded (refs, index entries, grafts, alternates)
+    git_state: dict[str, Any] = field(default_factory=dict)
 
     def describe(self) -> dict[str, object]:
         """JSON-able view for --dry-run: what is protected and how."""
@@ -180,6 +190,66 @@ class _Fs:
         except BaseException:
             os.close(cur)
             raise
+
+    def listdir(self, rel: str) -> list[tuple[str, bool]] | None:
+        """(name, is a directory) of the entries of the directory rel; None if it
+        cannot be opened without following a symlink."""
+        try:
+            if rel:
+                pfd, name = self.parent(rel)
+                try:
+                    fd = os.open(name, _DIR, dir_fd=pfd)
+                finally:
+                    os.close(pfd)
+            else:
+                fd = os.dup(self.fd)
+        except (OSError, _Unsafe):
+            return None
+        try:
+            return [(e.name, e.is_dir(follow_symlinks=False)) for e in os.scandir(fd)]
+        except OSError:
+            return None
+        finally:
+            os.close(fd)
+
+    def open_file(self, rel: str) -> int | None:
+        """A read-only descriptor of the regular file rel (no symlink followed)."""
+        try:
+            pfd, name = self.parent(rel)
+        except (OSError, _Unsafe):
+            return None
+        try:
+            fd = os.open(name, _FILE, dir_fd=pfd)
+        except OSError:
+            return None
+        finally:
+            os.close(pfd)
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            return None
+        return fd
+
+    def chmod_dir(self, rel: str, mode: int, ident: tuple[int, int]) -> None:
+        """chmod of the very directory recorded as ident (dev, ino), by an O_PATH
+        descriptor reached without symlinks; OSError otherwise."""
+        try:
+            if rel:
+                pfd, name = self.parent(rel)
+                try:
+                    fd = os.open(name, _PATHDIR, dir_fd=pfd)
+                finally:
+                    os.close(pfd)
+            else:
+                fd = os.dup(self.fd)
+        except _Unsafe:
+            raise OSError(errno.ELOOP, "a component is a symlink") from None
+        try:
+            st = os.fstat(fd)
+            if (st.st_dev, st.st_ino) != ident:
+                raise OSError(errno.ESTALE, "replaced while being restored")
+            os.chmod(f"/proc/self/fd/{fd}", mode)
+        finally:
+            os.close(fd)
 
     def lstat(self, rel: str) -> os.stat_result | None:
         if rel == "":
@@ -487,10 +557,8 @@ class _Scan:
             self.notes.append(f"{rel or '.'}: cannot list ({os.strerror(e.errno)}), not checked")
             return []
         names = {e.name for e in ents}
-        in_git = False
         if ("HEAD" in names and (("objects" in names and "refs" in names) or "commondir" in names)) \
                 or rel.endswith("/.git") or rel == ".git" or rel in self.pointer_targets:
-            in_git = True
             self._add_gitdir(rel, fd)
         subdirs = []
         for e in ents:
@@ -508,7 +576,7 @@ class _Scan:
             for p in self.wild_first:
                 if not (p.anchored and rel) and fnmatch.fnmatchcase(name, p.comps[0]):
                     self._match(rel, p, name)
-            if not isdir or (in_git and name in GIT_SKIP):
+            if not isdir:
                 continue
             r = self.roots.get(child)
             if r is not None and r.tree:
@@ -648,8 +716,98 @@ class _Scan:
         finally:
             os.close(pfd)
 
+    def _expand_home(self, v: str) -> str | None:
+        """git's `~/` and `~user/` expansion (interpolate_path); None if it cannot be
+        expanded (the user's home unknown, no such account)."""
+        if not v.startswith("~"):
+            return v
+        user, _, rest = v[1:].partition("/")
+        if not user:
+            home = self.home if self.home is not None else os.path.expanduser("~")
+        else:
+            try:
+                import pwd
+                home = pwd.getpwnam(user).pw_dir
+            except (KeyError, ImportError):
+                return None
+        return os.path.join(home, rest) if rest else home
+
+    def _path_ref(self, v: str, base: str) -> str | None:
+        """Workdir-relative form of a path value (relative to base, a workdir-relative
+        directory or an absolute one), None if outside or not expandable."""
+        full = self._expand_home(v)
+        if full is None:
+            return None
+        if not os.path.isabs(full):
+            full = os.path.join(base if os.path.isabs(base) else os.path.join(self.workdir, base),
+                                full)
+        return self._inside(full, "")
+
+    @staticmethod
+    def _command_paths(v: str) -> list[str]:
+        """Every word of a command value that names a file by path (has a `/` or
+        starts with `~`): git runs these with the shell, so the program may be any
+        word (`sh tools/x`, `env A=1 ./bin/p`), not only the first."""
+        out = []
+        for w in v.lstrip().lstrip("!").replace(";", " ").replace("|", " ").replace("&", " ") \
+                .split():
+            w = w.strip("'\"")
+            if "=" in w and not w.startswith(("/", ".", "~")):
+                w = w.split("=", 1)[1]
+            if "/" in w or w.startswith("~"):
+                out.append(w)
+        return out
+
+    def _config_items(self, items: list, where: str, path_base: str, cmd_base: str | None,
+                      found: list[tuple[str, bool, str]], out_files: list[str],
+                      global_cfg: bool) -> None:
+        """References of one config file's items.  path_base: what relative include
+        paths are relative to (the config file's directory); cmd_base: what relative
+        hooksPath and programs are relative to (the worktree), None for a global
+        config, where a relative one applies below every worktree."""
+        for it in items:
+            name = it.name.lower()
+            v = it.value
+            if v is None or v == "":
+                continue
+            if name == "include.path" or (it.section == "includeif" and it.key == "path"):
+                full = self._expand_home(v)
+                if full is None:
+                    continue
+                if not os.path.isabs(full):
+                    pb = path_base if os.path.isabs(path_base) else \
+                        os.path.join(self.workdir, path_base)
+                    full = os.path.join(pb, full)
+                t = self._inside(full, "")
+                if t:
+                    found.append((t, False, f"{it.name} in {where}"))
+                elif t is None:
+                    out_files.append(os.path.normpath(full))   # outside: read it as well
+            elif name == "core.hookspath":
+                if cmd_base is None and not (v.startswith("~") or os.path.isabs(v)):
+                    if v not in self.global_hooks:
+                        self.global_hooks.append(v)
+                    continue
+                t = self._path_ref(v, cmd_base or "")
+                if t:
+                    found.append((t, True, f"core.hooksPath in {where}"))
+            elif any(fnmatch.fnmatchcase(name, k) for k in _COMMAND_KEYS) or \
+                    (it.section == "alias" and v.lstrip().startswith("!")):
+                if name == "core.fsmonitor" and v.strip().lower() in _BOOL_WORDS:
+                    continue
+                for w in self._command_paths(v):
+                    if cmd_base is None and not (w.startswith("~") or os.path.isabs(w)):
+                        # relative program in a global config: below every worktree
+                        if global_cfg and os.path.normpath(w) not in self.global_hooks:
+                            self.global_hooks.append(os.path.normpath(w))
+                        continue
+                    t = self._path_ref(w, cmd_base or "")
+                    if t:
+                        found.append((t, False, f"{it.name} in {where}"))
+
     def _config_references(self) -> None:
         found: list[tuple[str, bool, str]] = []
+        outside: list[str] = []
         for rel, g in list(self.gitdirs.items()):
             for cfg in ("config", "config.worktree"):
                 crel = _join(rel, cfg)
@@ -660,50 +818,46 @@ class _Scan:
                 for it in items:  # core.worktree first: relative paths below depend on it
                     if it.name == "core.worktree" and it.value and g.worktree is None:
                         g.worktree = self._inside(it.value, rel)
-                for it in items:
-                    name = it.name.lower()
-                    v = it.value
-                    if v is None:
-                        continue
-                    if name == "include.path" or (it.section == "includeif" and it.key == "path"):
-                        t = self._inside(v, rel) if not v.startswith("~") else None
-                        if t:
-                            found.append((t, False, f"include.path in {crel}"))
-                    elif name == "core.hookspath":
-                        base = g.worktree if g.worktree is not None else rel
-                        t = self._inside(v, base) if not v.startswith("~") else None
-                        if t:
-                            found.append((t, True, f"core.hooksPath in {crel}"))
-                    elif any(fnmatch.fnmatchcase(name, k) for k in _COMMAND_KEYS) or \
-                            (it.section == "alias" and v.lstrip().startswith("!")):
-                        cmd = v.lstrip().lstrip("!").strip()
-                        if name == "core.fsmonitor" and cmd.lower() in _BOOL_WORDS:
-                            continue
-                        tok = cmd.split()[0] if cmd.split() else ""
-                        if "/" in tok and not tok.startswith("~"):
-                            base = g.worktree if g.worktree is not None else rel
-                            t = self._inside(tok, base)
-                            if t:
-                                found.append((t, False, f"{it.name} in {crel}"))
-        # global and system configuration: a relative core.hooksPath applies to every worktree
-        for path in self._global_config_files():
-            try:
-                with open(path, "rb") as f:
-                    data = f.read(1 << 20)
-            except OSError:
+                base = g.worktree if g.worktree is not None else rel
+                self._config_items(items, crel, rel, base, found, outside, False)
+        # Global and system configuration (and what they include, outside the workdir,
+        # up to git's own include depth): every file they name in the workdir is a
+        # protected path; a relative core.hooksPath or program applies to every worktree.
+        todo = [(p, 0) for p in self._global_config_files()]
+        seen: set[str] = set()
+        while todo:
+            path, depth = todo.pop(0)
+            if path in seen or depth > 10 or len(seen) > 100:
+                continue
+            seen.add(path)
+            data = _read_config_file(path)
+            if data is None:
                 continue
             items, _ = parse_git_config(data)
-            for it in items:
-                if it.name.lower() == "core.hookspath" and it.value:
-                    v = it.value
-                    if v.startswith("~") or os.path.isabs(v):
-                        full = os.path.expanduser(v) if v.startswith("~") and self.home is None \
-                            else (self.home + v[1:] if v.startswith("~") else v)
-                        t = self._inside(full, "")
-                        if t:
-                            found.append((t, True, f"core.hooksPath in {path}"))
-                    elif v not in self.global_hooks:
-                        self.global_hooks.append(v)
+            more: list[str] = []
+            self._config_items(items, path, os.path.dirname(path), None, found, more, True)
+            todo.extend((m, depth + 1) for m in more)
+        # files included from the workdir's configs may live outside it: read those too
+        for path in outside:
+            data = _read_config_file(path)
+            if data is None:
+                continue
+            items, _ = parse_git_config(data)
+            self._config_items(items, path, os.path.dirname(path), None, found, [], False)
+        # a config in the workdir named by another one: its own references count too
+        done: set[str] = set()
+        i = 0
+        while i < len(found) and i < 1000:
+            t, tree, why = found[i]
+            i += 1
+            if tree or t in done or not why.lower().startswith(("include.path", "includeif")):
+                continue
+            done.add(t)
+            data = self._read_rel(t)
+            if data is None:
+                continue
+            items, _ = parse_git_config(data)
+            self._config_items(items, t, _parent_of(t), "", found, [], False)
         for t in found:
             if t not in self.extra:
                 self.extra.append(t)
@@ -715,7 +869,27 @@ class _Scan:
         if self.home:
             out.append(os.path.join(self.home, ".gitconfig"))
             out.append(os.path.join(self.home, ".config", "git", "config"))
-        return out
+        xdg = os.environ.get("XDG_CONFIG_HOME")
+        if xdg and os.path.isabs(xdg):
+            out.append(os.path.join(xdg, "git", "config"))
+        return list(dict.fromkeys(out))
+
+
+def _read_config_file(path: str, cap: int = 1 << 20) -> bytes | None:
+    """A config file outside the workdir (the user's own, trusted): regular files only,
+    never blocking on a FIFO or device a config names."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        return os.read(fd, cap)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 # --- snapshot ------------------------------------------------------------------------------
@@ -745,15 +919,19 @@ def snapshot(workdir: str, patterns: Iterable[str] | Sequence[Pattern] | None = 
         plist = list(patterns)
         pats = tuple(plist) if plist and all(isinstance(p, Pattern) for p in plist) \
             else compile_patterns(plist)
+    from . import gitdata  # it reads what the walk found; it imports this module
     sc = _Scan(workdir, pats, copy=True, home=home, git_configs=git_configs)
     try:
         sc.walk()
+        modes = gitdata.dir_modes(sc.fs, sc.gitdirs)
+        state = gitdata.record(sc)
     finally:
         sc.fs.close()
     plan, guard_only = _mount_plan(workdir, sc)
     return Snapshot(workdir, pats, run_id or _run_id(), sc.roots, sc.entries, sc.gitdirs,
                     tuple(sorted(sc.pins)), tuple(sc.extra), tuple(sc.global_hooks), plan,
-                    tuple(guard_only), tuple(sc.notes), time.time(), time.monotonic() - t0)
+                    tuple(guard_only), tuple(sc.notes), time.time(), time.monotonic() - t0,
+                    modes, state)
 
 
 def _mount_plan(workdir: str, sc: _Scan) -> tuple[namespaces.Plan, list[tuple[str, str]]]:

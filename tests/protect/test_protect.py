@@ -171,7 +171,7 @@ def test_discovery_finds_nested_repos_pointers_and_config_references(world, acco
     ), wd, world["home"])
     snap = protect.snapshot(wd, home=world["home"])
     assert set(snap.gitdirs) == {".git", "vendor/x/.git", "node_modules/pkg/sub/dep/.git",
-                                 "bare.git", ".git/modules/s"}
+                                 "bare.git", ".git/modules/s", ".git/objects/zz/.git"}
     assert snap.gitdirs["vendor/x/.git"].worktree == "vendor/x"
     assert snap.gitdirs[".git/modules/s"].worktree == "s"
     for rel in (".git/hooks", ".git/config", "vendor/x/.git/config", "vendor/x/.git/hooks",
@@ -180,7 +180,8 @@ def test_discovery_finds_nested_repos_pointers_and_config_references(world, acco
                 ".husky", "shared.cfg", "tools/fsm", "githooks"):
         assert rel in snap.roots, rel
     assert snap.roots[".husky"].tree and snap.roots["githooks"].tree
-    assert not any("objects" in r for r in snap.roots)          # .git/objects is never walked
+    # a .git hidden in .git/objects is reached through a symlink (issue 10, item 2)
+    assert ".git/objects/zz/.git/config" in snap.roots
     plan = {"/".join(m.rel): m.readonly for m in snap.mount_plan.mounts}
     assert plan[".git"] is False and plan["vendor/x/.git"] is False and plan[".claude"] is False
     assert plan[".git/config"] and plan[".git/hooks"] and plan["githooks"] and plan["s/.git"]
@@ -194,22 +195,26 @@ def test_discovery_finds_nested_repos_pointers_and_config_references(world, acco
 
 
 @root_only
-def test_walk_is_fast_and_prunes_git_internals(world, account):
+def test_walk_is_fast_and_enters_git_internals(world, account):
     wd = world["wd"]
-    # 20k directories of ordinary tree, 2k inside .git/objects, a repository deep in node_modules
+    # 20k directories of ordinary tree, 256 object fan-out directories with 20k loose
+    # objects, a repository deep in node_modules
     for i in range(200):
         for j in range(100):
             os.makedirs(os.path.join(wd, "node_modules", f"p{i}", f"d{j}"))
-    for i in range(2000):
-        os.makedirs(os.path.join(wd, ".git", "objects", f"x{i}", ".git", "hooks"))
+    for i in range(256):
+        d = os.path.join(wd, ".git", "objects", f"{i:02x}x")
+        os.makedirs(d)
+        for k in range(80):
+            open(os.path.join(d, f"{k:038x}"), "w").close()
     os.makedirs(os.path.join(wd, "node_modules", "p7", "d3", "deep", ".git", "hooks"))
     write(os.path.join(wd, "node_modules", "p7", "d3", "deep", ".git", "config"), "[core]\n")
     t0 = time.monotonic()
     snap = protect.snapshot(wd)
     took = time.monotonic() - t0
-    print(f"snapshot of ~22k directories: {took:.2f}s ({snap.summary()})")
+    print(f"snapshot of ~20k directories, 20k objects: {took:.2f}s ({snap.summary()})")
     assert "node_modules/p7/d3/deep/.git/config" in snap.roots
-    assert not any(r.startswith(".git/objects") for r in snap.roots)
+    assert not any(r.startswith(".git/objects") for r in snap.roots)   # nothing protected there
     assert took < 30
     t0 = time.monotonic()
     rep = protect.verify_and_revert(snap, quarantine_dir=world["q"])
