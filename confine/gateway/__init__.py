@@ -4,9 +4,9 @@ This package is the self-contained core; `confine exec` does not use it yet.
 docs/gateway.md describes the design and what the wiring must add.
 """
 from .addresses import HostAddresses, host_addresses, refusal
-from .dns import DNSServer, Pins, Resolution, Resolver
+from .dns import DNSServer, JsonLines, Pins, Resolution, Resolver
 from .proxy import Gateway, Limits
 from .rules import Decision, HostRule, RuleError, Rules, normalise_host, parse_rule
 
-__all__ = ["Decision", "DNSServer", "Gateway", "HostAddresses", "HostRule", "Limits", "Pins", "Resolution",
+__all__ = ["Decision", "DNSServer", "Gateway", "HostAddresses", "HostRule", "JsonLines", "Limits", "Pins", "Resolution",
            "Resolver", "RuleError", "Rules", "host_addresses", "normalise_host", "parse_rule", "refusal"]

@@ -26,7 +26,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import IO, Any, Callable, Sequence
 
 from . import dnswire as w
 from .addresses import HostAddresses, IPAddress, refusal
@@ -41,7 +41,21 @@ def now_iso() -> str:
 
 
 def json_line(event: dict[str, Any]) -> str:
-    return json.dumps(event, sort_keys=False, separators=(",", ":"))
+    return json.dumps(event, sort_keys=False, separators=(",", ":"), default=str)
+
+
+class JsonLines:
+    """A Log that appends each event as one JSON line to a text stream (thread-safe, flushed)."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self._stream = stream
+        self._lock = threading.Lock()
+
+    def __call__(self, event: dict[str, Any]) -> None:
+        line = json_line(event) + "\n"
+        with self._lock:
+            self._stream.write(line)
+            self._stream.flush()
 
 
 class Pins:
@@ -433,7 +447,24 @@ class DNSServer:
 
     # --- the decision ---
     def answer(self, data: bytes, client: str, proto: str) -> bytes | None:
-        """The reply to one query message (None: drop it)."""
+        """The reply to one query message (None: drop it). Fails closed: an internal error
+        answers SERVFAIL, never a guess."""
+        try:
+            return self._answer(data, client, proto)
+        except Exception as e:  # noqa: BLE001 - one query's bug must not stop the server
+            if self.log is not None:
+                try:
+                    self.log({"time": now_iso(), "event": "dns", "proto": proto, "client": client,
+                              "decision": "deny", "rule": NO_RULE, "error": f"internal: {type(e).__name__}: {e}"})
+                except Exception:  # noqa: BLE001
+                    pass
+            if len(data) >= 12:
+                mid, flags = struct.unpack_from("!HH", data, 0)
+                if not flags & 0x8000:
+                    return w.build_response(w.Message(id=mid, flags=flags & 0x7900), w.SERVFAIL)
+            return None
+
+    def _answer(self, data: bytes, client: str, proto: str) -> bytes | None:
         try:
             q = w.parse(data)
         except w.DNSFormatError:

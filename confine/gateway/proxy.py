@@ -191,7 +191,16 @@ class Gateway:
         with self._lock:
             self._live.add(sock)
             self._threads.add(t)
-        t.start()
+        try:
+            t.start()
+        except RuntimeError as e:   # no thread to be had: refuse this one, keep accepting
+            with self._lock:
+                self._live.discard(sock)
+                self._threads.discard(t)
+            self._slots.release()
+            _close(sock)
+            conn.ev.update(decision="deny", rule=NO_RULE, reason=f"no worker thread: {e}")
+            self._emit(conn)
 
     def _run(self, conn: _Conn, dst_ip: str | IPAddress | None, dst_port: int | None) -> None:
         try:

@@ -370,3 +370,31 @@ def test_stop_closes_everything(make_stack, https_origin, tls_files):
     assert st.gw.active() == 0
     with pytest.raises(OSError):
         socket.create_connection(st.gw.address, timeout=1)
+
+
+def _has_ipv6_loopback():
+    try:
+        with socket.socket(socket.AF_INET6) as s:
+            s.bind(("::1", 0))
+        return True
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not _has_ipv6_loopback(), reason="no ::1 here")
+def test_ipv6_listener_and_literal(upstream, dialled, tls_files, https_origin):
+    from confine.gateway import Gateway, Pins, Resolver, Rules
+    p = https_origin.port
+    rules = Rules.parse([f"[::ffff:127.0.0.1]:{p}"])
+    gw = Gateway(rules, Resolver([("127.0.0.1", upstream.port)], rules, Pins()), host="::1").start()
+    try:
+        s, status = tunnel(gw, f"[::ffff:127.0.0.1]:{p}")    # v4-mapped literal: the v4 address
+        assert status.startswith("HTTP/1.1 200")
+        ctx = ssl.create_default_context(cafile=str(tls_files[0]))
+        ctx.check_hostname = False
+        with ctx.wrap_socket(s, server_hostname=None) as t:
+            t.sendall(b"GET /v6 HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert b"path=/v6" in t.recv(4096)
+        assert dialled == ["127.0.0.1"]
+    finally:
+        gw.stop()

@@ -9,6 +9,7 @@ from confine.gateway import addresses as A
 from confine.gateway.rules import (
     NO_RULE,
     PUBLIC_SUFFIXES,
+    Decision,
     RuleError,
     Rules,
     available_sets,
@@ -92,7 +93,7 @@ def test_decide_exact_wildcard_port():
     assert not r.decide("xapi.example.org", 8443).allowed
     assert not r.decide("a.api.example.org", 443).allowed
     assert r.decide("example.com", None).allowed               # DNS: any port
-    assert r.decide("nope.com", 443) == (False, NO_RULE) or r.decide("nope.com", 443).rule == NO_RULE
+    assert r.decide("nope.com", 443) == Decision(False, NO_RULE)
     assert not r.decide("127.1", 443).allowed                  # never read as a name
     assert not r.decide("exa_mple.com", 443).allowed
 
