@@ -4,7 +4,9 @@ Two entries, one decision:
 - the HTTP proxy (for clients that honour proxy variables): `CONNECT host:port`
   and absolute-URI plain HTTP (`GET http://host/...`);
 - `handle_redirected(sock, orig_ip, orig_port)`: a connection the supervisor
-  redirected here because the agent connected to an address directly.
+  redirected here because the agent connected to an address directly; or,
+  equivalently, `expect(client_addr, orig_ip, orig_port)` followed by the
+  agent's socket connecting to `redirect_port`.
 
 The threats, and the answer to each:
 - a name outside the rules: refused before anything is resolved or dialled;
@@ -98,20 +100,29 @@ class Gateway:
         self._live: set[socket.socket] = set()
         self._threads: set[threading.Thread] = set()
         self.listener: socket.socket | None = None
+        self.redirect_listener: socket.socket | None = None
         self.port = 0
+        self.redirect_port = 0
+        self._expected: dict[tuple[str, int], tuple[float, str | IPAddress, int, int | None]] = {}
+        self._accept_threads: list[threading.Thread] = []
 
     # --- life cycle ---
     def start(self) -> Gateway:
+        self.listener, self.port = self._listen(self._want_port)
+        self.redirect_listener, self.redirect_port = self._listen(0)
+        for lst, mode in ((self.listener, "proxy"), (self.redirect_listener, "redirect")):
+            t = threading.Thread(target=self._accept_loop, args=(lst, mode), daemon=True, name="confine-gw-accept")
+            t.start()
+            self._accept_threads.append(t)
+        return self
+
+    def _listen(self, port: int) -> tuple[socket.socket, int]:
         fam = socket.AF_INET6 if ":" in self._host else socket.AF_INET
         s = socket.socket(fam, socket.SOCK_STREAM)
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        s.bind((self._host, self._want_port))
+        s.bind((self._host, port))
         s.listen(512)
-        self.listener, self.port = s, s.getsockname()[1]
-        t = threading.Thread(target=self._accept_loop, daemon=True, name="confine-gw-accept")
-        t.start()
-        self._accept_thread = t
-        return self
+        return s, int(s.getsockname()[1])
 
     @property
     def address(self) -> tuple[str, int]:
@@ -120,12 +131,13 @@ class Gateway:
     def stop(self, timeout: float = 5.0) -> None:
         """Stop accepting, close every connection, wait (bounded) for the workers."""
         self._stop.set()
-        if self.listener is not None:
-            try:
-                self.listener.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            self.listener.close()
+        for lst in (self.listener, self.redirect_listener):
+            if lst is not None:
+                try:
+                    lst.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+                lst.close()
         with self._lock:
             live = list(self._live)
             threads = list(self._threads)
@@ -135,7 +147,7 @@ class Gateway:
             except OSError:
                 pass
         deadline = time.monotonic() + timeout
-        for t in threads:
+        for t in threads + self._accept_threads:
             t.join(timeout=max(0.0, deadline - time.monotonic()))
 
     def __enter__(self) -> Gateway:
@@ -149,17 +161,46 @@ class Gateway:
             return len(self._threads)
 
     # --- entries ---
-    def _accept_loop(self) -> None:
-        assert self.listener is not None
+    def _accept_loop(self, lst: socket.socket, mode: str) -> None:
         while not self._stop.is_set():
             try:
-                sock, peer = self.listener.accept()
+                sock, peer = lst.accept()
             except OSError:
                 if self._stop.is_set():
                     return
                 time.sleep(0.05)   # EMFILE and the like: do not spin
                 continue
-            self._spawn("proxy", sock, f"{peer[0]}:{peer[1]}", None, None, None)
+            shown = f"{peer[0]}:{peer[1]}"
+            if mode == "proxy":
+                self._spawn("proxy", sock, shown, None, None, None)
+                continue
+            with self._lock:
+                hit = self._expected.pop((str(normalise(peer[0])), int(peer[1])), None)
+            if hit is None or hit[0] < time.monotonic():
+                conn = _Conn("transparent", sock, shown, None)
+                conn.ev.update(decision="deny", rule=NO_RULE, reason="a connection confine did not redirect")
+                _close(sock)
+                self._emit(conn)
+                continue
+            _, dst_ip, dst_port, pid = hit
+            self._spawn("transparent", sock, shown, pid, dst_ip, dst_port)
+
+    def expect(self, client: tuple[str, int], orig_dst_ip: str | IPAddress, orig_dst_port: int,
+               pid: int | None = None, within: float = 10.0) -> bool:
+        """Announce that a connection from `client` (the agent socket's local address, bound
+        by the supervisor) will arrive on redirect_port, redirected from (orig_dst_ip,
+        orig_dst_port). The redirect listener serves it as handle_redirected would; a
+        connection nobody announced is refused. False when the table is full (refuse the
+        connect). Announcements expire after `within` seconds."""
+        key = (str(normalise(client[0])), int(client[1]))
+        now = time.monotonic()
+        with self._lock:
+            if len(self._expected) >= 4 * self.limits.max_conns:
+                self._expected = {k: v for k, v in self._expected.items() if v[0] >= now}
+                if len(self._expected) >= 4 * self.limits.max_conns:
+                    return False
+            self._expected[key] = (now + within, orig_dst_ip, orig_dst_port, pid)
+        return True
 
     def handle_redirected(self, client_sock: socket.socket, orig_dst_ip: str | IPAddress,
                           orig_dst_port: int, pid: int | None = None) -> None:

@@ -398,3 +398,22 @@ def test_ipv6_listener_and_literal(upstream, dialled, tls_files, https_origin):
         assert dialled == ["127.0.0.1"]
     finally:
         gw.stop()
+
+
+def test_redirect_port_serves_only_announced_connections(make_stack, https_origin, tls_files):
+    p = https_origin.port
+    st = make_stack([f"allowed.test:{p}"], allowed_ips=["127.0.0.1"])
+    st.resolver.resolve("allowed.test")
+    # what the supervisor will do: bind the agent's socket, announce it, connect it to the gateway
+    c = socket.socket()
+    c.bind(("127.0.0.1", 0))
+    assert st.gw.expect(c.getsockname(), "127.0.0.1", p, pid=77)
+    c.connect(("127.0.0.1", st.gw.redirect_port))
+    assert tls_get(c, "allowed.test", tls_files[0]).startswith("sni=allowed.test")
+    # a connection nobody announced (or announced once and already used) is refused
+    stray = socket.create_connection(("127.0.0.1", st.gw.redirect_port), timeout=5)
+    assert closed_within(stray, 2)
+    ev = st.wait_connects(2)
+    assert ev[0]["decision"] == "allow" and ev[0]["pid"] == 77 and ev[0]["mode"] == "transparent"
+    assert ev[1]["decision"] == "deny" and "did not redirect" in ev[1]["reason"]
+    assert https_origin.accepted == 1
