@@ -488,7 +488,9 @@ class DNSServer:
         if question.qclass != w.CLASS_IN:
             return self._reply(q, w.REFUSED, [], event, "deny", "class not IN", limit)
         try:
-            name = normalise_host(question.name) if question.name.isascii() else ""
+            # a dot inside a label would let the wire name differ from the matched one
+            plain = question.name.isascii() and not any(b"." in lb for lb in question.labels)
+            name = normalise_host(question.name) if plain else ""
         except RuleError:
             name = ""
         if not name:

@@ -229,6 +229,8 @@ def parse_rule(entry: str, *, default_port: int | None = DEFAULT_ALLOW_PORT) -> 
     addr = parse_address(host)
     if addr is not None:
         return HostRule(text=text, port=port, net=ipaddress.ip_network(addr))
+    if text.startswith("["):
+        raise RuleError(f"host rule {entry!r}: brackets are for IPv6 addresses only")
     if host == "*" or host == "*.":
         raise RuleError(f"host rule {entry!r}: a bare '*' would allow every host")
     if host.startswith("*."):

@@ -122,6 +122,8 @@ def test_malformed_and_odd_queries(make_stack, upstream):
     assert ask(st.dns, "", raw=chaos).rcode == w.REFUSED
     odd = struct.pack("!HHHHHH", 13, 0x0100, 1, 0, 0, 0) + b"\x04a\x00.b\x04test\x00\x00\x01\x00\x01"
     assert ask(st.dns, "", raw=odd).rcode == w.NXDOMAIN
+    dotted = struct.pack("!HHHHHH", 14, 0x0100, 1, 0, 0, 0) + b"\x0callowed.test\x00\x00\x01\x00\x01"
+    assert ask(st.dns, "", raw=dotted).rcode == w.NXDOMAIN      # one label "allowed.test"
     assert upstream.names() == []
     # the server still answers after all that
     assert ask(st.dns, "allowed.test").rcode == w.NOERROR

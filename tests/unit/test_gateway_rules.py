@@ -64,7 +64,7 @@ def test_parse_forms():
     ("*.s3.amazonaws.com", "public suffix"), ("a.*.com", "first label"), ("*foo.com", "first label"),
     ("**.foo.com", "first label"), ("example.com:0", "port"), ("example.com:65536", "port"),
     ("example.com:http", "port"), ("[::1", "unclosed"), ("[::1]x", "after"), ("10.0.0.1/8", "network"),
-    ("exa mple.com", "white space"), ("", "empty"), ("exa_mple.com", "bad label"),
+    ("exa mple.com", "white space"), ("[example.com]:443", "brackets"), ("", "empty"), ("exa_mple.com", "bad label"),
 ])
 def test_parse_refuses_and_names_entry(bad, needle):
     with pytest.raises(RuleError) as e:
