@@ -30,6 +30,8 @@ addresses, SNI, decision, rule, reason, bytes each way, duration.
 """
 from __future__ import annotations
 
+import fcntl
+import os
 import select
 import socket
 import threading
@@ -509,7 +511,10 @@ class Gateway:
     def _relay(self, conn: _Conn, up: socket.socket, first: bytes, up_limit: int | None) -> None:
         """Copy bytes both ways until both sides are done, a side errs, or nothing moves for
         idle_timeout. `up_limit`: client bytes still to forward after `first` (None: no limit;
-        beyond it client bytes are read and discarded)."""
+        beyond it client bytes are read and discarded).
+
+        A direction that has carried SPLICE_AFTER bytes switches to splice(2) through a pipe
+        (no copy through Python); short connections never spend the two descriptors."""
         c = conn.sock
         idle = self.limits.idle_timeout
         c.settimeout(idle)
@@ -520,47 +525,114 @@ class Gateway:
         poller = select.poll()
         fds = {c.fileno(): c, up.fileno(): up}
         open_from = {c.fileno(): True, up.fileno(): True}
+        moved = {c.fileno(): 0, up.fileno(): 0}
+        pipes: dict[int, tuple[int, int] | None] = {}
         for fd in fds:
             poller.register(fd, select.POLLIN | select.POLLPRI)
         discarded = 0
-        while any(open_from.values()):
-            if self._stop.is_set():
-                raise Refused("gateway stopped", 0, str(conn.ev.get("rule", NO_RULE)))
-            events = poller.poll(int(idle * 1000))
-            if not events:
-                conn.ev["reason"] = "idle timeout"
-                return
-            for fd, _ev in events:
-                src = fds[fd]
-                dst = up if src is c else c
-                try:
-                    data = src.recv(CHUNK)
-                except (ConnectionResetError, BrokenPipeError):
-                    data = b""
-                if not data:
-                    open_from[fd] = False
-                    poller.unregister(fd)
-                    try:
-                        dst.shutdown(socket.SHUT_WR)
-                    except OSError:
-                        pass
-                    if src is up:
-                        return   # the server is done: nothing more to wait for from the client
-                    continue
-                if src is c:
-                    if up_limit is not None:
+        try:
+            while any(open_from.values()):
+                if self._stop.is_set():
+                    raise Refused("gateway stopped", 0, str(conn.ev.get("rule", NO_RULE)))
+                events = poller.poll(int(idle * 1000))
+                if not events:
+                    conn.ev["reason"] = "idle timeout"
+                    return
+                for fd, _ev in events:
+                    src = fds[fd]
+                    dst = up if src is c else c
+                    limited = src is c and up_limit is not None
+                    if not limited and moved[fd] >= SPLICE_AFTER and fd not in pipes:
+                        pipes[fd] = _pipe()
+                    pipe = pipes.get(fd)
+                    if pipe is not None and not limited:
+                        n = _splice(src, dst, pipe, idle)
+                        if n < 0:
+                            continue
+                        data = b""
+                    else:
+                        try:
+                            data = src.recv(CHUNK)
+                        except (ConnectionResetError, BrokenPipeError):
+                            data = b""
+                        except BlockingIOError:
+                            continue
+                        n = len(data)
+                    if not n:
+                        open_from[fd] = False
+                        poller.unregister(fd)
+                        try:
+                            dst.shutdown(socket.SHUT_WR)
+                        except OSError:
+                            pass
+                        if src is up:
+                            return   # the server is done: nothing more to wait for from the client
+                        continue
+                    if limited:
+                        assert up_limit is not None
                         fwd = data[: max(up_limit, 0)]
                         up_limit -= len(fwd)
                         discarded += len(data) - len(fwd)
                         if discarded:
                             conn.ev["discarded_up"] = discarded
                         data = fwd
+                        n = len(data)
                         if not data:
                             continue
-                    conn.up += len(data)
-                else:
-                    conn.down += len(data)
-                dst.sendall(data)
+                    moved[fd] += n
+                    if src is c:
+                        conn.up += n
+                    else:
+                        conn.down += n
+                    if data:
+                        dst.sendall(data)
+        finally:
+            for p in pipes.values():
+                if p is not None:
+                    os.close(p[0])
+                    os.close(p[1])
+
+
+SPLICE_AFTER = 1 << 20
+PIPE_SIZE = 1 << 20   # /proc/sys/fs/pipe-max-size's default; a smaller pipe still works
+_SPLICE = getattr(os, "splice", None)
+_SPLICE_FLAGS = getattr(os, "SPLICE_F_MOVE", 1) | getattr(os, "SPLICE_F_NONBLOCK", 2)
+
+
+def _pipe() -> tuple[int, int] | None:
+    """A pipe for splice(2), or None (no splice, or no descriptor to spare: copy instead)."""
+    if _SPLICE is None:
+        return None
+    try:
+        r, w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        fcntl.fcntl(w, 1031, PIPE_SIZE)   # F_SETPIPE_SZ
+    except OSError:
+        pass
+    return r, w
+
+
+def _splice(src: socket.socket, dst: socket.socket, pipe: tuple[int, int], idle: float) -> int:
+    """Move what src has to dst through the pipe: bytes moved, 0 at EOF, -1 if nothing was there."""
+    assert _SPLICE is not None
+    try:
+        n = int(_SPLICE(src.fileno(), pipe[1], PIPE_SIZE, flags=_SPLICE_FLAGS))
+    except BlockingIOError:
+        return -1
+    except (ConnectionResetError, BrokenPipeError):
+        return 0
+    left = n
+    while left:
+        try:
+            left -= int(_SPLICE(pipe[0], dst.fileno(), left, flags=_SPLICE_FLAGS))
+        except BlockingIOError:
+            p = select.poll()
+            p.register(dst.fileno(), select.POLLOUT)
+            if not p.poll(int(idle * 1000)):
+                raise socket.timeout("send timed out") from None
+    return n
 
 
 def _status(code: int, body: str) -> bytes:

@@ -417,3 +417,46 @@ def test_redirect_port_serves_only_announced_connections(make_stack, https_origi
     assert ev[0]["decision"] == "allow" and ev[0]["pid"] == 77 and ev[0]["mode"] == "transparent"
     assert ev[1]["decision"] == "deny" and "did not redirect" in ev[1]["reason"]
     assert https_origin.accepted == 1
+
+
+def test_bulk_both_ways_intact(make_stack):
+    """Past SPLICE_AFTER bytes a direction moves by splice(2): the bytes must stay intact."""
+    import hashlib
+    import os as _os
+    blob = _os.urandom(5 * 1024 * 1024 + 17)
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+    port = srv.getsockname()[1]
+    got_up = []
+
+    def serve():
+        c, _ = srv.accept()
+        c.settimeout(10)
+        data = b""
+        while len(data) < len(blob):
+            d = c.recv(1 << 20)
+            if not d:
+                break
+            data += d
+        got_up.append(hashlib.sha256(data).hexdigest())
+        c.sendall(blob)
+        c.close()
+    threading.Thread(target=serve, daemon=True).start()
+    st = make_stack([f"127.0.0.1:{port}"])
+    c = redirected(st, "127.0.0.1", port)
+    sender = threading.Thread(target=c.sendall, args=(blob,), daemon=True)
+    sender.start()
+    down = b""
+    c.settimeout(10)
+    while True:
+        d = c.recv(1 << 20)
+        if not d:
+            break
+        down += d
+    sender.join(5)
+    assert got_up == [hashlib.sha256(blob).hexdigest()]
+    assert hashlib.sha256(down).hexdigest() == hashlib.sha256(blob).hexdigest()
+    ev = st.wait_connects(1)[0]
+    assert ev["bytes_up"] == len(blob) and ev["bytes_down"] == len(blob) and ev["rule"] == f"allow 127.0.0.1:{port}"
+    srv.close()
