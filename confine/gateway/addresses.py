@@ -19,7 +19,10 @@ IPv6 forms that carry an IPv4 address (v4-mapped, v4-compatible, 6to4, NAT64
 """
 from __future__ import annotations
 
+import fcntl
 import ipaddress
+import socket
+import struct
 import threading
 import time
 from dataclasses import dataclass
@@ -180,7 +183,29 @@ def host_addresses() -> frozenset[IPAddress]:
                 out.add(ipaddress.IPv4Address(last))
             except ValueError:
                 pass
+    if not any(a.version == 4 for a in out):
+        out |= _ioctl_v4()
     return frozenset(out)
+
+
+def _ioctl_v4() -> set[IPAddress]:
+    """Each interface's primary IPv4 address (SIOCGIFADDR): the fallback where
+    /proc/net/fib_trie cannot be read. Secondary addresses are missed."""
+    out: set[IPAddress] = set()
+    try:
+        names = [n for _, n in socket.if_nameindex()]
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    except OSError:
+        return out
+    with s:
+        for n in names:
+            try:
+                req = struct.pack("16s16s", n.encode()[:15], b"")
+                res = fcntl.ioctl(s.fileno(), 0x8915, req)   # SIOCGIFADDR
+            except OSError:
+                continue
+            out.add(ipaddress.IPv4Address(res[20:24]))
+    return out
 
 
 class HostAddresses:

@@ -134,3 +134,26 @@ def test_upstream_down_is_servfail(make_stack):
     st.resolver.upstreams = [("127.0.0.1", 9)]    # discard port: nothing answers
     st.resolver.timeout = 0.3
     assert ask(st.dns, "allowed.test").rcode == w.SERVFAIL
+
+
+def test_tcp_clients_bounded_and_stalled_ones_dropped(upstream):
+    import time
+
+    from confine.gateway import DNSServer, Pins, Resolver, Rules
+    rules = Rules.parse(["allowed.test"], allowed_ips=["127.0.0.1"])
+    res = Resolver([("127.0.0.1", upstream.port)], rules, Pins())
+    with DNSServer(res, max_tcp=2, tcp_idle=0.5) as dns:
+        stalled = [socket.create_connection(dns.address, timeout=5) for _ in range(2)]
+        stalled[0].sendall(b"\x00")                  # half a length prefix, then nothing
+        time.sleep(0.1)
+        third = socket.create_connection(dns.address, timeout=5)
+        third.settimeout(2)
+        assert third.recv(10) == b""                 # over the cap: closed at once
+        assert addrs(ask(dns, "allowed.test")) == ["127.0.0.1"]   # UDP still answers
+        t0 = time.monotonic()
+        for s in stalled:
+            s.settimeout(3)
+            assert s.recv(10) == b""
+        assert time.monotonic() - t0 < 1.5
+        time.sleep(0.1)
+        assert addrs(ask(dns, "allowed.test", tcp=True)) == ["127.0.0.1"]   # a slot is free again

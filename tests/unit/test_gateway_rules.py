@@ -204,3 +204,8 @@ def test_host_addresses_reads_this_host():
     assert ipaddress.ip_address("127.0.0.1") in own
     h = A.HostAddresses(ttl=100, reader=lambda: frozenset({ipaddress.ip_address("198.51.100.1")}))
     assert h.get() == frozenset({ipaddress.ip_address("198.51.100.1")})
+
+
+def test_ioctl_fallback_agrees_with_proc():
+    assert ipaddress.ip_address("127.0.0.1") in A._ioctl_v4()
+    assert A._ioctl_v4() <= A.host_addresses()
