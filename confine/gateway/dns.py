@@ -118,6 +118,7 @@ class Resolution:
     ttl: int = 0
     upstream: str | None = None                 # "ip:port" asked, None if answered from the cache
     pin_full: bool = False
+    error: str | None = None                    # why no upstream answered (SERVFAIL)
 
 
 class Resolver:
@@ -197,7 +198,7 @@ class Resolver:
                 last = f"{host}:{port}: no valid answer"
                 continue
             return self._accept(name, qtype, reply, f"{host}:{port}")
-        return Resolution(name, qtype, w.SERVFAIL, (), (("", last),), 0, None)
+        return Resolution(name, qtype, w.SERVFAIL, (), (), 0, None, error=last)
 
     def _matches(self, reply: w.Message, mid: int, name: str, qtype: int) -> bool:
         if reply.id != mid or not reply.qr or len(reply.questions) != 1:
@@ -507,6 +508,8 @@ class DNSServer:
             return self._reply(q, w.NOERROR, [], event, "allow", decision.rule, limit)
         res = self.resolver.lookup(name, question.qtype)
         event["upstream"] = res.upstream
+        if res.error:
+            event["error"] = res.error
         event["answers"] = [str(a) for a in res.addresses]
         if res.refused:
             event["refused"] = [f"{why}" for _, why in res.refused]

@@ -364,8 +364,10 @@ class Gateway:
         if not ok:
             if refused:
                 raise Refused(f"{name} resolves only to refused addresses ({'; '.join(refused)})", 403, d.rule)
-            rcodes = {r.rcode for r in res}
-            raise Refused(f"{name} has no address (DNS rcode {sorted(rcodes)})", 502, d.rule)
+            errors = sorted({r.error for r in res if r.error})
+            if errors:
+                raise Refused(f"{name} could not be resolved ({'; '.join(errors)})", 502, d.rule)
+            raise Refused(f"{name} has no address", 502, d.rule)
         conn.ev["decision"] = "allow"
         return name, ok
 

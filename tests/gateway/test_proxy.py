@@ -460,3 +460,17 @@ def test_bulk_both_ways_intact(make_stack):
     ev = st.wait_connects(1)[0]
     assert ev["bytes_up"] == len(blob) and ev["bytes_down"] == len(blob) and ev["rule"] == f"allow 127.0.0.1:{port}"
     srv.close()
+
+
+def test_unresolvable_and_upstream_down_are_502(make_stack, https_origin, dialled):
+    p = https_origin.port
+    st = make_stack([f"gone.test:{p}", f"allowed.test:{p}"])
+    s, status = tunnel(st.gw, f"gone.test:{p}")             # NXDOMAIN upstream
+    assert status.startswith("HTTP/1.1 502"), status
+    st.resolver.upstreams = [("127.0.0.1", 9)]              # nothing answers there
+    st.resolver.timeout = 0.3
+    s, status = tunnel(st.gw, f"allowed.test:{p}")
+    assert status.startswith("HTTP/1.1 502"), status
+    ev = st.wait_connects(2)
+    assert "has no address" in ev[0]["reason"] and "could not be resolved" in ev[1]["reason"]
+    assert dialled == []
