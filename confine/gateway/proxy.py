@@ -42,7 +42,7 @@ from typing import Any
 from . import http1
 from .addresses import IPAddress, normalise
 from .dns import Log, Resolver, now_iso
-from .rules import NO_RULE, RuleError, Rules, normalise_host, parse_address
+from .rules import NO_RULE, RuleError, Rules, entry_for, normalise_host, parse_address
 from .sni import MAX_HELLO, MAX_RECORD, MalformedHello, looks_like_tls, parse_client_hello
 
 CHUNK = 65536
@@ -60,11 +60,12 @@ class Limits:
 class Refused(Exception):
     """The connection is refused; `status` is the HTTP status for proxy clients."""
 
-    def __init__(self, reason: str, status: int = 403, rule: str = NO_RULE) -> None:
+    def __init__(self, reason: str, status: int = 403, rule: str = NO_RULE, *, by_rules: bool = False) -> None:
         super().__init__(reason)
         self.reason = reason
         self.status = status
         self.rule = rule
+        self.by_rules = by_rules   # refused because no rule allows it (a rule could)
 
 
 class _Timeout(Exception):
@@ -256,6 +257,11 @@ class Gateway:
             conn.ev["decision"] = "deny"
             conn.ev["rule"] = r.rule
             conn.ev["reason"] = r.reason
+            if r.by_rules and r.rule == NO_RULE and "host" in conn.ev:
+                # what would allow it, for the wiring's one-line refusal message
+                hint = entry_for(str(conn.ev["host"]), conn.ev.get("port"))
+                if hint is not None:
+                    conn.ev["allow_with"] = hint
             if r.status and conn.ev.get("mode") == "proxy" and not conn.ev.get("tunnel"):
                 body = f"confine: {conn.ev.get('host', '?')}:{conn.ev.get('port', '?')} refused: {r.reason}\n"
                 _try_send(conn.sock, _status(r.status, body))
@@ -340,7 +346,7 @@ class Gateway:
         if addr is not None:
             d = self.rules.allows_address(addr, port)
             if not d.allowed:
-                raise Refused(f"the address {addr} port {port} is not allowed", 403, d.rule)
+                raise Refused(f"the address {addr} port {port} is not allowed", 403, d.rule, by_rules=True)
             why = self.resolver.judge(addr, port)
             if why is not None:
                 raise Refused(why, 403, d.rule)
@@ -353,7 +359,7 @@ class Gateway:
         conn.ev["host"] = name
         d = self.rules.decide(name, port)
         if not d.allowed:
-            raise Refused(f"{name} port {port} is not allowed", 403, d.rule)
+            raise Refused(f"{name} port {port} is not allowed", 403, d.rule, by_rules=True)
         conn.ev["rule"] = d.rule
         addrs, res = self.resolver.resolve(name)
         conn.ev["resolved"] = [str(a) for a in addrs]
@@ -499,7 +505,7 @@ class Gateway:
         conn.ev["host"] = name
         d = self.rules.decide(name, dst_port)
         if not d.allowed:
-            raise Refused(f"{name} port {dst_port} is not allowed", 0, d.rule)
+            raise Refused(f"{name} port {dst_port} is not allowed", 0, d.rule, by_rules=True)
         if not self.pins.contains(name, dst):
             raise Refused(f"{dst} was not resolved by confine for {name}", 0, d.rule)
         why = self.resolver.judge(dst, dst_port)

@@ -251,6 +251,22 @@ def parse_rule(entry: str, *, default_port: int | None = DEFAULT_ALLOW_PORT) -> 
     return HostRule(text=text, port=port, name=name)
 
 
+def entry_for(host: str, port: int | None) -> str | None:
+    """The allow entry that would allow exactly (host, port), for a refusal message;
+    None if `host` is neither a valid name nor an address."""
+    addr = parse_address(host)
+    if addr is None:
+        try:
+            h = normalise_host(host)
+        except RuleError:
+            return None
+    else:
+        h = f"[{addr}]" if addr.version == 6 and port != DEFAULT_ALLOW_PORT else str(addr)
+    if port == DEFAULT_ALLOW_PORT:
+        return h
+    return f"{h}:{'*' if port is None else port}"
+
+
 def load_set(name: str, directory: Path = SETS_DIR) -> tuple[str, ...]:
     """The host entries of a named set (sets/NAME.yaml: `hosts: [...]`)."""
     if not re.match(r"^[a-z0-9][a-z0-9_-]*$", name):

@@ -126,6 +126,8 @@ def test_not_allowed_refused_at_once(https_stack, https_origin, upstream):
     ev = st.wait_connects(2)                               # events come in the order connections end
     assert [e["decision"] for e in ev] == ["deny", "deny"] and all(e["rule"] == "no rule" for e in ev)
     assert "other.test" in one(ev, host="other.test")["reason"]
+    assert one(ev, host="other.test")["allow_with"] == f"other.test:{p}"
+    assert one(ev, host="allowed.test")["allow_with"] == "allowed.test"
     assert "other.test" not in upstream.names() and https_origin.accepted == 0
 
 

@@ -13,6 +13,7 @@ from confine.gateway.rules import (
     RuleError,
     Rules,
     available_sets,
+    entry_for,
     load_set,
     normalise_host,
     parse_rule,
@@ -209,3 +210,14 @@ def test_host_addresses_reads_this_host():
 def test_ioctl_fallback_agrees_with_proc():
     assert ipaddress.ip_address("127.0.0.1") in A._ioctl_v4()
     assert A._ioctl_v4() <= A.host_addresses()
+
+
+def test_entry_for():
+    assert entry_for("Example.com.", 443) == "example.com"
+    assert entry_for("example.com", 8443) == "example.com:8443"
+    assert entry_for("192.0.2.1", 80) == "192.0.2.1:80"
+    assert entry_for("2001:db8::1", 443) == "2001:db8::1"
+    assert entry_for("2001:db8::1", 22) == "[2001:db8::1]:22"
+    assert entry_for("exa_mple.com", 443) is None
+    for host, port in (("example.com", 8443), ("2001:db8::1", 22), ("192.0.2.1", 443)):
+        assert Rules.parse([entry_for(host, port)]).decide(host, port).allowed
