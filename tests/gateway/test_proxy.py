@@ -484,3 +484,17 @@ def test_unresolvable_and_upstream_down_are_502(make_stack, https_origin, dialle
     assert "has no address" in one(ev, host="gone.test")["reason"]
     assert "could not be resolved" in one(ev, host="allowed.test")["reason"]
     assert dialled == []
+
+
+@pytest.mark.skipif(shutil.which("curl") is None, reason="curl not installed")
+def test_curl_plain_http_and_refusal_body(make_stack, http_origin):
+    p = http_origin.port
+    st = make_stack([f"allowed.test:{p}", f"127.0.0.1:{p}"])
+    base = ["curl", "-sS", "--max-time", "10", "--proxy", f"http://127.0.0.1:{st.gw.port}"]
+    r = subprocess.run(base + [f"http://allowed.test:{p}/c"], capture_output=True, text=True, env=CLEAN_ENV,
+                       timeout=20)
+    assert r.returncode == 0 and r.stdout == f"sni=None host=allowed.test:{p} path=/c", r.stderr
+    r = subprocess.run(base + ["-i", f"http://other.test:{p}/c"], capture_output=True, text=True, env=CLEAN_ENV,
+                       timeout=20)
+    assert r.stdout.startswith("HTTP/1.1 403") and f"confine: other.test:{p} refused" in r.stdout
+    assert len(http_origin.requests) == 1
