@@ -118,3 +118,11 @@ def test_nothing_imports_the_cli():
     bad = {(m, t) for m, ts in g.items() for t in ts
            if _under(t, "confine.cli") and not _under(m, "confine.cli")}
     assert bad == set()
+
+
+def test_gateway_is_self_contained():
+    # the gateway core reads no policy, plan or runtime: the wiring hands it Rules
+    allowed = ("confine.gateway", "confine.errors", "confine.kernel.sysfs")
+    bad = {(m, t) for m, t in _edges(_graph(), "confine.gateway")
+           if not any(_under(t, ok) for ok in allowed)}
+    assert bad == set()
