@@ -127,6 +127,7 @@ class Session:
         self.tmp = make_tmp(ident.uid, ident.gid)
         try:
             policy = _load.load(req.profile, workdir=wd, home=os.path.realpath(ident.home),
+                                create_state=True,
                                 tmp=self.tmp, extra_read=req.read, extra_write=req.write)
             for d in policy.deny:
                 if is_under(wd, d.path):

@@ -11,12 +11,8 @@ from typing import Any
 from ..errors import ConfineError
 from ..paths import is_under
 
-# A workdir at or above any of these would hand the agent the system.
-SYSTEM_DIRS = ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32",
-               "/proc", "/run", "/sbin", "/sys", "/usr", "/snap", "/var/run")
-# ...and exactly these (a project below them is fine).
-SYSTEM_ROOTS = ("/", "/home", "/var", "/var/lib", "/var/log", "/var/cache", "/var/spool",
-                "/var/mail", "/tmp", "/var/tmp", "/opt", "/srv", "/mnt", "/media", "/root")
+# one list for the workdir and for write grants
+from ..policy.runlater import SYSTEM_DIRS, SYSTEM_ROOTS
 
 
 def check_workdir(workdir: str, homes: Sequence[str], force: bool) -> str:
