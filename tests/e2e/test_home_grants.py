@@ -303,3 +303,21 @@ def test_dry_run_shows_the_read_only_entries(sandbox, agent_home):
     for rule in d["landlock"]["rules"]:
         if rule["path"] == claude:
             assert "make_reg" not in rule["access"] and "remove_file" not in rule["access"], rule
+
+
+@pytest.mark.parametrize("unconfined", [False, True])
+def test_probe_reports_agent_profile_hooks_blocked(sandbox, agent_home, unconfined):
+    """`confine probe -p claude-code` tries ~/.claude/settings.json, commands/ and
+    ~/.codex/config.toml; unconfined (the probe's control) it can write them."""
+    env = ("CONFINE_TEST_PROBE_UNCONFINED=1",) if unconfined else ()
+    p = sandbox.confine("probe", "-w", sandbox.workdir, "-p", "claude-code", "--json",
+                        "--only", "later", env_extra=env, timeout=120)
+    r = json.loads(p.stdout)
+    a = {x["id"]: x for x in r["attempts"]}["later.home_agent_hooks"]
+    if unconfined:
+        assert a["result"] == "possible", a
+    else:
+        assert a["result"] == "blocked" and a["seen"] in DENIED, a
+        assert a["mechanism"] in ("landlock", "read-only mount"), a
+    before = open(os.path.join(agent_home, ".claude/settings.json")).read()
+    assert before == PLANT[".claude/settings.json"]
