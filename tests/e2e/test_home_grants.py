@@ -91,6 +91,9 @@ CLAUDE_DENIED = {
     "create_command": ("create", ".claude/commands/y.md"),
     "rename_commands_away": ("rename", ".claude/commands", ".claude/projects/c"),
     "move_into_commands": ("rename", ".claude/projects/old/s.jsonl", ".claude/commands/z.md"),
+    "hardlink_settings": ("link", ".claude/settings.json", ".claude/projects/old/l.json"),
+    "through_symlink": ("via_symlink", ".claude/settings.json", ".claude/projects/old/sl"),
+    "exchange_settings": ("exchange", ".claude/projects/old/s.jsonl", ".claude/settings.json"),
     "mkdir_hooks": ("mkdir", ".claude/hooks"),
     "mkdir_agents": ("mkdir", ".claude/agents"),
     "new_top_level": ("create", ".claude/statusline.sh"),
@@ -116,6 +119,7 @@ CODEX_DENIED = {
     "rename_over_config": ("rename", ".codex/sessions/2026/s.jsonl", ".codex/config.toml"),
     "unlink_config": ("unlink", ".codex/config.toml"),
     "new_profile_config": ("create", ".codex/evil.config.toml"),
+    "hardlink_config": ("link", ".codex/config.toml", ".codex/sessions/2026/c.toml"),
     "mkdir_rules": ("mkdir", ".codex/rules"),
     "agents_md": ("create", ".codex/AGENTS.md"),
 }
@@ -144,6 +148,17 @@ def act(kind, a, b=None):
         os.rename(a, b)
     elif kind == "unlink":
         os.unlink(a)
+    elif kind == "link":
+        os.link(a, b)
+    elif kind == "via_symlink":
+        if not os.path.islink(b):
+            os.symlink(a, b)
+        opened(b, os.O_WRONLY | os.O_APPEND)
+    elif kind == "exchange":
+        AT_FDCWD, RENAME_EXCHANGE = -100, 2
+        ctypes.set_errno(0)
+        if libc.renameat2(AT_FDCWD, a.encode(), AT_FDCWD, b.encode(), RENAME_EXCHANGE) != 0:
+            raise OSError(ctypes.get_errno(), "renameat2")
     elif kind == "symlink":
         os.symlink("/tmp/x", a)
     elif kind == "mkdir":
@@ -182,7 +197,7 @@ def _check(sb, profile, denied, allowed, home):
 def _outside_control(sb, home, denied):
     """The same files are the agent identity's own: opening them for writing (and
     creating the missing names) works outside, so only confine refuses it."""
-    acts = {k: v for k, v in denied.items() if v[0] in ("append", "create", "mkdir")}
+    acts = {k: v for k, v in denied.items() if v[0] in ("append", "create", "mkdir", "link")}
     body = BODY + r'''
 for name, (kind, a, *rest) in P["acts"].items():
     p = os.path.join(H, a)
@@ -190,6 +205,8 @@ for name, (kind, a, *rest) in P["acts"].items():
         os.unlink(p)
     elif R.get(name) == "ok" and kind == "mkdir":
         os.rmdir(p)
+    elif R.get(name) == "ok" and kind == "link":
+        os.unlink(os.path.join(H, rest[0]))
 '''
     _, r = sb.outside_probe(body, {"acts": acts})
     assert r is not None

@@ -61,7 +61,7 @@ def _rights(plan, path: str) -> AccessFS:
                                  ".claude/commands", ".claude/settings.json",
                                  ".local/share/claude", ".local/share/claude/versions",
                                  ".codex/config.toml", ".claude/../.local",
-                                 ".local/bin/../../.local/bin"])
+                                 ".local/bin/../../.local/bin", ".local/", "./.config//"])
 def test_write_grants_that_hand_over_run_later_files_are_refused(home, rel):
     path = os.path.normpath(os.path.join(home, rel))
     with pytest.raises(ProfileError, match="not writable"):
