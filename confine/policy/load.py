@@ -324,8 +324,8 @@ def load(ref: str, *, workdir: str, home: str, tmp: str,
     read = _grants(fs.get("read", []) + cli_read, vars, must_exist=True)
     read_only = _read_only(fs.get("read_only", []), vars)
     never = runlater.never_writable(home)
-    ro = [(g.path, f"{g.source}: {g.template}" if g.source != "built-in" else g.template)
-          for g in read_only]
+    ro = [(g.path, g.source.removeprefix("built-in: ") if g.source.startswith("built-in")
+           else f"read_only in {g.source}") for g in read_only]
     state = _state(fs.get("state", []), vars, never, ro, create=create_state)
     asked = fs.get("write", []) + cli_write
     write = _grants([Item("{workdir}", "workdir"), Item("{tmp}", "tmp")] + asked + state,
@@ -360,8 +360,9 @@ def _read_only(items: list[Item], vars: dict[str, str]) -> tuple[PathGrant, ...]
     import glob as _glob
     out: dict[str, PathGrant] = {}
     home = os.path.realpath(vars["home"])
-    for p, why in runlater.read_only_entries(home):
-        out.setdefault(p, PathGrant(path=p, template=why, source="built-in", optional=True))
+    for p, t, why in runlater.read_only_entries(home):
+        out.setdefault(p, PathGrant(path=p, template=t, source=f"built-in: {why}",
+                                    optional=True))
     for it in items:
         template = str(it.value).lstrip("?")
         path = os.path.normpath(expand(template, vars))

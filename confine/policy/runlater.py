@@ -31,7 +31,7 @@ import errno
 import os
 import stat
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 from ..paths import is_under
 
@@ -97,17 +97,18 @@ def never_writable(home: str, env_path: str | None = None) -> list[tuple[str, st
     return out
 
 
-def read_only_entries(home: str, extra: Iterable[tuple[str, str]] = ()) -> list[tuple[str, str]]:
-    """(absolute path, why) of the carved entries; globs expand to what exists now
-    (a name that does not exist cannot be created under a carved directory)."""
+def read_only_entries(home: str) -> list[tuple[str, str, str]]:
+    """(absolute path, template, why) of the built-in carved entries; globs expand to
+    what exists now (a name that does not exist cannot be created under a carved
+    directory)."""
     import glob
-    out: dict[str, str] = {}
-    for t, why in list(READ_ONLY_IN_GRANTS) + list(extra):
+    out: dict[str, tuple[str, str]] = {}
+    for t, why in READ_ONLY_IN_GRANTS:
         p = os.path.normpath(expand_home(t, home))
         for q in (glob.glob(p) if glob.has_magic(p) else [p]):
             for r in _both(q):
-                out.setdefault(r, why)
-    return sorted(out.items())
+                out.setdefault(r, (t, why))
+    return [(p, t, why) for p, (t, why) in sorted(out.items())]
 
 
 def system_reason(real: str) -> str | None:

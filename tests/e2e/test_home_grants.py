@@ -310,6 +310,7 @@ def test_read_only_profile_key_carves_a_user_grant(sandbox, agent_home):
 
 
 def test_dry_run_shows_the_read_only_entries(sandbox, agent_home):
+    """...and changes nothing: the missing state entries are made by a run only."""
     p = sandbox.confine("exec", "-w", sandbox.workdir, "-p", "claude-code", "--dry-run",
                         "--json", "--", "true")
     assert p.returncode == 0, p.stderr
@@ -320,6 +321,9 @@ def test_dry_run_shows_the_read_only_entries(sandbox, agent_home):
     for rule in d["landlock"]["rules"]:
         if rule["path"] == claude:
             assert "make_reg" not in rule["access"] and "remove_file" not in rule["access"], rule
+    assert not os.path.lexists(os.path.join(claude, "todos"))
+    assert sandbox.run(["/bin/true"], "-p", "claude-code").returncode == 0
+    assert os.path.isdir(os.path.join(claude, "todos"))
 
 
 @pytest.mark.parametrize("unconfined", [False, True])
