@@ -12,6 +12,7 @@ from ..errors import ConfineError
 from ..paths import is_under
 
 # one list for the workdir and for write grants
+from ..policy import runlater
 from ..policy.runlater import SYSTEM_DIRS, SYSTEM_ROOTS
 
 
@@ -41,6 +42,19 @@ def check_workdir(workdir: str, homes: Sequence[str], force: bool) -> str:
     if why:
         raise ConfineError(f"refusing workdir {real}: it {why}, so the agent could write "
                            "everything there; use a project directory (or --force-workdir)")
+    # The workdir's protected names are workdir-relative (.claude/settings.json): a
+    # workdir that is ~/.claude, ~/.config or ~/.local/bin would hand over files in HOME
+    # that run later (confine's own profiles among them), as a write grant would.
+    for h in homes:
+        h = os.path.realpath(h)
+        entries = runlater.never_writable(h) + [(p, w) for p, _, w in
+                                                runlater.read_only_entries(h)]
+        for p, what in entries:
+            if is_under(real, p) or is_under(p, real):
+                how = "lies inside" if is_under(real, p) else "contains"
+                raise ConfineError(f"refusing workdir {real}: it {how} {p} ({what}), which "
+                                   "runs as you later; use a project directory (or "
+                                   "--force-workdir)")
     return real
 
 

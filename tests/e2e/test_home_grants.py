@@ -12,6 +12,7 @@ files opened for writing outside.
 """
 from __future__ import annotations
 
+import copy
 import json
 import os
 import shutil
@@ -342,3 +343,20 @@ def test_probe_reports_agent_profile_hooks_blocked(sandbox, agent_home, unconfin
         assert a["mechanism"] in ("landlock", "read-only mount"), a
     before = open(os.path.join(agent_home, ".claude/settings.json")).read()
     assert before == PLANT[".claude/settings.json"]
+
+
+@pytest.mark.parametrize("rel", [".config", ".claude", ".local/bin", ".local/share/claude",
+                                 ".codex/rules"])
+def test_workdir_that_holds_run_later_home_files_refused(sandbox, agent_home, rel):
+    """The workdir's protected names are workdir-relative: `-w ~/.config` would hand
+    over ~/.config/confine (the profiles of the next run), `-w ~/.claude` its hooks."""
+    wd = os.path.join(agent_home, rel)
+    os.makedirs(wd, exist_ok=True)
+    os.chown(wd, sandbox.agent.pw_uid, sandbox.agent.pw_gid)
+    sb = copy.copy(sandbox)
+    sb.workdir = wd
+    p = sb.run(["/bin/true"], "-p", "claude-code", cwd="/")
+    assert p.returncode == 125 and "refusing workdir" in p.stderr, p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1, p.stderr
+    forced = sb.run(["/bin/true"], "-p", "claude-code", "--force-workdir", cwd="/")
+    assert forced.returncode == 0, forced.stderr    # control: the check, not the run
