@@ -247,9 +247,18 @@ def test_state_made_by_confine_is_the_agents(root_sandbox, agent_home, test_user
                                      "{home}/.local/share/claude", "/etc", "/usr/local", "/"])
 def test_broad_write_grants_refused(sandbox, agent_home, spelled):
     path = spelled.format(home=agent_home)
+    made = not os.path.exists(path)
     os.makedirs(path, exist_ok=True)
     if path.startswith(agent_home):
         os.chown(path, sandbox.agent.pw_uid, sandbox.agent.pw_gid)
+    try:
+        _refused(sandbox, path)
+    finally:
+        if made:
+            os.rmdir(path)
+
+
+def _refused(sandbox, path: str) -> None:
     p = sandbox.run(["/bin/true"], "-p", "claude-code", "--write", path)
     assert p.returncode == 125, p.stderr
     lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
@@ -351,8 +360,17 @@ def test_workdir_that_holds_run_later_home_files_refused(sandbox, agent_home, re
     """The workdir's protected names are workdir-relative: `-w ~/.config` would hand
     over ~/.config/confine (the profiles of the next run), `-w ~/.claude` its hooks."""
     wd = os.path.join(agent_home, rel)
+    made = not os.path.exists(wd)
     os.makedirs(wd, exist_ok=True)
     os.chown(wd, sandbox.agent.pw_uid, sandbox.agent.pw_gid)
+    try:
+        _workdir_refused(sandbox, wd)
+    finally:
+        if made:
+            os.rmdir(wd)
+
+
+def _workdir_refused(sandbox, wd: str) -> None:
     sb = copy.copy(sandbox)
     sb.workdir = wd
     p = sb.run(["/bin/true"], "-p", "claude-code", cwd="/")
