@@ -44,7 +44,8 @@ def run_result(argv: Sequence[str], *, profile: str = "default", workdir: str | 
     """Run argv confined; returns its status, the child's steps and the exit-check report.
     Raises ConfineError (status 125/126/127) for confine's own failures."""
     with Session(_request(argv, profile, workdir, read, write, env, user, force_workdir,
-                          apparmor, selinux_context), warn=warn or default_warn) as s:
+                          apparmor, selinux_context), warn=warn or default_warn,
+                 create_state=True) as s:
         return s.run(allow_degraded)
 
 

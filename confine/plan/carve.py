@@ -45,3 +45,26 @@ def carve(path: str, denied: list[str]) -> tuple[list[str], list[str]]:
             grants += g
             carved += c
     return grants, carved
+
+
+def carve_write(path: str, denied: list[str], read_only: list[str]
+                ) -> tuple[list[str], list[str], list[str]]:
+    """A write grant on `path` whose `read_only` entries (files that run later,
+    policy/runlater.py) must stay unwritable: (paths to grant writing, paths to
+    grant reading, carved directories).
+
+    Reading: what a read grant on `path` gives (secrets carved out). Writing:
+    the siblings along the way down to each read-only entry and each secret.
+    The directories on that way get no write right of their own (no MAKE_*,
+    REMOVE_*, REFER), so an entry cannot be created, deleted or renamed over,
+    whether it exists or not."""
+    inner = [r for r in read_only if is_under(r, path)]
+    if not inner:
+        w, c = carve(path, denied)
+        return w, [], c
+    if any(is_under(path, r) for r in inner):
+        r, c = carve(path, denied)
+        return [], r, c
+    w, c = carve(path, denied + inner)
+    r, c2 = carve(path, denied)
+    return w, r, c + c2

@@ -119,6 +119,9 @@ class Plan:
                           for p, a, w in self.path_rules],
                 "tcp_ports": [{"port": p, "access": landlock.names(a)} for p, a in self.port_rules],
                 "carved_out": list(self.carved),
+                "read_only_in_write": sorted({g.path for g in self.policy.read_only
+                                              if any(is_under(g.path, w.path)
+                                                     for w in self.policy.write)}),
                 "secrets": sorted({d.path for d in self.policy.deny}),
             },
             "seccomp": seccomp.describe(self.seccomp_rules + self.seccomp_extra),
@@ -248,22 +251,37 @@ def compile(policy: Policy, argv: Sequence[str], identity: Identity, host: HostF
         scoped &= ~Scope.ABSTRACT_UNIX_SOCKET
 
     denied = sorted({d.path for d in policy.deny})
+    read_only = sorted({g.path for g in policy.read_only})
     rules: list[tuple[str, AccessFS, str]] = []
     carved: list[str] = []
+    # What stays writable in the read-only host view: the write grants as carved, so
+    # read-only entries inside them stay on a read-only mount too (EROFS, no chmod).
+    binds: list[str] = []
+
+    def add(paths: list[str], rights: AccessFS, why: str) -> None:
+        for p in paths:
+            r = rights & handled_fs
+            if not os.path.isdir(p):
+                r &= landlock.FILE_RIGHTS
+            if r:
+                rules.append((p, r, why))
+
     for grants, rights, kind in ((policy.read, landlock.READ, "read"),
                                  (policy.write, landlock.WRITE, "write"),
                                  (policy.devices, landlock.DEVICE, "device"),
                                  (tuple(g for g in policy.unix_sockets if os.path.exists(g.path)),
                                   AccessFS.RESOLVE_UNIX, "unix socket")):
         for g in grants:
-            paths, c = _carve.carve(g.path, denied)
+            if kind == "write" and g.source not in ("workdir", "tmp"):
+                w, r, c = _carve.carve_write(g.path, denied, read_only)
+                add(r, landlock.READ, f"write, read-only part ({g.source})")
+                binds += w if r else [g.path]
+            else:
+                w, c = _carve.carve(g.path, denied)
+                if kind == "write":
+                    binds.append(g.path)
             carved += c
-            for p in paths:
-                r = rights & handled_fs
-                if not os.path.isdir(p):
-                    r &= landlock.FILE_RIGHTS
-                if r:
-                    rules.append((p, r, f"{kind} ({g.source})"))
+            add(w, rights, f"{kind} ({g.source})")
     rules = _drop_covered(rules)
     ports = [(p, AccessNet.CONNECT_TCP) for p in policy.network.connect_tcp]
     ports += [(p, AccessNet.BIND_TCP) for p in policy.network.bind_tcp]
@@ -307,7 +325,7 @@ def compile(policy: Policy, argv: Sequence[str], identity: Identity, host: HostF
                                    "not enabled on this kernel"))
     mount_ns = host.namespaces
     shm = [g.path for g in policy.write if g.path == "/dev/shm"]
-    binds = [g.path for g in policy.write if g.path != "/dev/shm" and os.path.exists(g.path)]
+    binds = [p for p in dict.fromkeys(binds) if p != "/dev/shm" and os.path.exists(p)]
     child_rules = [("/dev/shm", landlock.WRITE & handled_fs)] if shm else []
     for g in policy.devices:
         if g.path in ("/dev/pts", "/dev/ptmx"):

@@ -18,7 +18,7 @@ import yaml  # type: ignore[import-untyped]
 
 from ..errors import ProfileError
 from ..paths import is_under
-from . import secrets
+from . import runlater, secrets
 from .model import Env, Network, PathGrant, Policy, Scope, Seccomp
 from .patterns import DEFAULT_PATTERNS, compile_patterns
 
@@ -26,7 +26,8 @@ from .patterns import DEFAULT_PATTERNS, compile_patterns
 SCHEMA: dict[str, object] = {
     "description": "str",
     "extends": "str",
-    "filesystem": {"read": "paths", "write": "paths", "devices": "paths", "deny": "paths"},
+    "filesystem": {"read": "paths", "write": "paths", "devices": "paths", "deny": "paths",
+                   "read_only": "paths", "state": "paths"},
     "network": {"connect_tcp": "ports", "bind_tcp": "ports"},
     "env": {"pass": "envnames", "set": "envset"},
     "seccomp": {"deny": "names", "unsafe_allow": "names"},
@@ -308,9 +309,12 @@ def _deny(items: list[Item], vars: dict[str, str]) -> tuple[PathGrant, ...]:
 
 
 def load(ref: str, *, workdir: str, home: str, tmp: str,
-         extra_read: Iterable[str] = (), extra_write: Iterable[str] = ()) -> Policy:
+         extra_read: Iterable[str] = (), extra_write: Iterable[str] = (),
+         create_state: bool = False) -> Policy:
+    """create_state: make the profile's missing `state:` entries (a run, not a check)."""
     raw, chain = read_layers(ref)
     vars = {"workdir": workdir, "home": home, "tmp": tmp}
+    home = os.path.realpath(home)
     fs = raw.get("filesystem", {})
     net = raw.get("network", {})
     env = raw.get("env", {})
@@ -325,8 +329,15 @@ def load(ref: str, *, workdir: str, home: str, tmp: str,
     cli_write = [Item(os.path.expanduser(str(i.value)), i.where) for i in cli_write]
     deny = _deny(secrets.mandatory_items(Item) + fs.get("deny", []), vars)
     read = _grants(fs.get("read", []) + cli_read, vars, must_exist=True)
-    write = _grants([Item("{workdir}", "workdir"), Item("{tmp}", "tmp")]
-                    + fs.get("write", []) + cli_write, vars, must_exist=True)
+    read_only = _read_only(fs.get("read_only", []), vars)
+    never = runlater.never_writable(home)
+    ro = [(g.path, g.source.removeprefix("built-in: ") if g.source.startswith("built-in")
+           else f"read_only in {g.source}") for g in read_only]
+    state = _state(fs.get("state", []), vars, never, ro, create=create_state)
+    asked = fs.get("write", []) + cli_write
+    write = _grants([Item("{workdir}", "workdir"), Item("{tmp}", "tmp")] + asked + state,
+                    vars, must_exist=True)
+    _check_write(write, vars, never, ro)
     _check_not_secret(read + write, deny)
     env_set = {k: v.value for k, v in env.get("set", {}).items()}
     return Policy(
@@ -334,7 +345,7 @@ def load(ref: str, *, workdir: str, home: str, tmp: str,
         description=raw.get("description", Item("", "")).value,
         sources=tuple(str(c) for c in chain),
         workdir=workdir, home=home, tmp=tmp,
-        read=read, write=write,
+        read=read, write=write, read_only=read_only,
         devices=_grants(fs.get("devices", []), vars, must_exist=True),
         deny=deny,
         network=Network(connect_tcp=tuple(sorted({i.value for i in net.get("connect_tcp", [])})),
@@ -349,6 +360,62 @@ def load(ref: str, *, workdir: str, home: str, tmp: str,
         scope=Scope(signals=scope.get("signals", Item(True, "")).value,
                     abstract_unix=scope.get("abstract_unix", Item(True, "")).value),
     )
+
+
+def _read_only(items: list[Item], vars: dict[str, str]) -> tuple[PathGrant, ...]:
+    """The built-in list plus the profile's `filesystem.read_only:` (globs allowed)."""
+    import glob as _glob
+    out: dict[str, PathGrant] = {}
+    home = os.path.realpath(vars["home"])
+    for p, t, why in runlater.read_only_entries(home):
+        out.setdefault(p, PathGrant(path=p, template=t, source=f"built-in: {why}",
+                                    optional=True))
+    for it in items:
+        template = str(it.value).lstrip("?")
+        path = os.path.normpath(expand(template, vars))
+        for q in (_glob.glob(path) if _glob.has_magic(path) else [path]):
+            for r in {q, os.path.realpath(q)}:
+                out.setdefault(r, PathGrant(path=r, template=template, source=it.where,
+                                            optional=True))
+    return tuple(sorted(out.values(), key=lambda g: g.path))
+
+
+def _refuse(it: Item, path: str, why: str) -> NoReturn:
+    raise ProfileError(f"{it.where}: {str(it.value).lstrip('?')} ({path}): not writable: {why}")
+
+
+def _state(items: list[Item], vars: dict[str, str], never: list[tuple[str, str]],
+           ro: list[tuple[str, str]], *, create: bool) -> list[Item]:
+    """`filesystem.state:` entries -> optional write items. The agent's own state in a
+    directory it may not create names in (a carved one): made empty first, a trailing
+    '/' makes a directory, and only where the parent exists."""
+    out = []
+    for it in items:
+        text = str(it.value).lstrip("?")
+        path = os.path.normpath(expand(text, vars))
+        for p in {path, os.path.realpath(path)}:
+            why = runlater.refusal(p, os.path.realpath(vars["home"]), never, ro)
+            if why:
+                _refuse(it, p, why)
+        if create and not os.path.lexists(path):
+            runlater.make_state(path, directory=text.endswith("/"))
+        out.append(Item("?" + text, it.where))
+    return out
+
+
+def _check_write(write: tuple[PathGrant, ...], vars: dict[str, str],
+                 never: list[tuple[str, str]], ro: list[tuple[str, str]]) -> None:
+    """Refuse a write grant that would hand over the system, $HOME, or files that run
+    later (policy/runlater.py); the workdir and tmp have their own checks."""
+    for g in write:
+        if g.source in ("workdir", "tmp"):
+            continue
+        it = Item(g.template, g.source)
+        spelled = os.path.normpath(expand(g.template, vars))
+        for p in dict.fromkeys((g.path, spelled)):
+            why = runlater.refusal(p, os.path.realpath(vars["home"]), never, ro)
+            if why:
+                _refuse(it, p, why)
 
 
 def _check_not_secret(grants: tuple[PathGrant, ...], deny: tuple[PathGrant, ...]) -> None:

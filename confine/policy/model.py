@@ -54,6 +54,7 @@ class Policy:
     write: tuple[PathGrant, ...] = ()          # full file rights except device nodes
     devices: tuple[PathGrant, ...] = ()        # read/write/ioctl on device nodes
     deny: tuple[PathGrant, ...] = ()           # never readable or writable, even under a grant
+    read_only: tuple[PathGrant, ...] = ()      # run later: only readable, even under a write grant
     network: Network = field(default_factory=Network)
     env: Env = field(default_factory=Env)
     seccomp: Seccomp = field(default_factory=Seccomp)
@@ -71,6 +72,7 @@ class Policy:
             "home": self.home, "tmp": self.tmp,
             "read": grants(self.read), "write": grants(self.write),
             "devices": grants(self.devices), "deny": grants(self.deny),
+            "read_only": grants(self.read_only),
             "network": {"connect_tcp": list(self.network.connect_tcp),
                         "bind_tcp": list(self.network.bind_tcp)},
             "env": {"pass": list(self.env.passthrough), "set": dict(self.env.set)},

@@ -1675,6 +1675,29 @@ def _l_agent():
                   + _nested(".mcp.json", ".claude/settings.json", ".claude/commands/x.md"))
 
 
+@attempt("later.home_agent_hooks",
+         "write agent hooks and config in HOME (~/.claude/settings.json, commands/, ~/.codex/config.toml)")
+def _l_home_agent():
+    # Agent profiles grant the agent's own directory in HOME; what runs later there
+    # must stay read-only (confine/policy/runlater.py). Harmless: existing files are
+    # opened for writing with nothing written, new names removed at once.
+    targets = []
+    for rel in (".claude/settings.json", ".claude/settings.local.json",
+                ".codex/config.toml"):
+        p = os.path.join(HOME, rel)
+        if os.path.isfile(p):
+            targets.append((p, "append"))
+        elif not os.path.lexists(p) and os.path.isdir(os.path.dirname(p)):
+            targets.append((p, "create_unlink"))
+    for rel in (".claude/commands", ".claude/agents", ".claude/hooks", ".codex/rules"):
+        p = os.path.join(HOME, rel)
+        if os.path.isdir(p):
+            targets.append((os.path.join(p, "confine-probe-" + RAND), "create_unlink"))
+    if not targets:
+        raise Skip("no ~/.claude or ~/.codex in HOME")
+    return _plant(targets)
+
+
 @attempt("later.symlink_trick", "write through a new symlink that names a protected file")
 def _l_symlink():
     base = os.path.join(scratch(), "trick")

@@ -93,8 +93,10 @@ def unreachable_servers(policy: Any) -> list[int]:
 
 class Session:
     def __init__(self, req: Request, *, warn: Warn = default_warn, protect: bool = True,
-                 host: HostFacts | None = None, parent_env: dict[str, str] | None = None):
+                 host: HostFacts | None = None, parent_env: dict[str, str] | None = None,
+                 create_state: bool = False):
         self.req = req
+        self.create_state = create_state   # make the profile's missing `state:` (a run)
         self.warn = warn
         self.tmp: str | None = None
         self.snapshot: Any = None
@@ -136,6 +138,7 @@ class Session:
         self.tmp = make_tmp(ident.uid, ident.gid)
         try:
             policy = _load.load(req.profile, workdir=wd, home=os.path.realpath(ident.home),
+                                create_state=self.create_state,
                                 tmp=self.tmp, extra_read=req.read, extra_write=req.write)
             for d in policy.deny:
                 if is_under(wd, d.path):

@@ -11,12 +11,9 @@ from typing import Any
 from ..errors import ConfineError
 from ..paths import is_under
 
-# A workdir at or above any of these would hand the agent the system.
-SYSTEM_DIRS = ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32",
-               "/proc", "/run", "/sbin", "/sys", "/usr", "/snap", "/var/run")
-# ...and exactly these (a project below them is fine).
-SYSTEM_ROOTS = ("/", "/home", "/var", "/var/lib", "/var/log", "/var/cache", "/var/spool",
-                "/var/mail", "/tmp", "/var/tmp", "/opt", "/srv", "/mnt", "/media", "/root")
+# one list for the workdir and for write grants
+from ..policy import runlater
+from ..policy.runlater import SYSTEM_DIRS, SYSTEM_ROOTS
 
 
 def check_workdir(workdir: str, homes: Sequence[str], force: bool) -> str:
@@ -45,6 +42,19 @@ def check_workdir(workdir: str, homes: Sequence[str], force: bool) -> str:
     if why:
         raise ConfineError(f"refusing workdir {real}: it {why}, so the agent could write "
                            "everything there; use a project directory (or --force-workdir)")
+    # The workdir's protected names are workdir-relative (.claude/settings.json): a
+    # workdir that is ~/.claude, ~/.config or ~/.local/bin would hand over files in HOME
+    # that run later (confine's own profiles among them), as a write grant would.
+    for h in homes:
+        h = os.path.realpath(h)
+        entries = runlater.never_writable(h) + [(p, w) for p, _, w in
+                                                runlater.read_only_entries(h)]
+        for p, what in entries:
+            if is_under(real, p) or is_under(p, real):
+                how = "lies inside" if is_under(real, p) else "contains"
+                raise ConfineError(f"refusing workdir {real}: it {how} {p} ({what}), which "
+                                   "runs as you later; use a project directory (or "
+                                   "--force-workdir)")
     return real
 
 
