@@ -198,10 +198,9 @@ def test_replacements_where_the_primary_is_missing(dirs):
 
 def test_truncate_replacement_not_used_with_a_secret_under_a_write_grant(dirs, tmp_path):
     wd, home, tmp = dirs
-    secret_dir = os.path.join(home, ".ssh")
-    os.mkdir(secret_dir)
+    os.makedirs(os.path.join(home, ".cargo"))       # ~/.cargo/credentials is a secret
     prof = tmp_path / "p.yaml"
-    prof.write_text("extends: default\nfilesystem:\n  write: ['{home}']\n")
+    prof.write_text("extends: default\nfilesystem:\n  write: ['~/.cargo']\n")
     pol = _load.load(str(prof), workdir=wd, home=home, tmp=tmp)
     plan = compile(pol, ["true"], _ident(home), dataclasses.replace(FULL, landlock_abi=2),
                    parent_env={})
