@@ -13,8 +13,9 @@ tmpfs and on disk); `work` selects the five real-work rows.
 Compared: bare (unconfined), confine, bubblewrap, firejail and sandlock, each where
 installed ("not installed" otherwise). Inputs (trees, archives, repositories, packages,
 wheels) are made once under the cache (/var/tmp/confine-bench, CONFINE_BENCH_CACHE) and
-reused. Everything is offline: no traffic but loopback (npm is pointed at 127.0.0.1:9,
-pip gets --no-index, git clones a local path).
+reused; the tmpfs rows use a tmpfs mounted at $CACHE/tmpfs (left mounted). Everything is
+offline: no traffic but loopback (npm is pointed at 127.0.0.1:9, pip gets --no-index, git
+clones a local path).
 
 Run as root: confine starts as root and runs the agent as confine-test (`--user`); bare
 rows run as confine-test too. --quick (small N, small trees, one rep) takes about two
@@ -79,8 +80,11 @@ SIZES = {
 }
 
 
+OVERRIDE = {}
+
+
 def size(name, quick):
-    return SIZES[name][0 if quick else 1]
+    return OVERRIDE.get(name, SIZES[name][0 if quick else 1])
 
 
 def log(msg):
@@ -539,7 +543,7 @@ def section_workdir(t, small, pw, quick):
     for p in sizes:
         trees[f"{p * 13 + 10:,} entries"] = make_tree(p, pw)
     cands = {k: [t["confine"], "exec", "-w", d, "--user", USER, "--", "/bin/true"] for k, d in trees.items()}
-    res = interleaved(cands, max(3, size("cold_runs", quick) // 2), 1)
+    res = interleaved(cands, size("cold_runs", quick) if quick else max(5, size("cold_runs", quick) // 2), 1)
     out = {"trees": res, "largest": f"{sizes[-1] * 13 + 10:,} entries", "largest_entries": sizes[-1] * 13 + 10}
     return out
 
@@ -564,12 +568,20 @@ if cfg["confine"]:
     cands["confine.run"] = crun
     if hasattr(confine, "Sandbox"):
         # The prepared object of issue 13, goal 3 (signature guessed: adjust with the API).
+        # With capture and a timeout if .run takes them (goal 3 includes both).
         try:
             sb = confine.Sandbox(workdir=W, user=user)
-            def srun():
-                r = sb.run(["/bin/true"], capture_output=True, timeout=30)
-                if getattr(r, "returncode", getattr(r, "status", 0)) != 0:
-                    raise RuntimeError("status")
+            for kw in ({"capture_output": True, "timeout": 30}, {"timeout": 30}, {}):
+                try:
+                    sb.run(["/bin/true"], **kw)
+                    break
+                except TypeError:
+                    continue
+            def srun(kw=kw):
+                r = sb.run(["/bin/true"], **kw)
+                st = r if isinstance(r, int) else getattr(r, "returncode", getattr(r, "status", 0))
+                if st != 0:
+                    raise RuntimeError("status %r" % (st,))
             cands["confine.Sandbox(...).run"] = srun
         except Exception as e:
             errors["confine.Sandbox(...).run"] = "%s: %s" % (type(e).__name__, e)
@@ -716,6 +728,15 @@ def section_work(name, t, pw, bases, quick):
         scratch = mkdir_for(os.path.join(base, "work"), pw)
         res = {"bare": [], "confined": [], "inner": []}
         sides = [False, True] if t["confine"] else [False]
+        # One untimed bare run first: page cache and binaries warm for both sides.
+        wd = mkdir_for(os.path.join(scratch, f"{name}-warmup"), pw)
+        if setup:
+            setup(wd)
+            chown_tree(wd, pw)
+        try:
+            run_once(argv, wd, False, t, pw, grant)
+        finally:
+            shutil.rmtree(wd, ignore_errors=True)
         for rep in range(size("reps", quick)):
             for confined in (sides if rep % 2 == 0 else sides[::-1]):
                 wd = mkdir_for(os.path.join(scratch, f"{name}-{'c' if confined else 'b'}{rep}"), pw)
@@ -803,7 +824,7 @@ def render(R, M, V, quick, markdown, only=None):
         if markdown:
             L.append("| " + " | ".join(head) + " |")
             L.append("|" + "---|" * len(head))
-            L.extend("| " + " | ".join(str(c) for c in r) + " |" for r in rows)
+            L.extend("| " + " | ".join(str(c).replace("|", "\\|") for c in r) + " |" for r in rows)
         else:
             cols = [head, *rows]
             w = [max(len(str(r[i])) for r in cols) for i in range(len(head))]
@@ -816,7 +837,9 @@ def render(R, M, V, quick, markdown, only=None):
         L.append(f"**{s}**" if markdown else f"== {s}")
         L.append("")
 
-    tv = ", ".join(f"{k} {v}" for k, v in V.items() if k != "commit")
+    tv = ", ".join(f"{k} {v}" for k, v in V.items() if k not in ("commit", "confine from"))
+    if "confine from" in V:
+        tv += f"; confine measured: {V['confine from']}"
     note = "quick run, shared machine: not for comparison" if quick else "full run"
     if only:
         note += "; partial: " + ", ".join(n for n in SECTIONS if n in only) + " only"
@@ -833,7 +856,7 @@ def render(R, M, V, quick, markdown, only=None):
               [(a, b, c, "-" if r is None else f"{r:.2f}", "-" if r is None else ("met" if r <= 1 else "not met"))
                for a, b, c, r in G])
     if "cold" in R:
-        title("Cold start of `/bin/true`, ms (as root; confine and sandlock run the agent as described below)")
+        title("Cold start of `/bin/true`, ms (started as root; confine runs it as confine-test)")
         py = R["cold"].get("python3 -I -c pass")
         rows = []
         for k, s in R["cold"].items():
@@ -848,7 +871,7 @@ def render(R, M, V, quick, markdown, only=None):
         rows = []
         for k, s in R["workdir"]["trees"].items():
             med, p90 = fmt_ms(s)
-            add = (f"+{s['median'] - small['median']:.0f}" if isinstance(s, dict) and isinstance(small, dict)
+            add = (f"{s['median'] - small['median']:+.0f}" if isinstance(s, dict) and isinstance(small, dict)
                    and k != "small" else "")
             rows.append((k, med, p90, add))
         table(["workdir", "median", "p90", "added"], rows)
@@ -940,11 +963,17 @@ def main(argv=None):
     ap.add_argument("--json", metavar="FILE", help="also write the raw results as JSON")
     ap.add_argument("--confine", metavar="PATH", help="the confine to measure (default: the cache's install)")
     ap.add_argument("--install", action="store_true", help="reinstall this checkout into the cache first")
+    ap.add_argument("--reps", type=int, metavar="N", help="real-work repetitions (default 3, quick 1)")
+    ap.add_argument("--runs", type=int, metavar="N", help="cold-start runs (default 20, quick 5)")
     ap.add_argument("--stamp-install", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.stamp_install:
         stamp_install()
         return 0
+    if a.reps:
+        OVERRIDE["reps"] = a.reps
+    if a.runs:
+        OVERRIDE["cold_runs"] = a.runs
     if os.geteuid() != 0:
         sys.exit("bench/run.py: run as root (the agent runs as confine-test; bare rows switch to it)")
     if a.install:
@@ -962,6 +991,8 @@ def main(argv=None):
     t = tools(confine)
     M = machine()
     V = versions(t)
+    if where != "this checkout":
+        V["confine from"] = where
     log(f"confine: {confine or NOT_INSTALLED} ({where})")
     for k in ("bwrap", "firejail", "sandlock", "npm", "cc"):
         log(f"{k}: {t[k] or NOT_INSTALLED}")
@@ -999,9 +1030,9 @@ def main(argv=None):
     if a.markdown:
         write_markdown(a.markdown, render(R, M, V, a.quick, markdown=True, only=partial))
         log(f"{a.markdown}: benchmark block regenerated")
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump({"machine": M, "versions": V, "quick": a.quick, "results": R}, f, indent=1)
+    for path in filter(None, (a.json, os.path.join(CACHE, "last-run.json"))):
+        with open(path, "w") as f:
+            json.dump({"machine": M, "versions": V, "quick": a.quick, "only": a.only, "results": R}, f, indent=1)
     return 0
 
 
