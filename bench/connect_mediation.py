@@ -6,6 +6,7 @@ Run by hand (as root or a user), from a directory you own:
 It times N connect() calls to a socket in the workdir, once unconfined and once
 inside `confine exec` (where each connect is a seccomp notification handled by
 the supervisor and performed by the broker), and prints the per-call cost.
+bench/run.py imports `measure` (same code, as a chosen user, in a chosen place).
 """
 import json
 import os
@@ -14,7 +15,6 @@ import subprocess
 import sys
 import tempfile
 
-N = int(sys.argv[1]) if len(sys.argv) > 1 else 2000
 INNER = r"""
 import socket, time, os, json, sys, threading
 n = int(sys.argv[1]); path = os.path.abspath("bench.sock")
@@ -32,30 +32,70 @@ for _ in range(n): once()
 dt = time.perf_counter() - t
 print(json.dumps({"per_call_us": dt / n * 1e6}))
 """
+PY = "/usr/bin/python3"
 
 
-def main():
-    confine = os.environ.get("CONFINE", shutil.which("confine") or "confine")
-    wd = tempfile.mkdtemp(prefix="confine-bench-", dir=os.getcwd())
+def default_confine():
+    return os.environ.get("CONFINE", shutil.which("confine") or "confine")
+
+
+def _as_user(user):
+    """subprocess keyword arguments that run a bare command as `user` (root only)."""
+    if user is None or os.geteuid() != 0:
+        return {}
+    import pwd
+    pw = pwd.getpwnam(user)
+    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": pw.pw_dir, "USER": user, "LOGNAME": user,
+           "LANG": "C.UTF-8"}
+    return {"user": pw.pw_uid, "group": pw.pw_gid, "extra_groups": [], "env": env}
+
+
+def _workdir(parent, user):
+    wd = tempfile.mkdtemp(prefix="confine-bench-", dir=parent or os.getcwd())
+    if user is not None and os.geteuid() == 0:
+        import pwd
+        pw = pwd.getpwnam(user)
+        os.chown(wd, pw.pw_uid, pw.pw_gid)
+    return wd
+
+
+def measure(n=2000, confine=None, user=None, parent=None):
+    """{"bare": us, "confined": us, "added": us} per connect(), n calls each.
+    user: run both sides as this account (needs root); default as root, or as yourself."""
+    confine = confine or default_confine()
+    wd = _workdir(parent, user)
     try:
         script = os.path.join(wd, "inner.py")
         with open(script, "w") as f:
             f.write(INNER)
-        py = "/usr/bin/python3"
-        bare = json.loads(subprocess.run([py, script, str(N)], cwd=wd, capture_output=True,
-                                         text=True, check=True).stdout)
-        user = ["--user", "root"] if os.geteuid() == 0 else []
-        conf = subprocess.run([confine, "exec", "-w", wd, *user, "--", py, script, str(N)], cwd=wd,
+        os.chmod(script, 0o644)
+        bare = json.loads(subprocess.run([PY, script, str(n)], cwd=wd, capture_output=True, text=True,
+                                         check=True, **_as_user(user)).stdout)
+        if user is not None:
+            who = ["--user", user] if os.geteuid() == 0 else []
+        else:
+            who = ["--user", "root"] if os.geteuid() == 0 else []
+        conf = subprocess.run([confine, "exec", "-w", wd, *who, "--", PY, script, str(n)], cwd=wd,
                               capture_output=True, text=True)
         if conf.returncode:
-            sys.exit(f"confine failed: {conf.stderr}")
+            raise RuntimeError(f"confine failed: {conf.stderr.strip()}")
         inside = json.loads(conf.stdout.splitlines()[-1])
-        print(f"connect() to a unix socket in the workdir, {N} calls")
-        print(f"  unconfined:         {bare['per_call_us']:8.1f} us/call")
-        print(f"  confined, mediated: {inside['per_call_us']:8.1f} us/call")
-        print(f"  added per call:     {inside['per_call_us'] - bare['per_call_us']:8.1f} us")
+        return {"bare": bare["per_call_us"], "confined": inside["per_call_us"],
+                "added": inside["per_call_us"] - bare["per_call_us"]}
     finally:
         shutil.rmtree(wd, ignore_errors=True)
+
+
+def main():
+    n = int(sys.argv[1]) if len(sys.argv) > 1 else 2000
+    try:
+        r = measure(n)
+    except RuntimeError as e:
+        sys.exit(str(e))
+    print(f"connect() to a unix socket in the workdir, {n} calls")
+    print(f"  unconfined:         {r['bare']:8.1f} us/call")
+    print(f"  confined, mediated: {r['confined']:8.1f} us/call")
+    print(f"  added per call:     {r['added']:8.1f} us")
 
 
 if __name__ == "__main__":

@@ -8,16 +8,17 @@ symlink, mknod and truncate is a seccomp notification the supervisor hands to
 the broker (confine/mediation/files.py); read-only opens are not mediated. This
 times N of each kind of call unconfined and confined, then a small git
 workload (init, 500 files, add, commit) both ways.
+bench/run.py imports `measure` (same code, as a chosen user, in a chosen place).
 """
 import json
 import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 
-N = int(sys.argv[1]) if len(sys.argv) > 1 else 2000
+from connect_mediation import PY, _as_user, _workdir, default_confine
+
 INNER = r"""
 import json, os, sys, time
 n = int(sys.argv[1])
@@ -37,6 +38,14 @@ out = {
 }
 print(json.dumps(out))
 """
+# How many mediated calls each kind makes (unlink and rmdir are not mediated).
+MEDIATED_CALLS = {
+    "open read-only (not mediated)": 0,
+    "open O_WRONLY|O_CREAT|O_TRUNC, existing": 1,
+    "create + unlink a new file": 1,
+    "mkdir + rmdir": 1,
+    "rename there and back": 2,
+}
 GIT = r"""
 set -e
 d=repo-$$ && git init -q $d && cd $d
@@ -46,36 +55,61 @@ git add -A && git commit -qm bench
 """
 
 
-def main():
-    confine = os.environ.get("CONFINE", shutil.which("confine") or "confine")
-    wd = tempfile.mkdtemp(prefix="confine-bench-", dir=os.getcwd())
-    py = "/usr/bin/python3"
-    user = ["--user", "root"] if os.geteuid() == 0 else []
+def measure(n=2000, confine=None, user=None, parent=None, git=True):
+    """{"calls": {kind: {"bare", "confined", "added", "per_mediated_call"}} (us),
+    "git": {"bare", "confined", "startup"} (s) if git}."""
+    confine = confine or default_confine()
+    wd = _workdir(parent, user)
+    if user is not None:
+        who = ["--user", user] if os.geteuid() == 0 else []
+    else:
+        who = ["--user", "root"] if os.geteuid() == 0 else []
     try:
         script = os.path.join(wd, "inner.py")
         with open(script, "w") as f:
             f.write(INNER)
+        os.chmod(script, 0o644)
 
         def run(argv, inside):
-            cmd = [confine, "exec", "-w", wd, *user, "--", *argv] if inside else argv
+            cmd = [confine, "exec", "-w", wd, *who, "--", *argv] if inside else argv
             t = time.perf_counter()
-            p = subprocess.run(cmd, cwd=wd, capture_output=True, text=True)
+            p = subprocess.run(cmd, cwd=wd, capture_output=True, text=True, **({} if inside else _as_user(user)))
             if p.returncode:
-                sys.exit(f"failed: {cmd}: {p.stderr}")
+                raise RuntimeError(f"failed: {cmd}: {p.stderr.strip()}")
             return p.stdout, time.perf_counter() - t
 
-        bare = json.loads(run([py, script, str(N)], False)[0])
-        inside = json.loads(run([py, script, str(N)], True)[0].splitlines()[-1])
-        print(f"per call, {N} calls each (us): unconfined / confined / added")
+        bare = json.loads(run([PY, script, str(n)], False)[0])
+        inside = json.loads(run([PY, script, str(n)], True)[0].splitlines()[-1])
+        calls = {}
         for k in bare:
-            print(f"  {k:42s} {bare[k]:8.1f} {inside[k]:8.1f} {inside[k] - bare[k]:+8.1f}")
-        _, g0 = run(["/bin/sh", "-c", GIT], False)
-        _, g1 = run(["/bin/sh", "-c", GIT], True)
-        _, s1 = run(["/bin/true"], True)
-        print(f"git init + 500 files + add + commit: unconfined {g0:.2f} s, confined {g1:.2f} s "
-              f"(of which {s1:.2f} s is confine's start-up)")
+            added = inside[k] - bare[k]
+            m = MEDIATED_CALLS.get(k, 1)
+            calls[k] = {"bare": bare[k], "confined": inside[k], "added": added,
+                        "per_mediated_call": added / m if m else None}
+        out = {"calls": calls}
+        if git and shutil.which("git"):
+            _, g0 = run(["/bin/sh", "-c", GIT], False)
+            _, g1 = run(["/bin/sh", "-c", GIT], True)
+            _, s1 = run(["/bin/true"], True)
+            out["git"] = {"bare": g0, "confined": g1, "startup": s1}
+        return out
     finally:
         shutil.rmtree(wd, ignore_errors=True)
+
+
+def main():
+    n = int(sys.argv[1]) if len(sys.argv) > 1 else 2000
+    try:
+        r = measure(n)
+    except RuntimeError as e:
+        sys.exit(str(e))
+    print(f"per call, {n} calls each (us): unconfined / confined / added")
+    for k, v in r["calls"].items():
+        print(f"  {k:42s} {v['bare']:8.1f} {v['confined']:8.1f} {v['added']:+8.1f}")
+    if "git" in r:
+        g = r["git"]
+        print(f"git init + 500 files + add + commit: unconfined {g['bare']:.2f} s, confined {g['confined']:.2f} s "
+              f"(of which {g['startup']:.2f} s is confine's start-up)")
 
 
 if __name__ == "__main__":
