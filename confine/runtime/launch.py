@@ -21,7 +21,7 @@ from ..mediation import Mediator
 from ..plan import Plan
 from . import child, status
 from .channels import MediationChannel
-from .supervise import FORWARD, kill_leftovers, wait_for
+from .supervise import FORWARD, Terminal, kill_leftovers, own_children, wait_for
 
 
 @dataclass
@@ -57,6 +57,8 @@ def launch(plan: Plan, *, guard: Any = None,
     old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, sigset)
     caps.set_child_subreaper()
     supervisor = os.getpid()
+    spare = own_children()
+    terminal = Terminal()
     sys.stdout.flush()
     sys.stderr.flush()
     pid = os.fork()
@@ -81,10 +83,17 @@ def launch(plan: Plan, *, guard: Any = None,
         if med is not None:
             os.close(med.sync_w)
         outcome.status = wait_for(pid)
-        kill_leftovers()
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
-        signal.signal(signal.SIGCHLD, old_chld)
+        # Whatever happened above: nothing the agent started outlives this
+        # point (the exit check runs next), and none of it keeps the terminal.
+        try:
+            terminal.take_back()
+            kill_leftovers(spare)
+            terminal.take_back()
+        finally:
+            terminal.close()
+            signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
+            signal.signal(signal.SIGCHLD, old_chld)
     if failure is not None:
         raise _error(failure, plan)
     return outcome
