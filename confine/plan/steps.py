@@ -8,6 +8,8 @@ Order matters and is explained where it is not obvious:
   * the LSM requests come after the switch and before no_new_privs (which
     blocks most AppArmor transitions) and Landlock (which makes /proc/self/attr
     unwritable);
+  * session_keyring comes after the identity switch (the agent's uid owns the
+    new keyring) and before seccomp (which denies keyctl);
   * seccomp comes last so the steps above are not blocked by it; the broker
     is forked after Landlock (it lives in the agent's domain) and before the
     notifying filter (it must not be subject to its own mediation).
@@ -63,6 +65,9 @@ def child_steps(plan: Plan) -> list[Step]:
     if plan.pid_ns:
         out.append(Step("pid_namespace", "own pid namespace and /proc; a relay outside passes "
                         "signals and the exit status; pid 1 stays as the namespace's init"))
+        out.append(Step("proc_masks", "/proc/keys of the new /proc covered by an empty "
+                        "read-only file (the user's own keys are listed there by name)",
+                        {"masked": ["/proc/keys"]}))
     if plan.child_rules:
         out.append(Step("landlock_new_mounts", "grant the policy's rights again on the new "
                         "mounts", {"rules": [{"path": p, "access": landlock.names(a)}
@@ -75,6 +80,8 @@ def child_steps(plan: Plan) -> list[Step]:
                     "sets emptied" + ("; securebits locked"
                                       if ident.started_as_root or plan.mount_ns else ""),
                     {"privileged": ident.started_as_root or plan.mount_ns}))
+    out.append(Step("session_keyring", "join a new, empty session keyring: nothing of the "
+                    "launcher's keys (nor their names in /proc/keys)"))
     if plan.lsm.apparmor:
         out.append(Step("apparmor", "enter the AppArmor profile at exec",
                         {"profile": plan.lsm.apparmor}))

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..kernel import caps, hostview, landlock, lsm, namespaces, seccomp
+from ..kernel import caps, hostview, keyring, landlock, lsm, namespaces, seccomp
 from ..plan import Plan
 from . import status
 from .channels import MediationChannel
@@ -112,6 +112,10 @@ def _pid_namespace(ctx: ChildContext) -> None:
     caps.set_pdeathsig(signal.SIGKILL)
 
 
+def _proc_masks(ctx: ChildContext) -> None:
+    keyring.mask_proc_keys()
+
+
 def _landlock_new_mounts(ctx: ChildContext) -> None:
     # Rules made in the supervisor name the host's /dev/shm, /dev/pts and /proc;
     # these are new mounts, so grant them again here.
@@ -135,6 +139,10 @@ def _capabilities(ctx: ChildContext) -> None:
     # The kernel clears the death signal when credentials change.
     caps.set_pdeathsig(signal.SIGKILL)
     _check_parent(ctx)
+
+
+def _session_keyring(ctx: ChildContext) -> None:
+    keyring.join_fresh_session()
 
 
 def _apparmor(ctx: ChildContext) -> None:
@@ -218,9 +226,9 @@ RUNNERS: dict[str, Callable[[ChildContext], None]] = {
     "pdeathsig": _pdeathsig, "signals": _signals, "close_fds": _close_fds,
     "mount_namespace": _mount_namespace, "readonly_host": _readonly_host,
     "protected_binds": _protected_binds, "private_dev": _private_dev,
-    "pid_namespace": _pid_namespace, "landlock_new_mounts": _landlock_new_mounts,
+    "pid_namespace": _pid_namespace, "proc_masks": _proc_masks, "landlock_new_mounts": _landlock_new_mounts,
     "chdir": _chdir, "identity": _identity, "capabilities": _capabilities,
-    "apparmor": _apparmor, "selinux": _selinux, "no_core_dumps": _no_core_dumps,
+    "session_keyring": _session_keyring, "apparmor": _apparmor, "selinux": _selinux, "no_core_dumps": _no_core_dumps,
     "no_new_privs": _no_new_privs, "landlock": _landlock, "broker": _broker,
     "seccomp": _seccomp, "seccomp_notify": _seccomp_notify, "fork_agent": _fork_agent,
     "exec": _exec,
