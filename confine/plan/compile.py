@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from landlockpy import AccessFS, AccessNet, Scope
@@ -77,6 +77,7 @@ class Plan:
     writable_binds: tuple[str, ...]      # stay writable in the read-only host view
     child_rules: tuple[tuple[str, AccessFS], ...]   # Landlock rules added after the mounts
     protected: Protected | None
+    limits: Mapping[str, str] = field(default_factory=dict)   # limit -> how it is enforced
     steps: tuple[Step, ...] = ()
 
     @property
@@ -139,6 +140,8 @@ class Plan:
                 "writable": self.writable_paths() if self.mount_ns else None,
                 "private": ["/dev/shm", "/dev/pts", "/proc"] if self.mount_ns else [],
             },
+            "limits": {k: {"value": v, "mechanism": self.limits.get(k, "unlimited")}
+                       for k, v in self.policy.limits.to_dict().items()},
             "missing": [{"feature": m.feature, "detail": m.detail} for m in self.missing],
             "notes": list(self.notes),
         }
@@ -174,6 +177,30 @@ def missing_features(policy: Policy, host: HostFacts, as_root: bool = True) -> l
                            "unbound TCP sockets" + (" and pathname unix sockets, as Landlock "
                            f"ABI {abi} < 9 cannot)" if abi < 9 else ")")
                            + " is not available on this kernel"))
+    return out
+
+
+def limit_mechanisms(policy: Policy, identity: Identity, mount_ns: bool) -> dict[str, str]:
+    """How each limit the policy sets is enforced on this host ("NOT enforced: why")."""
+    lim, out = policy.limits, {}
+    if lim.processes is not None:
+        out["processes"] = ("RLIMIT_NPROC: the tasks the agent's uid has when the run starts, "
+                            "plus this many" + ("; NOT enforced for uid 0 (the kernel exempts "
+                                                "root)" if identity.uid == 0 else ""))
+    if lim.memory is not None:
+        out["memory"] = ("RLIMIT_DATA: private writable memory of each process (shared memory "
+                         "and tmpfs files are not counted)")
+    if lim.open_files is not None:
+        out["open_files"] = "RLIMIT_NOFILE: descriptors of each process"
+    if lim.file_size is not None:
+        out["file_size"] = "RLIMIT_FSIZE: a larger write fails with EFBIG (or SIGXFSZ)"
+    if lim.shm_size is not None:
+        out["shm_size"] = ("size of the private /dev/shm tmpfs" if mount_ns else
+                           "NOT enforced: no mount namespace, /dev/shm is the host's")
+    if lim.tmp_size is not None:
+        out["tmp_size"] = ("size of a tmpfs the supervisor mounts on the private TMPDIR"
+                           if identity.started_as_root else "NOT enforced: started "
+                           "unprivileged, the private TMPDIR is a directory on the host's /tmp")
     return out
 
 
@@ -242,6 +269,11 @@ def compile(policy: Policy, argv: Sequence[str], identity: Identity, host: HostF
     if policy.seccomp.unsafe_allow:
         notes.append("default seccomp denials removed by the profile: "
                      + ", ".join(policy.seccomp.unsafe_allow))
+    if identity.uid == 0 and policy.limits.processes is not None:
+        notes.append("limits: processes is not enforced for an agent running as uid 0 "
+                     "(RLIMIT_NPROC does not apply to root)")
+    notes.append("network tables: /proc/net shows the host's sockets and connections (no "
+                 "network namespace); only another network namespace could hide them")
     missing = missing_features(policy, host, identity.started_as_root)
     lsm_kept = Lsm()
     if lsm.apparmor:
@@ -280,5 +312,6 @@ def compile(policy: Policy, argv: Sequence[str], identity: Identity, host: HostF
                 carved=tuple(sorted(set(carved))), unix_mediation=unix_mediation,
                 file_mediation=file_mediation, mount_ns=mount_ns, pid_ns=mount_ns,
                 lsm=lsm_kept, writable_binds=tuple(binds), child_rules=tuple(child_rules),
-                protected=protected)
+                protected=protected,
+                limits=limit_mechanisms(policy, identity, mount_ns))
     return dataclasses.replace(plan, steps=tuple(child_steps(plan)))

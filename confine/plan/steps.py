@@ -3,6 +3,8 @@
 This is the only list of the child's order: runtime/child.py has one function
 per name below and runs exactly `plan.steps`; --dry-run prints the same list.
 Order matters and is explained where it is not obvious:
+  * limits come before the namespaces: RLIMIT_NPROC counts the agent uid's
+    tasks on the host, which only the host's /proc shows;
   * the mount and pid namespaces come before the identity switch (making them
     needs the capabilities the switch drops);
   * the LSM requests come after the switch and before no_new_privs (which
@@ -45,6 +47,10 @@ def child_steps(plan: Plan) -> list[Step]:
         Step("signals", "default dispositions and an empty mask for the agent"),
         Step("close_fds", "close every inherited descriptor except 0, 1, 2"),
     ]
+    rl = {k: v for k, v in plan.limits.items() if v.startswith("RLIMIT")}
+    if rl:
+        out.append(Step("limits", "resource limits by setrlimit (before the namespaces: "
+                        "RLIMIT_NPROC counts the uid's tasks on the host)", {"rlimits": rl}))
     if plan.mount_ns:
         out += [
             Step("mount_namespace", "private mount namespace"
@@ -61,7 +67,8 @@ def child_steps(plan: Plan) -> list[Step]:
                              "pinned": list(d.get("pinned", ())),
                              "through": list(d.get("bases", ()))}))
         out.append(Step("private_dev", "private /dev/shm and /dev/pts",
-                        {"private": ["/dev/shm", "/dev/pts"]}))
+                        {"private": ["/dev/shm", "/dev/pts"],
+                         "shm_size": plan.policy.limits.shm_size or "50%"}))
     if plan.pid_ns:
         out.append(Step("pid_namespace", "own pid namespace and /proc; a relay outside passes "
                         "signals and the exit status; pid 1 stays as the namespace's init"))

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..kernel import caps, hostview, keyring, landlock, lsm, namespaces, seccomp
+from ..kernel import caps, hostview, keyring, landlock, lsm, namespaces, rlimits, seccomp
 from ..plan import Plan
 from . import status
 from .channels import MediationChannel
@@ -76,6 +76,12 @@ def _close_fds(ctx: ChildContext) -> None:
     os.closerange(lo, top if top > 0 else 65536)
 
 
+def _limits(ctx: ChildContext) -> None:
+    lim = ctx.plan.policy.limits
+    rlimits.apply(uid=ctx.plan.identity.uid, processes=lim.processes, memory=lim.memory,
+                  open_files=lim.open_files, file_size=lim.file_size)
+
+
 def _mount_namespace(ctx: ChildContext) -> None:
     namespaces.enter(userns=not ctx.plan.identity.started_as_root)
     namespaces.make_private()
@@ -91,7 +97,7 @@ def _protected_binds(ctx: ChildContext) -> None:
 
 
 def _private_dev(ctx: ChildContext) -> None:
-    hostview.private_shm()
+    hostview.private_shm(ctx.plan.policy.limits.shm_size)
     hostview.private_pts()
 
 
@@ -223,7 +229,7 @@ def _exec(ctx: ChildContext) -> None:
 
 
 RUNNERS: dict[str, Callable[[ChildContext], None]] = {
-    "pdeathsig": _pdeathsig, "signals": _signals, "close_fds": _close_fds,
+    "pdeathsig": _pdeathsig, "signals": _signals, "close_fds": _close_fds, "limits": _limits,
     "mount_namespace": _mount_namespace, "readonly_host": _readonly_host,
     "protected_binds": _protected_binds, "private_dev": _private_dev,
     "pid_namespace": _pid_namespace, "proc_masks": _proc_masks, "landlock_new_mounts": _landlock_new_mounts,

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import CommandNotExecutable, CommandNotFound, ConfineError, default_warn
-from ..kernel import caps, landlock, notify, seccomp
+from ..kernel import caps, landlock, notify, seccomp, tmpfs
 from ..mediation import Mediator
 from ..plan import Plan
 from . import child, status
@@ -47,6 +47,31 @@ def launch(plan: Plan, *, guard: Any = None,
            warn: Callable[[str], None] | None = None) -> Outcome:
     """Run the plan. Returns the command's status (128+N if killed by signal N);
     raises CommandNotFound/CommandNotExecutable/ConfineError for failures before exec."""
+    tmp = _mount_tmp(plan)
+    try:
+        return _launch(plan, guard, warn)
+    finally:
+        if tmp is not None:
+            try:
+                tmpfs.detach(tmp)
+            except OSError as e:
+                (warn or default_warn)(f"cannot detach the TMPDIR tmpfs {tmp}: {e}")
+
+
+def _mount_tmp(plan: Plan) -> str | None:
+    """The TMPDIR's size limit, before the Landlock rules name its directory (they
+    must name the tmpfs). Refuses to run if the plan said it would be enforced."""
+    size = plan.policy.limits.tmp_size
+    if size is None or not plan.identity.started_as_root:
+        return None
+    try:
+        tmpfs.mount_tmp(plan.policy.tmp, size, plan.identity.uid, plan.identity.gid)
+    except OSError as e:
+        raise ConfineError(f"limits: tmp_size: {e.strerror or e}") from None
+    return plan.policy.tmp
+
+
+def _launch(plan: Plan, guard: Any, warn: Callable[[str], None] | None) -> Outcome:
     ruleset = _ruleset(plan)
     filters = _filters(plan)
     status_r, status_w = os.pipe2(os.O_CLOEXEC)
