@@ -168,6 +168,9 @@ def _print_plan(d: dict) -> None:
     e(f"protected names: {d['protected_names']}")
     us = d["unix_sockets"]
     e(f"unix sockets: {us['mechanism']}; allowed under {', '.join(us['allowed_under'])}")
+    cg = d.get("cgroup")
+    e("cgroup: " + (f"a cgroup of the run under {cg['parent']} ({cg['kill']})" if cg
+                    else "none (leftovers are killed by the descendant walk)"))
     e("limits:")
     for k, lim in d.get("limits", {}).items():
         v = lim["value"]

@@ -47,6 +47,12 @@ def child_steps(plan: Plan) -> list[Step]:
         Step("signals", "default dispositions and an empty mask for the agent"),
         Step("close_fds", "close every inherited descriptor except 0, 1, 2"),
     ]
+    if plan.cgroup:
+        out.insert(1, Step("cgroup", "join the run's own cgroup: killed as a whole when the run "
+                           "ends" + (", limits " + ", ".join(k for k, v in plan.limits.items()
+                                                            if v.startswith("cgroup"))
+                                     if any(v.startswith("cgroup") for v in plan.limits.values())
+                                     else ""), {"under": plan.cgroup}))
     rl = {k: v for k, v in plan.limits.items() if v.startswith("RLIMIT")}
     if rl:
         out.append(Step("limits", "resource limits by setrlimit (before the namespaces: "

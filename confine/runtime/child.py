@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..kernel import caps, hostview, keyring, landlock, lsm, namespaces, rlimits, seccomp
+from ..kernel import caps, cgroup, hostview, keyring, landlock, lsm, namespaces, rlimits, seccomp
 from ..plan import Plan
 from . import status
 from .channels import MediationChannel
@@ -35,6 +35,7 @@ class ChildContext:
     supervisor: int                      # pid of the supervisor (our parent)
     old_mask: Any                        # the signal mask to restore before exec
     mediation: MediationChannel | None
+    cgroup: str | None = None            # the run's cgroup, made by the supervisor
     expect_parent: int = 0
     trace: list[str] = field(default_factory=list)
 
@@ -76,10 +77,21 @@ def _close_fds(ctx: ChildContext) -> None:
     os.closerange(lo, top if top > 0 else 65536)
 
 
+def _cgroup(ctx: ChildContext) -> None:
+    if ctx.cgroup is None:
+        raise OSError(errno.ENOENT, "no cgroup was made for the run")
+    cgroup.join(ctx.cgroup)
+
+
 def _limits(ctx: ChildContext) -> None:
-    lim = ctx.plan.policy.limits
-    rlimits.apply(uid=ctx.plan.identity.uid, processes=lim.processes, memory=lim.memory,
-                  open_files=lim.open_files, file_size=lim.file_size)
+    lim, how = ctx.plan.policy.limits, ctx.plan.limits
+
+    def by_rlimit(name: str, v: int | None) -> int | None:
+        return v if how.get(name, "").startswith("RLIMIT") else None
+    rlimits.apply(uid=ctx.plan.identity.uid, processes=by_rlimit("processes", lim.processes),
+                  memory=by_rlimit("memory", lim.memory),
+                  open_files=by_rlimit("open_files", lim.open_files),
+                  file_size=by_rlimit("file_size", lim.file_size))
 
 
 def _mount_namespace(ctx: ChildContext) -> None:
@@ -229,7 +241,7 @@ def _exec(ctx: ChildContext) -> None:
 
 
 RUNNERS: dict[str, Callable[[ChildContext], None]] = {
-    "pdeathsig": _pdeathsig, "signals": _signals, "close_fds": _close_fds, "limits": _limits,
+    "pdeathsig": _pdeathsig, "cgroup": _cgroup, "signals": _signals, "close_fds": _close_fds, "limits": _limits,
     "mount_namespace": _mount_namespace, "readonly_host": _readonly_host,
     "protected_binds": _protected_binds, "private_dev": _private_dev,
     "pid_namespace": _pid_namespace, "proc_masks": _proc_masks, "landlock_new_mounts": _landlock_new_mounts,

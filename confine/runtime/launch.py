@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import CommandNotExecutable, CommandNotFound, ConfineError, default_warn
-from ..kernel import caps, landlock, notify, seccomp, tmpfs
+from ..kernel import caps, cgroup, landlock, notify, seccomp, tmpfs
 from ..mediation import Mediator
 from ..plan import Plan
 from . import child, status
@@ -48,9 +48,26 @@ def launch(plan: Plan, *, guard: Any = None,
     """Run the plan. Returns the command's status (128+N if killed by signal N);
     raises CommandNotFound/CommandNotExecutable/ConfineError for failures before exec."""
     tmp = _mount_tmp(plan)
+    cg = None
     try:
-        return _launch(plan, guard, warn)
+        if plan.cgroup:
+            lim = plan.policy.limits
+            try:
+                cg = cgroup.create(plan.cgroup, pids=lim.processes
+                                   if plan.limits.get("processes", "").startswith("cgroup")
+                                   else None, memory=lim.memory
+                                   if plan.limits.get("memory", "").startswith("cgroup")
+                                   else None)
+            except OSError as e:
+                raise ConfineError(f"cannot make the run's cgroup under {plan.cgroup}: "
+                                   f"{e.strerror or e}") from None
+        return _launch(plan, guard, warn, cg)
     finally:
+        if cg is not None:
+            try:
+                cgroup.remove(cg)
+            except OSError as e:
+                (warn or default_warn)(f"cannot remove the run's cgroup {cg}: {e}")
         if tmp is not None:
             try:
                 tmpfs.detach(tmp)
@@ -71,7 +88,8 @@ def _mount_tmp(plan: Plan) -> str | None:
     return plan.policy.tmp
 
 
-def _launch(plan: Plan, guard: Any, warn: Callable[[str], None] | None) -> Outcome:
+def _launch(plan: Plan, guard: Any, warn: Callable[[str], None] | None,
+            cg: str | None) -> Outcome:
     ruleset = _ruleset(plan)
     filters = _filters(plan)
     status_r, status_w = os.pipe2(os.O_CLOEXEC)
@@ -94,7 +112,7 @@ def _launch(plan: Plan, guard: Any, warn: Callable[[str], None] | None) -> Outco
                 med.close_supervisor_ends_in_child()
             child.run(child.ChildContext(plan=plan, ruleset=ruleset, filters=filters,
                                          status_w=status_w, supervisor=supervisor,
-                                         old_mask=old_mask, mediation=med))
+                                         old_mask=old_mask, mediation=med, cgroup=cg))
         finally:
             os._exit(125)
     try:
@@ -113,7 +131,7 @@ def _launch(plan: Plan, guard: Any, warn: Callable[[str], None] | None) -> Outco
         # point (the exit check runs next), and none of it keeps the terminal.
         try:
             terminal.take_back()
-            kill_leftovers(spare)
+            kill_leftovers(spare, (lambda: _cgroup_kill(cg)) if cg else None)
             terminal.take_back()
         finally:
             terminal.close()
@@ -122,6 +140,13 @@ def _launch(plan: Plan, guard: Any, warn: Callable[[str], None] | None) -> Outco
     if failure is not None:
         raise _error(failure, plan)
     return outcome
+
+
+def _cgroup_kill(path: str) -> None:
+    try:
+        cgroup.kill(path)
+    except OSError:
+        pass        # the descendant walk that follows kills them one by one
 
 
 def _read_status(status_r: int, pid: int, plan: Plan, med: MediationChannel | None,

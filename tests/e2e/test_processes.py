@@ -182,3 +182,28 @@ def test_terminal_foreground_comes_back(sandbox, layers):
 
 def _q(s: str) -> str:
     return "'" + s.replace("'", "'\\''") + "'"
+
+
+CGROUP = "print('cgroup', [l for l in open('/proc/self/cgroup') if l.startswith('0::')][0].strip())"
+
+
+@pytest.mark.parametrize("layers", ["all", "landlock"])
+def test_run_cgroup_when_one_can_be_made(sandbox, layers):
+    """Where --dry-run names a cgroup of the run, the agent is in it while it runs
+    and it is gone afterwards; where it names none, the agent stays in the
+    launcher's cgroup (leftovers then go by the descendant walk alone)."""
+    import json
+    sb = _layers(sandbox, layers)
+    dry = sb.confine("exec", "--dry-run", "--json", "-w", sb.workdir, *sb.opts, "--", "true")
+    cg = json.loads(dry.stdout)["cgroup"]
+    p = sb.run([PY, "-c", CGROUP])
+    assert p.returncode == 0, p.stderr
+    inside = p.stdout.split()[1][3:]
+    if cg is None:
+        assert "/confine-" not in inside
+        if sb.mode == "root":
+            pytest.fail("started as root with a cgroup2 mount, the run should get a cgroup")
+        return
+    assert inside.rsplit("/", 1)[-1].startswith("confine-"), inside
+    path = os.path.join(cg["parent"], inside.rsplit("/", 1)[-1])
+    assert not os.path.exists(path), f"{path} left behind"

@@ -7,6 +7,8 @@ before the namespaces.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from confine.errors import ProfileError
@@ -98,3 +100,19 @@ def test_limits_step_comes_before_the_namespaces(tmp_path):
     lifted = _plan(tmp_path, "limits:\n  processes: unlimited\n  memory: unlimited\n"
                    "  open_files: unlimited\n  file_size: unlimited\n").step_names()
     assert "limits" not in lifted
+
+
+def test_a_run_cgroup_with_controllers_takes_processes_and_memory(tmp_path):
+    host = HostFacts(landlock_abi=7, seccomp_filter=True, seccomp_user_notif=True,
+                     namespaces=True, cgroup="/sys/fs/cgroup",
+                     cgroup_controllers=("pids", "memory"))
+    plan = _plan(tmp_path, host=host, root=True, uid=0)
+    assert plan.limits["processes"].startswith("cgroup pids.max")
+    assert plan.limits["memory"].startswith("cgroup memory.max")
+    assert plan.step_names()[:2] == ["pdeathsig", "cgroup"]
+    limits_step = next(s for s in plan.steps if s.name == "limits")
+    assert set(limits_step.params["rlimits"]) == {"open_files", "file_size"}
+    assert not any("uid 0" in n for n in plan.notes)      # pids.max applies to root too
+    kill_only = dataclasses.replace(host, cgroup_controllers=())
+    assert _plan(tmp_path, host=kill_only).limits["processes"].startswith("RLIMIT_NPROC")
+    assert "cgroup" not in _plan(tmp_path).step_names()
