@@ -131,7 +131,12 @@ def _launch(plan: Plan, guard: Any, warn: Callable[[str], None] | None,
         # point (the exit check runs next), and none of it keeps the terminal.
         try:
             terminal.take_back()
-            kill_leftovers(spare, (lambda: _cgroup_kill(cg)) if cg else None)
+            stuck = kill_leftovers(spare, (lambda: _cgroup_kill(cg)) if cg else None)
+            if stuck:
+                (warn or default_warn)(
+                    f"{len(stuck)} agent processes are stuck in the kernel with SIGKILL "
+                    f"pending (pids {', '.join(map(str, stuck[:10]))}): they will not run "
+                    "again, but still hold what they have open")
             terminal.take_back()
         finally:
             terminal.close()

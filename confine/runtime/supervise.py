@@ -161,8 +161,12 @@ def _reap(spare: frozenset[int]) -> None:
                 pass
 
 
+FREEZE_SECONDS = 2.0   # then kill anyway: a process in state D cannot stop
+STUCK_SECONDS = 10.0   # then give up on processes in the kernel with SIGKILL queued
+
+
 def kill_leftovers(spare: frozenset[tuple[int, int]] = frozenset(),
-                   cgroup_kill: Callable[[], None] | None = None) -> None:
+                   cgroup_kill: Callable[[], None] | None = None) -> list[int]:
     """Kill every descendant of this process except `spare` (own_children() taken
     before the agent was forked), and return only when a full scan finds none.
 
@@ -173,7 +177,8 @@ def kill_leftovers(spare: frozenset[tuple[int, int]] = frozenset(),
     is frozen with SIGSTOP until two scans in a row find every descendant
     stopped (a stopped process can neither fork nor SIGCONT another), then
     everything is killed, and the walk repeats, with no round limit, until a
-    scan finds no descendant at all."""
+    scan finds no descendant at all. Returns the pids still there after
+    STUCK_SECONDS that all have SIGKILL queued (stuck in the kernel), else []."""
     me = os.getpid()
     spare_pids = frozenset(p for p, _ in spare)
 
@@ -187,8 +192,8 @@ def kill_leftovers(spare: frozenset[tuple[int, int]] = frozenset(),
         cgroup_kill()
     held = _Held()
     try:
-        quiet = 0
-        while quiet < 2:                            # freeze
+        quiet, end = 0, time.monotonic() + FREEZE_SECONDS
+        while quiet < 2 and time.monotonic() < end:     # freeze
             table, found = tree()
             if not found:
                 break
@@ -196,17 +201,35 @@ def kill_leftovers(spare: frozenset[tuple[int, int]] = frozenset(),
             for d in moving:
                 held.signal(d, table[d], signal.SIGSTOP)
             quiet = quiet + 1 if not moving else 0
-        while True:                                 # kill, until none is left
+            time.sleep(0.001)
+        end = time.monotonic() + STUCK_SECONDS
+        while True:                                     # kill, until none is left
             _reap(spare_pids)
             table, found = tree()
             if not found:
-                return
+                return []
             for d in found:
                 held.signal(d, table[d], signal.SIGKILL)
-            if all(table[d].state in ("Z", "X") for d in found):
-                time.sleep(0.001)                   # exits still in progress
+            if time.monotonic() > end and all(_kill_pending(d) for d in found):
+                # In the kernel (state D) with SIGKILL queued: they never run
+                # user code again, but may take as long as their I/O does.
+                return found
+            time.sleep(0.001)
     finally:
         held.close()
+
+
+def _kill_pending(pid: int) -> bool:
+    """SIGKILL is queued for the process (or it is gone)."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            for line in f:
+                if line.startswith((b"ShdPnd:", b"SigPnd:")) and int(line.split()[1], 16) & (
+                        1 << (signal.SIGKILL - 1)):
+                    return True
+    except (OSError, ValueError, IndexError):
+        return True
+    return False
 
 
 class Terminal:

@@ -83,6 +83,28 @@ STORM = LIB + textwrap.dedent("""
     print("started", count(), flush=True)
 """)
 
+# Processes that undo the freeze: each keeps sending SIGCONT to its whole
+# process group (and a new session each, so groups multiply) while forking.
+UNFREEZE = LIB + textwrap.dedent("""
+    import signal
+    WIDTH = int(sys.argv[2])
+    for _ in range(WIDTH):
+        if os.fork() == 0:
+            name()
+            os.setsid()
+            while True:
+                try:
+                    os.killpg(0, signal.SIGCONT)
+                    if os.fork() == 0:
+                        name()
+                        continue
+                except OSError:
+                    pass
+                time.sleep(0.001)
+    time.sleep(0.5)
+    print("started", count(), flush=True)
+""")
+
 
 def _tag() -> str:
     return "cfk" + secrets.token_hex(4)
@@ -148,6 +170,28 @@ def test_forking_storm_is_dead_when_confine_returns(sandbox, layers):
         assert _survivors(tag) == []
     finally:
         _cleanup(tag)
+
+
+@pytest.mark.parametrize("layers", ["all", "landlock"])
+def test_processes_that_resume_each_other_are_dead_when_confine_returns(sandbox, layers):
+    sb, tag = _layers(sandbox, layers), _tag()
+    try:
+        p = sb.run([PY, "-c", UNFREEZE, tag, "4"], "-p", _few_processes(sb), timeout=120)
+        assert p.returncode == 0, p.stderr
+        assert int(p.stdout.split()[1]) >= 4             # control: they ran
+        assert _survivors(tag) == []
+    finally:
+        _cleanup(tag)
+
+
+def _few_processes(sb) -> str:
+    """A profile that caps the run at 200 tasks: the storm stays small on a shared host."""
+    path = os.path.join(sb.workdir, "few.yaml")
+    with open(path, "w") as f:
+        f.write("extends: default\nlimits:\n  processes: 200\n")
+    if os.geteuid() == 0:
+        os.chown(path, sb.pw.pw_uid, sb.pw.pw_gid)
+    return path
 
 
 # The agent puts itself in the terminal's foreground (as an interactive shell
