@@ -55,6 +55,7 @@ CHAIN = LIB + textwrap.dedent("""
                 time.sleep(60)
         if SETSID:
             os.setsid()
+        name()                                  # before the next fork: counted when ready
     else:
         name()
         os.write(w, b"r")
