@@ -1282,25 +1282,24 @@ def _o_fork_bomb():
     goal = (lim or 4096) + 256
 
     def child():
-        import threading
+        # _thread does not wait for each thread to start (threading does: a
+        # context switch per thread, seconds on a busy host); the threads block
+        # on a held lock and end with the child's _exit, never joined.
+        import _thread
         import time
-        threading.stack_size(64 * 1024)
-        stop, started = threading.Event(), []
-        end = time.monotonic() + 2.0           # inside the per-attempt timer, on a busy host
+        _thread.stack_size(64 * 1024)
+        lock = _thread.allocate_lock()
+        lock.acquire()
+        n, end = 0, time.monotonic() + 2.0    # inside the per-attempt timer
         try:
-            while len(started) < goal:
+            while n < goal:
                 if time.monotonic() > end:
-                    return -len(started)
-                t = threading.Thread(target=stop.wait)
-                t.start()
-                started.append(t)
+                    return -n
+                _thread.start_new_thread(lock.acquire, ())
+                n += 1
         except RuntimeError:
             pass
-        finally:
-            stop.set()
-            for t in started:
-                t.join()
-        return len(started)
+        return n
     kind, n = in_child(child)
     if kind == "signal":
         return killed(n)
