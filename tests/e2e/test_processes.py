@@ -252,3 +252,33 @@ def test_run_cgroup_when_one_can_be_made(sandbox, layers):
     assert inside.rsplit("/", 1)[-1].startswith("confine-"), inside
     path = os.path.join(cg["parent"], inside.rsplit("/", 1)[-1])
     assert not os.path.exists(path), f"{path} left behind"
+
+
+def test_a_recycled_pid_is_never_signalled():
+    """The walk signals through pidfds opened only while /proc still shows the
+    scanned parent and start time: a process that merely has a scanned pid
+    (recycled: here, a wrong start time stands for it) is left alone. Control:
+    with the right start time the same call kills it."""
+    import subprocess
+    from confine.runtime import supervise
+    p = subprocess.Popen(["sleep", "30"])
+    try:
+        seen = supervise.scan()[p.pid]
+        held = supervise._Held()
+        held.signal(p.pid, seen._replace(start=seen.start + 1), signal.SIGKILL)
+        time.sleep(0.1)
+        assert p.poll() is None                      # not signalled
+        held.signal(p.pid, seen, signal.SIGKILL)
+        assert p.wait(timeout=5) == -signal.SIGKILL  # control
+        held.close()
+    finally:
+        p.kill()
+        p.wait()
+
+
+def test_descendants_parents_first_and_spared_children():
+    from confine.runtime.supervise import Proc, descendants
+    t = {2: Proc(1, 0, "S"), 3: Proc(2, 0, "S"), 4: Proc(3, 0, "S"), 5: Proc(1, 0, "S"),
+         9: Proc(8, 0, "S")}
+    out = descendants(1, t)
+    assert sorted(out) == [2, 3, 4, 5] and out.index(2) < out.index(3) < out.index(4)
