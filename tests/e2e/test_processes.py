@@ -260,6 +260,7 @@ def test_a_recycled_pid_is_never_signalled():
     (recycled: here, a wrong start time stands for it) is left alone. Control:
     with the right start time the same call kills it."""
     import subprocess
+
     from confine.runtime import supervise
     p = subprocess.Popen(["sleep", "30"])
     try:
