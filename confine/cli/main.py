@@ -209,6 +209,15 @@ def _print_plan(d: dict) -> None:
     e(f"protected names: {d['protected_names']}")
     us = d["unix_sockets"]
     e(f"unix sockets: {us['mechanism']}; allowed under {', '.join(us['allowed_under'])}")
+    cg = d.get("cgroup")
+    e("cgroup: " + (f"a cgroup of the run under {cg['parent']} ({cg['kill']})" if cg
+                    else "none (leftovers are killed by the descendant walk)"))
+    e("limits:")
+    for k, lim in d.get("limits", {}).items():
+        v = lim["value"]
+        shown = "unlimited" if v is None else (f"{v}" if k in ("processes", "open_files")
+                                               else _size(v))
+        e(f"  {k:<11} {shown:<10} {lim['mechanism'] if v is not None else ''}".rstrip())
     e("environment:")
     for k, v in sorted(d["environment"].items()):
         e(f"  {k}={v}")
@@ -219,6 +228,13 @@ def _print_plan(d: dict) -> None:
         e(f"MISSING: {m['feature']}: {m['detail']}")
     for n in d["notes"]:
         e(f"note: {n}")
+
+
+def _size(n: int) -> str:
+    for unit, b in (("T", 1 << 40), ("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if n % b == 0:
+            return f"{n // b}{unit}"
+    return str(n)
 
 
 @cli.command()

@@ -104,10 +104,11 @@ def readonly_except(writable: list[str]) -> None:
             raise oserror(f"namespaces: {w} became read-only", errno.EIO)
 
 
-def private_shm() -> bool:
+def private_shm(size: int | None = None) -> bool:
     if not os.path.isdir("/dev/shm"):
         return False
-    mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777,size=50%",
+    mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV,
+          f"mode=1777,size={'50%' if size is None else size}",
           "mount a private tmpfs on /dev/shm")
     return True
 

@@ -78,6 +78,8 @@ class Plan:
     child_rules: tuple[tuple[str, AccessFS], ...]   # Landlock rules added after the mounts
     protected: Protected | None
     mechanisms: Mapping[str, str] = field(default_factory=dict)   # feature -> what enforces it
+    limits: Mapping[str, str] = field(default_factory=dict)   # limit -> how it is enforced
+    cgroup: str | None = None            # parent of the run's cgroup (v2), made by launch
     steps: tuple[Step, ...] = ()
 
     @property
@@ -144,6 +146,10 @@ class Plan:
                 "private": ["/dev/shm", "/dev/pts", "/proc"] if self.mount_ns else [],
             },
             "mechanisms": dict(self.mechanisms),
+            "cgroup": ({"parent": self.cgroup, "kill": "cgroup.kill, then the descendant walk"}
+                       if self.cgroup else None),
+            "limits": {k: {"value": v, "mechanism": self.limits.get(k, "unlimited")}
+                       for k, v in self.policy.limits.to_dict().items()},
             "missing": [{"feature": m.feature, "detail": m.detail} for m in self.missing],
             "notes": list(self.notes),
         }
@@ -213,6 +219,35 @@ def missing_features(policy: Policy, host: HostFacts, as_root: bool = True) -> l
                            "unbound TCP sockets" + (" and pathname unix sockets, as Landlock "
                            f"ABI {abi} < 9 cannot)" if abi < 9 else ")")
                            + " is not available on this kernel"))
+    return out
+
+
+def limit_mechanisms(policy: Policy, identity: Identity, mount_ns: bool,
+                     cgroup_controllers: Sequence[str] = ()) -> dict[str, str]:
+    """How each limit the policy sets is enforced on this host ("NOT enforced: why")."""
+    lim, out = policy.limits, {}
+    if lim.processes is not None and "pids" in cgroup_controllers:
+        out["processes"] = "cgroup pids.max: every task of the run, threads included"
+    elif lim.processes is not None:
+        out["processes"] = ("RLIMIT_NPROC: the tasks the agent's uid has when the run starts, "
+                            "plus this many" + ("; NOT enforced for uid 0 (the kernel exempts "
+                                                "root)" if identity.uid == 0 else ""))
+    if lim.memory is not None and "memory" in cgroup_controllers:
+        out["memory"] = "cgroup memory.max (and no swap): all memory of the run, tmpfs included"
+    elif lim.memory is not None:
+        out["memory"] = ("RLIMIT_DATA: private writable memory of each process (shared memory "
+                         "and tmpfs files are not counted)")
+    if lim.open_files is not None:
+        out["open_files"] = "RLIMIT_NOFILE: descriptors of each process"
+    if lim.file_size is not None:
+        out["file_size"] = "RLIMIT_FSIZE: a larger write fails with EFBIG (or SIGXFSZ)"
+    if lim.shm_size is not None:
+        out["shm_size"] = ("size of the private /dev/shm tmpfs" if mount_ns else
+                           "NOT enforced: no mount namespace, /dev/shm is the host's")
+    if lim.tmp_size is not None:
+        out["tmp_size"] = ("size of a tmpfs the supervisor mounts on the private TMPDIR"
+                           if identity.started_as_root else "NOT enforced: started "
+                           "unprivileged, the private TMPDIR is a directory on the host's /tmp")
     return out
 
 
@@ -309,6 +344,12 @@ def compile(policy: Policy, argv: Sequence[str], identity: Identity, host: HostF
     if policy.seccomp.unsafe_allow:
         notes.append("default seccomp denials removed by the profile: "
                      + ", ".join(policy.seccomp.unsafe_allow))
+    if identity.uid == 0 and policy.limits.processes is not None \
+            and "pids" not in host.cgroup_controllers:
+        notes.append("limits: processes is not enforced for an agent running as uid 0 "
+                     "(RLIMIT_NPROC does not apply to root)")
+    notes.append("network tables: /proc/net shows the host's sockets and connections (no "
+                 "network namespace); only another network namespace could hide them")
     missing = missing_features(policy, host, identity.started_as_root)
     lsm_kept = Lsm()
     if lsm.apparmor:
@@ -347,5 +388,7 @@ def compile(policy: Policy, argv: Sequence[str], identity: Identity, host: HostF
                 carved=tuple(sorted(set(carved))), unix_mediation=unix_mediation,
                 file_mediation=file_mediation, mount_ns=mount_ns, pid_ns=mount_ns,
                 lsm=lsm_kept, writable_binds=tuple(binds), child_rules=tuple(child_rules),
-                protected=protected, mechanisms=mechanisms(policy, host))
+                protected=protected, mechanisms=mechanisms(policy, host),
+                limits=limit_mechanisms(policy, identity, mount_ns, host.cgroup_controllers),
+                cgroup=host.cgroup)
     return dataclasses.replace(plan, steps=tuple(child_steps(plan)))

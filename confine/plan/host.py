@@ -26,15 +26,19 @@ class HostFacts:
     namespaces: bool          # private mount + pid namespaces work for this caller
     apparmor: bool = False    # AppArmor enabled
     selinux: bool = False     # SELinux enabled
+    cgroup: str | None = None                 # where a run's cgroup (v2) can be made
+    cgroup_controllers: tuple[str, ...] = ()  # of pids, memory: usable by that cgroup
 
     @classmethod
     def read(cls, as_root: bool) -> HostFacts:
-        from ..kernel import landlock, lsm, seccomp
+        from ..kernel import cgroup, landlock, lsm, seccomp
         sc_filter, sc_notif = seccomp.available()
+        cg = cgroup.parent_for_run(as_root)
         return cls(landlock_abi=landlock.kernel_abi(),
                    seccomp_filter=sc_filter, seccomp_user_notif=sc_notif,
                    namespaces=namespaces_available(as_root),
-                   apparmor=lsm.apparmor_enabled(), selinux=lsm.selinux_enabled())
+                   apparmor=lsm.apparmor_enabled(), selinux=lsm.selinux_enabled(),
+                   cgroup=cg, cgroup_controllers=cgroup.controllers(cg) if cg else ())
 
 
 _NS_CACHE: dict[bool, bool] = {}

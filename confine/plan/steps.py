@@ -3,11 +3,15 @@
 This is the only list of the child's order: runtime/child.py has one function
 per name below and runs exactly `plan.steps`; --dry-run prints the same list.
 Order matters and is explained where it is not obvious:
+  * limits come before the namespaces: RLIMIT_NPROC counts the agent uid's
+    tasks on the host, which only the host's /proc shows;
   * the mount and pid namespaces come before the identity switch (making them
     needs the capabilities the switch drops);
   * the LSM requests come after the switch and before no_new_privs (which
     blocks most AppArmor transitions) and Landlock (which makes /proc/self/attr
     unwritable);
+  * session_keyring comes after the identity switch (the agent's uid owns the
+    new keyring) and before seccomp (which denies keyctl);
   * seccomp comes last so the steps above are not blocked by it; the broker
     is forked after Landlock (it lives in the agent's domain) and before the
     notifying filter (it must not be subject to its own mediation).
@@ -43,6 +47,16 @@ def child_steps(plan: Plan) -> list[Step]:
         Step("signals", "default dispositions and an empty mask for the agent"),
         Step("close_fds", "close every inherited descriptor except 0, 1, 2"),
     ]
+    if plan.cgroup:
+        out.insert(1, Step("cgroup", "join the run's own cgroup: killed as a whole when the run "
+                           "ends" + (", limits " + ", ".join(k for k, v in plan.limits.items()
+                                                            if v.startswith("cgroup"))
+                                     if any(v.startswith("cgroup") for v in plan.limits.values())
+                                     else ""), {"under": plan.cgroup}))
+    rl = {k: v for k, v in plan.limits.items() if v.startswith("RLIMIT")}
+    if rl:
+        out.append(Step("limits", "resource limits by setrlimit (before the namespaces: "
+                        "RLIMIT_NPROC counts the uid's tasks on the host)", {"rlimits": rl}))
     if plan.mount_ns:
         out += [
             Step("mount_namespace", "private mount namespace"
@@ -59,10 +73,14 @@ def child_steps(plan: Plan) -> list[Step]:
                              "pinned": list(d.get("pinned", ())),
                              "through": list(d.get("bases", ()))}))
         out.append(Step("private_dev", "private /dev/shm and /dev/pts",
-                        {"private": ["/dev/shm", "/dev/pts"]}))
+                        {"private": ["/dev/shm", "/dev/pts"],
+                         "shm_size": plan.policy.limits.shm_size or "50%"}))
     if plan.pid_ns:
         out.append(Step("pid_namespace", "own pid namespace and /proc; a relay outside passes "
                         "signals and the exit status; pid 1 stays as the namespace's init"))
+        out.append(Step("proc_masks", "/proc/keys of the new /proc covered by an empty "
+                        "read-only file (the user's own keys are listed there by name)",
+                        {"masked": ["/proc/keys"]}))
     if plan.child_rules:
         out.append(Step("landlock_new_mounts", "grant the policy's rights again on the new "
                         "mounts", {"rules": [{"path": p, "access": landlock.names(a)}
@@ -75,6 +93,8 @@ def child_steps(plan: Plan) -> list[Step]:
                     "sets emptied" + ("; securebits locked"
                                       if ident.started_as_root or plan.mount_ns else ""),
                     {"privileged": ident.started_as_root or plan.mount_ns}))
+    out.append(Step("session_keyring", "join a new, empty session keyring: nothing of the "
+                    "launcher's keys (nor their names in /proc/keys)"))
     if plan.lsm.apparmor:
         out.append(Step("apparmor", "enter the AppArmor profile at exec",
                         {"profile": plan.lsm.apparmor}))

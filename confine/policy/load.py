@@ -19,7 +19,7 @@ import yaml  # type: ignore[import-untyped]
 from ..errors import ProfileError
 from ..paths import is_under
 from . import runlater, secrets
-from .model import Env, Network, PathGrant, Policy, Scope, Seccomp
+from .model import Env, Limits, Network, PathGrant, Policy, Scope, Seccomp
 from .patterns import DEFAULT_PATTERNS, compile_patterns
 
 # section -> key -> kind.  Kinds: "str", "paths", "ports", "names", "envset", "bool".
@@ -34,7 +34,15 @@ SCHEMA: dict[str, object] = {
     "scope": {"signals": "bool", "abstract_unix": "bool"},
     "unix_sockets": {"allow": "paths"},
     "protected": "patterns",
+    "limits": {"processes": "count", "memory": "size", "open_files": "count",
+               "file_size": "size", "tmp_size": "size", "shm_size": "size"},
 }
+
+_SIZE = re.compile(r"^([0-9]+)\s*([KMGT]?)(i?B)?$", re.IGNORECASE)
+_UNIT = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+# Far above any host: a typo with an extra digit is an error, not "unlimited".
+_MAX_COUNT = 1 << 30
+_MAX_SIZE = 1 << 60
 
 _VAR = re.compile(r"\{([^{}]*)\}")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\*?$")
@@ -158,6 +166,8 @@ class _Parser:
             if not isinstance(v, bool):
                 self.fail(node, f"{full!r} must be true or false")
             return Item(v, self.where(node))
+        if kind in ("count", "size"):
+            return Item(self.limit(node, kind, full), self.where(node))
         if kind == "envset":
             if _is_null(node):
                 return {}
@@ -218,6 +228,32 @@ class _Parser:
                     self.fail(el, f"{full}: {v!r} is not a syscall or group name")
             items.append(Item(v, self.where(el)))
         return items
+
+
+    def limit(self, node: Any, kind: str, full: str) -> int | None:
+        """A count (4096) or a size (bytes, or 512M, 4G: powers of 1024), or
+        `unlimited` (None). Anything else, zero included, is an error."""
+        v = self.scalar(node, full)
+        if v == "unlimited":
+            return None
+        unit = "a count" if kind == "count" else "a size (bytes, or with K, M, G, T: 512M, 4G)"
+        if isinstance(v, bool) or v is None:
+            self.fail(node, f"{full}: {v!r} is not {unit} or unlimited")
+        if kind == "count":
+            if not isinstance(v, int) or not 0 < v <= _MAX_COUNT:
+                self.fail(node, f"{full}: {v!r} is not {unit} (1 to {_MAX_COUNT}) or unlimited")
+            return v
+        if isinstance(v, int):
+            n = v
+        else:
+            m = _SIZE.match(str(v).strip())
+            if not isinstance(v, str) or m is None:
+                self.fail(node, f"{full}: {v!r} is not {unit} or unlimited")
+            n = int(m.group(1)) * _UNIT[m.group(2).upper()]
+        if not 0 < n <= _MAX_SIZE:
+            self.fail(node, f"{full}: {v!r} is not {unit} (more than 0, at most 1024P) "
+                            "or unlimited")
+        return n
 
 
 def _is_null(node: Any) -> bool:
@@ -320,6 +356,7 @@ def load(ref: str, *, workdir: str, home: str, tmp: str,
     env = raw.get("env", {})
     sc = raw.get("seccomp", {})
     scope = raw.get("scope", {})
+    lim = {k: v.value for k, v in raw.get("limits", {}).items()}
     cli_read = [Item(p, "--read") for p in extra_read]
     cli_write = [Item(p, "--write") for p in extra_write]
     for it in cli_read + cli_write:
@@ -357,6 +394,7 @@ def load(ref: str, *, workdir: str, home: str, tmp: str,
         protected=tuple(i.value for i in raw.get("protected", [])),
         unix_sockets=_grants(raw.get("unix_sockets", {}).get("allow", []), vars,
                              must_exist=False),
+        limits=Limits(**lim),
         scope=Scope(signals=scope.get("signals", Item(True, "")).value,
                     abstract_unix=scope.get("abstract_unix", Item(True, "")).value),
     )

@@ -43,6 +43,23 @@ class Scope:
 
 
 @dataclass(frozen=True)
+class Limits:
+    """Resource limits of a run; None is unlimited. The mechanism each gets
+    (cgroup, rlimit, tmpfs size) is the planner's choice (plan/compile.py)."""
+    processes: int | None = None       # tasks (threads count) the agent may run at once
+    memory: int | None = None          # bytes
+    open_files: int | None = None      # descriptors per process
+    file_size: int | None = None       # bytes, largest file the agent may write
+    tmp_size: int | None = None        # bytes, the private TMPDIR
+    shm_size: int | None = None        # bytes, the private /dev/shm
+
+    def to_dict(self) -> dict[str, int | None]:
+        return {"processes": self.processes, "memory": self.memory,
+                "open_files": self.open_files, "file_size": self.file_size,
+                "tmp_size": self.tmp_size, "shm_size": self.shm_size}
+
+
+@dataclass(frozen=True)
 class Policy:
     name: str
     description: str
@@ -61,6 +78,7 @@ class Policy:
     scope: Scope = field(default_factory=Scope)
     unix_sockets: tuple[PathGrant, ...] = ()   # pathname sockets connectable outside the workdir
     protected: tuple[str, ...] = ()            # workdir patterns added to patterns.DEFAULT_PATTERNS
+    limits: Limits = field(default_factory=Limits)
 
     def to_dict(self) -> dict[str, object]:
         def grants(gs: tuple[PathGrant, ...]) -> list[dict[str, object]]:
@@ -80,6 +98,7 @@ class Policy:
                         "unsafe_allow": list(self.seccomp.unsafe_allow)},
             "unix_sockets": {"allow": grants(self.unix_sockets)},
             "protected": list(self.protected),
+            "limits": self.limits.to_dict(),
             "scope": {"signals": self.scope.signals,
                       "abstract_unix": self.scope.abstract_unix},
         }

@@ -47,6 +47,8 @@ OUT = CFG.get("outside", {})
 RAND = CFG.get("rand", "%x" % os.getpid())
 WORKDIR = CFG.get("workdir") or os.getcwd()
 HOME = CFG.get("home") or os.environ.get("HOME") or "/"
+LIMITS = CFG.get("limits", {})            # the profile's, by name (None: unlimited)
+LIMIT_HOW = CFG.get("limit_mechanisms", {})
 
 libc = ctypes.CDLL(None, use_errno=True)
 libc.syscall.restype = ctypes.c_long
@@ -553,6 +555,33 @@ def _w_chmod():
         return blocked(e.errno, by_fs(e.errno, p))
     return possible("chmod(%s, %o) succeeded: modes (and times) of the user's files outside "
                     "can be changed" % (p, mode))
+
+
+@attempt("writes.file_size", "write a file larger than the profile's file-size limit (sparse)")
+def _w_file_size():
+    lim = LIMITS.get("file_size")
+    at = lim if lim else 16 << 30        # no limit set: show that 16G (sparse) works
+    path = os.path.join(scratch(), "big-" + RAND)
+
+    def child():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.pwrite(fd, b"x", at)      # one byte past the limit, nothing in between
+        finally:
+            os.close(fd)
+            os.unlink(path)
+        return "ok"
+    try:
+        kind, val = in_child(child)
+    except OSError as e:
+        if e.errno == errno.EFBIG and lim:
+            return blocked(e.errno, LIMIT_HOW.get("file_size", "rlimit").split(":")[0],
+                           "a write past %d bytes is refused" % lim)
+        raise
+    if kind == "signal":
+        return killed(val)
+    return possible("wrote byte %d of a file (file_size %s)" % (at, lim or "unlimited"))
 
 
 # ------------------------------------------------------------ secrets
@@ -1244,6 +1273,42 @@ def _o_cwd():
         return blocked(e.errno, "landlock (ptrace rule)" if LL and e.errno == errno.EACCES
                        else by_sys(e.errno, cap="SYS_PTRACE"))
     return possible("listed %s" % p)
+
+
+@attempt("processes.fork_bomb", "start tasks without bound (threads until refused)")
+def _o_fork_bomb():
+    lim = LIMITS.get("processes")
+    # Bounded: the profile's limit and a margin (or 4096 when none is set).
+    goal = (lim or 4096) + 256
+
+    def child():
+        # _thread does not wait for each thread to start (threading does: a
+        # context switch per thread, seconds on a busy host); the threads block
+        # on a held lock and end with the child's _exit, never joined.
+        import _thread
+        import time
+        _thread.stack_size(64 * 1024)
+        lock = _thread.allocate_lock()
+        lock.acquire()
+        n, end = 0, time.monotonic() + 2.0    # inside the per-attempt timer
+        try:
+            while n < goal:
+                if time.monotonic() > end:
+                    return -n
+                _thread.start_new_thread(lock.acquire, ())
+                n += 1
+        except RuntimeError:
+            pass
+        return n
+    kind, n = in_child(child)
+    if kind == "signal":
+        return killed(n)
+    if n < 0:
+        raise Skip("started %d tasks in 2 s without reaching the limit (host too busy)" % -n)
+    if n < goal:
+        return blocked("EAGAIN", LIMIT_HOW.get("processes", "kernel").split(":")[0],
+                       "refused after %d tasks (processes %s)" % (n, lim))
+    return possible("started %d tasks (processes %s)" % (n, lim or "unlimited"))
 
 
 # -------------------------------------------------------- terminal

@@ -385,6 +385,8 @@ def probe(*, profile="default", workdir=None, read=(), write=(), env=(), user=No
             "metadata": list(audit.metadata_address()),
             "legacy_tiocsti": read_setting("/proc/sys/dev/tty/legacy_tiocsti"),
             "only": list(only),
+            "limits": plan.policy.limits.to_dict(),
+            "limit_mechanisms": dict(plan.limits),
         })
         argv = [python, "-I", "-S", "-c", battery_source(), json.dumps(cfg)]
         if unconfined:
@@ -412,6 +414,8 @@ def probe(*, profile="default", workdir=None, read=(), write=(), env=(), user=No
                          "seccomp user notification" if plan.unix_mediation else "not mediated"),
         "protected_names": ("refused while running (seccomp user notification)"
                             if plan.unix_mediation else "checked at exit only"),
+        "limits": {k: {"value": v, "mechanism": plan.limits.get(k, "unlimited")}
+                   for k, v in plan.policy.limits.to_dict().items()},
         "degraded": [f"{m.feature}: {m.detail}" for m in plan.missing] if not unconfined else [],
         "warnings": warnings,
         "python": python,

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..kernel import caps, hostview, landlock, lsm, namespaces, seccomp
+from ..kernel import caps, cgroup, hostview, keyring, landlock, lsm, namespaces, rlimits, seccomp
 from ..plan import Plan
 from . import status
 from .channels import MediationChannel
@@ -35,6 +35,7 @@ class ChildContext:
     supervisor: int                      # pid of the supervisor (our parent)
     old_mask: Any                        # the signal mask to restore before exec
     mediation: MediationChannel | None
+    cgroup: str | None = None            # the run's cgroup, made by the supervisor
     expect_parent: int = 0
     trace: list[str] = field(default_factory=list)
 
@@ -76,6 +77,23 @@ def _close_fds(ctx: ChildContext) -> None:
     os.closerange(lo, top if top > 0 else 65536)
 
 
+def _cgroup(ctx: ChildContext) -> None:
+    if ctx.cgroup is None:
+        raise OSError(errno.ENOENT, "no cgroup was made for the run")
+    cgroup.join(ctx.cgroup)
+
+
+def _limits(ctx: ChildContext) -> None:
+    lim, how = ctx.plan.policy.limits, ctx.plan.limits
+
+    def by_rlimit(name: str, v: int | None) -> int | None:
+        return v if how.get(name, "").startswith("RLIMIT") else None
+    rlimits.apply(uid=ctx.plan.identity.uid, processes=by_rlimit("processes", lim.processes),
+                  memory=by_rlimit("memory", lim.memory),
+                  open_files=by_rlimit("open_files", lim.open_files),
+                  file_size=by_rlimit("file_size", lim.file_size))
+
+
 def _mount_namespace(ctx: ChildContext) -> None:
     namespaces.enter(userns=not ctx.plan.identity.started_as_root)
     namespaces.make_private()
@@ -91,7 +109,7 @@ def _protected_binds(ctx: ChildContext) -> None:
 
 
 def _private_dev(ctx: ChildContext) -> None:
-    hostview.private_shm()
+    hostview.private_shm(ctx.plan.policy.limits.shm_size)
     hostview.private_pts()
 
 
@@ -110,6 +128,10 @@ def _pid_namespace(ctx: ChildContext) -> None:
     ctx.expect_parent = 0          # the relay lives outside: pid 0 here
     hostview.private_proc()
     caps.set_pdeathsig(signal.SIGKILL)
+
+
+def _proc_masks(ctx: ChildContext) -> None:
+    keyring.mask_proc_keys()
 
 
 def _landlock_new_mounts(ctx: ChildContext) -> None:
@@ -135,6 +157,10 @@ def _capabilities(ctx: ChildContext) -> None:
     # The kernel clears the death signal when credentials change.
     caps.set_pdeathsig(signal.SIGKILL)
     _check_parent(ctx)
+
+
+def _session_keyring(ctx: ChildContext) -> None:
+    keyring.join_fresh_session()
 
 
 def _apparmor(ctx: ChildContext) -> None:
@@ -215,12 +241,12 @@ def _exec(ctx: ChildContext) -> None:
 
 
 RUNNERS: dict[str, Callable[[ChildContext], None]] = {
-    "pdeathsig": _pdeathsig, "signals": _signals, "close_fds": _close_fds,
+    "pdeathsig": _pdeathsig, "cgroup": _cgroup, "signals": _signals, "close_fds": _close_fds, "limits": _limits,
     "mount_namespace": _mount_namespace, "readonly_host": _readonly_host,
     "protected_binds": _protected_binds, "private_dev": _private_dev,
-    "pid_namespace": _pid_namespace, "landlock_new_mounts": _landlock_new_mounts,
+    "pid_namespace": _pid_namespace, "proc_masks": _proc_masks, "landlock_new_mounts": _landlock_new_mounts,
     "chdir": _chdir, "identity": _identity, "capabilities": _capabilities,
-    "apparmor": _apparmor, "selinux": _selinux, "no_core_dumps": _no_core_dumps,
+    "session_keyring": _session_keyring, "apparmor": _apparmor, "selinux": _selinux, "no_core_dumps": _no_core_dumps,
     "no_new_privs": _no_new_privs, "landlock": _landlock, "broker": _broker,
     "seccomp": _seccomp, "seccomp_notify": _seccomp_notify, "fork_agent": _fork_agent,
     "exec": _exec,

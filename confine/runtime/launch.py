@@ -16,12 +16,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import CommandNotExecutable, CommandNotFound, ConfineError, default_warn
-from ..kernel import caps, landlock, notify, seccomp
+from ..kernel import caps, cgroup, landlock, notify, seccomp, tmpfs
 from ..mediation import Mediator
 from ..plan import Plan
 from . import child, status
 from .channels import MediationChannel
-from .supervise import FORWARD, kill_leftovers, wait_for
+from .supervise import FORWARD, Terminal, kill_leftovers, own_children, wait_for
 
 
 @dataclass
@@ -47,6 +47,49 @@ def launch(plan: Plan, *, guard: Any = None,
            warn: Callable[[str], None] | None = None) -> Outcome:
     """Run the plan. Returns the command's status (128+N if killed by signal N);
     raises CommandNotFound/CommandNotExecutable/ConfineError for failures before exec."""
+    tmp = _mount_tmp(plan)
+    cg = None
+    try:
+        if plan.cgroup:
+            lim = plan.policy.limits
+            try:
+                cg = cgroup.create(plan.cgroup, pids=lim.processes
+                                   if plan.limits.get("processes", "").startswith("cgroup")
+                                   else None, memory=lim.memory
+                                   if plan.limits.get("memory", "").startswith("cgroup")
+                                   else None)
+            except OSError as e:
+                raise ConfineError(f"cannot make the run's cgroup under {plan.cgroup}: "
+                                   f"{e.strerror or e}") from None
+        return _launch(plan, guard, warn, cg)
+    finally:
+        if cg is not None:
+            try:
+                cgroup.remove(cg)
+            except OSError as e:
+                (warn or default_warn)(f"cannot remove the run's cgroup {cg}: {e}")
+        if tmp is not None:
+            try:
+                tmpfs.detach(tmp)
+            except OSError as e:
+                (warn or default_warn)(f"cannot detach the TMPDIR tmpfs {tmp}: {e}")
+
+
+def _mount_tmp(plan: Plan) -> str | None:
+    """The TMPDIR's size limit, before the Landlock rules name its directory (they
+    must name the tmpfs). Refuses to run if the plan said it would be enforced."""
+    size = plan.policy.limits.tmp_size
+    if size is None or not plan.identity.started_as_root:
+        return None
+    try:
+        tmpfs.mount_tmp(plan.policy.tmp, size, plan.identity.uid, plan.identity.gid)
+    except OSError as e:
+        raise ConfineError(f"limits: tmp_size: {e.strerror or e}") from None
+    return plan.policy.tmp
+
+
+def _launch(plan: Plan, guard: Any, warn: Callable[[str], None] | None,
+            cg: str | None) -> Outcome:
     ruleset = _ruleset(plan)
     filters = _filters(plan)
     status_r, status_w = os.pipe2(os.O_CLOEXEC)
@@ -57,6 +100,8 @@ def launch(plan: Plan, *, guard: Any = None,
     old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, sigset)
     caps.set_child_subreaper()
     supervisor = os.getpid()
+    spare = own_children()
+    terminal = Terminal()
     sys.stdout.flush()
     sys.stderr.flush()
     pid = os.fork()
@@ -67,7 +112,7 @@ def launch(plan: Plan, *, guard: Any = None,
                 med.close_supervisor_ends_in_child()
             child.run(child.ChildContext(plan=plan, ruleset=ruleset, filters=filters,
                                          status_w=status_w, supervisor=supervisor,
-                                         old_mask=old_mask, mediation=med))
+                                         old_mask=old_mask, mediation=med, cgroup=cg))
         finally:
             os._exit(125)
     try:
@@ -81,13 +126,32 @@ def launch(plan: Plan, *, guard: Any = None,
         if med is not None:
             os.close(med.sync_w)
         outcome.status = wait_for(pid)
-        kill_leftovers()
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
-        signal.signal(signal.SIGCHLD, old_chld)
+        # Whatever happened above: nothing the agent started outlives this
+        # point (the exit check runs next), and none of it keeps the terminal.
+        try:
+            terminal.take_back()
+            stuck = kill_leftovers(spare, (lambda: _cgroup_kill(cg)) if cg else None)
+            if stuck:
+                (warn or default_warn)(
+                    f"{len(stuck)} agent processes are stuck in the kernel with SIGKILL "
+                    f"pending (pids {', '.join(map(str, stuck[:10]))}): they will not run "
+                    "again, but still hold what they have open")
+            terminal.take_back()
+        finally:
+            terminal.close()
+            signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
+            signal.signal(signal.SIGCHLD, old_chld)
     if failure is not None:
         raise _error(failure, plan)
     return outcome
+
+
+def _cgroup_kill(path: str) -> None:
+    try:
+        cgroup.kill(path)
+    except OSError:
+        pass        # the descendant walk that follows kills them one by one
 
 
 def _read_status(status_r: int, pid: int, plan: Plan, med: MediationChannel | None,

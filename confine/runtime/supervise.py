@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import os
 import signal
+import time
+from collections.abc import Callable, Mapping
+from typing import NamedTuple
 
 FORWARD = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT,
            signal.SIGUSR1, signal.SIGUSR2, signal.SIGWINCH)
@@ -53,36 +56,220 @@ def wait_for(pid: int) -> int:
                 pass
 
 
-def children_of(pid: int) -> list[int]:
-    out = []
+class Proc(NamedTuple):
+    ppid: int
+    start: int          # start time in clock ticks: with the pid, names one process for good
+    state: str
+
+
+def scan() -> dict[int, Proc]:
+    """Every process on the host (thread-group leaders), from /proc."""
+    out: dict[int, Proc] = {}
     for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as f:
-                data = f.read()
-        except OSError:
-            continue
-        rest = data[data.rfind(b")") + 2:].split()
-        if len(rest) > 1 and int(rest[1]) == pid:
-            out.append(int(name))
+        if name.isdigit():
+            p = _stat(int(name))
+            if p is not None:
+                out[int(name)] = p
     return out
 
 
-def kill_leftovers() -> None:
-    """Orphans of the agent were re-parented to us (subreaper): kill and reap them."""
+def _stat(pid: int) -> Proc | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    rest = data[data.rfind(b")") + 2:].split()
+    try:
+        return Proc(ppid=int(rest[1]), start=int(rest[19]), state=rest[0].decode())
+    except (IndexError, ValueError):
+        return None
+
+
+def descendants(root: int, table: Mapping[int, Proc]) -> list[int]:
+    """Descendants of root in the table, parents before their children."""
+    kids: dict[int, list[int]] = {}
+    for pid, p in table.items():
+        kids.setdefault(p.ppid, []).append(pid)
+    out, todo = [], list(kids.get(root, ()))
+    while todo:
+        pid = todo.pop(0)
+        out.append(pid)
+        todo += kids.get(pid, ())
+    return out
+
+
+def children_of(pid: int) -> list[int]:
+    return [c for c, p in scan().items() if p.ppid == pid]
+
+
+def own_children() -> frozenset[tuple[int, int]]:
+    """(pid, start) of this process's children now: an embedding program's own
+    children, which kill_leftovers must spare."""
     me = os.getpid()
-    for _ in range(100):
-        kids = children_of(me)
-        if not kids:
-            break
-        for k in kids:
+    return frozenset((c, p.start) for c, p in scan().items() if p.ppid == me)
+
+
+class _Held:
+    """pidfds of the processes being stopped and killed. A pid is only signalled
+    through a pidfd opened while /proc still showed the same parent and start
+    time as the scan: a pid recycled for another process in between (as root:
+    any process of the host) is never signalled."""
+
+    def __init__(self) -> None:
+        self.fds: dict[int, tuple[int, int]] = {}     # pid -> (pidfd, start)
+
+    def get(self, pid: int, seen: Proc) -> int | None:
+        have = self.fds.get(pid)
+        if have is not None:
+            if have[1] == seen.start:
+                return have[0]
+            os.close(have[0])                          # that process is gone; a new one
+            del self.fds[pid]
+        try:
+            fd = os.pidfd_open(pid)
+        except OSError:
+            return None
+        now = _stat(pid)
+        if now is None or (now.ppid, now.start) != (seen.ppid, seen.start):
+            os.close(fd)
+            return None
+        self.fds[pid] = (fd, seen.start)
+        return fd
+
+    def signal(self, pid: int, seen: Proc, sig: int) -> None:
+        fd = self.get(pid, seen)
+        if fd is not None:
             try:
-                os.kill(k, signal.SIGKILL)
-            except ProcessLookupError:
+                signal.pidfd_send_signal(fd, sig)
+            except OSError:
                 pass
-        for k in kids:
+
+    def close(self) -> None:
+        for fd, _ in self.fds.values():
+            os.close(fd)
+        self.fds.clear()
+
+
+def _reap(spare: frozenset[int]) -> None:
+    """Reap this process's dead children, except the embedding program's own."""
+    for pid, p in scan().items():
+        if p.ppid == os.getpid() and p.state in ("Z", "X") and pid not in spare:
             try:
-                os.waitpid(k, 0)
+                os.waitpid(pid, os.WNOHANG)
             except ChildProcessError:
                 pass
+
+
+FREEZE_SECONDS = 2.0   # then kill anyway: a process in state D cannot stop
+STUCK_SECONDS = 10.0   # then give up on processes in the kernel with SIGKILL queued
+
+
+def kill_leftovers(spare: frozenset[tuple[int, int]] = frozenset(),
+                   cgroup_kill: Callable[[], None] | None = None) -> list[int]:
+    """Kill every descendant of this process except `spare` (own_children() taken
+    before the agent was forked), and return only when a full scan finds none.
+
+    The supervisor is a child subreaper: an agent process whose parent dies is
+    re-parented to it (setsid or a new process group changes nothing there), so
+    every process the agent started is a descendant until it is dead. First,
+    the cgroup of the run (if there is one) is killed as a whole; then the tree
+    is frozen with SIGSTOP until two scans in a row find every descendant
+    stopped (a stopped process can neither fork nor SIGCONT another), then
+    everything is killed, and the walk repeats, with no round limit, until a
+    scan finds no descendant at all. Returns the pids still there after
+    STUCK_SECONDS that all have SIGKILL queued (stuck in the kernel), else []."""
+    me = os.getpid()
+    spare_pids = frozenset(p for p, _ in spare)
+
+    def tree() -> tuple[dict[int, Proc], list[int]]:
+        table = scan()
+        keep = {p for p, s in spare if p in table and table[p].start == s}
+        return table, [d for d in descendants(me, {k: v for k, v in table.items()
+                                                   if k not in keep})]
+
+    if cgroup_kill is not None:
+        cgroup_kill()
+    held = _Held()
+    try:
+        quiet, end = 0, time.monotonic() + FREEZE_SECONDS
+        while quiet < 2 and time.monotonic() < end:     # freeze
+            table, found = tree()
+            if not found:
+                break
+            moving = [d for d in found if table[d].state not in ("T", "t", "Z", "X")]
+            for d in moving:
+                held.signal(d, table[d], signal.SIGSTOP)
+            quiet = quiet + 1 if not moving else 0
+            time.sleep(0.001)
+        end = time.monotonic() + STUCK_SECONDS
+        while True:                                     # kill, until none is left
+            _reap(spare_pids)
+            table, found = tree()
+            if not found:
+                return []
+            for d in found:
+                held.signal(d, table[d], signal.SIGKILL)
+            if time.monotonic() > end and all(_kill_pending(d) for d in found):
+                # In the kernel (state D) with SIGKILL queued: they never run
+                # user code again, but may take as long as their I/O does.
+                return found
+            time.sleep(0.001)
+    finally:
+        held.close()
+
+
+def _kill_pending(pid: int) -> bool:
+    """SIGKILL is queued for the process (or it is gone)."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            for line in f:
+                if line.startswith((b"ShdPnd:", b"SigPnd:")) and int(line.split()[1], 16) & (
+                        1 << (signal.SIGKILL - 1)):
+                    return True
+    except (OSError, ValueError, IndexError):
+        return True
+    return False
+
+
+class Terminal:
+    """The controlling terminal, when the run started in its foreground.
+
+    An agent can make its own process group the terminal's foreground (an
+    interactive shell does); when the run ends that group is gone or, worse,
+    a leftover's, and the user's next keystrokes would go there. take_back()
+    gives the foreground to the supervisor's group again (the launching shell
+    then takes it as usual)."""
+
+    def __init__(self) -> None:
+        self.fd = -1
+        try:
+            fd = os.open("/dev/tty", os.O_RDWR | os.O_NOCTTY | os.O_CLOEXEC)
+        except OSError:
+            return                                  # no controlling terminal
+        try:
+            ours = os.tcgetpgrp(fd) == os.getpgrp()
+        except OSError:
+            ours = False
+        if ours:
+            self.fd = fd
+        else:
+            os.close(fd)                            # started in the background: not ours
+
+    def take_back(self) -> None:
+        if self.fd < 0:
+            return
+        # Not in the foreground any more, tcsetpgrp would stop us with SIGTTOU.
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTTOU})
+        try:
+            if os.tcgetpgrp(self.fd) != os.getpgrp():
+                os.tcsetpgrp(self.fd, os.getpgrp())
+        except OSError:
+            pass
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
