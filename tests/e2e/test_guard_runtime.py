@@ -400,8 +400,17 @@ attempt("rename to .git/modules", lambda: os.rename(".git/mods", ".git/modules")
 
 def test_a_directory_from_outside_is_moved_in_name_by_name(sandbox):
     """rename(2) of a directory from the private tmp (same filesystem) into the
-    workdir would bring an unjudged .envrc: EXDEV, and mv copies name by name."""
-    p, r = sandbox.probe(MOVE_IN_BODY)
+    workdir would bring an unjudged .envrc: EXDEV, and mv copies name by name.
+    The private tmp stays on the workdir's filesystem (tmp_size: unlimited: no
+    tmpfs of its own), so it is the broker's rule, not the kernel, that answers."""
+    prof = sandbox.workdir + "-same-fs.yaml"
+    with open(prof, "w") as f:
+        f.write("extends: default\nlimits:\n  tmp_size: unlimited\n")
+    os.chmod(prof, 0o644)
+    try:
+        p, r = sandbox.probe(MOVE_IN_BODY, None, "-p", prof)
+    finally:
+        os.unlink(prof)
     assert r is not None, p.stderr
     assert r["same fs"] is True                      # otherwise the kernel alone says EXDEV
     # (Landlock and separate mounts answer EXDEV first here; where they would not,
