@@ -50,6 +50,7 @@ MAXLINKS = 40
 MAX_DEPTH = 4096
 SCAN_CAP = 200_000     # entries read to find a directory's name when the hint fails
 PROC_SUPER_MAGIC = 0x9FA0
+RESOLVE_BENEATH = 0x08
 AT_SYMLINK_FOLLOW = 0x400
 AT_EMPTY_PATH = 0x1000
 RENAME_NOREPLACE, RENAME_EXCHANGE, RENAME_WHITEOUT = 1, 2, 4
@@ -171,6 +172,19 @@ class FileBroker:
             except OSError:
                 continue
             self.roots.setdefault(_ident(os.fstat(fd)), fd)
+        # Each root's own name in this view (the kernel's, so no symlink in it):
+        # the fast path of _locate tries the directory's name below these.
+        self.root_names: list[tuple[bytes, int]] = []
+        for r in (guard.roots if guard is not None else ()):
+            try:
+                fd = os.open(r, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+            except OSError:
+                continue
+            name = _hint(fd)
+            if name and _ident(os.fstat(fd)) in self.roots:
+                self.root_names.append((b"/" + b"/".join(name), fd))
+            else:
+                os.close(fd)
 
     # ------------------------------------------------------------ resolution
 
@@ -269,6 +283,11 @@ class FileBroker:
         if not self.roots:
             raise Refused(errno.EACCES, "the name guard cannot find the workdir")
         hint = _hint(fd)
+        fast = self._locate_fast(fd, hint)
+        if fast is not False:
+            return fast
+        if not self._below_root(fd):
+            return None
         cur = os.dup(fd)
         try:
             st = os.fstat(cur)
@@ -299,6 +318,63 @@ class FileBroker:
                 from None
         finally:
             os.close(cur)
+
+    def _locate_fast(self, fd: int, hint: list[bytes]) -> tuple[str, ...] | bool:
+        """_locate in one openat2 call where the kernel's name for fd lies
+        below a root's: the name is only a guess, kept when the kernel,
+        resolving it from that root (RESOLVE_BENEATH, no symlinks, no magic
+        links), arrives at this very directory. False: no verdict, walk."""
+        if not hint or self.slow_only:
+            return False
+        full = b"/" + b"/".join(hint)
+        flags = RESOLVE_BENEATH | notify.RESOLVE_NO_SYMLINKS | notify.RESOLVE_NO_MAGICLINKS
+        for name, rfd in self.root_names:
+            if full == name:
+                rel = b"."
+            elif full.startswith(name + b"/"):
+                rel = full[len(name) + 1:]
+            else:
+                continue
+            try:
+                got = notify.openat2(rel, os.O_PATH | os.O_DIRECTORY, flags, dirfd=rfd)
+            except OSError:
+                return False
+            try:
+                st, gst = os.fstat(fd), os.fstat(got)
+            finally:
+                os.close(got)
+            if _ident(gst) != _ident(st) or st.st_nlink == 0:
+                return False
+            return () if rel == b"." else tuple(os.fsdecode(c) for c in rel.split(b"/"))
+        return False
+
+    def _below_root(self, fd: int) -> bool:
+        """Whether walking ".." from directory fd meets a root of the workdir
+        (identities only: names are needed only below one)."""
+        cur = os.dup(fd)
+        try:
+            st = os.fstat(cur)
+            if st.st_nlink == 0:
+                raise oserror(err=errno.ENOENT)    # a removed directory holds no new names
+            for _ in range(MAX_DEPTH):
+                if _ident(st) in self.roots:
+                    return True
+                up = os.open(b"..", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=cur)
+                os.close(cur)
+                cur = up
+                ust = os.fstat(cur)
+                if _ident(ust) == _ident(st):
+                    return False                   # the top of this view
+                st = ust
+        except OSError as e:
+            if e.errno == errno.ENOENT:
+                raise
+            raise Refused(errno.EACCES, f"cannot tell where this directory is ({e.strerror})") \
+                from None
+        finally:
+            os.close(cur)
+        raise Refused(errno.EACCES, f"more than {MAX_DEPTH} directories deep: too deep for the "
+                      "name guard to judge")
 
     def _position(self, pfd: int, base: bytes) -> tuple[str, ...] | None:
         """Raw components of the name base in the pinned directory pfd."""
