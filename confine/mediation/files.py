@@ -12,11 +12,22 @@ redirect the call:
   as the agent, and lets the kernel follow /proc/PID/fd/N magic links);
 * the last component is never followed by the kernel: a symlink there is
   read and resolved again, as the kernel would, up to 40 links;
-* an existing file is pinned with O_PATH, judged by its own name and inode
-  (readlink of that descriptor), and then that very file is opened through
+* an existing file is pinned with O_PATH, judged by its name in the pinned
+  parent and its inode, and then that very file is opened through
   /proc/self/fd with the agent's flags, so O_TRUNC, permissions and
   read-only mounts are checked by the kernel in its own order;
 * a new file is made with O_CREAT|O_EXCL|O_NOFOLLOW at the judged name.
+
+Where a name is in the workdir is found by descriptor (_locate), never by
+parsing what readlink says of /proc/self/fd/N: that string reads the same for
+a live directory named `x (deleted)` as for a deleted one, and does not exist
+past PATH_MAX. It is used only as a guess the kernel must confirm (openat2 from
+a root of the workdir reaching the very same inode); otherwise ".." is walked
+and compared by (st_dev, st_ino) with the workdir's roots. What cannot be told
+is refused (EACCES), never allowed.
+
+Pathname unix socket addresses are resolved here too (unix_target), in the
+agent's view, and judged by descriptor against the roots the supervisor sent.
 
 The agent's umask is applied here (the broker's own is 0), its "self" in /proc
 is its own pid in its pid namespace.
