@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, NoReturn
 from confine.kernel import notify
 from confine.kernel.libc import libc
 
-from .files import FileBroker
+from .files import FileBroker, Refused, Task
 from .wire import (
     FILE_OPS,
     MAX_FDS,
@@ -32,6 +32,7 @@ from .wire import (
     MsgHdr,
     Op,
     Reply,
+    RootsRequest,
     SocketRequest,
     request_head,
     rights_control,
@@ -68,7 +69,7 @@ def broker_main(sock: socket.socket, guard: Guard | None = None) -> NoReturn:
 
     def socket_call(rid: int, body: bytes, fds: list[int]) -> None:
         try:
-            reply(rid, _socket_call(SocketRequest.unpack(body), fds))
+            reply(rid, _socket_call(files, SocketRequest.unpack(body), fds))
         finally:
             _close(fds)
 
@@ -106,6 +107,14 @@ def broker_main(sock: socket.socket, guard: Guard | None = None) -> NoReturn:
             os._exit(0)
         if not body:
             os._exit(0)
+        if request_head(body)[1] == Op.ROOTS:
+            # Here, not on a worker: every request after it sees the roots.
+            try:
+                files.set_socket_roots(fds, RootsRequest.unpack(body).names)
+            except (OSError, ValueError):
+                pass       # no roots: every pathname connect is refused
+            _close(fds)
+            continue
         with idle_lock:
             spawn = idle[0] == 0
             if not spawn:
@@ -115,17 +124,44 @@ def broker_main(sock: socket.socket, guard: Guard | None = None) -> NoReturn:
             threading.Thread(target=worker, daemon=True).start()
 
 
-def _socket_call(req: SocketRequest, fds: list[int]) -> Reply:
-    """fds: the socket, then the pinned socket file if req.has_opath, then
-    the descriptors to pass."""
+# glibc probes these on every user or host lookup and falls back by itself;
+# still denied (nscd would resolve names: a DNS channel), just not reported.
+QUIET = (b"/run/nscd/socket", b"/run/systemd/userdb/", b"/run/systemd/resolve/io.systemd.Resolve")
+
+
+def _socket_call(files: FileBroker, req: SocketRequest, fds: list[int]) -> Reply:
+    """fds: the socket, then the agent's cwd if req.resolve, then the
+    descriptors to pass."""
     sockfd, extra = fds[0], fds[1:]
+    ctypes.set_errno(0)
+    if req.op == Op.LISTEN:
+        # Here, so that the listener's SO_PEERCRED (copied to every client at
+        # connect) and SO_PEERPIDFD name a process of the agent's, with its
+        # uid and gid, not the supervisor (root, outside the sandbox).
+        ret = libc.listen(sockfd, req.flags)
+        return Reply(ret, ctypes.get_errno() if ret < 0 else 0)
     name = req.name
-    if req.has_opath:
-        # Connecting through /proc/self/fd reaches the very file the supervisor
-        # pinned, whatever was renamed or swapped in at its name since.
-        path = f"/proc/self/fd/{extra[0]}".encode()
-        name = struct.pack("<H", socket.AF_UNIX) + path + b"\0"
+    opath = -1
+    if req.resolve:
+        path = name[2:].split(b"\0", 1)[0]
+        try:
+            opath = files.unix_target(Task(req.tgid, req.tid, 0), extra[0], path)
+        except Refused as r:
+            return Reply(-1, r.errno, "" if path.startswith(QUIET) else r.reason)
+        except OSError as e:
+            return Reply(-1, errno.ECONNREFUSED if e.errno == errno.ELOOP else e.errno or errno.EIO)
+        # Connecting through /proc/self/fd reaches the very file judged,
+        # whatever was renamed or swapped in at its name since.
+        name = struct.pack("<H", socket.AF_UNIX) + b"/proc/self/fd/%d\0" % opath
         extra = extra[1:]
+    try:
+        return _perform(req, sockfd, name, extra)
+    finally:
+        if opath >= 0:
+            os.close(opath)
+
+
+def _perform(req: SocketRequest, sockfd: int, name: bytes, extra: list[int]) -> Reply:
     nbuf = ctypes.create_string_buffer(name, len(name)) if name else None
     nlen = len(name)
     ctypes.set_errno(0)

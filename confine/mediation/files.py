@@ -12,11 +12,22 @@ redirect the call:
   as the agent, and lets the kernel follow /proc/PID/fd/N magic links);
 * the last component is never followed by the kernel: a symlink there is
   read and resolved again, as the kernel would, up to 40 links;
-* an existing file is pinned with O_PATH, judged by its own name and inode
-  (readlink of that descriptor), and then that very file is opened through
+* an existing file is pinned with O_PATH, judged by its name in the pinned
+  parent and its inode, and then that very file is opened through
   /proc/self/fd with the agent's flags, so O_TRUNC, permissions and
   read-only mounts are checked by the kernel in its own order;
 * a new file is made with O_CREAT|O_EXCL|O_NOFOLLOW at the judged name.
+
+Where a name is in the workdir is found by descriptor (_locate), never by
+parsing what readlink says of /proc/self/fd/N: that string reads the same for
+a live directory named `x (deleted)` as for a deleted one, and does not exist
+past PATH_MAX. It is used only as a guess the kernel must confirm (openat2 from
+a root of the workdir reaching the very same inode); otherwise ".." is walked
+and compared by (st_dev, st_ino) with the workdir's roots. What cannot be told
+is refused (EACCES), never allowed.
+
+Pathname unix socket addresses are resolved here too (unix_target), in the
+agent's view, and judged by descriptor against the roots the supervisor sent.
 
 The agent's umask is applied here (the broker's own is 0), its "self" in /proc
 is its own pid in its pid namespace.
@@ -45,7 +56,12 @@ if TYPE_CHECKING:
     from confine.protect.guard import Guard
 
 MAXLINKS = 40
+# Deepest directory the guard judges: one level is a few syscalls, and a
+# path within PATH_MAX has fewer than 2048 components.
+MAX_DEPTH = 4096
+SCAN_CAP = 200_000     # entries read to find a directory's name when the hint fails
 PROC_SUPER_MAGIC = 0x9FA0
+RESOLVE_BENEATH = 0x08
 AT_SYMLINK_FOLLOW = 0x400
 AT_EMPTY_PATH = 0x1000
 RENAME_NOREPLACE, RENAME_EXCHANGE, RENAME_WHITEOUT = 1, 2, 4
@@ -73,7 +89,9 @@ def _proc_root(fd: int) -> bool:
 
 
 def path_of(fd: int) -> str | None:
-    """Where the descriptor's file is, None if it was deleted."""
+    """Where the descriptor's file is, for messages only: never judged, since a
+    live directory named `x (deleted)` reads like a deleted one and a path
+    longer than PATH_MAX does not read at all."""
     try:
         p = os.readlink(f"/proc/self/fd/{fd}")
     except OSError:
@@ -81,6 +99,55 @@ def path_of(fd: int) -> str | None:
     if not p.startswith("/") or p.endswith(" (deleted)"):
         return None
     return p
+
+
+def _ident(st: os.stat_result) -> tuple[int, int]:
+    return st.st_dev, st.st_ino
+
+
+def _hint(fd: int) -> list[bytes]:
+    """The components the kernel names for fd: a guess at each directory's
+    name, kept only where a (st_dev, st_ino) comparison confirms it."""
+    try:
+        p = os.readlink(b"/proc/self/fd/%d" % fd)
+    except OSError:
+        return []
+    return [c for c in p.split(b"/") if c] if p.startswith(b"/") else []
+
+
+def _name_in(up: int, st: os.stat_result, guess: bytes | None) -> bytes | None:
+    """The name under which directory `up` holds the directory `st`, None if
+    it cannot be told (unreadable, not found, more than SCAN_CAP entries)."""
+    want = _ident(st)
+
+    def same(name: bytes) -> bool:
+        try:
+            return _ident(os.stat(name, dir_fd=up, follow_symlinks=False)) == want
+        except OSError:
+            return False
+    if guess is not None and guess not in (b".", b"..") and same(guess):
+        return guess
+    try:
+        dfd = os.open(b".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=up)
+    except OSError:
+        return None
+    try:
+        dirs: list[bytes] = []
+        with os.scandir(dfd) as it:
+            for n, e in enumerate(it):
+                if n >= SCAN_CAP:
+                    return None
+                name = os.fsencode(e.name)
+                if e.inode() == st.st_ino and same(name):
+                    return name
+                if e.is_dir(follow_symlinks=False):
+                    dirs.append(name)
+        # d_ino may differ from st_ino (a mount point, overlayfs): compare by stat
+        return next((name for name in dirs if same(name)), None)
+    except OSError:
+        return None
+    finally:
+        os.close(dfd)
 
 
 class Task(NamedTuple):
@@ -103,6 +170,32 @@ class FileBroker:
         # appear or change type between a check and the call it guards.
         self.lock = threading.Lock()
         self.slow_only = False     # no openat2 here: walk every path component by component
+        # The workdir by identity, as the broker sees it (every path it is
+        # mounted at is the same directory): positions are judged by walking
+        # ".." from the pinned parent until one of these, or the top, is met.
+        # The descriptors pin the inodes, so their numbers are not reused.
+        self.roots: dict[tuple[int, int], int] = {}
+        self.socket_dirs: set[tuple[int, int]] = set()
+        self.socket_entries: set[tuple[tuple[int, int], bytes]] = set()
+        for r in (guard.roots if guard is not None else ()):
+            try:
+                fd = os.open(r, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+            except OSError:
+                continue
+            self.roots.setdefault(_ident(os.fstat(fd)), fd)
+        # Each root's own name in this view (the kernel's, so no symlink in it):
+        # the fast path of _locate tries the directory's name below these.
+        self.root_names: list[tuple[bytes, int]] = []
+        for r in (guard.roots if guard is not None else ()):
+            try:
+                fd = os.open(r, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+            except OSError:
+                continue
+            name = _hint(fd)
+            if name and _ident(os.fstat(fd)) in self.roots:
+                self.root_names.append((b"/" + b"/".join(name), fd))
+            else:
+                os.close(fd)
 
     # ------------------------------------------------------------ resolution
 
@@ -189,31 +282,243 @@ class FileBroker:
             os.close(cur)
             raise
 
-    @staticmethod
-    def _where(pfd: int, base: bytes) -> str | None:
-        d = path_of(pfd)
-        return None if d is None else os.path.join(d, os.fsdecode(base))
+    # ------------------------------------------------------------ position
+
+    def _locate(self, fd: int) -> tuple[str, ...] | None:
+        """The raw components of directory fd below the workdir, () for the
+        workdir, None if it is not below it. Found by descriptor: ".." is
+        walked up to a root of the workdir (by st_dev, st_ino) or to the top of
+        this view; a name is taken only when a stat of it in its parent is that
+        very directory. Refused (EACCES) when it cannot be told: the guard
+        never allows what it could not judge."""
+        if not self.roots:
+            raise Refused(errno.EACCES, "the name guard cannot find the workdir")
+        hint = _hint(fd)
+        fast = self._locate_fast(fd, hint)
+        if fast is not False:
+            return fast
+        if not self._below_root(fd):
+            return None
+        cur = os.dup(fd)
+        try:
+            st = os.fstat(cur)
+            if st.st_nlink == 0:
+                raise oserror(err=errno.ENOENT)    # a removed directory holds no new names
+            names: list[bytes | None] = []
+            for _ in range(MAX_DEPTH):
+                if _ident(st) in self.roots:
+                    if None in names:
+                        raise Refused(errno.EACCES, "cannot tell where this directory is in "
+                                      "the workdir (a name it could not read)")
+                    return tuple(os.fsdecode(n) for n in reversed(names) if n is not None)
+                up = os.open(b"..", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=cur)
+                ust = os.fstat(up)
+                if _ident(ust) == _ident(st):
+                    os.close(up)
+                    return None                    # the top of this view: not below the workdir
+                k = len(names)
+                names.append(_name_in(up, st, hint[-1 - k] if k < len(hint) else None))
+                os.close(cur)
+                cur, st = up, ust
+            raise Refused(errno.EACCES, f"more than {MAX_DEPTH} directories deep: too deep for "
+                          "the name guard to judge")
+        except OSError as e:
+            if e.errno == errno.ENOENT:
+                raise
+            raise Refused(errno.EACCES, f"cannot tell where this directory is ({e.strerror})") \
+                from None
+        finally:
+            os.close(cur)
+
+    def _locate_fast(self, fd: int, hint: list[bytes]) -> tuple[str, ...] | bool:
+        """_locate in one openat2 call where the kernel's name for fd lies
+        below a root's: the name is only a guess, kept when the kernel,
+        resolving it from that root (RESOLVE_BENEATH, no symlinks, no magic
+        links), arrives at this very directory. False: no verdict, walk."""
+        if not hint or self.slow_only:
+            return False
+        full = b"/" + b"/".join(hint)
+        flags = RESOLVE_BENEATH | notify.RESOLVE_NO_SYMLINKS | notify.RESOLVE_NO_MAGICLINKS
+        for name, rfd in self.root_names:
+            if full == name:
+                rel = b"."
+            elif full.startswith(name + b"/"):
+                rel = full[len(name) + 1:]
+            else:
+                continue
+            try:
+                got = notify.openat2(rel, os.O_PATH | os.O_DIRECTORY, flags, dirfd=rfd)
+            except OSError:
+                return False
+            try:
+                st, gst = os.fstat(fd), os.fstat(got)
+            finally:
+                os.close(got)
+            if _ident(gst) != _ident(st) or st.st_nlink == 0:
+                return False
+            return () if rel == b"." else tuple(os.fsdecode(c) for c in rel.split(b"/"))
+        return False
+
+    def _below_root(self, fd: int) -> bool:
+        """Whether walking ".." from directory fd meets a root of the workdir
+        (identities only: names are needed only below one)."""
+        cur = os.dup(fd)
+        try:
+            st = os.fstat(cur)
+            if st.st_nlink == 0:
+                raise oserror(err=errno.ENOENT)    # a removed directory holds no new names
+            for _ in range(MAX_DEPTH):
+                if _ident(st) in self.roots:
+                    return True
+                up = os.open(b"..", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=cur)
+                os.close(cur)
+                cur = up
+                ust = os.fstat(cur)
+                if _ident(ust) == _ident(st):
+                    return False                   # the top of this view
+                st = ust
+        except OSError as e:
+            if e.errno == errno.ENOENT:
+                raise
+            raise Refused(errno.EACCES, f"cannot tell where this directory is ({e.strerror})") \
+                from None
+        finally:
+            os.close(cur)
+        raise Refused(errno.EACCES, f"more than {MAX_DEPTH} directories deep: too deep for the "
+                      "name guard to judge")
+
+    def _position(self, pfd: int, base: bytes) -> tuple[str, ...] | None:
+        """Raw components of the name base in the pinned directory pfd."""
+        comps = self._locate(pfd)
+        if comps is None:
+            return None
+        return comps if base in (b".", b"") else comps + (os.fsdecode(base),)
+
+    def _placed(self, fd: int, st: os.stat_result) -> tuple[int, bytes] | None:
+        """(its directory, its name) for the non-directory fd: the kernel's
+        name for it, confirmed component by component by descriptor from the
+        root of this view; None if that name does not lead to this very file.
+        The caller closes the directory."""
+        hint = _hint(fd)
+        if not hint:
+            return None
+        cur = os.dup(self.root)
+        try:
+            for c in hint[:-1]:
+                nxt = os.open(c, os.O_PATH | os.O_NOFOLLOW | os.O_DIRECTORY | os.O_CLOEXEC,
+                              dir_fd=cur)
+                os.close(cur)
+                cur = nxt
+            if _ident(os.stat(hint[-1], dir_fd=cur, follow_symlinks=False)) == _ident(st):
+                cur, found = -1, cur
+                return found, hint[-1]
+        except OSError:
+            pass
+        finally:
+            if cur >= 0:
+                os.close(cur)
+        return None
+
+    def _file_position(self, fd: int, st: os.stat_result) -> tuple[str, ...] | None:
+        """Where the file fd is (reached through /proc magic links, or followed
+        by the kernel). A regular file that cannot be placed is refused; a file
+        without a name (nlink 0) or one whose writes leave nothing behind (a
+        pipe, a device) has no position to judge."""
+        if stat.S_ISDIR(st.st_mode):
+            return self._locate(fd)
+        if st.st_nlink == 0 and not stat.S_ISLNK(st.st_mode):
+            return None            # unlinked: a new name for it is judged by linkat
+        placed = self._placed(fd, st)
+        if placed is not None:
+            try:
+                return self._position(*placed)
+            finally:
+                os.close(placed[0])
+        if stat.S_ISREG(st.st_mode):
+            raise Refused(errno.EACCES, "cannot tell where this file is (renamed, removed or "
+                          "too deep to name)")
+        return None
+
+    # ------------------------------------------------------------ unix sockets
+
+    def set_socket_roots(self, fds: list[int], names: tuple[bytes, ...]) -> None:
+        """Where pathname unix sockets may be (wire.RootsRequest), by identity."""
+        for fd, name in zip(fds, names, strict=False):
+            ident = _ident(os.fstat(fd))
+            if name:
+                self.socket_entries.add((ident, name))
+            else:
+                self.socket_dirs.add(ident)
+
+    def unix_target(self, task: Task, dirfd: int, path: bytes) -> int:
+        """The socket file the agent's connect() to `path` reaches, resolved
+        here in the agent's view (its mounts, its /proc, its uid: nothing the
+        agent names can steer a lookup into the supervisor's /proc), as an
+        O_PATH descriptor, if it lies under an allowed root: judged by
+        descriptor, walking ".." from its directory. Refused otherwise."""
+        opath = self.open(task, dirfd, path, os.O_PATH, 0)
+        try:
+            st = os.fstat(opath)
+            if not stat.S_ISSOCK(st.st_mode):
+                raise oserror(err=errno.ECONNREFUSED)
+            placed = self._placed(opath, st)
+            if placed is None or not self._socket_allowed(*placed):
+                where = path_of(opath)
+                raise Refused(errno.EACCES, f"connect to unix socket {os.fsdecode(path)}"
+                              + (f" (-> {where})" if where and where.encode() != path else "")
+                              + ": outside the workdir and unix_sockets.allow")
+            return os.dup(opath)
+        finally:
+            os.close(opath)
+
+    def _socket_allowed(self, pfd: int, base: bytes) -> bool:
+        try:
+            st = os.fstat(pfd)
+            if (_ident(st), base) in self.socket_entries:
+                return True
+            cur = os.dup(pfd)
+            try:
+                for _ in range(MAX_DEPTH):
+                    if _ident(st) in self.socket_dirs:
+                        return True
+                    up = os.open(b"..", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=cur)
+                    ust = os.fstat(up)
+                    os.close(cur)
+                    cur = up
+                    if _ident(ust) == _ident(st):
+                        return False
+                    st = ust
+                return False
+            finally:
+                os.close(cur)
+        finally:
+            os.close(pfd)
 
     def _check_create(self, pfd: int, base: bytes, kind: str) -> None:
         if self.guard is None or base in (b".", b".."):
             return
-        where = self._where(pfd, base)
-        if where is None:
-            return                         # a deleted directory: nothing can be made there
-        why = self.guard.create(where, kind)
+        comps = self._position(pfd, base)
+        why = self.guard.create_at(self.guard.folded(comps), kind)
         if why is not None:
-            raise Refused(errno.EACCES, f"{_verb(kind)} {where}: {why}")
+            assert comps is not None
+            raise Refused(errno.EACCES, f"{_verb(kind)} {self.guard.show(comps)}: {why}")
 
-    def _check_write(self, fd: int) -> None:
+    def _check_write(self, fd: int, at: tuple[int, bytes] | None = None) -> None:
+        """fd is about to be written; at: the pinned parent and name it was
+        opened by (else it is placed by _file_position)."""
         st = os.fstat(fd)
-        if (st.st_dev, st.st_ino) in self.vetted:
+        if _ident(st) in self.vetted:
             raise Refused(errno.EACCES, f"write {path_of(fd)}: a git config checked by confine")
         if self.guard is None:
             return
-        p = path_of(fd)
-        why = self.guard.write(p, st.st_dev, st.st_ino)
+        if _ident(st) in self.guard.inodes:
+            comps: tuple[str, ...] | None = None
+        else:
+            comps = self._position(*at) if at is not None else self._file_position(fd, st)
+        why = self.guard.write_at(self.guard.folded(comps), st.st_dev, st.st_ino)
         if why is not None:
-            raise Refused(errno.EACCES, f"write {p or 'a file'}: {why}")
+            where = self.guard.show(comps) if comps is not None else path_of(fd) or "a file"
+            raise Refused(errno.EACCES, f"write {where}: {why}")
 
     # ------------------------------------------------------------ operations
 
@@ -277,7 +582,7 @@ class FileBroker:
                             dfd, own, pfd = pfd, True, -1
                             continue
                         if writing:
-                            self._check_write(opath)
+                            self._check_write(opath, None if proc or slash else (pfd, base))
                         # The very file judged, opened the way the agent asked (O_TRUNC,
                         # permissions, read-only mounts: the kernel's own order).
                         return os.open(f"/proc/self/fd/{opath}", (flags | os.O_CLOEXEC)
@@ -376,27 +681,33 @@ class FileBroker:
             npfd, nbase, nslash = self._walk(task, ndir, npath)
             try:
                 verdict = None
-                src = self._where(opfd, obase)
-                dst = self._where(npfd, nbase)
-                if self.guard is not None and obase not in (b".", b".."):
-                    if src and os.path.basename(src).startswith(INTERNAL):
-                        raise Refused(errno.EACCES, f"rename {src}: a temporary name of confine's")
-                    if dst is not None and nbase not in (b".", b".."):
-                        verdict = self.guard.rename_to(dst)
-                    if flags & RENAME_EXCHANGE and src is not None:
-                        back = self.guard.rename_to(src)
+                g = self.guard
+                src: str | None = None
+                dst: str | None = None
+                if g is not None and obase.startswith(INTERNAL.encode()):
+                    raise Refused(errno.EACCES, f"rename {os.fsdecode(obase)}: a temporary name "
+                                  "of confine's")
+                if g is not None and obase not in (b".", b"..") and nbase not in (b".", b".."):
+                    # Both positions by descriptor, or a refusal: never skipped.
+                    sc, dc = self._position(opfd, obase), self._position(npfd, nbase)
+                    sf, df = g.folded(sc), g.folded(dc)
+                    src = g.show(sc) if sc is not None else os.fsdecode(obase)
+                    dst = g.show(dc) if dc is not None else os.fsdecode(nbase)
+                    verdict = g.rename_to_at(df)
+                    if flags & RENAME_EXCHANGE:
+                        back = g.rename_to_at(sf)
                         if back is not None:
                             raise Refused(errno.EACCES, f"exchange {dst} with {src}: "
                                           + (back if back != VET else "protected path"))
                         if verdict == VET:
                             verdict = "protected path (.git/config)"
-                # A directory from outside the workdir would bring names nobody
-                # judged: EXDEV, so mv and shutil.move copy it, name by name.
-                if self.guard is not None and _moves_in(self.guard, src, dst) and _is_dir(opfd, obase):
-                    raise oserror(err=errno.EXDEV)
-                if self.guard is not None and flags & RENAME_EXCHANGE and _moves_in(self.guard, dst, src) \
-                        and _is_dir(npfd, nbase):
-                    raise oserror(err=errno.EXDEV)
+                    # A directory from outside the workdir would bring names nobody
+                    # judged: EXDEV, so mv and shutil.move copy it, name by name.
+                    if sf is None and df is not None and _is_dir(opfd, obase):
+                        raise oserror(err=errno.EXDEV)
+                    if flags & RENAME_EXCHANGE and df is None and sf is not None \
+                            and _is_dir(npfd, nbase):
+                        raise oserror(err=errno.EXDEV)
                 if verdict == VET:
                     return self._vet_config(opfd, obase, npfd, nbase, flags, src, dst)
                 if verdict is not None:
@@ -504,9 +815,6 @@ class FileBroker:
 # Calls that make or move a name: performed under FileBroker.lock.
 _MAKES_NAMES = frozenset({Op.MKDIR, Op.MKNOD, Op.SYMLINK, Op.LINK, Op.RENAME})
 
-
-def _moves_in(guard: Guard, src: str | None, dst: str | None) -> bool:
-    return src is not None and dst is not None and guard.rel(src) is None and guard.rel(dst) is not None
 
 
 def _is_dir(pfd: int, base: bytes) -> bool:

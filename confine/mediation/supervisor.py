@@ -7,14 +7,15 @@ address or the descriptor. Instead:
 * the supervisor copies the address (and data) out of the agent, takes its
   own reference to the socket with pidfd_getfd, checks that the notification
   is still valid, and decides;
-* a pathname unix address is resolved here and must lie under an allowed root
-  (workdir, private tmp, profile `unix_sockets.allow`); the socket file is
-  then pinned with openat2(O_PATH, RESOLVE_NO_SYMLINKS) so no later rename or
-  symlink can redirect it;
+* a pathname unix address must lie under an allowed root (workdir, private
+  tmp, profile `unix_sockets.allow`): the roots are opened here once, before
+  the agent runs, and handed to the broker, which resolves the address in the
+  agent's own view and judges it by descriptor (files.unix_target). Nothing
+  the agent names is resolved here: the supervisor's /proc shows host pids;
 * a file call's paths are copied and its directories taken (pidfd_getfd, or
   the agent's cwd); the broker judges and performs it (files.py);
 * the call itself is performed by the broker (broker.py), in the agent's
-  Landlock domain; listen() alone is performed here (see _listen).
+  Landlock domain, listen() too (see _listen).
 
 Fail closed: a call the supervisor cannot decode or copy is answered with an
 error (EPERM on a bug), a call handed to a broker that dies gets EIO (file
@@ -28,7 +29,6 @@ import functools
 import os
 import select
 import socket
-import stat
 import struct
 import threading
 from typing import Callable, NamedTuple, Sequence
@@ -36,7 +36,6 @@ from typing import Callable, NamedTuple, Sequence
 from confine.errors import default_warn
 from confine.kernel import notify
 from confine.kernel.seccomp import FILE_CALLS, OPEN_CALLS, SOCKET_CALLS, syscall_number
-from confine.paths import is_under
 
 from .wire import (
     DATA_CAP,
@@ -46,15 +45,13 @@ from .wire import (
     FileRequest,
     MsgHdr,
     Op,
+    RootsRequest,
     SocketRequest,
     debug,
     decode_reply,
     parse_rights,
 )
 
-# glibc probes these on every user or host lookup and falls back by itself;
-# still denied (nscd would resolve names: a DNS channel), just not reported.
-QUIET = ("/run/nscd/socket", "/run/systemd/userdb/", "/run/systemd/resolve/io.systemd.Resolve")
 MAX_REPORTED = 100
 MAX_ADDR = 128          # a sockaddr longer than sockaddr_storage is EINVAL
 AT_FDCWD = -100
@@ -103,11 +100,15 @@ class Mediator:
         # A stuck broker must not freeze every mediated call: a send that cannot
         # complete in time is answered ECONNREFUSED.
         self.broker.settimeout(5)
-        self.roots = [os.path.realpath(r) for r in roots]
         self.uid = agent_uid
         self.pending: dict[int, _Pending] = {}      # request id -> its notification
         self.next_id = 1
+        # The denials shown (at most MAX_REPORTED, so the memory an agent can make
+        # the supervisor hold by varying its denials is bounded) and a count of
+        # the rest.
         self.denied: set[str] = set()
+        self.unshown = 0
+        self._send_roots(roots)
         self.warn = warn
         self.thread = threading.Thread(target=self._loop, name="confine-mediator", daemon=True)
         self.files = files
@@ -121,6 +122,36 @@ class Mediator:
 
     def start(self) -> None:
         self.thread.start()
+
+    def _send_roots(self, roots: Sequence[str]) -> None:
+        """The broker's first request: the allowed socket roots by descriptor.
+        A directory allows everything below it; anything else (a socket file,
+        or one that does not exist yet) only that name in its directory. A
+        root that cannot be opened allows nothing."""
+        fds: list[int] = []
+        names: list[bytes] = []
+        try:
+            for r in roots:
+                real = os.path.realpath(r)     # confine's own configuration, not the agent's
+                try:
+                    fds.append(os.open(real, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC))
+                    names.append(b"")
+                    continue
+                except OSError:
+                    pass
+                head, base = os.path.split(real)
+                try:
+                    fds.append(os.open(head or "/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC))
+                    names.append(os.fsencode(base))
+                except OSError:
+                    continue
+            try:
+                socket.send_fds(self.broker, [RootsRequest(0, tuple(names)).pack()], fds)
+            except OSError:
+                pass       # no broker: every mediated call fails anyway
+        finally:
+            for f in fds:
+                os.close(f)
 
     def _loop(self) -> None:
         poller = select.poll()
@@ -220,10 +251,12 @@ class Mediator:
         is cut short rather than burying the terminal."""
         if what in self.denied:
             return
-        self.denied.add(what)
-        if len(self.denied) <= MAX_REPORTED:
+        if len(self.denied) < MAX_REPORTED:
+            self.denied.add(what)
             self.warn(f"denied: {what}")
-        elif len(self.denied) == MAX_REPORTED + 1:
+            return
+        self.unshown += 1
+        if self.unshown == 1:
             self.warn(f"more than {MAX_REPORTED} different denials: no more are shown")
 
     def _deny(self, nid: int, what: str, quiet: bool = False) -> None:
@@ -311,52 +344,20 @@ class Mediator:
             raw = call.raw
             if raw and is_stream and call.op != Op.CONNECT:
                 raw = b""  # a connected stream socket ignores the address
-            decided = self._address(pid, raw, nid) if raw else (b"", None)
-            if decided is None:
-                return
-            name, opath = decided
-            if opath is not None:
-                fds.append(opath)
-            self._send(nid, lambda rid: SocketRequest(rid, call.op, call.flags, opath is not None,
-                                                      name, call.data, len(passed)).pack(),
+            resolve = _pathname(raw)
+            tgid = tid = 0
+            if resolve:
+                # The agent's cwd (its own, by its thread id: not a name it chose),
+                # for a relative address; the broker resolves it (files.unix_target).
+                fds.append(os.open(f"/proc/{pid}/cwd", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC))
+                _, tgid, tid = _task_facts(pid)
+            self._send(nid, lambda rid: SocketRequest(rid, call.op, call.flags, resolve,
+                                                      raw, call.data, len(passed), tgid,
+                                                      tid).pack(),
                        fds + passed, False, errno.ECONNREFUSED)
         finally:
             for f in fds + passed:
                 os.close(f)
-
-    def _address(self, pid: int, raw: bytes, nid: int) -> tuple[bytes, int | None] | None:
-        """Returns (name bytes for the broker, O_PATH fd or None) or None if denied."""
-        if len(raw) < 2 or struct.unpack_from("<H", raw)[0] != socket.AF_UNIX:
-            return raw, None
-        path = raw[2:]
-        if not path or path[0] == 0:
-            return raw, None                  # abstract or unnamed: Landlock scope decides
-        path = path.split(b"\0", 1)[0].decode(errors="surrogateescape")
-        if not path.startswith("/"):
-            path = os.path.join(os.readlink(f"/proc/{pid}/cwd"), path)
-        # /proc/self means the agent here, not the supervisor resolving it.
-        for alias, mine in (("/proc/self/", f"/proc/{pid}/"),
-                            ("/proc/thread-self/", f"/proc/{pid}/task/{pid}/")):
-            if path.startswith(alias):
-                path = mine + path[len(alias):]
-        real = os.path.realpath(path)
-        if not any(is_under(real, r) for r in self.roots):
-            self._deny(nid, f"connect to unix socket {path}"
-                       + (f" (-> {real})" if real != path else "")
-                       + ": outside the workdir and unix_sockets.allow",
-                       quiet=real.startswith(QUIET))
-            return None
-        try:
-            opath = notify.openat2(real, os.O_PATH | os.O_NOFOLLOW,
-                                   notify.RESOLVE_NO_SYMLINKS | notify.RESOLVE_NO_MAGICLINKS)
-        except OSError as e:
-            self._respond(nid, error=errno.ECONNREFUSED if e.errno == errno.ELOOP else e.errno)
-            return None
-        if not stat.S_ISSOCK(os.fstat(opath).st_mode):
-            os.close(opath)
-            self._respond(nid, error=errno.ECONNREFUSED)
-            return None
-        return b"", opath
 
     def _control(self, pid: int, hdr: MsgHdr, nid: int) -> list[int] | None:
         """Descriptors passed with SCM_RIGHTS (agent numbers); None if refused."""
@@ -373,8 +374,15 @@ class Mediator:
 
     def _listen(self, n: notify.Notif) -> None:
         """listen() on an unbound TCP socket binds an ephemeral port without
-        Landlock's BIND_TCP check; refuse that, perform the rest ourselves on
-        the very socket we inspected (listen itself is not a Landlock right)."""
+        Landlock's BIND_TCP check; refuse that, and let the broker perform the
+        rest on the very socket inspected here (listen itself is not a Landlock
+        right). Not performed here: the listener's credentials are what every
+        client gets as SO_PEERCRED/SO_PEERPIDFD, and here they are root's and
+        the supervisor's. Not resumed with CONTINUE either: the kernel would
+        look the descriptor number up again, and another thread of the agent
+        can dup2() an unbound TCP socket onto it between the check and the
+        call. Whether a socket is bound only ever changes from no to yes, so
+        the check still holds when the broker listens."""
         nid = n.id
         fd, backlog = n.data.args[0] & 0xFFFFFFFF, n.data.args[1] & 0xFFFFFFFF
         pidfd = _pidfd(n.pid)
@@ -393,11 +401,9 @@ class Mediator:
             if s.family in (socket.AF_INET, socket.AF_INET6) and s.getsockname()[1] == 0:
                 return self._deny(nid, "listen() on a TCP socket with no port bound "
                                        "(would bind an ephemeral port without Landlock)")
-            try:
-                s.listen(min(backlog, 0x7FFFFFFF))
-            except OSError as e:
-                return self._respond(nid, error=e.errno)
-            self._respond(nid, 0)
+            self._send(nid, lambda rid: SocketRequest(rid, Op.LISTEN, min(backlog, 0x7FFFFFFF),
+                                                      False, b"", b"", 0).pack(),
+                       [s.fileno()], False, errno.EACCES)
         finally:
             s.close()
 
@@ -444,6 +450,13 @@ class Mediator:
         finally:
             for f in fds:
                 os.close(f)
+
+
+def _pathname(raw: bytes) -> bool:
+    """raw is a pathname unix address (not abstract, not unnamed, not another
+    family: for those Landlock scopes and port rules decide)."""
+    return (len(raw) > 2 and struct.unpack_from("<H", raw)[0] == socket.AF_UNIX
+            and raw[2] != 0)
 
 
 def _pidfd(tid: int) -> int:

@@ -28,6 +28,8 @@ class Op(enum.IntEnum):
     CONNECT = 1
     SENDTO = 2
     SENDMSG = 3
+    LISTEN = 4
+    ROOTS = 5       # once, first: where pathname unix sockets may be (see RootsRequest)
     OPEN = 10
     TRUNCATE = 11
     MKDIR = 12
@@ -37,7 +39,7 @@ class Op(enum.IntEnum):
     RENAME = 16
 
 
-SOCKET_OPS = frozenset({Op.CONNECT, Op.SENDTO, Op.SENDMSG})
+SOCKET_OPS = frozenset({Op.CONNECT, Op.SENDTO, Op.SENDMSG, Op.LISTEN, Op.ROOTS})
 FILE_OPS = frozenset({Op.OPEN, Op.TRUNCATE, Op.MKDIR, Op.MKNOD, Op.SYMLINK, Op.LINK, Op.RENAME})
 
 # Largest payload copied for one mediated send: a stream socket gets a short
@@ -48,7 +50,9 @@ MAX_FDS = 255                     # descriptors one request may carry
 REASON_CAP = 2048                 # bytes of a refusal's reason in a reply
 
 _HEAD = struct.Struct("<QB")                   # every request starts: id, op
-_SOCKET = struct.Struct("<QBiiIi")             # id, op, flags, has_opath, namelen, nfds_passed
+_SOCKET = struct.Struct("<QBiiIiii")           # id, op, flags, resolve, namelen, nfds_passed,
+                                               # tgid, tid
+_ROOTS = struct.Struct("<QBI")                 # id, op, number of roots
 _FILE = struct.Struct("<QBqQQIiiii")           # id, op, flags, mode, dev/length, umask,
                                                # tgid, tid, fd index for path 1, for path 2
 _REPLY = struct.Struct("<Qqi")                 # id, return value, errno
@@ -62,26 +66,49 @@ def request_head(body: bytes) -> tuple[int, int]:
 
 
 class SocketRequest(NamedTuple):
-    """connect/sendto/sendmsg. Descriptors: the socket, then (has_opath) an
-    O_PATH of the pinned socket file to connect to instead of `name`, then
-    the ones the agent passes with SCM_RIGHTS."""
+    """connect/sendto/sendmsg/listen (flags: the backlog). Descriptors: the
+    socket, then (resolve) the agent's cwd, then the ones the agent passes
+    with SCM_RIGHTS. resolve: `name` is a pathname unix address the broker
+    resolves in the agent's view and checks against the roots (RootsRequest);
+    tgid, tid: what "self" and "thread-self" mean in the agent's /proc."""
     rid: int
     op: Op
     flags: int
-    has_opath: bool
+    resolve: bool
     name: bytes
     data: bytes
     npassed: int
+    tgid: int = 0
+    tid: int = 0
 
     def pack(self) -> bytes:
-        return _SOCKET.pack(self.rid, self.op, self.flags, 1 if self.has_opath else 0,
-                            len(self.name), self.npassed) + self.name + self.data
+        return _SOCKET.pack(self.rid, self.op, self.flags, 1 if self.resolve else 0,
+                            len(self.name), self.npassed, self.tgid, self.tid) + self.name + self.data
 
     @classmethod
     def unpack(cls, body: bytes) -> "SocketRequest":
-        rid, op, flags, has_opath, namelen, npassed = _SOCKET.unpack_from(body)
+        rid, op, flags, resolve, namelen, npassed, tgid, tid = _SOCKET.unpack_from(body)
         rest = body[_SOCKET.size:]
-        return cls(rid, Op(op), flags, bool(has_opath), rest[:namelen], rest[namelen:], npassed)
+        return cls(rid, Op(op), flags, bool(resolve), rest[:namelen], rest[namelen:], npassed,
+                   tgid, tid)
+
+
+class RootsRequest(NamedTuple):
+    """Where pathname unix sockets may be, by descriptor (the supervisor's
+    own configuration, opened before the agent runs). One descriptor per
+    name: for b"" the directory under which any socket may be, else the
+    directory holding the one allowed entry of that name."""
+    rid: int
+    names: tuple[bytes, ...]
+
+    def pack(self) -> bytes:
+        return _ROOTS.pack(self.rid, Op.ROOTS, len(self.names)) + b"\0".join(self.names)
+
+    @classmethod
+    def unpack(cls, body: bytes) -> "RootsRequest":
+        rid, _, n = _ROOTS.unpack_from(body)
+        names = body[_ROOTS.size:].split(b"\0") if n else []
+        return cls(rid, tuple(names[:n]) + (b"",) * (n - len(names)))
 
 
 class FileRequest(NamedTuple):

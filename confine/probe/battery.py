@@ -1840,6 +1840,58 @@ def _l_modes():
     return _after_exit("chmod 0777 %s and %s" % (gd, base))
 
 
+@attempt("later.deleted_suffix", "plant protected names in a directory named 'x (deleted)'")
+def _l_deleted_suffix():
+    # /proc/self/fd names such a live directory like a deleted one: the guard
+    # must judge where it is, not give up on the name.
+    base = os.path.join(scratch(), "x (deleted)")
+    os.makedirs(base, exist_ok=True)
+    got = _plant([(os.path.join(base, ".envrc"), "create"),
+                  (os.path.join(base, ".claude", "settings.json"), "create")])
+    if got["result"] != "blocked":
+        return got
+    prep = os.path.join(base, "prep")
+    try:
+        os.makedirs(os.path.join(prep, "hooks"), exist_ok=True)
+        os.rename(prep, os.path.join(base, ".git"))
+    except OSError as e:
+        return blocked(e.errno, by_guard(e.errno, os.path.join(base, ".git")))
+    return possible("renamed a prepared directory to %s/.git" % base)
+
+
+@attempt("later.long_path", "plant .envrc deeper than PATH_MAX (no path reads back)")
+def _l_long_path():
+    d = os.open(scratch(), os.O_PATH | os.O_DIRECTORY)
+    rel = []
+    try:
+        for _ in range(24):                       # 24 x 200 characters > PATH_MAX
+            name = "p" * 200
+            try:
+                os.mkdir(name, dir_fd=d)
+            except FileExistsError:
+                pass
+            n = os.open(name, os.O_PATH | os.O_DIRECTORY, dir_fd=d)
+            os.close(d)
+            d = n
+            rel.append(name)
+        where = os.path.join(scratch(), *rel, ".envrc")
+        try:
+            fd = os.open(".envrc", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600, dir_fd=d)
+        except OSError as e:
+            return blocked(e.errno, by_guard(e.errno, where), "%d directories deep" % len(rel))
+        os.close(fd)
+        os.unlink(".envrc", dir_fd=d)
+        return possible("created .envrc %d directories deep (removed)" % len(rel))
+    finally:
+        os.close(d)
+
+
+@attempt("later.case_variant", "plant protected names in other case (.ENVRC, .MCP.json, .CLAUDE/)")
+def _l_case_variant():
+    return _plant(_nested(".ENVRC", ".MCP.json", ".CLAUDE/settings.json", ".Git/hooks/pre-commit",
+                          ".vscode/TASKS.json"))
+
+
 # ------------------------------------------------------------ main
 
 class _Timeout(Exception):

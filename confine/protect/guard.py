@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import unicodedata
 from typing import Iterable, Sequence
 
 from ..policy.patterns import Pattern
@@ -35,8 +36,24 @@ _NOT = Pattern("", ("",), False, True, False)
 INTERNAL = ".confine-vet-"     # the broker's temporary names
 
 
+# Code points HFS+ ignores in names (git's is_hfs_dotgit list): a name with
+# one inside may be the very file a case- or normalization-insensitive
+# directory opens for the plain name.
+_IGNORABLE = dict.fromkeys([*range(0x200C, 0x2010), *range(0x202A, 0x202F),
+                            *range(0x206A, 0x2070), 0xFEFF])
+
+
+def fold(name: str) -> str:
+    """The key a name is compared by: case-folded (ext4/tmpfs casefold
+    directories open `.ENVRC` for `.envrc`), canonically decomposed (they
+    compare NFD: KELVIN SIGN is K) and without ignorable code points. Folding
+    more than a filesystem does only refuses more."""
+    return unicodedata.normalize(
+        "NFD", unicodedata.normalize("NFD", name.translate(_IGNORABLE)).casefold())
+
+
 def _folded(p: Pattern) -> Pattern:
-    return Pattern(p.text, tuple(c.casefold() for c in p.comps), p.tree, p.anchored, p.git)
+    return Pattern(p.text, tuple(fold(c) for c in p.comps), p.tree, p.anchored, p.git)
 
 
 def _literal(rel: str, tree: bool) -> Pattern:
@@ -62,7 +79,7 @@ class Guard:
         self.fixed: dict[tuple[str, ...], Pattern] = {}
         self.fixed_above: set[tuple[str, ...]] = set()
         for rel, tree in extra:
-            comps = tuple(c.casefold() for c in os.path.normpath(rel).split("/") if c)
+            comps = tuple(fold(c) for c in os.path.normpath(rel).split("/") if c)
             if not comps or comps[0] == "..":
                 continue
             self.fixed[comps] = _literal("/".join(comps), tree or self.fixed.get(comps, _NOT).tree)
@@ -99,8 +116,18 @@ class Guard:
                 return ()
             top = root.rstrip("/") + "/"
             if path.startswith(top):
-                return tuple(c.casefold() for c in path[len(top):].split("/"))
+                return tuple(fold(c) for c in path[len(top):].split("/"))
         return None
+
+    def show(self, comps: Sequence[str]) -> str:
+        """The workdir path of raw components, for messages."""
+        return os.path.join(self.workdir, *comps)
+
+    @staticmethod
+    def folded(comps: Sequence[str] | None) -> tuple[str, ...] | None:
+        """Raw components below the workdir (the broker finds them by
+        descriptor, not by path) as the verdicts compare them."""
+        return None if comps is None else tuple(fold(c) for c in comps)
 
     def _git_tails(self, comps: tuple[str, ...], i: int):
         """Tails below the git directory comps[i] == ".git": the directory itself
@@ -173,16 +200,27 @@ class Guard:
 
     # -- verdicts: None (allowed), VET, or the reason for refusing
 
-    def _named(self, path: str) -> tuple[tuple[str, ...] | None, str | None]:
-        """(components below the workdir or None, a refusal every verdict shares)."""
-        comps = self.rel(path)
+    @staticmethod
+    def _internal(comps: tuple[str, ...] | None) -> str | None:
+        """The refusal every verdict shares."""
         if comps and comps[-1].startswith(INTERNAL):
-            return comps, "a temporary name of confine's"
-        return comps, None
+            return "a temporary name of confine's"
+        return None
 
     def create(self, path: str, kind: str) -> str | None:
         """kind: file, dir, symlink, link, node."""
-        comps, why = self._named(path)
+        return self.create_at(self.rel(path), kind)
+
+    def rename_to(self, path: str) -> str | None:
+        return self.rename_to_at(self.rel(path))
+
+    def write(self, path: str | None, dev: int, ino: int) -> str | None:
+        return self.write_at(None if path is None else self.rel(path), dev, ino)
+
+    # The *_at forms take folded components below the workdir (None: outside).
+
+    def create_at(self, comps: tuple[str, ...] | None, kind: str) -> str | None:
+        why = self._internal(comps)
         if not comps or why:
             return why
         name = comps[-1]
@@ -205,8 +243,8 @@ class Guard:
                 return f"a link here would bring a tree protected by {a.text} along"
         return None
 
-    def rename_to(self, path: str) -> str | None:
-        comps, why = self._named(path)
+    def rename_to_at(self, comps: tuple[str, ...] | None) -> str | None:
+        why = self._internal(comps)
         if not comps or why:
             return why
         m = self.match(comps)
@@ -220,15 +258,11 @@ class Guard:
             return f"a tree renamed here would bring paths protected by {a.text} along unchecked"
         return None
 
-    def write(self, path: str | None, dev: int, ino: int) -> str | None:
+    def write_at(self, comps: tuple[str, ...] | None, dev: int, ino: int) -> str | None:
         if (dev, ino) in self.inodes:
             return "a file protected at start (another name of it)"
-        if path is None:
-            return None
-        comps = self.rel(path)
-        if not comps:
-            return None
-        if comps[-1].startswith(INTERNAL):
-            return "a temporary name of confine's"
+        why = self._internal(comps)
+        if not comps or why:
+            return why
         m = self.match(comps)
         return f"protected path ({m[0].text})" if m is not None else None

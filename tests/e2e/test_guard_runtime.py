@@ -575,3 +575,133 @@ def test_target_of_a_protected_symlink_is_guarded(sandbox):
                      'attempt("plain", lambda: opened("plain", os.O_WRONLY | os.O_CREAT))')
     assert r == {"hook": "EACCES", "plain": "ok"}, (r, p.stderr)
     assert not os.path.exists(os.path.join(wd, "githooks", "pre-commit"))
+
+
+BYPASS_BODY = r'''
+O = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+def at(d, name, flags=O):
+    os.close(os.open(name, flags, 0o644, dir_fd=d))
+# A live directory whose name reads like a deleted one in /proc/self/fd.
+os.mkdir("x (deleted)")
+attempt("deleted-suffix .envrc", lambda: opened("x (deleted)/.envrc", O))
+attempt("deleted-suffix plain", lambda: opened("x (deleted)/plain", O))
+attempt("deleted-suffix .ENVRC", lambda: opened("x (deleted)/.ENVRC", O))
+attempt("deleted-suffix mkdir .vscode", lambda: os.mkdir("x (deleted)/.vscode"))
+def prepared_git():
+    os.makedirs("x (deleted)/prep/hooks")
+    opened("x (deleted)/prep/hooks/post-checkout", O, 0o755)
+    os.rename("x (deleted)/prep", "x (deleted)/.git")
+attempt("deleted-suffix prepared .git", prepared_git)
+def moved_out():
+    opened("x (deleted)/innocent", O)
+    os.rename("x (deleted)/innocent", ".mcp.json")
+attempt("deleted-suffix rename to .mcp.json", moved_out)
+# Deeper than PATH_MAX: readlink of the directory fails, so no path to parse.
+d = os.open(".", os.O_PATH)
+for i in range(24):
+    os.mkdir("d" * 200, dir_fd=d)
+    n = os.open("d" * 200, os.O_PATH | os.O_DIRECTORY, dir_fd=d)
+    os.close(d)
+    d = n
+try:
+    os.readlink("/proc/self/fd/%d" % d); R["deep readlink"] = "ok"
+except OSError as e:
+    R["deep readlink"] = en(e.errno)
+attempt("long .envrc", lambda: at(d, ".envrc"))
+attempt("long .Envrc", lambda: at(d, ".Envrc"))
+attempt("long plain", lambda: at(d, "plain"))
+attempt("long mkdir .git", lambda: os.mkdir(".git", dir_fd=d))
+attempt("long hook", lambda: (os.mkdir(".git/hooks", dir_fd=d), at(d, ".git/hooks/pre-commit"))[-1])
+def long_rename():
+    at(d, "innocent")
+    os.rename("innocent", ".envrc", src_dir_fd=d, dst_dir_fd=d)
+attempt("long rename to .envrc", long_rename)
+attempt("long rename out", lambda: os.rename("innocent", "moved", src_dir_fd=d, dst_dir_fd=d))
+os.chdir("/proc/self/fd/%d" % d)
+attempt("long cwd .mcp.json", lambda: opened(".mcp.json", O))
+attempt("long cwd plain", lambda: opened("plain2", O))
+'''
+
+
+@pytest.mark.parametrize("layers", ["all", "landlock"])
+def test_names_the_guard_cannot_read_back_are_still_judged(sandbox, layers):
+    """Issue 10 item 1: a parent directory named `x (deleted)` or deeper than
+    PATH_MAX made the broker's path lookup fail, and the guard then allowed
+    the call. Positions are now found by descriptor."""
+    box = sandbox if layers == "all" else sandbox.without_namespaces()
+    p, r = box.probe(BYPASS_BODY, timeout=90)
+    assert r is not None, p.stderr
+    assert r.pop("deep readlink") == "ENAMETOOLONG", r
+    for k in ("deleted-suffix plain", "long plain", "long mkdir .git", "long cwd plain",
+              "long rename out"):
+        assert r.pop(k) == "ok", (k, r, p.stderr)        # the controls: ordinary names work
+    bad = {k: v for k, v in r.items() if v != "EACCES"}
+    assert not bad, (bad, p.stderr)
+    found = []
+    for dirpath, dirnames, filenames in os.walk(box.workdir):
+        for n in filenames + dirnames:
+            if "/prep" in dirpath:
+                continue                    # prepared, but never renamed to .git
+            if n.casefold() in (".envrc", ".mcp.json", ".vscode", "post-checkout", "pre-commit") \
+                    or (n == ".git" and dirpath.endswith("(deleted)")):
+                found.append(os.path.join(dirpath, n)[-80:])
+    assert not found, found
+
+
+FLOOD_BODY = r'''
+import sys
+d = os.open(".", os.O_PATH)
+for i in range(9):                         # long reasons: each denial names a ~1.8 kB path
+    os.mkdir("l" * 200, dir_fd=d)
+    n = os.open("l" * 200, os.O_PATH | os.O_DIRECTORY, dir_fd=d); os.close(d); d = n
+os.mkdir(".git", dir_fd=d); os.mkdir(".git/hooks", dir_fd=d)
+h = os.open(".git/hooks", os.O_PATH | os.O_DIRECTORY, dir_fd=d)
+def flood(a, b):
+    refused = 0
+    for i in range(a, b):
+        try:
+            os.close(os.open("hook-%06d" % i, os.O_WRONLY | os.O_CREAT, 0o755, dir_fd=h))
+        except PermissionError:
+            refused += 1
+    return refused
+R["first"] = flood(0, 200)
+print("phase1", flush=True); sys.stdin.readline()
+R["second"] = flood(200, 8200)
+print("phase2", flush=True); sys.stdin.readline()
+'''
+
+
+def _rss_kb(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(ln.split()[1]) for ln in f if ln.startswith("VmRSS:"))
+
+
+def test_distinct_denials_do_not_grow_the_supervisor(sandbox):
+    """Issue 10 item 11: every distinct denial was kept in a set for the whole
+    run (8,000 refused hooks with long names: some 30 MB). Only the shown ones
+    are kept now, the rest counted."""
+    import tempfile
+
+    from conftest import PY, last_json, probe_code
+    errf = tempfile.TemporaryFile("w+")       # 100 long reports would fill a pipe
+    proc = sandbox.popen([PY, "-c", probe_code(FLOOD_BODY)], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=errf, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "phase1"
+        before = _rss_kb(proc.pid)              # env and setpriv exec confine: its pid
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline().strip() == "phase2"
+        after = _rss_kb(proc.pid)
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    errf.seek(0)
+    err = errf.read()
+    r = last_json(out)
+    assert r == {"first": 200, "second": 8000}, (r, err[-2000:])   # all refused, and reported:
+    assert err.count("confine: denied: ") == 100 and "no more are shown" in err
+    assert after - before < 6000, f"supervisor grew {after - before} kB over 8000 denials"

@@ -7,6 +7,7 @@ must see nothing.
 """
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import socket
@@ -314,3 +315,87 @@ if __name__ == "__main__":
                          "tmux -S ./tmux.sock list-sessions && tmux -S ./tmux.sock kill-server"])
         assert p.returncode == 0, p.stderr
         assert "1 windows" in p.stdout
+
+
+PEERCRED = r"""
+import socket, struct, os, json, sys
+res = {}
+name = "cred%d.sock" % os.getpid()
+srv = socket.socket(socket.AF_UNIX); srv.bind(name); srv.listen(4)
+c = socket.socket(socket.AF_UNIX); c.connect(name)
+pid, uid, gid = struct.unpack("3i", c.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
+res.update(pid=pid, uid=uid, gid=gid, me=[os.getuid(), os.getgid()], ppid=os.getppid())
+try:
+    res["status_uid"] = int([l for l in open("/proc/%d/status" % pid) if l.startswith("Uid:")][0].split()[1])
+except (OSError, IndexError):
+    res["status_uid"] = None
+try:
+    pfd = struct.unpack("i", c.getsockopt(socket.SOL_SOCKET, 77, 4))[0]      # SO_PEERPIDFD
+    res["pidfd_pid"] = int([l for l in open("/proc/self/fdinfo/%d" % pfd) if l.startswith("Pid:")][0].split()[1])
+except OSError as e:
+    res["pidfd_pid"] = e.errno
+print(json.dumps(res))
+"""
+
+
+@pytest.mark.parametrize("layers", ["all", "landlock"])
+def test_an_agent_listener_carries_the_agents_credentials(sandbox, layers):
+    """Issue 10 item 13: listen() performed by the root supervisor gave every
+    client of an agent-made server SO_PEERCRED uid 0 (and the supervisor's
+    pid, or 0 where the supervisor is outside the agent's pid namespace), and
+    SO_PEERPIDFD a pidfd of the supervisor. Now a process of the agent's,
+    with its uid and gid."""
+    box = sandbox if layers == "all" else sandbox.without_namespaces()
+    p, d = box.py(PEERCRED)
+    assert p.returncode == 0 and d is not None, p.stderr
+    ctl = box.outside([PY, "-c", PEERCRED])          # the control: unconfined, the same server
+    c = __import__("json").loads(ctl.stdout)
+    assert [c["uid"], c["gid"]] == c["me"] and c["pid"] > 0, c
+    assert [d["uid"], d["gid"]] == d["me"] == [box.agent.pw_uid, box.agent.pw_gid], d
+    assert d["pid"] > 0 and d["pid"] != d["ppid"], d      # a process the agent can see
+    assert d["status_uid"] == box.agent.pw_uid, d         # ... and it is one of its own
+    if isinstance(d["pidfd_pid"], int) and d["pidfd_pid"] > 100000:
+        pytest.fail(f"unexpected pidfd answer {d}")
+    if d["pidfd_pid"] not in (errno.ENOPROTOOPT, errno.EINVAL):
+        assert d["pidfd_pid"] == d["pid"], d
+
+
+HOSTPID = r"""
+import socket, os, json
+res = {}
+wd = os.getcwd()
+srv = socket.socket(socket.AF_UNIX); srv.bind("in.sock"); srv.listen(8)
+def tryc(p):
+    s = socket.socket(socket.AF_UNIX)
+    try:
+        s.connect(p); return "CONNECTED"
+    except OSError as e:
+        return e.errno
+    finally:
+        s.close()
+res["self"] = tryc("/proc/self/root" + wd + "/in.sock")
+res["self cwd"] = tryc("/proc/self/cwd/in.sock")
+res["host pid"] = tryc("/proc/%d/root" % HOST + wd + "/in.sock")
+res["no pid"] = tryc("/proc/%d/root" % NOPID + wd + "/in.sock")
+os.symlink("/proc/%d/root" % HOST, "hostroot")
+res["host pid via link"] = tryc("hostroot" + wd + "/in.sock")
+res["host cwd"] = tryc("/proc/%d/cwd/in.sock" % HOST)
+print(json.dumps(res))
+"""
+
+
+def test_socket_addresses_are_resolved_in_the_agents_view(sandbox, outside_sleeper):
+    """Issue 10 item 16: the supervisor resolved /proc/N/... in the host's
+    /proc, so a connect through /proc/<host pid>/root reached the workdir's
+    socket exactly when host pid N existed: a host pid oracle. The broker
+    resolves in the agent's view, where host pids do not exist."""
+    nopid = 4194000
+    while os.path.exists(f"/proc/{nopid}"):
+        nopid -= 1
+    code = HOSTPID.replace("HOST", str(outside_sleeper)).replace("NOPID", str(nopid))
+    p, d = sandbox.py(code)
+    assert p.returncode == 0 and d is not None, p.stderr
+    assert d["self"] == "CONNECTED" and d["self cwd"] == "CONNECTED", d   # the agent's own /proc
+    assert os.path.exists(f"/proc/{outside_sleeper}/root")               # the host pid is alive
+    assert d["host pid"] == d["no pid"] == d["host pid via link"] == errno.ENOENT, d
+    assert d["host cwd"] == errno.ENOENT, d

@@ -85,3 +85,30 @@ def test_exact_paths_from_the_snapshot():
     assert g.write(f"{W}/tools/other", 9, 9) is None
     assert g.rename_to(f"{W}/tools") is not None          # would bring a new tools/fsmonitor
     assert g.create(f"{W}/githooksx", "file") is None
+
+
+@pytest.mark.parametrize("rel", [
+    ".ENVRC", ".EnvRc", ".claude/ſettings.json",        # LATIN SMALL LETTER LONG S folds to s
+    ".env\u200crc", "\ufeff.envrc", ".g\u200dit/hooks/pre-commit",   # ignorable code points
+    ".\u212a", "sub/.VSCODE/tasks.json",                  # KELVIN SIGN is K (NFD)
+])
+def test_variants_a_folding_directory_would_open_are_refused(rel):
+    g = Guard(W, protect.compile_patterns(list(protect.DEFAULT_PATTERNS) + [".k"]))
+    assert g.create(f"{W}/{rel}", "file") is not None, rel
+
+
+def test_component_verdicts_match_the_path_verdicts(g):
+    """The broker judges components it found by descriptor (create_at and
+    friends); they must agree with the path forms on every name, odd ones too."""
+    names = [".envrc", "x (deleted)", "a\nb", "\x1b[2J", "l" * 300, ".git", "hooks",
+             "pre-commit", ".claude", "settings.json", "ünï", ".confine-vet-1"]
+    import itertools
+    for a, b in itertools.product(names, repeat=2):
+        comps = ("sub", a, b)
+        path = "/".join((W,) + comps)
+        folded = Guard.folded(comps)
+        for kind in ("file", "dir", "symlink"):
+            assert g.create_at(folded, kind) == g.create(path, kind), (comps, kind)
+        assert g.rename_to_at(folded) == g.rename_to(path), comps
+        assert g.write_at(folded, 7, 7) == g.write(path, 7, 7), comps
+    assert g.create_at(None, "file") is None and g.write_at(None, 1, 2) is not None

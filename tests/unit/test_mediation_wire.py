@@ -55,3 +55,25 @@ def test_denials_reach_the_callers_sink_at_most_once_each_and_capped():
         m._report(f"thing {i}")
     assert len(seen) == supervisor.MAX_REPORTED + 1
     assert seen[0] == "denied: thing 0" and "no more are shown" in seen[-1]
+
+
+def test_socket_and_roots_requests_round_trip():
+    s = SocketRequest(3, Op.CONNECT, 0, True, b"\x01\x00/x.sock", b"", 0, 17, 18)
+    assert SocketRequest.unpack(s.pack()) == s
+    listen = SocketRequest(4, Op.LISTEN, 511, False, b"", b"", 0)
+    assert SocketRequest.unpack(listen.pack()) == listen
+    r = wire.RootsRequest(0, (b"", b"docker.sock", b""))
+    assert wire.RootsRequest.unpack(r.pack()) == r
+    assert wire.request_head(r.pack()) == (0, Op.ROOTS)
+    assert wire.RootsRequest.unpack(wire.RootsRequest(0, ()).pack()).names == ()
+
+
+def test_the_denial_set_stays_bounded():
+    """Issue 10 item 11: distinct denials past the cap are counted, not kept."""
+    seen = []
+    m = _mediator(warn=seen.append)
+    for i in range(20000):
+        m._report(f"connect to unix socket /x/{i:08d}" + "y" * 100)
+    assert len(m.denied) == supervisor.MAX_REPORTED
+    assert m.unshown == 20000 - supervisor.MAX_REPORTED
+    assert len(seen) == supervisor.MAX_REPORTED + 1
