@@ -247,5 +247,8 @@ class Session:
                 "git or opening the editor in the workdir")
             return None
         if report.alerts or report.failed:
-            print(protect.format_report(report), file=sys.stderr)
+            try:
+                print(protect.format_report(report), file=sys.stderr, flush=True)
+            except (OSError, ValueError):
+                pass    # stderr is gone: the report stays in result.report and REPORT.txt
         return report

@@ -293,3 +293,35 @@ def test_old_quarantine_runs_expire(sandbox):
     finally:
         for n in made:
             subprocess.run(["rm", "-rf", os.path.join(base, n)])
+
+
+# --- the exit status: the check's own failure never replaces it ---------------------------
+
+def test_a_failing_check_keeps_the_agent_status_and_says_so(root_sandbox):
+    """An error inside the check (injected: verify_and_revert raises) is said
+    loudly, the agent's status (9) is returned, and nothing escapes as an
+    exception; the control is the same run with the check intact."""
+    from childrun import fork_json
+    wd = root_sandbox.workdir
+
+    def go(inject: bool) -> dict:
+        from confine import api, protect
+        if inject:
+            def boom(*a: object, **k: object) -> None:
+                raise RuntimeError("injected \x1b[2K failure")
+            protect.verify_and_revert = boom
+        msgs: list[str] = []
+        r = api.run_result(["/bin/sh", "-c", "exit 9"], workdir=wd, warn=msgs.append)
+        return {"status": r.status, "msgs": msgs, "report": r.report is not None}
+
+    for inject in (False, True):
+        res = fork_json(lambda inject=inject: go(inject), 60)
+        assert res["ok"], res.get("tb")
+        v = res["value"]
+        assert v["status"] == 9, v
+        not_checked = [m for m in v["msgs"] if "NOT CHECKED" in m]
+        if inject:
+            assert not_checked and "RuntimeError" in not_checked[0] and "\x1b" not in not_checked[0]
+            assert not v["report"]
+        else:
+            assert not not_checked and v["report"], v
