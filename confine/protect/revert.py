@@ -718,7 +718,12 @@ def verify_and_revert(snap: Snapshot, *, quarantine_dir: str | None = None,
         cur.fs.close()
         q.close()
     if default:
-        expire_quarantine(os.path.dirname(q.path), os.path.basename(q.path))
+        try:
+            expire_quarantine(os.path.dirname(q.path), os.path.basename(q.path))
+        except Exception as e:  # noqa: BLE001 - housekeeping must not cost the report
+            report.changes.append(Change("unchecked", "", "noted", "could not expire old "
+                                         f"quarantine runs: {type(e).__name__}: {e}",
+                                         alert=False))
     report.seconds = time.monotonic() - t0
     return report
 

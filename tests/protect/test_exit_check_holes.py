@@ -160,23 +160,35 @@ def _state(pid: int) -> str:
     return data[data.rfind(")") + 2]
 
 
+def _quarantine_base(sandbox) -> str:
+    if sandbox.mode == "root":
+        return "/var/lib/confine/quarantine"
+    return os.path.join(sandbox.pw.pw_dir, ".local/state/confine/quarantine")
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGTSTP])
 def test_signals_during_the_check_do_not_stop_it(sandbox, sig):
-    """Signals rain on confine while its check of 10k entries runs (from
-    50 ms after the agent is done, for 300 ms; the check takes longer): it
-    neither dies nor stops, finishes, reverts, reports, and exits with the
-    agent's status."""
+    """Signals rain on confine while its check of 10k entries runs (from the
+    moment its quarantine directory appears, for 300 ms; the check takes
+    longer): it neither dies nor stops, finishes, reverts, reports, and
+    exits with the agent's status."""
     code = ("import json, signal\nP = json.loads(%r)\n" % '{"n": 10000}' + _bare("b")
             + _SOCKETS + textwrap.dedent("""
         print("done", flush=True)
         os._exit(3)
     """))
+    base = _quarantine_base(sandbox)
     proc = sandbox.popen([PY, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          text=True)
     stopped, sent = False, 0
     try:
         assert proc.stdout.readline().strip() == "done"
-        time.sleep(0.05)
+        # the run id ends in the supervisor's pid: its quarantine appears once the check runs
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and proc.poll() is None and not any(
+                n.endswith(f"-{proc.pid}") for n in (os.listdir(base) if os.path.isdir(base)
+                                                     else ())):
+            time.sleep(0.001)
         end = time.monotonic() + 0.3
         while time.monotonic() < end and proc.poll() is None:
             try:
