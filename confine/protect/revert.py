@@ -15,6 +15,7 @@ workdir except into the quarantine directory.
 from __future__ import annotations
 
 import errno
+import hashlib
 import os
 import re
 import stat
@@ -45,6 +46,7 @@ QUARANTINE_ENTRY_CAP = 10_000    # ... and entries (each is a new inode owned by
 QUARANTINE_COPY_DEPTH = 64       # directory levels copied (two descriptors per level)
 QUARANTINE_KEEP_RUNS = 100       # the default quarantine keeps this many runs ...
 QUARANTINE_KEEP_DAYS = 30        # ... and none older than this
+_QPATH_MAX = 2048                # longer quarantine paths are shortened (PATH_MAX is 4096)
 _RUN_ID = re.compile(r"(\d{8}-\d{6})-\d+(\..*)?")
 _FILE_TYPES = {stat.S_IFSOCK: "socket", stat.S_IFIFO: "fifo", stat.S_IFCHR: "char device",
                stat.S_IFBLK: "block device"}
@@ -120,6 +122,10 @@ class _Quarantine:
         """(parent fd, name, full path) of a free place for rel; caller closes the fd."""
         cur = os.dup(self._open())
         comps = rel.split("/")
+        if len(os.fsencode(os.path.join(self.path, rel))) > _QPATH_MAX:
+            # a path no tool could open by name (PATH_MAX): a short one, named in the report
+            digest = hashlib.sha256(os.fsencode(rel)).hexdigest()[:16]
+            comps = ["long-paths", f"{digest}-{comps[-1][:64]}"]
         try:
             for c in comps[:-1]:
                 try:

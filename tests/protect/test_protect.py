@@ -918,3 +918,19 @@ def test_expire_quarantine_keeps_recent_runs_and_foreign_names(tmp_path):
     left = sorted(os.listdir(tmp_path))
     assert old in gone and "keep-me" in left and names[-1] in left
     assert set(names[:5]) <= set(left) and not set(names[5:7]) & set(left)
+
+
+@root_only
+def test_quarantine_paths_stay_short_for_long_workdir_paths(world, account):
+    """A plant below a path of ~4,000 bytes: its quarantine path stays short
+    enough for any tool (the mirrored path once broke os.walk of the home)."""
+    wd, home = world["wd"], world["home"]
+    snap = protect.snapshot(wd)
+    as_user(account, f"{sys.executable} -c 'import os\nfor i in range(20):\n"
+            " os.mkdir(\"d\" * 200); os.chdir(\"d\" * 200)\nopen(\".envrc\", \"w\").write(\"x\")'",
+            wd, home)
+    rep = protect.verify_and_revert(snap, quarantine_dir=world["q"])
+    mine = [c for c in rep.changes if c.path.endswith("/.envrc")]
+    assert mine and mine[0].action == "quarantined", protect.format_report(rep, verbose=True)
+    assert len(mine[0].quarantine) < 2100 and os.path.exists(mine[0].quarantine)
+    assert mine[0].path in read(os.path.join(world["q"], "REPORT.txt"))
