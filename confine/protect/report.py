@@ -3,6 +3,9 @@
 A change to a protected path means the agent tried to plant something that
 runs later outside the sandbox; the person must see it before running git or
 opening the editor in the workdir, so each change gets its own line on stderr.
+Threat: the agent names its files to hide or forge that text (escape
+sequences that erase the lines, newlines that fake a clean line, bytes that
+are not UTF-8): every name and detail is escaped before it is printed.
 """
 from __future__ import annotations
 
@@ -11,8 +14,9 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # a type only: revert.py imports this module
     from .revert import Report
 
-__all__ = ["format_report"]
+__all__ = ["format_report", "LIMIT"]
 
+LIMIT = 200     # change lines printed on the terminal; REPORT.txt gets them all
 
 _VERB = {
     "created": "created", "modified": "modified", "deleted": "deleted", "mode": "chmod",
@@ -21,8 +25,31 @@ _VERB = {
 }
 
 
-def format_report(report: Report, *, verbose: bool = False) -> str:
-    """Loud, line-per-change text for stderr (alerts only unless verbose)."""
+def _safe(text: str) -> str:
+    """Printable text: control characters, format characters (bidi
+    overrides), separators other than space, backslashes and undecodable
+    bytes (surrogateescape) become \\xNN / \\uNNNN escapes."""
+    if text.isprintable() and "\\" not in text:
+        return text
+    out = []
+    for ch in text:
+        o = ord(ch)
+        if ch == "\\":
+            out.append("\\\\")
+        elif 0xDC80 <= o <= 0xDCFF:             # a byte that was not UTF-8
+            out.append(f"\\x{o - 0xDC00:02x}")
+        elif ch.isprintable():
+            out.append(ch)
+        elif o < 0x100:
+            out.append(f"\\x{o:02x}")
+        else:
+            out.append(f"\\u{o:04x}" if o < 0x10000 else f"\\U{o:08x}")
+    return "".join(out)
+
+
+def format_report(report: Report, *, verbose: bool = False, limit: int | None = LIMIT) -> str:
+    """Loud, line-per-change text for stderr (alerts only unless verbose).
+    Every failed change is printed; of the others at most `limit` (None: all)."""
     shown = report.changes if verbose else report.alerts
     if not shown:
         return ""
@@ -33,16 +60,28 @@ def format_report(report: Report, *, verbose: bool = False) -> str:
         if not report.namespaces_active:
             lines.append("confine: no mount namespace was active: this check after the run "
                          "was the only protection")
-    width = min(max(len(c.path) for c in shown), 48)
-    for c in shown:
+    if limit is not None and len(shown) > limit:
+        failed = [c for c in shown if c.action == "failed"]
+        rest = [c for c in shown if c.action != "failed"]
+        cut = len(rest) - max(limit - len(failed), 0)
+        shown = failed + rest[:len(rest) - cut]
+    else:
+        cut = 0
+    paths = [_safe(c.path or ".") for c in shown]
+    width = min(max(len(p) for p in paths), 48)
+    for c, path in zip(shown, paths, strict=True):
         tail = c.detail
         if c.quarantine:
             tail = (tail + "; " if tail else "") + f"moved to {c.quarantine}"
-        lines.append(f"  {_VERB.get(c.what, c.what):9} {c.path:<{width}}  {c.action}"
-                     + (f": {tail}" if tail else ""))
+        lines.append(f"  {_VERB.get(c.what, c.what):9} {path:<{width}}  {_safe(c.action)}"
+                     + (f": {_safe(tail)}" if tail else ""))
+    if cut:
+        where = f" {_safe(report.quarantine_dir)}/REPORT.txt" if report.quarantine_dir else ""
+        lines.append(f"confine: ... and {cut} more change(s) not shown here"
+                     + (f" (all of them: {where.strip()})" if where else ""))
     if report.failed:
-        lines.append(f"confine: {len(report.failed)} could NOT be reverted: inspect them before "
-                     "running git or opening the editor here")
-    if report.quarantine_dir and any(c.quarantine for c in shown):
-        lines.append(f"confine: quarantine: {report.quarantine_dir}")
+        lines.append(f"confine: {len(report.failed)} could NOT be reverted or checked: inspect "
+                     "them before running git or opening the editor here")
+    if report.quarantine_dir and any(c.quarantine for c in report.changes):
+        lines.append(f"confine: quarantine: {_safe(report.quarantine_dir)}")
     return "\n".join(lines)

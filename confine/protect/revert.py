@@ -15,16 +15,17 @@ workdir except into the quarantine directory.
 from __future__ import annotations
 
 import errno
+import hashlib
 import os
+import re
 import stat
 import time
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import Callable, Iterator
 
-from ..paths import rel_under
 from . import gitdata
 from .gitconfig import is_dangerous_key, sanitize_git_config
-from .report import format_report
+from .report import _safe, format_report
 from .snapshot import (
     _DIR,
     _FILE,
@@ -38,9 +39,18 @@ from .snapshot import (
     _Unsafe,
 )
 
-__all__ = ["Change", "Report", "verify_and_revert", "default_quarantine_dir"]
+__all__ = ["Change", "Report", "verify_and_revert", "default_quarantine_dir", "remove_at",
+           "expire_quarantine"]
 
-QUARANTINE_COPY_CAP = 512 << 20  # bytes copied when a move crosses filesystems
+QUARANTINE_COPY_CAP = 512 << 20  # bytes copied when a move crosses filesystems ...
+QUARANTINE_ENTRY_CAP = 10_000    # ... and entries (each is a new inode owned by the supervisor)
+QUARANTINE_COPY_DEPTH = 64       # directory levels copied (two descriptors per level)
+QUARANTINE_KEEP_RUNS = 100       # the default quarantine keeps this many runs ...
+QUARANTINE_KEEP_DAYS = 30        # ... and none older than this
+_QPATH_MAX = 2048                # longer quarantine paths are shortened (PATH_MAX is 4096)
+_RUN_ID = re.compile(r"(\d{8}-\d{6})-\d+(\..*)?")
+_FILE_TYPES = {stat.S_IFSOCK: "socket", stat.S_IFIFO: "fifo", stat.S_IFCHR: "char device",
+               stat.S_IFBLK: "block device"}
 
 
 @dataclass
@@ -59,6 +69,7 @@ class Report:
     quarantine_dir: str | None = None
     namespaces_active: bool = False
     seconds: float = 0.0
+    specials: list[str] = field(default_factory=list)   # quarantine paths of specials not copied
 
     @property
     def alerts(self) -> list[Change]:
@@ -91,7 +102,12 @@ class _Quarantine:
             raise ValueError(f"quarantine directory {path} lies inside the workdir")
         self.path = rp
         self.fd: int | None = None
-        self.copied = 0
+        self.copied = 0            # bytes copied across filesystems
+        self.entries = 0           # inodes created by copying
+        self.skipped = 0           # entries removed from the workdir without a copy (over a cap)
+        self.truncated = 0         # files copied only in part (over the byte cap)
+        self.specials: list[str] = []   # (quarantine path: type) of specials recorded, not copied
+        self.n_specials = 0
 
     def _open(self) -> int:
         if self.fd is None:
@@ -107,6 +123,10 @@ class _Quarantine:
         """(parent fd, name, full path) of a free place for rel; caller closes the fd."""
         cur = os.dup(self._open())
         comps = rel.split("/")
+        if len(os.fsencode(os.path.join(self.path, rel))) > _QPATH_MAX:
+            # a path no tool could open by name (PATH_MAX): a short one, named in the report
+            digest = hashlib.sha256(os.fsencode(rel)).hexdigest()[:16]
+            comps = ["long-paths", f"{digest}-{comps[-1][:64]}"]
         try:
             for c in comps[:-1]:
                 try:
@@ -129,69 +149,266 @@ class _Quarantine:
             os.close(cur)
             raise
 
+    def special(self, qpath: str, mode: int) -> None:
+        self.n_specials += 1
+        if len(self.specials) < QUARANTINE_ENTRY_CAP:
+            self.specials.append(f"{qpath}: {_FILE_TYPES.get(stat.S_IFMT(mode), 'special')}, "
+                                 f"mode {stat.S_IMODE(mode):o}")
+
+    def write_report(self, data: bytes) -> None:
+        """Append to REPORT.txt: bytes, so any file name can be written; by
+        descriptor, never through a symlink."""
+        fd = os.open("REPORT.txt", os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW
+                     | os.O_CLOEXEC, 0o600, dir_fd=self._open())
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+        finally:
+            os.close(fd)
+
     def close(self) -> None:
         if self.fd is not None:
             os.close(self.fd)
             self.fd = None
 
 
-def _copy_out(spfd: int, sname: str, dpfd: int, dname: str, q: _Quarantine, level: int = 0) -> None:
-    st = os.stat(sname, dir_fd=spfd, follow_symlinks=False)
-    if stat.S_ISLNK(st.st_mode):
-        os.symlink(os.readlink(sname, dir_fd=spfd), dname, dir_fd=dpfd)
-    elif stat.S_ISDIR(st.st_mode):
-        if level > 256:
-            raise OSError(errno.ELOOP, "nested too deep to copy")
-        os.mkdir(dname, 0o700, dir_fd=dpfd)
-        sfd = os.open(sname, _DIR, dir_fd=spfd)
-        try:
-            dfd = os.open(dname, _DIR, dir_fd=dpfd)
+def expire_quarantine(base: str, keep: str | None = None, *, runs: int = QUARANTINE_KEEP_RUNS,
+                      days: int = QUARANTINE_KEEP_DAYS, now: float | None = None) -> list[str]:
+    """Remove the oldest runs from the quarantine directory `base` (only
+    entries named like a run id, only in a directory of ours): all but the
+    newest `runs`, and any older than `days`.  `keep` (the current run) stays.
+    Returns the names removed."""
+    try:
+        bfd = os.open(base, _DIR)
+    except OSError:
+        return []
+    removed: list[str] = []
+    try:
+        if os.fstat(bfd).st_uid != os.geteuid():
+            return []
+        dated = []
+        for n in os.listdir(bfd):
+            m = _RUN_ID.fullmatch(n)
+            if m is None or n == keep:
+                continue
             try:
-                for e in os.scandir(sfd):
-                    _copy_out(sfd, e.name, dfd, e.name, q, level + 1)
-            finally:
-                os.close(dfd)
-        finally:
-            os.close(sfd)
-    elif stat.S_ISREG(st.st_mode):
-        sfd = os.open(sname, _FILE, dir_fd=spfd)
+                t = time.mktime(time.strptime(m.group(1), "%Y%m%d-%H%M%S"))
+            except (ValueError, OverflowError):
+                continue
+            dated.append((t, n))
+        dated.sort(reverse=True)
+        limit = (time.time() if now is None else now) - days * 86400
+        for i, (t, n) in enumerate(dated):
+            if i >= runs or t < limit:
+                try:
+                    remove_at(bfd, n)
+                    removed.append(n)
+                except OSError:
+                    pass
+    finally:
+        os.close(bfd)
+    return removed
+
+
+def _open_dir(pfd: int, name: str) -> int:
+    """Open directory name below pfd (never through a symlink); a directory
+    of ours that lacks u+rwx (the agent took it away) gets it back, by
+    descriptor."""
+    try:
+        return os.open(name, _DIR, dir_fd=pfd)
+    except PermissionError:
+        fd = os.open(name, _O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=pfd)
         try:
-            dfd = os.open(dname, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                          0o600, dir_fd=dpfd)
-            try:
-                while q.copied < QUARANTINE_COPY_CAP:
-                    b = os.read(sfd, min(1 << 20, QUARANTINE_COPY_CAP - q.copied))
-                    if not b:
-                        break
-                    os.write(dfd, b)
-                    q.copied += len(b)
-            finally:
-                os.close(dfd)
-        finally:
-            os.close(sfd)
-    else:
-        fd = os.open(dname + ".special", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
-                     0o600, dir_fd=dpfd)
-        try:
-            os.write(fd, f"mode {st.st_mode:o}: not a file, directory or symlink\n".encode())
+            st = os.fstat(fd)
+            if st.st_uid != os.geteuid():
+                raise
+            os.chmod(f"/proc/self/fd/{fd}", stat.S_IMODE(st.st_mode) | stat.S_IRWXU)
         finally:
             os.close(fd)
+        return os.open(name, _DIR, dir_fd=pfd)
 
 
-def _remove_at(pfd: int, name: str, level: int = 0) -> None:
+def _clear_files(fd: int) -> list[str]:
+    """Unlink every non-directory in directory fd; return the subdirectory names."""
+    st = os.fstat(fd)
+    if st.st_mode & stat.S_IRWXU != stat.S_IRWXU and st.st_uid == os.geteuid():
+        os.fchmod(fd, stat.S_IMODE(st.st_mode) | stat.S_IRWXU)
+    subdirs = []
+    for e in list(os.scandir(fd)):
+        try:
+            if e.is_dir(follow_symlinks=False):
+                subdirs.append(e.name)
+                continue
+        except OSError:
+            pass
+        try:
+            os.unlink(e.name, dir_fd=fd)
+        except FileNotFoundError:
+            pass
+        except IsADirectoryError:
+            subdirs.append(e.name)
+    return subdirs
+
+
+def remove_at(pfd: int, name: str) -> None:
+    """Remove `name` below the directory `pfd` and everything under it.
+
+    Never follows a symlink, never recurses (a chain of thousands of
+    directories is fine) and holds one directory descriptor at a time:
+    going back up opens ".." and checks it is the directory it came from
+    (device and inode), so a directory moved meanwhile stops the removal
+    instead of sending it elsewhere.  Directories of ours without u+rwx get
+    it back.  Never crosses into another filesystem.  Raises OSError if
+    something could not be removed (the rest is removed)."""
     st = os.stat(name, dir_fd=pfd, follow_symlinks=False)
     if not stat.S_ISDIR(st.st_mode):
         os.unlink(name, dir_fd=pfd)
         return
-    if level > 256:
-        raise OSError(errno.ELOOP, "nested too deep to remove")
-    fd = os.open(name, _DIR, dir_fd=pfd)
+    top = os.fstat(pfd)
+    first: OSError | None = None
+    cur = _open_dir(pfd, name)
+    cst = os.fstat(cur)
+    # one frame per level: [name in parent, dev, ino, pending subdirectories, retries]
+    stack: list[list] = [[name, cst.st_dev, cst.st_ino, None, 0]]
     try:
-        for e in list(os.scandir(fd)):
-            _remove_at(fd, e.name, level + 1)
+        while stack:
+            frame = stack[-1]
+            if frame[3] is None:
+                try:
+                    frame[3] = _clear_files(cur)
+                except OSError as e:
+                    first = first or e
+                    frame[3] = []
+            if frame[3]:
+                child = frame[3].pop()
+                try:
+                    nfd = _open_dir(cur, child)
+                except FileNotFoundError:
+                    continue
+                except NotADirectoryError:
+                    try:
+                        os.unlink(child, dir_fd=cur)
+                    except OSError as e:
+                        first = first or e
+                    continue
+                except OSError as e:
+                    first = first or e
+                    continue
+                nst = os.fstat(nfd)
+                if nst.st_dev != top.st_dev:
+                    os.close(nfd)
+                    first = first or OSError(errno.EXDEV, f"{child}: another filesystem")
+                    continue
+                os.close(cur)
+                cur = nfd
+                stack.append([child, nst.st_dev, nst.st_ino, None, 0])
+                continue
+            up = os.open("..", _DIR, dir_fd=cur)
+            ust = os.fstat(up)
+            want = (stack[-2][1], stack[-2][2]) if len(stack) > 1 else (top.st_dev, top.st_ino)
+            if (ust.st_dev, ust.st_ino) != want:
+                os.close(up)
+                raise OSError(errno.ESTALE, f"{frame[0]} was moved while being removed")
+            os.close(cur)
+            cur = up
+            try:
+                os.rmdir(frame[0], dir_fd=cur)
+            except FileNotFoundError:
+                pass
+            except OSError as e:
+                if e.errno == errno.ENOTEMPTY and frame[4] < 3:
+                    # something appeared meanwhile: go down again, a bounded number of times
+                    frame[3], frame[4] = None, frame[4] + 1
+                    try:
+                        cur2 = _open_dir(cur, frame[0])
+                    except OSError as e2:
+                        first = first or e2
+                        stack.pop()
+                        continue
+                    c2 = os.fstat(cur2)
+                    frame[1], frame[2] = c2.st_dev, c2.st_ino
+                    os.close(cur)
+                    cur = cur2
+                    continue
+                first = first or e
+            stack.pop()
     finally:
-        os.close(fd)
-    os.rmdir(name, dir_fd=pfd)
+        os.close(cur)
+    if first is not None:
+        raise first
+
+
+def _copy_out(spfd: int, sname: str, dpfd: int, dname: str, q: _Quarantine, qpath: str) -> None:
+    """Copy the tree sname (below spfd) to dname (below dpfd), never following
+    a symlink, without recursion, within the quarantine's caps: beyond
+    QUARANTINE_ENTRY_CAP entries, QUARANTINE_COPY_CAP bytes or
+    QUARANTINE_COPY_DEPTH levels nothing more is copied (counted in
+    q.skipped; the caller removes the original anyway), and sockets, fifos
+    and devices are recorded by name (q.special), not recreated."""
+    # frames: (source dir fd, destination dir fd, destination path, pending names)
+    stack: list[tuple[int, int, str, list[str]]] = []
+
+    def one(sfd: int, name: str, dfd: int, dpath: str) -> None:
+        st = os.stat(name, dir_fd=sfd, follow_symlinks=False)
+        if not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode) or stat.S_ISLNK(st.st_mode)):
+            q.special(dpath, st.st_mode)
+            return
+        if q.entries >= QUARANTINE_ENTRY_CAP or (stat.S_ISDIR(st.st_mode)
+                                                 and len(stack) >= QUARANTINE_COPY_DEPTH):
+            q.skipped += 1
+            return
+        q.entries += 1
+        if stat.S_ISLNK(st.st_mode):
+            os.symlink(os.readlink(name, dir_fd=sfd), dpath.rsplit("/", 1)[-1], dir_fd=dfd)
+        elif stat.S_ISDIR(st.st_mode):
+            dn = dpath.rsplit("/", 1)[-1]
+            os.mkdir(dn, 0o700, dir_fd=dfd)
+            nsfd = os.open(name, _DIR, dir_fd=sfd)
+            try:
+                ndfd = os.open(dn, _DIR, dir_fd=dfd)
+            except BaseException:
+                os.close(nsfd)
+                raise
+            stack.append((nsfd, ndfd, dpath, sorted(os.listdir(nsfd), reverse=True)))
+        else:
+            fd = os.open(name, _FILE, dir_fd=sfd)
+            try:
+                out = os.open(dpath.rsplit("/", 1)[-1], os.O_WRONLY | os.O_CREAT | os.O_EXCL
+                              | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dfd)
+                try:
+                    while True:
+                        room = QUARANTINE_COPY_CAP - q.copied
+                        b = os.read(fd, min(1 << 20, room)) if room > 0 else b""
+                        if not b:
+                            if room <= 0 and os.read(fd, 1):
+                                q.truncated += 1
+                            break
+                        os.write(out, b)
+                        q.copied += len(b)
+                finally:
+                    os.close(out)
+            finally:
+                os.close(fd)
+
+    try:
+        one(spfd, sname, dpfd, qpath)
+        while stack:
+            sfd, dfd, dpath, pending = stack[-1]
+            if not pending:
+                os.close(sfd)
+                os.close(dfd)
+                stack.pop()
+                continue
+            n = pending.pop()
+            try:
+                one(sfd, n, dfd, f"{dpath}/{n}")
+            except FileNotFoundError:
+                pass
+    finally:
+        for sfd, dfd, _, _ in stack:
+            os.close(sfd)
+            os.close(dfd)
 
 
 class _Reverter:
@@ -202,9 +419,15 @@ class _Reverter:
         self.q = q
         self.report = report
         self.is_root = os.geteuid() == 0
+        self.copy_notes = ""         # what the last cross-filesystem copy left out
 
-    def add(self, *a, **kw) -> Change:
-        c = Change(*a, **kw)
+    def take_copy_notes(self, detail: str) -> str:
+        n, self.copy_notes = self.copy_notes, ""
+        return f"{detail}; {n}" if detail and n else (detail or n)
+
+    def add(self, what: str, path: str, action: str, detail: str = "",
+            quarantine: str | None = None, alert: bool = True) -> Change:
+        c = Change(what, path, action, self.take_copy_notes(detail), quarantine, alert)
         self.report.changes.append(c)
         return c
 
@@ -218,13 +441,32 @@ class _Reverter:
                 except OSError as e:
                     if e.errno != errno.EXDEV:
                         raise
-                    _copy_out(pfd, name, qpfd, qname, self.q)
-                    _remove_at(pfd, name)
+                    self._copy(pfd, name, qpfd, qname, qpath)
+                    remove_at(pfd, name)
             finally:
                 os.close(qpfd)
         finally:
             os.close(pfd)
         return qpath
+
+    def _copy(self, pfd: int, name: str, qpfd: int, qname: str, qpath: str) -> None:
+        """_copy_out, and say what the caps left out (on the change that follows)."""
+        q = self.q
+        before = (q.skipped, q.truncated, q.n_specials)
+        _copy_out(pfd, name, qpfd, qname, q, qpath)
+        skipped, truncated, specials = (a - b for a, b in
+                                        zip((q.skipped, q.truncated, q.n_specials), before, strict=True))
+        notes = []
+        if specials:
+            notes.append(f"{specials} socket(s)/fifo(s)/device(s) recorded by name in "
+                         "REPORT.txt, not copied")
+        if skipped:
+            notes.append(f"{skipped} entr{'y' if skipped == 1 else 'ies'} over the quarantine's "
+                         f"cap ({QUARANTINE_ENTRY_CAP} entries, {QUARANTINE_COPY_CAP >> 20} MiB, "
+                         f"{QUARANTINE_COPY_DEPTH} levels) removed without a copy")
+        if truncated:
+            notes.append(f"{truncated} file(s) copied only in part (byte cap)")
+        self.copy_notes = "; ".join(notes)
 
     def keep_copy(self, rel: str, data: bytes) -> str:
         """Put `data` into quarantine under rel's name.  Not keep_current: the
@@ -249,7 +491,7 @@ class _Reverter:
         try:
             qpfd, qname, qpath = self.q.slot(rel)
             try:
-                _copy_out(pfd, name, qpfd, qname, self.q)
+                self._copy(pfd, name, qpfd, qname, qpath)
             finally:
                 os.close(qpfd)
         finally:
@@ -367,6 +609,49 @@ def _differs(a: Entry, b: Entry) -> str | None:
     return None
 
 
+class _ExitScan(_Scan):
+    """The scan of the workdir as the agent left it.  It must not give up:
+    a failure below one root or directory is recorded as unchecked there (the
+    check then quarantines it) and the scan goes on; a directory the agent
+    made unreadable to us (ours, as when confine was started by the agent's
+    own account) gets u+rwx back, by descriptor, and is looked at."""
+
+    def __init__(self, *a: object, **kw: object) -> None:
+        super().__init__(*a, **kw)  # type: ignore[arg-type]
+        self.opened: list[tuple[str, int]] = []     # (rel, mode before) made readable again
+
+    def _unreadable(self, pfd: int, name: str, rel: str) -> bool:
+        try:
+            fd = os.open(name, _O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=pfd)
+        except OSError:
+            return False
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+                return False
+            os.chmod(f"/proc/self/fd/{fd}", stat.S_IMODE(st.st_mode) | stat.S_IRWXU)
+        except OSError:
+            return False
+        finally:
+            os.close(fd)
+        self.opened.append((rel, stat.S_IMODE(st.st_mode)))
+        return True
+
+    def record(self, rel: str, tree: bool, why: str, gitdir: str | None = None,
+               depth: int = 0) -> None:
+        try:
+            super().record(rel, tree, why, gitdir, depth)
+        except Exception as e:  # noqa: BLE001 - one path must not end the whole check
+            self._unchecked(rel, f"could not be checked ({type(e).__name__}: {e})")
+
+    def _visit(self, rel: str, fd: int) -> list[str]:
+        try:
+            return super()._visit(rel, fd)
+        except Exception as e:  # noqa: BLE001
+            self._unchecked(rel, f"could not be checked ({type(e).__name__}: {e})")
+            return []
+
+
 def verify_and_revert(snap: Snapshot, *, quarantine_dir: str | None = None,
                       trust_mounts: bool = False, home: str | None = None) -> Report:
     """Compare the workdir with `snap`, put protected paths back, report.
@@ -375,8 +660,16 @@ def verify_and_revert(snap: Snapshot, *, quarantine_dir: str | None = None,
     are gone (and, if wanted, periodically while it runs: then it races the
     agent and is best-effort).  Never follows a symlink, never writes outside
     the workdir except into the quarantine directory (default:
-    default_quarantine_dir(snap.run_id)), never deletes: whatever it removes
-    from the workdir is moved there.
+    default_quarantine_dir(snap.run_id), whose runs expire: see
+    expire_quarantine), never deletes what it could copy: whatever it removes
+    from the workdir is moved there (across filesystems within caps; sockets,
+    fifos and devices are named in the report).
+
+    Whatever it could not look at (a directory it cannot list, nesting or
+    entries past the limits, a symlink chain past the kernel's 40 links, an
+    error of its own) counts as changed: it is quarantined, and reported.
+    An error of the check itself ends neither the check nor the revert of
+    the rest: it becomes a "failed" change.
 
     trust_mounts=True (pass it only when the namespace step ran in the child
     with snap.mount_plan, and snap.mount_plan.complete): paths under the
@@ -389,33 +682,79 @@ def verify_and_revert(snap: Snapshot, *, quarantine_dir: str | None = None,
     """
     t0 = time.monotonic()
     report = Report(namespaces_active=trust_mounts)
+    default = quarantine_dir is None
     q = _Quarantine(quarantine_dir or default_quarantine_dir(snap.run_id, home=home), snap.workdir)
     report.quarantine_dir = q.path
-    cur = _Scan(snap.workdir, snap.patterns, copy=False, prev=snap, extra=snap.extra,
+    cur = _ExitScan(snap.workdir, snap.patterns, copy=False, prev=snap, extra=snap.extra,
                     global_hooks=snap.global_hooks, parse_configs=False)
     try:
-        cur.walk()
+        try:
+            cur.walk()
+        except Exception as e:  # noqa: BLE001 - revert what was seen, say what was not
+            report.changes.append(Change("unchecked", "", "failed", "the scan of the workdir "
+                                         f"stopped ({type(e).__name__}: {e}): paths it had not "
+                                         "reached are NOT checked"))
         rv = _Reverter(snap, cur, q, report)
-        _revert(snap, cur, rv, trust_mounts and snap.mount_plan.complete)
-        gitdata.check_modes(snap, cur, rv)      # chmod 0777 . .git (issue 10, item 7)
-        gitdata.check(snap, cur, rv, _quarantine)  # index, commits, replace refs (item 5)
+        for rel, mode in cur.opened:
+            rv.add("mode", rel, "noted", f"was mode {mode:o}, unreadable to the check: given "
+                   "u+rwx back to check it", alert=False)
+        try:
+            _revert(snap, cur, rv, trust_mounts and snap.mount_plan.complete)
+        except Exception as e:  # noqa: BLE001
+            rv.add("unchecked", "", "failed", f"the revert stopped ({type(e).__name__}: {e}): "
+                   "what it had not reached is NOT reverted")
+        for what, check in (("modes", lambda: gitdata.check_modes(snap, cur, rv)),  # item 7
+                            ("git data", lambda: gitdata.check(snap, cur, rv, _quarantine))):
+            try:
+                check()
+            except Exception as e:  # noqa: BLE001 - one check failing never stops the rest
+                rv.add("unchecked", "", "failed", f"the check of {what} stopped "
+                       f"({type(e).__name__}: {e}): it is NOT checked")
+        unchecked = {r for r, _ in cur.unchecked}
         for n in cur.notes:
-            report.changes.append(Change("unchecked", n.split(":", 1)[0], "noted",
-                                         n.split(":", 1)[-1].strip()))
+            rel = n.split(":", 1)[0]
+            if rel not in unchecked and (rel or ".") not in unchecked:
+                report.changes.append(Change("unchecked", rel, "noted",
+                                             n.split(":", 1)[-1].strip()))
+        report.specials = list(q.specials)
+        if any(c.quarantine for c in report.changes):
+            try:
+                text = format_report(report, verbose=True, limit=None)
+                extra = "".join(f"  special   {_safe(sp)}: recorded, not copied\n"
+                                for sp in q.specials)
+                if q.n_specials > len(q.specials):
+                    extra += f"  ... and {q.n_specials - len(q.specials)} more specials\n"
+                q.write_report((text + "\n" + extra).encode("utf-8", "surrogateescape"))
+            except OSError as e:
+                report.changes.append(Change("unchecked", "", "noted", "could not write "
+                                             f"REPORT.txt in the quarantine: {_why(e)}"))
     finally:
         cur.fs.close()
         q.close()
-    if any(c.quarantine for c in report.changes):
+    if default:
         try:
-            with open(os.path.join(q.path, "REPORT.txt"), "a") as f:
-                f.write(format_report(report) + "\n")
-        except OSError:
-            pass
+            expire_quarantine(os.path.dirname(q.path), os.path.basename(q.path))
+        except Exception as e:  # noqa: BLE001 - housekeeping must not cost the report
+            report.changes.append(Change("unchecked", "", "noted", "could not expire old "
+                                         f"quarantine runs: {type(e).__name__}: {e}",
+                                         alert=False))
     report.seconds = time.monotonic() - t0
     return report
 
 
+def _ancestors(rel: str) -> Iterator[str]:
+    """rel, then each directory above it inside the workdir, longest first ("" last)."""
+    while True:
+        yield rel
+        if not rel:
+            return
+        rel = _parent_of(rel)
+
+
 def _revert(snap: Snapshot, cur: _Scan, rv: _Reverter, trusted_mode: bool) -> None:
+    # Every lookup below goes by the ancestors of one path (a bounded number),
+    # never over all paths moved or handled: the cost stays linear in the
+    # entries (10k sockets in a protected tree once took half a minute).
     # --- directories (git directories, protected trees) renamed during the run,
     #     recognised by inode, so a renamed repository is not taken for a new one
     snap_anchor: dict[tuple[int, int], str] = {(g.dev, g.ino): rel for rel, g in snap.gitdirs.items()}
@@ -433,30 +772,24 @@ def _revert(snap: Snapshot, cur: _Scan, rv: _Reverter, trusted_mode: bool) -> No
         old = snap_anchor.get(ino)
         if old is not None and old != rel and cur_anchor.get(old) != ino:
             moved[rel] = old
-    for rel in sorted(moved, key=len):          # keep the outermost of nested moves
-        for other in [o for o in moved if o != rel and rel_under(o, rel)]:
-            if rel in moved and moved[other] == moved[rel] + other[len(rel):]:
-                del moved[other]
+    for rel in sorted(moved, key=len, reverse=True):    # keep the outermost of nested moves
+        for up in _ancestors(_parent_of(rel)) if rel else ():
+            if up in moved and up != rel and moved[rel] == moved[up] + rel[len(up):]:
+                del moved[rel]
+                break
     back = {old: new for new, old in moved.items()}
 
     def to_snap(rel: str) -> str:
-        for new in sorted(moved, key=len, reverse=True):
-            if rel_under(rel, new):
+        for new in _ancestors(rel):
+            if new in moved:
                 return moved[new] + rel[len(new):]
         return rel
 
     def to_cur(srel: str) -> str:
-        for old in sorted(back, key=len, reverse=True):
-            if rel_under(srel, old):
+        for old in _ancestors(srel):
+            if old in back:
                 return back[old] + srel[len(old):]
         return srel
-
-    for new, old in sorted(moved.items()):
-        rv.add("moved", new, "noted", f"was {old} (same directory, renamed during the run)",
-               alert=False)
-
-    cur_by_snap = {to_snap(rel): rel for rel in cur.entries}
-    new_gitdirs = {rel for rel in cur.gitdirs if to_snap(rel) not in snap.gitdirs}
 
     def trusted(srel: str) -> bool:
         """Under a read-only bind that the agent could not write through.  The
@@ -473,19 +806,32 @@ def _revert(snap: Snapshot, cur: _Scan, rv: _Reverter, trusted_mode: bool) -> No
                         and (old.dev, old.ino) == (now.dev, now.ino))
         return False
 
-    handled: list[str] = []                     # current rels moved away (skip what is below)
+    handled: set[str] = set()                   # current rels moved away (skip what is below)
 
     def below_handled(rel: str) -> bool:
-        return any(rel_under(rel, h) for h in handled)
+        return any(a in handled for a in _ancestors(rel))
+
+    # --- 0. what the scan could not look at: moved away unchecked ------------------
+    _unchecked(snap, cur, rv, handled, to_snap, trusted)
+    if handled:
+        for rel in [r for r in cur.entries if below_handled(r)]:
+            del cur.entries[rel]
+        for rel in [g for g in cur.gitdirs if below_handled(g)]:
+            del cur.gitdirs[rel]
+        for rel in [m for m in moved if below_handled(m)]:
+            del moved[rel]
+        back.clear()
+        back.update({old: new for new, old in moved.items()})
+
+    for new, old in sorted(moved.items()):
+        rv.add("moved", new, "noted", f"was {old} (same directory, renamed during the run)",
+               alert=False)
+
+    cur_by_snap = {to_snap(rel): rel for rel in cur.entries}
+    new_gitdirs = {rel for rel in cur.gitdirs if to_snap(rel) not in snap.gitdirs}
 
     # --- 1. created or changed, outermost first ----------------------------------
-    todo = sorted((rel for rel, e in cur.entries.items()
-                   if to_snap(rel) not in snap.entries
-                   or _differs(snap.entries[to_snap(rel)], e) is not None),
-                  key=lambda k: (k.count("/"), k))
-    for rel in todo:
-        if below_handled(rel):
-            continue
+    def changed(rel: str) -> None:
         now = cur.entries[rel]
         srel = to_snap(rel)
         old = snap.entries.get(srel)
@@ -493,32 +839,32 @@ def _revert(snap: Snapshot, cur: _Scan, rv: _Reverter, trusted_mode: bool) -> No
             if trusted(srel):
                 rv.add("external", rel, "left", "created under a read-only bind, so not by the "
                        "agent", alert=False)
-                continue
+                return
             root = cur.roots.get(now.root)
             gd = root.gitdir if root is not None else None
             if gd is not None and gd in new_gitdirs:
                 _new_repo_entry(rv, cur, rel, now, gd, handled)
-                continue
+                return
             if root is not None and rel == root.rel and root.why.startswith("gitdir pointer"):
                 target = cur.pointers.get(rel)
                 if target is not None and target in cur.gitdirs:
                     rv.add("created", rel, "kept", f"links to the git directory {target} in the "
                            "workdir, which is checked as well", alert=False)
-                    continue
+                    return
             _quarantine(rv, rel, "created", handled)
-            continue
+            return
         how = _differs(old, now)
         if trusted(srel):
             rv.add("external", rel, "left", f"{how} changed under a read-only bind, so not by "
                    "the agent", alert=False)
-            continue
+            return
         if how == "mode":
             try:
                 rv.chmod(rel, old)
                 rv.add("mode", rel, "restored", f"mode {now.mode:o} -> {old.mode:o}")
             except (OSError, _Unsafe) as ex:
                 rv.add("mode", rel, "failed", f"cannot restore mode {old.mode:o}: {_why(ex)}")
-            continue
+            return
         what = "type" if how == "type" else "modified"
         if how == "content" and (old.dev, old.ino) == (now.dev, now.ino) and old.data is not None:
             # Same inode, new content: put the content back in place.  Replacing
@@ -529,12 +875,13 @@ def _revert(snap: Snapshot, cur: _Scan, rv: _Reverter, trusted_mode: bool) -> No
                 rv.rewrite_in_place(rel, old)
                 rv.add(what, rel, "restored", "original content put back (in place), the "
                        "changed content kept", quarantine=qpath)
-                continue
+                return
             except (OSError, _Unsafe):
-                pass  # e.g. a read-only file we may not open for writing: replace it instead
+                rv.copy_notes = ""
+                # e.g. a read-only file we may not open for writing: replace it instead
         qpath = _quarantine(rv, rel, what, handled, report=False)
         if qpath is None:
-            continue
+            return
         try:
             rv.restore(rel, old)
             rv.add(what, rel, "restored", "original put back, the changed one moved away",
@@ -543,16 +890,29 @@ def _revert(snap: Snapshot, cur: _Scan, rv: _Reverter, trusted_mode: bool) -> No
             rv.add(what, rel, "failed", f"moved away, but the original cannot be put back: "
                    f"{_why(ex)}", quarantine=qpath)
 
+    todo = sorted((rel for rel, e in cur.entries.items()
+                   if to_snap(rel) not in snap.entries
+                   or _differs(snap.entries[to_snap(rel)], e) is not None),
+                  key=lambda k: (k.count("/"), k))
+    for rel in todo:
+        if below_handled(rel):
+            continue
+        try:
+            changed(rel)
+        except Exception as ex:  # noqa: BLE001 - one path must not end the revert
+            rv.add("unchecked", rel, "failed", f"the check failed here ({type(ex).__name__}: "
+                   f"{ex}): NOT reverted")
+
     # --- 2. deleted (including what was below entries put back above) ----------
     gone_gitdirs = {g for g in snap.gitdirs if g and g not in back and g not in cur.gitdirs}
-    for srel in sorted((s for s in snap.entries if s not in cur_by_snap),
-                       key=lambda k: (k.count("/"), k)):
+
+    def deleted(srel: str) -> None:
         rel = to_cur(srel)
         if trusted(srel):
             if srel in snap.roots:
                 rv.add("external", rel, "left", "gone from under a read-only bind: renamed or "
                        "removed outside the sandbox", alert=False)
-            continue
+            return
         parent = _parent_of(rel)
         pst = rv.fs.lstat(parent)
         if pst is None or not stat.S_ISDIR(pst.st_mode):
@@ -560,19 +920,63 @@ def _revert(snap: Snapshot, cur: _Scan, rv: _Reverter, trusted_mode: bool) -> No
             if sp not in snap.entries and sp not in gone_gitdirs:
                 rv.add("deleted", rel, "noted", f"{parent or '.'} is gone as well: not recreated",
                        alert=False)
-            continue
+            return
         if rv.fs.lstat(rel) is not None:
-            continue
+            return
         try:
             rv.restore(rel, snap.entries[srel])
             rv.add("deleted", rel, "restored", "recreated from the snapshot")
         except (OSError, _Unsafe) as ex:
             rv.add("deleted", rel, "failed", f"cannot recreate: {_why(ex)}")
 
+    for srel in sorted((s for s in snap.entries if s not in cur_by_snap),
+                       key=lambda k: (k.count("/"), k)):
+        try:
+            deleted(srel)
+        except Exception as ex:  # noqa: BLE001
+            rv.add("deleted", to_cur(srel), "failed", f"the check failed here "
+                   f"({type(ex).__name__}: {ex}): NOT recreated")
+
     # --- 3. git directories that vanished -----------------------------------------
     for g in sorted(gone_gitdirs):
         rv.add("deleted", g, "noted", "git directory removed or moved out of the workdir: "
                "nothing left there to run", alert=False)
+
+
+def _unchecked(snap: Snapshot, cur: _Scan, rv: _Reverter, handled: set[str],
+               to_snap: Callable[[str], str], trusted: Callable[[str], bool]) -> None:
+    """What the scan could not look at counts as changed: move it away.
+    Exceptions: what was equally unchecked at start and provably unchanged
+    (a symlink loop), and what is not ours and was unreadable at start as well
+    (not the agent's: reported loudly, left in place)."""
+    snap_notes = set(snap.notes)
+    for rel, why in sorted(set(cur.unchecked), key=lambda t: (t[0].count("/"), t[0])):
+        if any(a in handled for a in _ancestors(rel)):
+            continue
+        if rel == "":
+            rv.add("unchecked", "", "failed", f"the workdir itself: {why}: NOT checked")
+            continue
+        srel = to_snap(rel)
+        if trusted(srel):
+            rv.add("unchecked", rel, "left", f"{why}; under a read-only bind, so not changed by "
+                   "the agent", alert=False)
+            continue
+        if f"{srel}: {why}" in snap_notes:
+            old, now = snap.entries.get(srel), cur.entries.get(rel)
+            if old is not None and now is not None and old.kind == "l" and _differs(old, now) is None:
+                rv.add("unchecked", rel, "noted", f"{why} (so at start as well, and unchanged)",
+                       alert=False)
+                continue
+            st = rv.fs.lstat(rel)
+            if st is not None and st.st_uid != os.geteuid() and not rv.is_root:
+                rv.add("unchecked", rel, "failed", f"{why}; not ours, and so at start as well: "
+                       "left in place, inspect it")
+                continue
+        try:
+            _quarantine(rv, rel, "unchecked", handled, detail=f"{why}: moved away unchecked")
+        except Exception as ex:  # noqa: BLE001
+            rv.add("unchecked", rel, "failed", f"{why}; cannot move it away either "
+                   f"({type(ex).__name__}: {ex})")
 
 
 def _roots_covering(roots: dict[str, Root], rel: str) -> Iterator[Root]:
@@ -591,21 +995,21 @@ def _why(ex: BaseException) -> str:
     return str(ex)
 
 
-def _quarantine(rv: _Reverter, rel: str, what: str, handled: list[str],
+def _quarantine(rv: _Reverter, rel: str, what: str, handled: set[str],
                 report: bool = True, detail: str = "") -> str | None:
     try:
         qpath = rv.quarantine(rel)
     except (OSError, _Unsafe) as ex:
         rv.add(what, rel, "failed", f"cannot move to quarantine: {_why(ex)}")
         return None
-    handled.append(rel)
+    handled.add(rel)
     if report:
         rv.add(what, rel, "quarantined", detail, quarantine=qpath)
     return qpath
 
 
 def _new_repo_entry(rv: _Reverter, cur: _Scan, rel: str, e: Entry, gd: str,
-                    handled: list[str]) -> None:
+                    handled: set[str]) -> None:
     """A protected entry of a git directory created during the run: keep the
     repository usable but harmless."""
     sub = rel[len(gd) + 1:] if gd else rel

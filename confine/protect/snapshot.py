@@ -22,7 +22,10 @@ so it is found and checked like any other.  node_modules, virtualenvs
 and build trees are walked too: a nested repository anywhere can be reached
 by a person's `git status` through a gitlink, so skipping them would leave a
 hole; measured: 100k directories with 300k files take about 1.7 s (2-core VM).  Nesting is followed
-up to MAX_DEPTH directories; anything deeper is reported as not checked.
+up to MAX_DEPTH directories; symlinks are resolved by descriptor, at most MAX_LINKS of them.
+What the walk cannot look at (deeper nesting, more than ENTRY_CAP protected entries, a
+directory it cannot list, a longer link chain) is recorded in `unchecked`: the exit check
+(revert.py) quarantines it rather than trust it.
 """
 from __future__ import annotations
 
@@ -47,6 +50,7 @@ TOTAL_COPY_CAP = 64 << 20       # ... and 64 MiB in all; larger ones: hash only
 HASH_CAP = 256 << 20            # above this, compare inode/size/ctime only
 ENTRY_CAP = 100_000             # entries recorded below protected directories
 MAX_DEPTH = 400                 # directory nesting followed by the walk
+MAX_LINKS = 40                  # symlinks followed while resolving one path (the kernel's limit)
 # git's own storage inside a git directory.  The name guard (guard.py) does not look for
 # submodule git directories below these; the walk enters them all the same.
 GIT_SKIP = frozenset({"objects", "refs", "logs", "lfs"})
@@ -365,6 +369,19 @@ class _Scan:
         self.home = home
         self.git_configs = git_configs
         self.n_entries = 0
+        # (rel, why): what this scan could not look at; the exit check quarantines them
+        self.unchecked: list[tuple[str, str]] = []
+        self._capped: set[str] = set()
+
+    def _unchecked(self, rel: str, why: str) -> None:
+        self.unchecked.append((rel, why))
+        self.notes.append(f"{rel or '.'}: {why}")
+
+    def _unreadable(self, pfd: int, name: str, rel: str) -> bool:
+        """A directory could not be opened or listed (EACCES).  True: it was
+        made readable, try again.  The snapshot leaves it; the exit check
+        (revert.py) gives the agent's own directories back their u+rwx."""
+        return False
 
     # --- roots --------------------------------------------------------------
     def record(self, rel: str, tree: bool, why: str, gitdir: str | None = None,
@@ -422,9 +439,10 @@ class _Scan:
             return
         self.n_entries += 1
         if self.n_entries > ENTRY_CAP:
-            if self.n_entries == ENTRY_CAP + 1:
-                self.notes.append(f"more than {ENTRY_CAP} entries in protected directories; "
-                                  f"{rel} and later ones not recorded")
+            if root not in self._capped:
+                self._capped.add(root)
+                self._unchecked(root, f"more than {ENTRY_CAP} entries in protected directories: "
+                                f"{rel} and later ones not recorded")
             return
         k = _kind(st.st_mode)
         e = Entry(rel, k, stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid, st.st_dev, st.st_ino,
@@ -454,12 +472,17 @@ class _Scan:
             self._link_target(rel, depth)
         elif k == "d" and tree:
             if level > 64:
-                self.notes.append(f"{rel}: nested deeper than 64 levels, not recorded below")
+                self._unchecked(rel, "nested deeper than 64 levels, not recorded below")
                 return
             try:
-                fd = os.open(name, _DIR, dir_fd=pfd)
+                try:
+                    fd = os.open(name, _DIR, dir_fd=pfd)
+                except PermissionError:
+                    if not self._unreadable(pfd, name, rel):
+                        raise
+                    fd = os.open(name, _DIR, dir_fd=pfd)
             except OSError as ex:
-                self.notes.append(f"{rel}: cannot list ({os.strerror(ex.errno)})")
+                self._unchecked(rel, f"cannot list ({os.strerror(ex.errno)})")
                 return
             try:
                 for de in sorted(os.scandir(fd), key=lambda d: d.name):
@@ -471,10 +494,9 @@ class _Scan:
         """A protected symlink whose target is in the workdir: protect the target."""
         if depth >= 8:
             return
-        real = os.path.realpath(os.path.join(self.workdir, rel))
-        if real == self.workdir or not real.startswith(self.workdir.rstrip("/") + "/"):
+        trel = self._resolve(rel)
+        if not trel:
             return
-        trel = os.path.relpath(real, self.workdir)
         st = self.fs.lstat(trel)
         if st is None:
             return
@@ -498,10 +520,15 @@ class _Scan:
                 name = pending.pop()
                 child = _join(rel, name)
                 try:
-                    cfd = os.open(name, _DIR | os.O_NONBLOCK, dir_fd=fd)
+                    try:
+                        cfd = os.open(name, _DIR | os.O_NONBLOCK, dir_fd=fd)
+                    except PermissionError:
+                        if not self._unreadable(fd, name, child):
+                            raise
+                        cfd = os.open(name, _DIR | os.O_NONBLOCK, dir_fd=fd)
                 except OSError as e:
                     if e.errno not in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP):
-                        self.notes.append(f"{child}: not checked ({os.strerror(e.errno)})")
+                        self._unchecked(child, f"not checked ({os.strerror(e.errno)})")
                     continue
                 cst = os.fstat(cfd)
                 if (cst.st_dev, cst.st_ino) in visited:
@@ -510,8 +537,8 @@ class _Scan:
                 visited.add((cst.st_dev, cst.st_ino))
                 if len(stack) >= MAX_DEPTH:
                     os.close(cfd)
-                    self.notes.append(f"{child}: nested deeper than {MAX_DEPTH} directories, "
-                                      "not checked")
+                    self._unchecked(child, f"nested deeper than {MAX_DEPTH} directories, "
+                                    "not checked")
                     continue
                 stack.append([child, cfd, None])
         finally:
@@ -554,7 +581,7 @@ class _Scan:
         try:
             ents = list(os.scandir(fd))
         except OSError as e:
-            self.notes.append(f"{rel or '.'}: cannot list ({os.strerror(e.errno)}), not checked")
+            self._unchecked(rel, f"cannot list ({os.strerror(e.errno)}), not checked")
             return []
         names = {e.name for e in ents}
         if ("HEAD" in names and (("objects" in names and "refs" in names) or "commondir" in names)) \
@@ -673,8 +700,7 @@ class _Scan:
                 t = data[7:].strip().split(b"\n")[0].decode("utf-8", "surrogateescape")
                 target = self._inside(t, wt)
         elif st is not None and stat.S_ISLNK(st.st_mode):
-            real = os.path.realpath(os.path.join(self.workdir, rel))
-            target = self._inside(real, "")
+            target = self._resolve(rel)
         if target is not None:
             tst = self.fs.lstat(target)
             if tst is None or not stat.S_ISDIR(tst.st_mode):
@@ -683,6 +709,88 @@ class _Scan:
         if target is not None:
             self.pointer_targets.add(target)
             self._worktree_of.setdefault(target, wt)
+
+    def _resolve(self, rel: str) -> str | None:
+        """Workdir-relative real path of the existing `rel`, resolved
+        component by component (by descriptor inside the workdir, never
+        following a link implicitly), following at most MAX_LINKS symlinks as
+        the kernel does: os.path.realpath recurses once per link, and a long
+        chain raised RecursionError.  None if it leads out of the workdir or to
+        nothing; past the limits also noted as unchecked."""
+        wcomps = [c for c in self.workdir.split("/") if c]
+        todo = list(reversed(rel.split("/")))
+        fds: list[int] = [os.dup(self.fs.fd)]     # inside: fds[i] is the directory of names[:i]
+        names: list[str] = []
+        outside: list[str] | None = None          # resolved absolute components, when outside
+        links = 0
+        try:
+            while todo:
+                c = todo.pop()
+                if c in ("", "."):
+                    continue
+                if outside is None and c == ".." and not names:
+                    outside = wcomps[:-1]          # the workdir is a real path: its parent is
+                    continue
+                if c == "..":
+                    if outside is not None:
+                        if outside:
+                            outside.pop()
+                    else:
+                        names.pop()
+                        os.close(fds.pop())
+                    continue
+                try:
+                    if outside is None:
+                        st = os.stat(c, dir_fd=fds[-1], follow_symlinks=False)
+                    else:
+                        st = os.lstat("/" + "/".join(outside + [c]))
+                except OSError:
+                    return None
+                if stat.S_ISLNK(st.st_mode):
+                    links += 1
+                    if links > MAX_LINKS:
+                        self._unchecked(rel, f"symlink chain longer than {MAX_LINKS} links, "
+                                        "target not checked")
+                        return None
+                    try:
+                        t = (os.readlink(c, dir_fd=fds[-1]) if outside is None
+                             else os.readlink("/" + "/".join(outside + [c])))
+                    except OSError:
+                        return None
+                    if t.startswith("/"):
+                        while len(fds) > 1:
+                            os.close(fds.pop())
+                        names.clear()
+                        outside = [] if wcomps else None
+                    todo.extend(reversed(t.split("/")))
+                    continue
+                if todo and not stat.S_ISDIR(st.st_mode):
+                    return None                    # a file in the middle of the path
+                if outside is not None:
+                    outside.append(c)
+                    if outside == wcomps:          # back in the workdir
+                        outside = None
+                    elif len(outside) > MAX_DEPTH:
+                        return None
+                    continue
+                if not todo:
+                    names.append(c)
+                    break
+                if len(fds) > MAX_DEPTH:
+                    self._unchecked(rel, f"symlink target nested deeper than {MAX_DEPTH} "
+                                    "directories, not checked")
+                    return None
+                try:
+                    fds.append(os.open(c, _PATHDIR, dir_fd=fds[-1]))
+                except OSError:
+                    return None
+                names.append(c)
+            if outside is not None:
+                return None
+            return "/".join(names)
+        finally:
+            for fd in fds:
+                os.close(fd)
 
     def _inside(self, path: str, base: str) -> str | None:
         """Workdir-relative form of path (relative to base) if it stays inside."""

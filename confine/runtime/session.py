@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import os
 import re
+import signal
+import threading
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,9 +23,42 @@ from ..paths import is_under
 from ..plan import HostFacts, Lsm, Plan, Protected, compile, features
 from ..plan.identity import resolve as resolve_identity
 from ..policy import load as _load
+from ..protect.report import _safe
 from .workdir import check_workdir, make_tmp, remove_tree
 
 Warn = Callable[[str], None]
+
+# Held from the start of a run until its exit check is done.
+_HELD = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+# Ignored during the exit check only: while the agent runs, job control must
+# stop the supervisor with it (the shell waits for the supervisor).
+_STOPS = (signal.SIGTSTP, signal.SIGTTOU, signal.SIGTTIN)
+
+
+class _SignalHold:
+    """Record (do not act on) ordinary terminating signals until release()."""
+
+    def __init__(self) -> None:
+        self.got: list[int] = []
+        self.old: dict[int, Any] = {}
+        if threading.current_thread() is not threading.main_thread():
+            return          # signal handlers are the main thread's: nothing to hold here
+        for s in _HELD:
+            self.old[s] = signal.signal(s, self._note)
+
+    def _note(self, signo: int, _frame: object) -> None:
+        self.got.append(signo)
+
+    def also_stops(self) -> None:
+        if self.old:
+            for s in _STOPS:
+                self.old[s] = signal.signal(s, signal.SIG_IGN)
+
+    def release(self) -> list[str]:
+        for s, h in self.old.items():
+            signal.signal(s, h)
+        self.old = {}
+        return [signal.Signals(s).name for s in dict.fromkeys(self.got)]
 
 
 @dataclass(frozen=True)
@@ -99,6 +134,7 @@ class Session:
         self.create_state = create_state   # make the profile's missing `state:` (a run)
         self.warn = warn
         self.tmp: str | None = None
+        self._hold: _SignalHold | None = None
         self.snapshot: Any = None
         self.guard: Any = None
         self.plan: Plan = self._prepare(protect, host,
@@ -111,9 +147,19 @@ class Session:
         self.close()
 
     def close(self) -> None:
-        if self.tmp is not None:
-            remove_tree(self.tmp)
-            self.tmp = None
+        try:
+            if self.tmp is not None:
+                if not remove_tree(self.tmp):
+                    self.warn(f"could not remove the run's TMPDIR {_safe(self.tmp)}: remove it "
+                              "by hand")
+                self.tmp = None
+        finally:
+            # held through the removal of the TMPDIR too: it is the agent's
+            if self._hold is not None:
+                for name in self._hold.release():
+                    self.warn(f"{name} received: held until the exit check and the cleanup "
+                              "were done")
+                self._hold = None
 
     def _prepare(self, protect: bool, host: HostFacts | None,
                  parent_env: dict[str, str]) -> Plan:
@@ -166,7 +212,6 @@ class Session:
         return Protected(mount_plan=snap.mount_plan, description=snap.describe(), guard=guard)
 
     def run(self, allow_degraded: bool | Collection[str] | None = False) -> Result:
-        from .. import protect
         from .launch import launch
         plan, say = self.plan, self.warn
         if self.snapshot is None:
@@ -183,23 +228,42 @@ class Session:
                    "them away is only reverted when the agent exits" if guarded
                    else "changes are only reverted when the agent exits"))
         for path, why in self.snapshot.guard_only:
-            say(f"protected path {path} has no read-only bind ({why}): "
+            say(f"protected path {_safe(path)} has no read-only bind ({why}): "
                 + ("writes to it are refused by name and inode; other changes are reverted at exit"
                    if guarded else "it is only checked at exit"))
         result = Result(status=125)
+        # From here until the exit check is done, ordinary signals do not end
+        # confine: a Ctrl-C or SIGTERM during the check would leave the agent's
+        # plants in place with nothing said.  While the agent runs, launch()
+        # blocks and forwards them as before; the child resets the handlers.
+        hold = self._hold = _SignalHold()
         try:
             outcome = launch(plan, guard=self.guard, warn=say)
             result.status, result.steps = outcome.status, outcome.steps
         except OSError as e:
             raise ConfineError(f"setup failed: {e.strerror or e}") from None
         finally:
-            try:
-                report = protect.verify_and_revert(self.snapshot, trust_mounts=plan.mount_ns)
-            except (OSError, ValueError) as e:  # never silently: the check did not happen
-                say(f"PROTECTED PATHS NOT CHECKED after the run: {e}")
-            else:
-                result.report = report
-                if report.alerts or report.failed:
-                    import sys
-                    print(protect.format_report(report), file=sys.stderr)
+            hold.also_stops()
+            result.report = self._exit_check(plan.mount_ns, say)
         return result
+
+    def _exit_check(self, mount_ns: bool, say: Warn) -> Any:
+        """verify_and_revert and its report.  A failure of the check is said
+        loudly and never replaces the agent's exit status."""
+        import sys
+
+        from .. import protect
+        try:
+            report = protect.verify_and_revert(self.snapshot, trust_mounts=mount_ns)
+        except Exception as e:  # noqa: BLE001 - never silently: the check did not happen
+            say(f"PROTECTED PATHS NOT CHECKED after the run (the check failed: "
+                f"{_safe(f'{type(e).__name__}: {e}')}): inspect .git/hooks, "
+                ".git/config, .envrc, .vscode and the other protected paths before running "
+                "git or opening the editor in the workdir")
+            return None
+        if report.alerts or report.failed:
+            try:
+                print(protect.format_report(report), file=sys.stderr, flush=True)
+            except (OSError, ValueError):
+                pass    # stderr is gone: the report stays in result.report and REPORT.txt
+        return report

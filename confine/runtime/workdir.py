@@ -2,11 +2,8 @@
 from __future__ import annotations
 
 import os
-import shutil
-import stat
 import tempfile
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 from ..errors import ConfineError
 from ..paths import is_under
@@ -14,6 +11,7 @@ from ..paths import is_under
 # one list for the workdir and for write grants
 from ..policy import runlater
 from ..policy.runlater import SYSTEM_DIRS, SYSTEM_ROOTS
+from ..protect.revert import remove_at
 
 
 def check_workdir(workdir: str, homes: Sequence[str], force: bool) -> str:
@@ -67,19 +65,22 @@ def make_tmp(uid: int, gid: int) -> str:
     return tmp
 
 
-def remove_tree(path: str, _depth: int = 0) -> None:
-    """Remove a tree the agent wrote, even where it took permissions away."""
-    def onerror(func: Callable[..., Any], p: str, exc: Any) -> None:
-        # Never chmod through a symlink it planted.
-        if os.path.islink(p) or _depth > 64:
-            return
-        try:
-            os.chmod(os.path.dirname(p), stat.S_IRWXU)
-            os.chmod(p, stat.S_IRWXU)
-            if func in (os.open, os.scandir, os.listdir):
-                remove_tree(p, _depth + 1)
-            else:
-                func(p)
-        except OSError:
-            pass
-    shutil.rmtree(path, onerror=onerror)
+def remove_tree(path: str) -> bool:
+    """Remove a tree the agent wrote, even where it took permissions away or
+    nested it thousands of levels deep: iterative and by descriptor, never
+    through a symlink it planted (protect.revert.remove_at).  True if the
+    path is gone."""
+    parent, name = os.path.split(os.path.normpath(path))
+    try:
+        pfd = os.open(parent or "/", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return not os.path.lexists(path)
+    try:
+        remove_at(pfd, name)
+    except FileNotFoundError:
+        pass
+    except OSError:
+        return False
+    finally:
+        os.close(pfd)
+    return not os.path.lexists(path)

@@ -708,7 +708,13 @@ def test_quarantine_on_another_filesystem_copies_then_removes(world, account):
         qi = by[".idea"].quarantine
         assert read(os.path.join(qi, "sub/a.xml")) == "a\n"
         assert os.readlink(os.path.join(qi, "link")) == "/etc/passwd"     # copied as a link
-        assert os.path.exists(os.path.join(qi, "fifo.special"))
+        # a fifo is recorded by name (REPORT.txt, the change's detail), not recreated
+        assert not os.path.lexists(os.path.join(qi, "fifo"))
+        assert not os.path.lexists(os.path.join(qi, "fifo.special"))
+        assert any(sp.startswith(os.path.join(qi, "fifo") + ":") and "fifo" in sp
+                   for sp in rep.specials), rep.specials
+        assert "1 socket(s)/fifo(s)/device(s)" in by[".idea"].detail
+        assert os.path.join(qi, "fifo") in read(os.path.join(q, "run", "REPORT.txt"))
         assert "echo hi" in read(by[".git/hooks/pre-push"].quarantine)
     finally:
         shutil.rmtree(q, ignore_errors=True)
@@ -810,3 +816,126 @@ def test_host_replacing_a_mounted_file_ends_trust_for_it(world, account):
     assert by[".git/config"].action == "restored" and by[".git/config"].alert
     assert "fsmonitor" not in read(os.path.join(wd, ".git/config"))
     assert by[".vscode/tasks.json"].action == "left"                # still under its bind
+
+
+# --- issue 10: caps, depth and the quarantine's own size ------------------------------------
+
+@root_only
+def test_protected_paths_past_the_entry_cap_are_quarantined_not_skipped(world, account, monkeypatch):
+    """Past the entry cap the scan stops recording; what it could not record
+    is no longer only "unchecked": the protected roots past the cap are moved
+    away and what the snapshot had there is put back."""
+    snapmod = sys.modules["confine.protect.snapshot"]     # the name is also a function
+    wd, home = world["wd"], world["home"]
+    snap = protect.snapshot(wd)
+    hooks_before = sorted(os.listdir(os.path.join(wd, ".git/hooks")))
+    monkeypatch.setattr(snapmod, "ENTRY_CAP", len(snap.entries) + 50)
+    # the agent fills a new protected tree, then plants a hook that the scan reaches later
+    as_user(account, "mkdir -p .idea && for i in $(seq 1 300); do : > .idea/f$i; done && "
+                     "printf '#!/bin/sh\\ntouch %s.capped\\n' > .git/hooks/post-checkout && "
+                     "chmod +x .git/hooks/post-checkout" % world["marker"], wd, home)
+    rep = protect.verify_and_revert(snap, quarantine_dir=world["q"])
+    by = {c.path: c for c in rep.changes}
+    assert not os.path.lexists(os.path.join(wd, ".git/hooks/post-checkout")), \
+        protect.format_report(rep, verbose=True)
+    assert sorted(os.listdir(os.path.join(wd, ".git/hooks"))) == hooks_before
+    assert not os.path.lexists(os.path.join(wd, ".idea"))
+    assert any(c.what == "unchecked" and c.action == "quarantined" for c in rep.changes), by
+    assert not [c for c in rep.changes if c.action == "noted" and c.what == "unchecked"]
+
+
+@root_only
+def test_cross_filesystem_quarantine_is_capped_and_names_specials(world, account, monkeypatch):
+    """Across filesystems the quarantine copies at most QUARANTINE_ENTRY_CAP
+    entries, records sockets and fifos by name instead of recreating them,
+    still removes everything from the workdir, and says so."""
+    revmod = sys.modules["confine.protect.revert"]
+    if os.stat("/dev/shm").st_dev == os.stat(world["wd"]).st_dev:
+        pytest.skip("/dev/shm is on the workdir's filesystem here")
+    monkeypatch.setattr(revmod, "QUARANTINE_ENTRY_CAP", 100)
+    q = tempfile.mkdtemp(prefix="confine-q-", dir="/dev/shm")
+    try:
+        wd, home = world["wd"], world["home"]
+        snap = protect.snapshot(wd)
+        as_user(account, "mkdir -p .idea && for i in $(seq 1 300); do echo $i > .idea/f$i; done && "
+                f"{sys.executable} -c 'import socket\nfor i in range(500):\n"
+                " socket.socket(socket.AF_UNIX).bind(\".idea/s%d\" % i)'", wd, home)
+        rep = protect.verify_and_revert(snap, quarantine_dir=os.path.join(q, "run"))
+        by = {c.path: c for c in rep.changes}
+        assert by[".idea"].action == "quarantined"
+        assert not os.path.lexists(os.path.join(wd, ".idea"))
+        n = sum(len(f) + len(d) for _, d, f in os.walk(by[".idea"].quarantine)) + 1
+        assert n <= 100, n
+        assert "500 socket(s)/fifo(s)/device(s)" in by[".idea"].detail
+        assert "removed without a copy" in by[".idea"].detail
+        # names kept up to the cap as well; REPORT.txt counts the rest
+        assert len(rep.specials) == 100 and all("socket" in sp for sp in rep.specials)
+        assert "and 400 more specials" in read(os.path.join(q, "run", "REPORT.txt"))
+    finally:
+        shutil.rmtree(q, ignore_errors=True)
+
+
+@root_only
+def test_deep_trees_are_quarantined_and_removed_without_recursion(world, account):
+    """A new protected tree 1,200 directories deep, some levels unreadable:
+    moved across filesystems (copied as far as the cap allows, then removed
+    without recursion) and the run's report says so; remove_at on its own
+    removes such a tree too."""
+    wd, home = world["wd"], world["home"]
+    snap = protect.snapshot(wd)
+    as_user(account, f"{sys.executable} -c 'import os\nos.mkdir(\".idea\"); os.chdir(\".idea\")\n"
+            "for i in range(1200):\n os.mkdir(\"d\"); os.chdir(\"d\")\nopen(\"x\", \"w\").close()'"
+            " && chmod 0 .idea/d/d/d", wd, home)
+    q = tempfile.mkdtemp(prefix="confine-q-", dir="/dev/shm")
+    try:
+        rep = protect.verify_and_revert(snap, quarantine_dir=os.path.join(q, "run"))
+        by = {c.path: c for c in rep.changes}
+        assert by[".idea"].action == "quarantined", protect.format_report(rep, verbose=True)
+        assert not os.path.lexists(os.path.join(wd, ".idea"))
+    finally:
+        shutil.rmtree(q, ignore_errors=True)
+    # remove_at alone, as the test account (no DAC override), on a chain with a 0000 level
+    top = os.path.join(world["out"], "chain")
+    as_user(account, f"{sys.executable} -c 'import os\nos.mkdir(\"chain\"); os.chdir(\"chain\")\n"
+            "for i in range(1200):\n os.mkdir(\"d\"); os.chdir(\"d\")\nos.symlink(\"/etc\", \"l\")'"
+            " && chmod 0 chain/d/d && chmod 0500 chain/d", world["out"], home)
+
+    def rm():
+        fd = os.open(world["out"], os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            from confine.protect.revert import remove_at
+            remove_at(fd, "chain")
+        finally:
+            os.close(fd)
+        return os.path.lexists(top)
+    assert in_child(rm, pw=account) is False
+    assert os.path.exists("/etc/passwd")
+
+
+def test_expire_quarantine_keeps_recent_runs_and_foreign_names(tmp_path):
+    from confine.protect.revert import expire_quarantine
+    now = time.time()
+    names = [time.strftime("%Y%m%d-%H%M%S", time.localtime(now - i * 3600)) + "-1" for i in range(8)]
+    old = time.strftime("%Y%m%d-%H%M%S", time.localtime(now - 40 * 86400)) + "-9"
+    for n in names + [old, "keep-me"]:
+        (tmp_path / n / "a").mkdir(parents=True)
+    gone = expire_quarantine(str(tmp_path), keep=names[-1], runs=5)
+    left = sorted(os.listdir(tmp_path))
+    assert old in gone and "keep-me" in left and names[-1] in left
+    assert set(names[:5]) <= set(left) and not set(names[5:7]) & set(left)
+
+
+@root_only
+def test_quarantine_paths_stay_short_for_long_workdir_paths(world, account):
+    """A plant below a path of ~4,000 bytes: its quarantine path stays short
+    enough for any tool (the mirrored path once broke os.walk of the home)."""
+    wd, home = world["wd"], world["home"]
+    snap = protect.snapshot(wd)
+    as_user(account, f"{sys.executable} -c 'import os\nfor i in range(20):\n"
+            " os.mkdir(\"d\" * 200); os.chdir(\"d\" * 200)\nopen(\".envrc\", \"w\").write(\"x\")'",
+            wd, home)
+    rep = protect.verify_and_revert(snap, quarantine_dir=world["q"])
+    mine = [c for c in rep.changes if c.path.endswith("/.envrc")]
+    assert mine and mine[0].action == "quarantined", protect.format_report(rep, verbose=True)
+    assert len(mine[0].quarantine) < 2100 and os.path.exists(mine[0].quarantine)
+    assert mine[0].path in read(os.path.join(world["q"], "REPORT.txt"))
