@@ -36,7 +36,10 @@ def console() -> NoReturn:
     shutdown (a full garbage collection of everything imported, tens of ms per
     run); the session has already cleaned up what it made."""
     import gc
-    gc.disable()           # nothing here lives long enough to need the cycle collector
+    # What is imported lives until the end: keep it out of every collection. The
+    # collector itself stays on, since a long run (the supervisor, the mediator
+    # answering thousands of calls) must not grow without bound.
+    gc.freeze()
     code: int | str | None = 0
     try:
         main()
