@@ -638,13 +638,13 @@ def _check_one(cur: _Scan, rv: _Reverter, quarantine: Quarantine, gd: str, workt
         if before.refs.get(ref) == now.refs[ref]:
             continue
         if ref in now.loose:
-            quarantine(rv, _j(gd, ref), "git-data", [], detail="replace ref made during the "
+            quarantine(rv, _j(gd, ref), "git-data", set(), detail="replace ref made during the "
                         "run (git would show another object than the one it uses)")
         else:
             _cut_packed(rv, gd, ref)
     for rel in SMALL_FILES:
         if rel in now.files and before.files.get(rel) != now.files[rel]:
-            quarantine(rv, _j(gd, rel), "git-data", [], detail="made or changed during the "
+            quarantine(rv, _j(gd, rel), "git-data", set(), detail="made or changed during the "
                         "run (it changes which history git shows or where it reads objects)")
     if now.reftable is not None and now.reftable != before.reftable:
         raise CannotDecide("refs in the reftable format changed (not read by this check)")
