@@ -81,13 +81,14 @@ from .mounts import (
 )
 
 __all__ = [
-    "CLONE_NEWNS", "CLONE_NEWUSER", "CLONE_NEWPID", "Mount", "Base", "Plan",
+    "CLONE_NEWNET", "CLONE_NEWNS", "CLONE_NEWUSER", "CLONE_NEWPID", "Mount", "Base", "Plan",
     "unshare", "enter", "make_private", "apply", "mount_id", "reachable_paths",
 ]
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWPID = 0x20000000
+CLONE_NEWNET = 0x40000000
 
 _O_PATH = getattr(os, "O_PATH", 0o10000000)
 _OPEN_DIR = _O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC

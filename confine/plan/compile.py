@@ -73,6 +73,7 @@ class Plan:
     file_mediation: bool                 # ... and of file calls that can make protected names
     mount_ns: bool                       # private mount namespace: read-only host, own shm/pts
     pid_ns: bool                         # own pid namespace and /proc (needs mount_ns)
+    net_ns: bool                         # own network namespace (profiles with no TCP port)
     lsm: Lsm
     writable_binds: tuple[str, ...]      # stay writable in the read-only host view
     child_rules: tuple[tuple[str, AccessFS], ...]   # Landlock rules added after the mounts
@@ -141,7 +142,7 @@ class Plan:
                                 if self.protected is not None else None),
             "lsm": {"apparmor": self.lsm.apparmor, "selinux": self.lsm.selinux},
             "namespaces": {
-                "mount": self.mount_ns, "pid": self.pid_ns,
+                "mount": self.mount_ns, "pid": self.pid_ns, "network": self.net_ns,
                 "writable": self.writable_paths() if self.mount_ns else None,
                 "private": ["/dev/shm", "/dev/pts", "/proc"] if self.mount_ns else [],
             },
@@ -163,7 +164,17 @@ def _replacement(name: str, policy: Policy, host: HostFacts) -> str | None:
     if name == "landlock.truncate" and any(is_under(d.path, w.path)
                                            for d in policy.deny for w in policy.write):
         return None      # a secret inside a writable bind: only Landlock could refuse it
+    if name == "landlock.scope_abstract_unix" and not uses_net_namespace(policy, host):
+        return None
     return features.REPLACEMENTS[name][0]
+
+
+def uses_net_namespace(policy: Policy, host: HostFacts) -> bool:
+    """A profile that grants no TCP port needs nothing of the host's network: the
+    agent gets a network namespace of its own (no host /proc/net, no host abstract
+    sockets; TCP and UDP stay refused by Landlock and seccomp as well)."""
+    return (host.namespaces and host.net_namespace
+            and not (policy.network.connect_tcp or policy.network.bind_tcp))
 
 
 def mechanisms(policy: Policy, host: HostFacts) -> dict[str, str]:
@@ -185,6 +196,8 @@ def mechanisms(policy: Policy, host: HostFacts) -> dict[str, str]:
         out["seccomp_notify"] = "seccomp user notification"
     if host.namespaces:
         out["mount_namespace"] = "mount and pid namespaces"
+    if uses_net_namespace(policy, host):
+        out["network_namespace"] = "network namespace (no host network, sockets or tables)"
     return out
 
 
@@ -348,8 +361,9 @@ def compile(policy: Policy, argv: Sequence[str], identity: Identity, host: HostF
             and "pids" not in host.cgroup_controllers:
         notes.append("limits: processes is not enforced for an agent running as uid 0 "
                      "(RLIMIT_NPROC does not apply to root)")
-    notes.append("network tables: /proc/net shows the host's sockets and connections (no "
-                 "network namespace); only another network namespace could hide them")
+    if not uses_net_namespace(policy, host):
+        notes.append("network tables: /proc/net shows the host's sockets and connections (no "
+                     "network namespace); only another network namespace could hide them")
     missing = missing_features(policy, host, identity.started_as_root)
     lsm_kept = Lsm()
     if lsm.apparmor:
@@ -387,6 +401,7 @@ def compile(policy: Policy, argv: Sequence[str], identity: Identity, host: HostF
                 seccomp_extra=tuple(sc_extra), missing=tuple(missing), notes=tuple(notes),
                 carved=tuple(sorted(set(carved))), unix_mediation=unix_mediation,
                 file_mediation=file_mediation, mount_ns=mount_ns, pid_ns=mount_ns,
+                net_ns=uses_net_namespace(policy, host),
                 lsm=lsm_kept, writable_binds=tuple(binds), child_rules=tuple(child_rules),
                 protected=protected, mechanisms=mechanisms(policy, host),
                 limits=limit_mechanisms(policy, identity, mount_ns, host.cgroup_controllers),

@@ -46,6 +46,9 @@ REPLACEMENTS: dict[str, tuple[str, str]] = {
     "landlock.scope_signal": (
         "pid namespace", "the agent can name no process outside its own pid namespace, so it "
         "cannot signal one"),
+    "landlock.scope_abstract_unix": (
+        "network namespace", "abstract unix sockets live in a network namespace, and the "
+        "agent's has none but its own (used only when the profile grants no TCP port)"),
     "landlock.truncate": (
         "read-only host view", "every mount but the writable paths is read-only, so truncate "
         "fails with EROFS outside them (used only when no secret lies under a write grant)"),

@@ -24,6 +24,7 @@ class HostFacts:
     seccomp_filter: bool
     seccomp_user_notif: bool
     namespaces: bool          # private mount + pid namespaces work for this caller
+    net_namespace: bool = False   # ... and a private network namespace inside them
     apparmor: bool = False    # AppArmor enabled
     selinux: bool = False     # SELinux enabled
     cgroup: str | None = None                 # where a run's cgroup (v2) can be made
@@ -37,17 +38,27 @@ class HostFacts:
         return cls(landlock_abi=landlock.kernel_abi(),
                    seccomp_filter=sc_filter, seccomp_user_notif=sc_notif,
                    namespaces=namespaces_available(as_root),
+                   net_namespace=net_namespace_available(as_root),
                    apparmor=lsm.apparmor_enabled(), selinux=lsm.selinux_enabled(),
                    cgroup=cg, cgroup_controllers=cgroup.controllers(cg) if cg else ())
 
 
-_NS_CACHE: dict[bool, bool] = {}
+_NS_CACHE: dict[bool, tuple[bool, bool]] = {}
 
 
 def namespaces_available(as_root: bool) -> bool:
     """Try, in a throw-away child, what the launcher's child will do."""
+    return _probe(as_root)[0]
+
+
+def net_namespace_available(as_root: bool) -> bool:
+    """A private network namespace as well (tried in the same child)."""
+    return _probe(as_root)[1]
+
+
+def _probe(as_root: bool) -> tuple[bool, bool]:
     if os.environ.get(NO_NAMESPACES_ENV) == "1":
-        return False
+        return (False, False)
     if as_root not in _NS_CACHE:
         from ..kernel import hostview, namespaces
         pid = os.fork()
@@ -55,6 +66,11 @@ def namespaces_available(as_root: bool) -> bool:
             try:
                 namespaces.enter(userns=not as_root)
                 namespaces.make_private()
+                try:
+                    namespaces.unshare(namespaces.CLONE_NEWNET)
+                    net = 0
+                except OSError:
+                    net = 2                  # everything else may still work
                 namespaces.unshare(namespaces.CLONE_NEWPID)
                 init = os.fork()
                 if init == 0:
@@ -63,8 +79,10 @@ def namespaces_available(as_root: bool) -> bool:
                         os._exit(0)
                     except BaseException:
                         os._exit(1)
-                os._exit(os.waitstatus_to_exitcode(os.waitpid(init, 0)[1]))
+                code = os.waitstatus_to_exitcode(os.waitpid(init, 0)[1])
+                os._exit(code if code else net)
             except BaseException:
                 os._exit(1)
-        _NS_CACHE[as_root] = os.waitpid(pid, 0)[1] == 0
+        code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+        _NS_CACHE[as_root] = (code in (0, 2), code == 0)
     return _NS_CACHE[as_root]

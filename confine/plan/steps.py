@@ -62,6 +62,11 @@ def child_steps(plan: Plan) -> list[Step]:
             Step("mount_namespace", "private mount namespace"
                  + ("" if ident.started_as_root else " (inside a new user namespace)"),
                  {"user_namespace": not ident.started_as_root}),
+        ]
+        if plan.net_ns:
+            out.append(Step("net_namespace", "private network namespace: nothing of the host's "
+                            "network, sockets or tables (the profile grants no TCP port)"))
+        out += [
             Step("readonly_host", "every mount read-only, nosuid, nodev, except the writable "
                  "paths", {"writable": plan.writable_paths()}),
         ]

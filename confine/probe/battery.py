@@ -1484,6 +1484,9 @@ def _h_abstract():
     try:
         s.connect(b"\0" + name.encode())
     except OSError as e:
+        if e.errno == errno.ECONNREFUSED and CFG.get("net_namespace"):
+            # abstract names live in a network namespace: outside ones do not exist here
+            return blocked(e.errno, "network namespace")
         return blocked(e.errno, by_sys(e.errno, scope="abstract_unix_socket"))
     finally:
         s.close()

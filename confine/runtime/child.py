@@ -99,6 +99,10 @@ def _mount_namespace(ctx: ChildContext) -> None:
     namespaces.make_private()
 
 
+def _net_namespace(ctx: ChildContext) -> None:
+    namespaces.unshare(namespaces.CLONE_NEWNET)
+
+
 def _readonly_host(ctx: ChildContext) -> None:
     hostview.readonly_except(list(ctx.plan.writable_binds))
 
@@ -242,7 +246,8 @@ def _exec(ctx: ChildContext) -> None:
 
 RUNNERS: dict[str, Callable[[ChildContext], None]] = {
     "pdeathsig": _pdeathsig, "cgroup": _cgroup, "signals": _signals, "close_fds": _close_fds, "limits": _limits,
-    "mount_namespace": _mount_namespace, "readonly_host": _readonly_host,
+    "mount_namespace": _mount_namespace, "net_namespace": _net_namespace,
+    "readonly_host": _readonly_host,
     "protected_binds": _protected_binds, "private_dev": _private_dev,
     "pid_namespace": _pid_namespace, "proc_masks": _proc_masks, "landlock_new_mounts": _landlock_new_mounts,
     "chdir": _chdir, "identity": _identity, "capabilities": _capabilities,

@@ -1464,6 +1464,11 @@ NET_EXPECT = {
     "+TCP socket()": "ok",
     "+unix socketpair": "ok",
 }
+# With every layer the default profile (no TCP port) has a network namespace of its
+# own: outside abstract names do not exist there. Landlock's scoping alone refuses
+# them with EPERM (checked too, in test_network_denied).
+ABSTRACT = ("abstract unix connect (outside listener)", "abstract unix sendto (outside dgram)")
+NET_EXPECT_NETNS = dict(NET_EXPECT, **{k: "ECONNREFUSED" for k in ABSTRACT})
 # Work outside as the unprivileged account (the rest need CAP_NET_RAW / kernel support;
 # the root agent test pairs them with root).
 NET_USER_CONTROLS = ("TCP connect 127.0.0.1:listener", "TCP sendto MSG_FASTOPEN 127.0.0.1:listener",
@@ -1524,8 +1529,12 @@ def test_network_denied(sandbox, listeners):
     listeners, socks = listeners
     p, inside = sandbox.probe(NET_BODY, listeners)
     _check(p, inside)
-    bad = _mismatches(inside, NET_EXPECT)
+    bad = _mismatches(inside, NET_EXPECT_NETNS)
     assert _arrived(socks) == [], "a connection or datagram from inside reached a listener"
+    p3, alone = sandbox.without_namespaces().probe(NET_BODY, listeners)
+    _check(p3, alone, "probe (Landlock alone)")
+    bad += ["Landlock alone: " + b for b in _mismatches(alone, NET_EXPECT)]
+    assert _arrived(socks) == [], "a connection from inside (Landlock alone) reached a listener"
     p2, outside = sandbox.outside_probe(NET_BODY, listeners)
     _check(p2, outside, "outside control")
     for k in NET_USER_CONTROLS:
@@ -1542,7 +1551,7 @@ def test_network_root_agent(root_agent, listeners):
     _check(p2, outside, "outside control")
     for k in ("raw IP socket", "packet socket", "packet socket, family | 1<<32") + NET_USER_CONTROLS:
         assert outside[k] == "ok", f"control: {k} works outside as root: {outside[k]}"
-    bad = _mismatches(inside, NET_EXPECT)
+    bad = _mismatches(inside, NET_EXPECT_NETNS)
     assert not bad, "\n".join(bad)
 
 

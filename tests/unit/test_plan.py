@@ -205,3 +205,21 @@ def test_truncate_replacement_not_used_with_a_secret_under_a_write_grant(dirs, t
     plan = compile(pol, ["true"], _ident(home), dataclasses.replace(FULL, landlock_abi=2),
                    parent_env={})
     assert "landlock.truncate" in {m.feature for m in plan.missing}
+
+
+def test_a_profile_without_tcp_gets_its_own_network_namespace(dirs):
+    """No TCP port granted: a network namespace of its own, which also replaces
+    Landlock's abstract-socket scoping below ABI 6. A profile with ports keeps
+    the host's network (its TCP goes out), so no replacement there."""
+    host = dataclasses.replace(FULL, net_namespace=True)
+    plan = _plan(dirs, host)
+    assert plan.net_ns and "net_namespace" in plan.step_names()
+    names = plan.step_names()
+    assert names.index("mount_namespace") < names.index("net_namespace") < names.index("capabilities")
+    low = _plan(dirs, dataclasses.replace(host, landlock_abi=5))
+    assert low.missing == ()
+    assert low.mechanisms["landlock.scope_abstract_unix"].startswith("network namespace")
+    net = _plan(dirs, dataclasses.replace(host, landlock_abi=5), profile="claude-code")
+    assert not net.net_ns and "net_namespace" not in net.step_names()
+    assert "landlock.scope_abstract_unix" in {m.feature for m in net.missing}
+    assert not _plan(dirs, dataclasses.replace(host, namespaces=False)).net_ns
