@@ -10,6 +10,7 @@ that combination is a documented residual, not tested as blocked.
 """
 from __future__ import annotations
 
+import os
 import secrets
 import textwrap
 
@@ -51,3 +52,46 @@ def test_launcher_session_keyring_is_not_visible(sandbox, layers):
     assert p.returncode == 0, p.stderr
     assert "outside True" in p.stdout           # control: the launcher's keyring has it
     assert "inside False" in p.stdout, p.stdout
+
+
+NET_BODY = r'''
+def sockets():
+    out = []
+    for name in ("tcp", "tcp6", "unix"):
+        try:
+            out += open("/proc/net/" + name).read().splitlines()[1:]
+        except OSError:
+            pass
+    return out
+rows = sockets()
+R["listener visible"] = any(P["port_hex"] in r for r in rows)
+R["abstract visible"] = any(P["abstract"] in r for r in rows)
+R["interfaces"] = sorted(l.split(":")[0].strip() for l in open("/proc/net/dev").readlines()[2:])
+done()
+'''
+
+
+def test_host_network_tables_not_visible(sandbox):
+    """The host's /proc/net (listening sockets, abstract socket names, interfaces)
+    is not visible under a profile with no TCP port: the agent has a network
+    namespace of its own with nothing but lo. Control: outside, the same reads
+    show the test's own listener and abstract socket."""
+    import socket
+    tcp = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    tcp.bind(("127.0.0.1", 0))
+    tcp.listen(1)
+    name = "confine-leak-%d" % os.getpid()
+    ab = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    ab.bind(b"\0" + name.encode())
+    ab.listen(1)
+    params = {"port_hex": ":%04X" % tcp.getsockname()[1], "abstract": name}
+    try:
+        p, inside = sandbox.probe(NET_BODY, params)
+        assert inside is not None, p.stderr
+        assert inside["listener visible"] is False and inside["abstract visible"] is False, inside
+        assert inside["interfaces"] == ["lo"], inside
+        _, outside = sandbox.outside_probe(NET_BODY, params)
+        assert outside["listener visible"] is True and outside["abstract visible"] is True, outside
+    finally:
+        tcp.close()
+        ab.close()
