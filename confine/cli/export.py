@@ -164,12 +164,12 @@ SYSTEMD_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin"
 def _running_confine() -> str | None:
     """The confine executable of this very installation (its virtualenv's entry
     point), not whichever `confine` comes first on PATH."""
+    arg0 = sys.argv[0] if sys.argv else ""
+    if os.path.basename(arg0) == "confine" and os.access(arg0, os.X_OK):
+        return os.path.realpath(arg0)
     cand = os.path.join(sys.prefix, "bin", "confine")
     if os.access(cand, os.X_OK):
         return cand
-    arg0 = sys.argv[0] if sys.argv else ""
-    if os.path.basename(arg0) == "confine" and os.access(arg0, os.X_OK):
-        return os.path.abspath(arg0)
     found = shutil.which("confine")
     return os.path.realpath(found) if found else None
 

@@ -335,8 +335,6 @@ def profile_validate(profile_ref: str) -> None:
     ref = profile_ref
     if os.path.isfile(ref) and "/" not in ref:
         ref = "./" + ref               # a file in the current directory, not a name
-    elif not os.path.exists(ref) and ref.endswith((".yaml", ".yml")):
-        raise ConfineError(f"profile file {ref} does not exist")
     with tempfile.TemporaryDirectory(prefix="confine-validate-") as wd:
         policy = _load.load(ref, workdir=wd, home=os.path.expanduser("~"), tmp=wd)
     click.echo(f"{profile_ref}: valid ({', '.join(policy.sources)})")

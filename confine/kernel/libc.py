@@ -14,16 +14,22 @@ import os
 libc = ctypes.CDLL(None, use_errno=True)
 
 # ctypes.util.find_library runs `ldconfig -p` (a fork and exec, ~4 ms) on every
-# call, and pyseccomp and landlockpy call it three times per start. Answer from
-# the usual library directories first; anything not found there takes the
-# original path, so no library is ever missed.
+# call, and pyseccomp and landlockpy call it three times per start. For exactly
+# the libraries they ask for (libc, libseccomp) answer from the usual library
+# directories; any other name, or one not found there, takes the original path,
+# so a program embedding confine sees find_library unchanged.
 _LIB_DIRS = ("/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib/aarch64-linux-gnu",
              "/usr/lib/aarch64-linux-gnu", "/lib64", "/usr/lib64", "/lib", "/usr/lib")
 _original_find_library = ctypes.util.find_library
 _found: dict[str, str | None] = {}
 
 
+_FAST = ("c", "seccomp")
+
+
 def find_library(name: str) -> str | None:
+    if name not in _FAST:
+        return _original_find_library(name)
     if name not in _found:
         hit = None
         if name == "c" and os.path.exists("/lib/x86_64-linux-gnu/libc.so.6") \

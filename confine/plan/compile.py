@@ -169,6 +169,12 @@ def _replacement(name: str, policy: Policy, host: HostFacts) -> str | None:
     return features.REPLACEMENTS[name][0]
 
 
+def unreachable_servers(policy: Policy) -> list[int]:
+    """Ports the agent may listen on but not connect to: its own server would be
+    unreachable from inside, which looks like a bug in the server."""
+    return sorted(set(policy.network.bind_tcp) - set(policy.network.connect_tcp))
+
+
 def uses_net_namespace(policy: Policy, host: HostFacts) -> bool:
     """A profile that grants no TCP port needs nothing of the host's network: the
     agent gets a network namespace of its own (no host /proc/net, no host abstract
@@ -351,7 +357,7 @@ def compile(policy: Policy, argv: Sequence[str], identity: Identity, host: HostF
         notes.append("outbound TCP allowed to ANY host on ports "
                      + ", ".join(map(str, policy.network.connect_tcp))
                      + " (Landlock filters ports, not addresses)")
-    for port in sorted(set(policy.network.bind_tcp) - set(policy.network.connect_tcp)):
+    for port in unreachable_servers(policy):
         notes.append(f"network.bind_tcp: the agent may listen on port {port} but not connect to "
                      f"it (add {port} to network.connect_tcp to reach its own server)")
     if policy.seccomp.unsafe_allow:

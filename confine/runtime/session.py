@@ -21,6 +21,7 @@ from typing import Any
 from ..errors import ConfineError, default_warn
 from ..paths import is_under
 from ..plan import HostFacts, Lsm, Plan, Protected, compile, features
+from ..plan.compile import unreachable_servers
 from ..plan.identity import resolve as resolve_identity
 from ..policy import load as _load
 from ..protect.report import _safe
@@ -118,12 +119,6 @@ def refuse_missing(plan: Plan, allow_degraded: bool | Collection[str] | None,
                            "runs without it)")
     for m in plan.missing:
         warn(f"degraded: NOT enforced: {m.feature}: {m.detail}")
-
-
-def unreachable_servers(policy: Any) -> list[int]:
-    """Ports the agent may listen on but not connect to: its own server would be
-    unreachable from inside, which looks like a bug in the server."""
-    return sorted(set(policy.network.bind_tcp) - set(policy.network.connect_tcp))
 
 
 class Session:

@@ -223,3 +223,15 @@ def test_a_profile_without_tcp_gets_its_own_network_namespace(dirs):
     assert not net.net_ns and "net_namespace" not in net.step_names()
     assert "landlock.scope_abstract_unix" in {m.feature for m in net.missing}
     assert not _plan(dirs, dataclasses.replace(host, namespaces=False)).net_ns
+
+
+def test_find_library_shortcut_serves_only_confines_own_libraries():
+    """libc and libseccomp are answered without ldconfig; any other name goes to
+    ctypes' own lookup, so a program embedding confine sees it unchanged."""
+    import ctypes.util
+
+    from confine.kernel import libc
+    assert ctypes.util.find_library is libc.find_library
+    for name in ("m", "z", "no-such-library-anywhere"):
+        assert libc.find_library(name) == libc._original_find_library(name)
+    assert libc.find_library("c") == "libc.so.6"
