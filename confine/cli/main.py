@@ -100,7 +100,7 @@ def cli():
               help="Built-in profile name or a YAML file.")
 @click.option("-w", "--workdir", type=click.Path(file_okay=False), metavar="DIR",
               help="The only writable project directory (default: current directory).")
-@click.option("--read", "read_", multiple=True, metavar="PATH",
+@click.option("--read", multiple=True, metavar="PATH",
               help="Also allow reading and executing PATH (repeatable).")
 @click.option("--write", multiple=True, metavar="PATH", help="Also allow writing PATH (repeatable).")
 @click.option("--env", multiple=True, metavar="NAME[=VALUE]",
@@ -123,11 +123,13 @@ def cli():
                    "apparmor); refused if AppArmor is enabled but the profile is not loaded.")
 @click.option("--selinux-context", metavar="CTX",
               help="Also run the agent in this SELinux context (e.g. with type confine_agent_t).")
+@click.option("--log", metavar="FILE",
+              help="Append every decision of the run (refusals, connections, DNS answers) "
+                   "to FILE as JSON lines.")
 @click.option("--dry-run", is_flag=True, help="Print the effective policy and exit.")
 @click.option("--json", "as_json", is_flag=True, help="With --dry-run: machine-readable output.")
 @click.argument("command", nargs=-1, required=False, type=click.UNPROCESSED)
-def exec_(profile, workdir, read_, write, env, user, allow_degraded, degrade, force_workdir,
-          apparmor, selinux_context, dry_run, as_json, command):
+def exec_(allow_degraded, degrade, dry_run, as_json, command, **opts):
     """Run COMMAND confined. Put `--` before the command.
 
     \b
@@ -140,9 +142,7 @@ def exec_(profile, workdir, read_, write, env, user, allow_degraded, degrade, fo
     if dry_run:
         # Without a command, the plan for the user's shell: what an interactive run would do.
         argv = list(command) or [os.environ.get("SHELL") or "/bin/sh"]
-        plan = api.prepare(argv, profile=profile, workdir=workdir, read=read_,
-                           write=write, env=env, user=user, force_workdir=force_workdir,
-                           apparmor=apparmor, selinux_context=selinux_context)
+        plan = api.prepare(argv, **opts)
         if as_json:
             click.echo(json.dumps(plan.to_dict(), indent=2))
         else:
@@ -150,10 +150,8 @@ def exec_(profile, workdir, read_, write, env, user, allow_degraded, degrade, fo
         return
     if as_json:
         raise ConfineError("--json only applies to --dry-run")
-    status = api.run(list(command), profile=profile, workdir=workdir, read=read_, write=write,
-                     env=env, user=user, allow_degraded=allow_degraded or tuple(degrade),
-                     force_workdir=force_workdir, apparmor=apparmor,
-                     selinux_context=selinux_context)
+    # Every other option is a field of runtime.session.Request, by the same name.
+    status = api.run(list(command), allow_degraded=allow_degraded or tuple(degrade), **opts)
     sys.exit(status)
 
 

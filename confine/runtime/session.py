@@ -25,6 +25,7 @@ from ..plan.compile import unreachable_servers
 from ..plan.identity import resolve as resolve_identity
 from ..policy import load as _load
 from ..protect.report import _safe
+from .events import Events
 from .workdir import check_workdir, make_tmp, remove_tree
 
 Warn = Callable[[str], None]
@@ -74,6 +75,7 @@ class Request:
     force_workdir: bool = False
     apparmor: str | None = None
     selinux_context: str | None = None
+    log: str | None = None              # --log FILE: every decision as a JSON line (events.py)
 
 
 @dataclass
@@ -132,6 +134,7 @@ class Session:
         self._hold: _SignalHold | None = None
         self.snapshot: Any = None
         self.guard: Any = None
+        self.events: Events = Events(None, warn)
         self.plan: Plan = self._prepare(protect, host,
                                         dict(os.environ) if parent_env is None else parent_env)
 
@@ -143,6 +146,7 @@ class Session:
 
     def close(self) -> None:
         try:
+            self.events.close()
             if self.tmp is not None:
                 if not remove_tree(self.tmp):
                     self.warn(f"could not remove the run's TMPDIR {_safe(self.tmp)}: remove it "
@@ -212,6 +216,8 @@ class Session:
         if self.snapshot is None:
             raise ConfineError("this session was prepared without the protected-path snapshot")
         refuse_missing(plan, allow_degraded, say)
+        if self.req.log is not None:
+            self.events = Events(self.req.log, say)
         for port in unreachable_servers(plan.policy):
             say(f"network.bind_tcp lets the agent listen on port {port}, but not connect to it "
                 f"(add {port} to network.connect_tcp to reach its own server)")

@@ -1,0 +1,107 @@
+"""The run's decisions, for the person and for machines.
+
+One `Events` per run, owned by the session (the supervisor's side; the agent
+never holds it). Every decision (a refused file call, a refused or allowed
+connection, a DNS answer, an approval) is one JSON line in `--log FILE`; a
+refusal also prints one `confine:` line the first time its key is seen
+(the same path or host refused a thousand times is one line), naming what
+was refused, by which layer, and the profile key or flag that would grant it;
+`summary()` gives the lines printed at exit.
+
+Bounded: at most MAX_SHOWN distinct refusal keys are remembered (the agent
+chooses what it is refused, so it must not be able to grow the supervisor's
+memory); past that, refusals still reach the log but no more lines are shown.
+Thread-safe: the mediator, the gateway's workers and the DNS server emit
+from their own threads.
+"""
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping
+
+from ..errors import ConfineError, default_warn
+
+Warn = Callable[[str], None]
+MAX_SHOWN = 100
+
+
+class Events:
+    def __init__(self, path: str | None = None, warn: Warn = default_warn):
+        self.warn = warn
+        self._lock = threading.Lock()
+        self._fd: int | None = None
+        self.path = path
+        self.shown: set[str] = set()
+        self.refusals: Counter[str] = Counter()    # by layer: "landlock", "gateway", ...
+        self.hidden = 0
+        if path is not None:
+            self._fd = open_log(path)
+
+    def emit(self, event: Mapping[str, object]) -> None:
+        """One JSON line in the log (nothing without --log)."""
+        if self._fd is None:
+            return
+        rec = {"time": round(time.time(), 3), **event}
+        line = (json.dumps(rec, default=str, separators=(",", ":")) + "\n").encode()
+        with self._lock:
+            try:
+                os.write(self._fd, line)
+            except OSError as e:
+                fd, self._fd = self._fd, None
+                os.close(fd)
+                self.warn(f"--log {self.path}: cannot write ({e.strerror}): logging stopped")
+
+    def refused(self, key: str, line: str, event: Mapping[str, object],
+                layer: str = "") -> None:
+        """A refusal: logged always; `line` shown once per key (bounded)."""
+        self.emit({"event": "refusal", "layer": layer, **event})
+        show: str | None = None
+        with self._lock:
+            self.refusals[layer or "other"] += 1
+            if key in self.shown:
+                return
+            if len(self.shown) < MAX_SHOWN:
+                self.shown.add(key)
+                show = line
+            else:
+                self.hidden += 1
+                if self.hidden == 1:
+                    show = (f"more than {MAX_SHOWN} different refusals: no more are shown"
+                            + (f" (all are in {self.path})" if self.path
+                               else " (--log FILE records every one)"))
+        if show is not None:
+            self.warn(show)
+
+    def summary(self) -> list[str]:
+        """The lines said at exit: how many refusals, by layer."""
+        if not self.refusals:
+            return []
+        by = ", ".join(f"{n} by {layer}" for layer, n in self.refusals.most_common())
+        return [f"{sum(self.refusals.values())} refused during the run ({by})"
+                + (f"; every one is in {self.path}" if self.path else "")]
+
+    def close(self) -> None:
+        with self._lock:
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
+
+
+def open_log(path: str) -> int:
+    """Open --log FILE for appending, as the person who started confine, before
+    the agent exists: never a symlink, never a FIFO or device, mode 0600 when new."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
+                     | os.O_NOFOLLOW | os.O_NONBLOCK, 0o600)
+    except OSError as e:
+        raise ConfineError(f"--log {path}: cannot open ({e.strerror})") from None
+    import stat
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise ConfineError(f"--log {path}: not a regular file")
+    os.set_blocking(fd, True)
+    return fd
