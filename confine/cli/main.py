@@ -126,6 +126,9 @@ def cli():
 @click.option("--log", metavar="FILE",
               help="Append every decision of the run (refusals, connections, DNS answers) "
                    "to FILE as JSON lines.")
+@click.option("--agent-status", is_flag=True,
+              help="Exit with the agent's own status even when the exit check reverted or "
+                   "quarantined protected paths (default: 123 instead of the agent's 0).")
 @click.option("--dry-run", is_flag=True, help="Print the effective policy and exit.")
 @click.option("--json", "as_json", is_flag=True, help="With --dry-run: machine-readable output.")
 @click.argument("command", nargs=-1, required=False, type=click.UNPROCESSED)

@@ -76,11 +76,19 @@ class Request:
     apparmor: str | None = None
     selinux_context: str | None = None
     log: str | None = None              # --log FILE: every decision as a JSON line (events.py)
+    agent_status: bool = False          # keep the agent's 0 even when the exit check acted
+
+
+# A run whose agent exited 0 but whose exit check had to revert, quarantine or
+# report something, or could not check, exits with this (unless agent_status):
+# CI and scripts must notice. A nonzero agent status is kept as it is.
+EXIT_CHECK_ACTED = 123
 
 
 @dataclass
 class Result:
     status: int
+    agent_status: int | None = None                   # the agent's own, when status differs
     steps: list[str] = field(default_factory=list)   # the child's steps, as it began them
     report: Any = None                                # protect Report of the exit check
 
@@ -246,6 +254,13 @@ class Session:
         finally:
             hold.also_stops()
             result.report = self._exit_check(plan.mount_ns, say)
+        rep = result.report
+        acted = rep is None or bool(rep.alerts or rep.failed)
+        if acted and result.status == 0 and not self.req.agent_status:
+            result.agent_status, result.status = 0, EXIT_CHECK_ACTED
+            say(f"exit status {EXIT_CHECK_ACTED}: the agent exited 0, but the exit check "
+                + ("could not run" if rep is None else "had to act on protected paths (above)")
+                + " (--agent-status keeps the agent's own status)")
         return result
 
     def _exit_check(self, mount_ns: bool, say: Warn) -> Any:

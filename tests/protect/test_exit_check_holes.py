@@ -35,6 +35,9 @@ import time
 import pytest
 from conftest import PY
 
+# The agent exited 0 but the exit check acted: confine exits 123 (session.EXIT_CHECK_ACTED).
+ACTED = 123
+
 CHAIN = 1100
 
 
@@ -111,7 +114,7 @@ def test_symlink_chain_at_start_does_not_stop_the_run(sandbox):
     """)])
     assert os.path.islink(os.path.join(wd, ".claude/settings.json"))
     p = sandbox.run([PY, "-c", _bare("b") + "print('ran')"])
-    assert p.returncode == 0 and "ran" in p.stdout, p.stderr
+    assert p.returncode == ACTED and "ran" in p.stdout, p.stderr
     assert "internal error" not in p.stderr
     assert os.path.islink(os.path.join(wd, ".claude/settings.json")), p.stderr
     assert _config_cleaned(os.path.join(wd, "b/config")), p.stderr
@@ -143,7 +146,7 @@ def test_twenty_thousand_sockets_are_checked_in_linear_time(sandbox):
     t0 = time.monotonic()
     p = sandbox.run([PY, "-c", code], timeout=120)
     took = time.monotonic() - t0
-    assert p.returncode == 0, p.stderr[-2000:]
+    assert p.returncode == ACTED, p.stderr[-2000:]
     hooks = os.path.join(sandbox.workdir, "n/.git/hooks")
     assert os.listdir(hooks) == [], len(os.listdir(hooks))
     assert _config_cleaned(os.path.join(sandbox.workdir, "b/config"))
@@ -223,7 +226,7 @@ def test_unreadable_directory_is_opened_and_checked(sandbox):
     confine's check leaves it."""
     code = _bare("hidden/b") + "os.chmod('hidden', 0o111)\nprint('ok')\n"
     p = sandbox.run([PY, "-c", code])
-    assert p.returncode == 0 and "ok" in p.stdout, p.stderr
+    assert p.returncode == ACTED and "ok" in p.stdout, p.stderr
     hidden = os.path.join(sandbox.workdir, "hidden")
     assert _config_cleaned(os.path.join(hidden, "b/config")), p.stderr
     if sandbox.mode == "user":     # root reads it as it is; the agent's account needs u+rwx
@@ -258,7 +261,7 @@ def test_names_cannot_hide_or_break_the_report(sandbox):
     p = subprocess.run(sandbox.exec_cmd([PY, "-c", code]), capture_output=True,
                        cwd=sandbox.workdir, timeout=60)
     err = p.stderr.decode("utf-8", "replace")
-    assert p.returncode == 0, err
+    assert p.returncode == ACTED, err
     assert b"\x1b" not in p.stderr, err
     assert "NOT CHECKED" not in err and "could not write" not in err, err
     assert "b\\x1b[2K\\x1b[1A\\xff/config" in err, err
@@ -299,7 +302,7 @@ def test_old_quarantine_runs_expire(sandbox):
             os.chown(dp, *owner)
     try:
         p = sandbox.run([PY, "-c", _bare("b")])
-        assert p.returncode == 0, p.stderr
+        assert p.returncode == ACTED, p.stderr
         for n, expired in made.items():
             assert os.path.exists(os.path.join(base, n)) != expired, n
         assert _quarantine_of(p.stderr) is not None          # this run's own stays
@@ -339,3 +342,21 @@ def test_a_failing_check_keeps_the_agent_status_and_says_so(root_sandbox):
             assert not v["report"]
         else:
             assert not not_checked and v["report"], v
+
+
+# --- the exit status when the check acted (issue 11 item 9) ------------------------------
+
+def test_a_plant_turns_the_agents_zero_into_123(sandbox):
+    """The agent exits 0 after planting a bare repository whose config runs a
+    program: the check quarantines it and confine exits 123, saying why and that
+    --agent-status keeps 0; a nonzero agent status is kept as it is; a clean run
+    (the control) exits 0."""
+    clean = sandbox.run([PY, "-c", "print('ok')"])
+    assert clean.returncode == 0 and "exit status 123" not in clean.stderr, clean.stderr
+    p = sandbox.run([PY, "-c", _bare("b1")])
+    assert p.returncode == ACTED, p.stderr
+    assert "exit status 123: the agent exited 0" in p.stderr and "--agent-status" in p.stderr
+    kept = sandbox.run([PY, "-c", _bare("b2")], "--agent-status")
+    assert kept.returncode == 0 and "PROTECTED PATHS WERE CHANGED" in kept.stderr, kept.stderr
+    own = sandbox.run([PY, "-c", _bare("b3") + "raise SystemExit(5)"])
+    assert own.returncode == 5 and "exit status 123" not in own.stderr, own.stderr

@@ -26,6 +26,9 @@ import pytest
 
 from confine import protect
 
+# The agent exited 0 but the exit check acted: confine exits 123 (session.EXIT_CHECK_ACTED).
+ACTED = 123
+
 GIT = shutil.which("git") or "/usr/bin/git"
 GITENV = {"PATH": "/usr/bin:/bin", "HOME": "/nonexistent", "GIT_CONFIG_NOSYSTEM": "1",
           "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@e", "GIT_COMMITTER_NAME": "t",
@@ -56,7 +59,7 @@ def test_hidden_bare_repository_under_git_objects_is_found(sandbox):
         f"{GIT} -C .git/objects/zz/b config core.pager 'touch {marker}' && "
         "ln -s .git/objects/zz/b tools && "
         f"{GIT} init -q --bare plain.git && {GIT} -C plain.git config user.name x"))
-    assert p.returncode == 0, p.stderr
+    assert p.returncode == ACTED, p.stderr
     assert "new repo" in p.stderr and ".git/objects/zz/b/config" in p.stderr, p.stderr
     assert "core.pager" in p.stderr
     cfg = open(os.path.join(wd, ".git/objects/zz/b/config")).read()
@@ -81,7 +84,7 @@ def test_modes_of_the_workdir_and_git_directories_are_restored(sandbox):
     before = {r: stat.S_IMODE(os.stat(os.path.join(wd, r)).st_mode) for r in (".", ".git")}
     p = _inside(sandbox, "chmod 0777 . .git .git/refs sub && "
                          f"{GIT} init -q new && chmod 0777 new new/.git")
-    assert p.returncode == 0, p.stderr
+    assert p.returncode == ACTED, p.stderr
     for r in (".", ".git"):
         assert stat.S_IMODE(os.stat(os.path.join(wd, r)).st_mode) == before[r], r
         assert f"chmod     {r} " in p.stderr, p.stderr
@@ -110,7 +113,7 @@ GIT_DATA = (
 def test_git_data_that_writes_protected_files_later_is_reported(sandbox):
     wd = _repo(sandbox)
     p = _inside(sandbox, GIT_DATA.format(git=GIT))
-    assert p.returncode == 0, p.stderr
+    assert p.returncode == ACTED, p.stderr
     err = p.stderr
     assert "staged entries for protected paths" in err and ".envrc" in err, err
     assert "refs/heads/side" in err and ".vscode/tasks.json" in err, err
