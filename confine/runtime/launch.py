@@ -40,7 +40,7 @@ def _ruleset(plan: Plan) -> Any:
 def _filters(plan: Plan) -> list[Any]:
     if any(m.feature == "seccomp" for m in plan.missing):
         return []
-    return [seccomp.build(r) for r in (plan.seccomp_rules, plan.seccomp_extra) if r]
+    return [seccomp.compiled(r) for r in (plan.seccomp_rules, plan.seccomp_extra) if r]
 
 
 def launch(plan: Plan, *, guard: Any = None,

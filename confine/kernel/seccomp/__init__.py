@@ -12,9 +12,11 @@ from __future__ import annotations
 
 from .loader import (
                      BPF_LD_W_ABS,
+                     Program,
                      available,
                      build,
                      build_notify,
+                     compiled,
                      export_bpf,
                      load,
                      load_notify,
@@ -38,6 +40,7 @@ from .rules import (
 from .syscalls import native_arch, syscall_number
 
 __all__ = [
+    "Program", "compiled",
     "ArgMatch", "Rule", "DEFAULT_RULES", "IOCTLS", "IOCTL_NAMES", "PERSONA_FLAGS",
     "rules_for", "no_inet_rules", "describe",
     "SOCKET_CALLS", "FILE_CALLS", "OPEN_CALLS", "available",

@@ -22,7 +22,7 @@ import os
 import platform
 import struct
 import sys
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, NamedTuple, Sequence
 
 from ..libc import libc, oserror
 from .rules import FILE_CALLS, OPEN_CALLS, OPEN_WRITE_BITS, SOCKET_CALLS, Rule, describe_rule
@@ -31,8 +31,8 @@ from .syscalls import libseccomp, native_arch, resolve, syscall_number
 if TYPE_CHECKING:  # pragma: no cover
     import pyseccomp
 
-__all__ = ["build", "load", "export_bpf", "status", "build_notify", "notify_program",
-           "load_notify", "BPF_LD_W_ABS"]
+__all__ = ["build", "compiled", "Program", "load", "export_bpf", "status", "build_notify",
+           "notify_program", "load_notify", "BPF_LD_W_ABS"]
 
 AUDIT_ARCH_X86_64 = 0xC000003E
 
@@ -78,11 +78,43 @@ def build(rules: Iterable[Rule]) -> "pyseccomp.SyscallFilter":
     return flt
 
 
-def load(flt: "pyseccomp.SyscallFilter") -> None:
+class Program(NamedTuple):
+    """libseccomp's generated program for one rule set, as raw instructions:
+    what `flt.load()` would install, without regenerating it in every process
+    that loads it (the broker and the agent, on every run)."""
+    insns: tuple[tuple[int, int, int, int], ...]
+    arch_guard: bool
+
+
+_COMPILED: dict[tuple[Rule, ...], Program] = {}
+_COMPILED_MAX = 16      # distinct rule sets kept by a long-lived caller (the Python API)
+
+
+def compiled(rules: Iterable[Rule]) -> Program:
+    """build(rules), exported once per rule set and process (rules are frozen
+    values, so the same rules always give the same program)."""
+    key = tuple(rules)
+    got = _COMPILED.get(key)
+    if got is None:
+        flt = build(key)
+        got = Program(tuple(export_bpf(flt)), bool(getattr(flt, "_confine_arch_guard", False)))
+        if len(_COMPILED) >= _COMPILED_MAX:
+            _COMPILED.pop(next(iter(_COMPILED)))
+        _COMPILED[key] = got
+    return got
+
+
+def load(flt: "pyseccomp.SyscallFilter | Program") -> None:
     """Load the filter into the calling process (the forked child, right before
-    exec; no_new_privs already set). Irreversible."""
-    flt.load()
-    if getattr(flt, "_confine_arch_guard", False):
+    exec; no_new_privs already set). Irreversible. A Program is installed as it
+    is, with TSYNC as libseccomp does (CTL_TSYNC is set in build())."""
+    if isinstance(flt, Program):
+        _load_bpf(flt.insns)
+        guard = flt.arch_guard
+    else:
+        flt.load()
+        guard = bool(getattr(flt, "_confine_arch_guard", False))
+    if guard:
         _load_bpf(_arch_guard_program())
 
 
