@@ -12,15 +12,17 @@ For more than the status (the child's steps, the exit check's report), use
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Collection, Sequence
 from typing import Any
 
 from .errors import default_warn
-from .plan import Plan
+from .plan import HostFacts, Plan
 from .runtime.session import Request, Result, Session, Warn, refuse_missing
 from .runtime.workdir import check_workdir, remove_tree
 
-__all__ = ["check_workdir", "prepare", "refuse_missing", "remove_tree", "run", "run_result"]
+__all__ = ["Completed", "Sandbox", "check_workdir", "prepare", "refuse_missing", "remove_tree",
+           "run", "run_result"]
 
 _FIELDS = frozenset(f.name for f in dataclasses.fields(Request)) - {"argv"}
 
@@ -55,3 +57,86 @@ def run(argv: Sequence[str], *, allow_degraded: bool | Collection[str] = False,
     """Run argv confined; returns its exit status (128+N if killed by signal N).
     Raises ConfineError (status 125/126/127) for confine's own failures."""
     return run_result(argv, allow_degraded=allow_degraded, warn=warn, **options).status
+
+
+@dataclasses.dataclass
+class Completed:
+    """One Sandbox.run: like subprocess.CompletedProcess, plus what confine saw."""
+    argv: list[str]
+    status: int                      # as `confine exec` exits (123, 125-127 included)
+    stdout: bytes | None = None      # with capture=True
+    stderr: bytes | None = None      # the agent's stderr (confine's own lines go to warn)
+    timed_out: bool = False
+    report: Any = None               # the exit check's protect Report
+    steps: list[str] = dataclasses.field(default_factory=list)
+
+
+class Sandbox:
+    """A prepared sandbox for many runs (an agent harness's tool calls):
+
+        with confine.Sandbox(profile="default", workdir="/srv/agent/repo") as sb:
+            r = sb.run(["pytest", "-q"], capture=True, timeout=120)
+            r.status, r.stdout, r.stderr, r.timed_out
+
+    What cannot change between runs is read once (the host's facts, the
+    options' validity); everything the agent can change is judged again on
+    every run (its workdir's protected paths: snapshot, guard and exit check;
+    the profile files: a changed profile applies to the next run). Each run
+    gets a fresh private TMPDIR, and nothing it started outlives it. Options:
+    the fields of Request, as for run()."""
+
+    def __init__(self, *, allow_degraded: bool | Collection[str] = False,
+                 warn: Warn | None = None, **options: Any):
+        self.options = options
+        self.allow_degraded = allow_degraded
+        self.warn = warn or default_warn
+        _request(["true"], dict(options))             # unknown options fail here
+        self.host: HostFacts | None = None
+
+    def __enter__(self) -> Sandbox:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Nothing is held between runs; kept for the `with` form."""
+
+    def run(self, argv: Sequence[str], *, input: bytes | None = None, capture: bool = False,
+            timeout: float | None = None) -> Completed:
+        """Run argv confined. input: bytes for its stdin (else /dev/null when
+        capturing, else this process's stdin); capture: its stdout and stderr
+        as bytes; timeout: seconds, then it and all it started are killed
+        (timed_out, status 137)."""
+        fds: list[int] = []
+        try:
+            stdin = out = err = None
+            if input is not None:
+                stdin = os.memfd_create("confine-stdin", os.MFD_CLOEXEC)
+                fds.append(stdin)
+                os.write(stdin, input)
+                os.lseek(stdin, 0, os.SEEK_SET)
+            elif capture:
+                stdin = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+                fds.append(stdin)
+            if capture:
+                out = os.memfd_create("confine-stdout", os.MFD_CLOEXEC)
+                err = os.memfd_create("confine-stderr", os.MFD_CLOEXEC)
+                fds += [out, err]
+            req = _request(argv, dict(self.options))
+            with Session(req, warn=self.warn, create_state=True, host=self.host) as s:
+                if self.host is None:
+                    self.host = s.host
+                r = s.run(self.allow_degraded, stdio=(stdin, out, err), timeout=timeout)
+            return Completed(argv=list(argv), status=r.status, timed_out=r.timed_out,
+                             report=r.report, steps=r.steps,
+                             stdout=_read_all(out) if out is not None else None,
+                             stderr=_read_all(err) if err is not None else None)
+        finally:
+            for fd in fds:
+                os.close(fd)
+
+
+def _read_all(fd: int) -> bytes:
+    size = os.lseek(fd, 0, os.SEEK_END)
+    return os.pread(fd, size, 0) if size else b""

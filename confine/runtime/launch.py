@@ -11,6 +11,7 @@ import errno
 import os
 import signal
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,13 +22,19 @@ from ..mediation import Mediator
 from ..plan import Plan
 from . import child, status
 from .channels import MediationChannel
-from .supervise import FORWARD, Terminal, kill_leftovers, own_children, wait_for
+from .supervise import FORWARD, Terminal, kill_leftovers, own_children, wait_until
 
 
 @dataclass
 class Outcome:
     status: int
     steps: list[str] = field(default_factory=list)   # the steps the child began, in order
+    timed_out: bool = False
+
+
+# The agent's standard input, output and error instead of the supervisor's own
+# (None: inherit that one); the Python API's capture.
+Stdio = tuple[int | None, int | None, int | None]
 
 
 def _ruleset(plan: Plan) -> Any:
@@ -44,7 +51,8 @@ def _filters(plan: Plan) -> list[Any]:
 
 
 def launch(plan: Plan, *, guard: Any = None,
-           warn: Callable[[str], None] | None = None) -> Outcome:
+           warn: Callable[[str], None] | None = None, stdio: Stdio | None = None,
+           timeout: float | None = None) -> Outcome:
     """Run the plan. Returns the command's status (128+N if killed by signal N);
     raises CommandNotFound/CommandNotExecutable/ConfineError for failures before exec."""
     tmp = _mount_tmp(plan)
@@ -61,7 +69,7 @@ def launch(plan: Plan, *, guard: Any = None,
             except OSError as e:
                 raise ConfineError(f"cannot make the run's cgroup under {plan.cgroup}: "
                                    f"{e.strerror or e}") from None
-        return _launch(plan, guard, warn, cg)
+        return _launch(plan, guard, warn, cg, stdio, timeout)
     finally:
         if cg is not None:
             try:
@@ -89,7 +97,8 @@ def _mount_tmp(plan: Plan) -> str | None:
 
 
 def _launch(plan: Plan, guard: Any, warn: Callable[[str], None] | None,
-            cg: str | None) -> Outcome:
+            cg: str | None, stdio: Stdio | None = None,
+            timeout: float | None = None) -> Outcome:
     ruleset = _ruleset(plan)
     filters = _filters(plan)
     status_r, status_w = os.pipe2(os.O_CLOEXEC)
@@ -104,10 +113,14 @@ def _launch(plan: Plan, guard: Any, warn: Callable[[str], None] | None,
     terminal = Terminal()
     sys.stdout.flush()
     sys.stderr.flush()
+    deadline = None if timeout is None else time.monotonic() + timeout
     pid = os.fork()
     if pid == 0:
         try:
             os.close(status_r)
+            for target, fd in enumerate(stdio or ()):
+                if fd is not None and fd != target:
+                    os.dup2(fd, target)     # inheritable; the fd step closes the originals
             if med is not None:
                 med.close_supervisor_ends_in_child()
             child.run(child.ChildContext(plan=plan, ruleset=ruleset, filters=filters,
@@ -125,7 +138,7 @@ def _launch(plan: Plan, guard: Any, warn: Callable[[str], None] | None,
         os.close(status_r)
         if med is not None:
             os.close(med.sync_w)
-        outcome.status = wait_for(pid)
+        outcome.status, outcome.timed_out = wait_until(pid, deadline)
     finally:
         # Whatever happened above: nothing the agent started outlives this
         # point (the exit check runs next), and none of it keeps the terminal.

@@ -91,6 +91,7 @@ class Result:
     agent_status: int | None = None                   # the agent's own, when status differs
     steps: list[str] = field(default_factory=list)   # the child's steps, as it began them
     report: Any = None                                # protect Report of the exit check
+    timed_out: bool = False                           # killed at the caller's timeout
 
 
 def _resolve_lsm(apparmor: str | None, selinux_context: str | None, host: HostFacts) -> Lsm:
@@ -143,6 +144,7 @@ class Session:
         self.snapshot: Any = None
         self.guard: Any = None
         self.events: Events = Events(None, warn)
+        self.host: HostFacts | None = None
         self.plan: Plan = self._prepare(protect, host,
                                         dict(os.environ) if parent_env is None else parent_env)
 
@@ -198,6 +200,7 @@ class Session:
                     raise ConfineError(f"refusing workdir {wd}: it lies inside the protected "
                                        f"secret {d.path}")
             facts = host if host is not None else HostFacts.read(ident.started_as_root)
+            self.host = facts
             lsm = _resolve_lsm(req.apparmor, req.selinux_context, facts)
             protected = self._snapshot(policy, ident.home, facts) if protect else None
             return compile(policy, req.argv, ident, facts, parent_env=parent_env,
@@ -218,7 +221,11 @@ class Session:
             self.guard = protect.Guard.from_snapshot(snap)
         return Protected(mount_plan=snap.mount_plan, description=snap.describe(), guard=guard)
 
-    def run(self, allow_degraded: bool | Collection[str] | None = False) -> Result:
+    def run(self, allow_degraded: bool | Collection[str] | None = False, *,
+            stdio: tuple[int | None, int | None, int | None] | None = None,
+            timeout: float | None = None) -> Result:
+        """stdio: the agent's fds 0, 1, 2 (None: this process's own); timeout:
+        seconds until the agent (and all it started) is killed (Result.timed_out)."""
         from .launch import launch
         plan, say = self.plan, self.warn
         if self.snapshot is None:
@@ -247,8 +254,9 @@ class Session:
         # blocks and forwards them as before; the child resets the handlers.
         hold = self._hold = _SignalHold()
         try:
-            outcome = launch(plan, guard=self.guard, warn=say)
+            outcome = launch(plan, guard=self.guard, warn=say, stdio=stdio, timeout=timeout)
             result.status, result.steps = outcome.status, outcome.steps
+            result.timed_out = outcome.timed_out
         except OSError as e:
             raise ConfineError(f"setup failed: {e.strerror or e}") from None
         finally:

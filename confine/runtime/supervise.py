@@ -27,15 +27,34 @@ def status_of(st: int) -> int:
 def wait_for(pid: int) -> int:
     """Wait for pid (our child) while reaping re-parented orphans and forwarding
     signals sent to us; returns its status (128+N for signal N)."""
+    return wait_until(pid, None)[0]
+
+
+def wait_until(pid: int, deadline: float | None) -> tuple[int, bool]:
+    """wait_for, and at `deadline` (time.monotonic()) the child is killed
+    (SIGKILL; the caller's leftover walk ends the rest): (status, killed)."""
     sigset = set(FORWARD) | {signal.SIGCHLD}
+    killed = False
     while True:
         try:
             wpid, st = os.waitpid(pid, os.WNOHANG)
         except ChildProcessError:
-            return 125
+            return 125, killed
         if wpid == pid:
-            return status_of(st)
-        info = signal.sigwaitinfo(sigset)
+            return status_of(st), killed
+        if deadline is not None and not killed:
+            left = deadline - time.monotonic()
+            got = signal.sigtimedwait(sigset, left) if left > 0 else None
+            if got is None:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                killed = True
+                continue
+            info = got
+        else:
+            info = signal.sigwaitinfo(sigset)
         if info.si_signo == signal.SIGCHLD:
             while True:
                 try:
@@ -45,7 +64,7 @@ def wait_for(pid: int) -> int:
                 if other == 0:
                     break
                 if other == pid:
-                    return status_of(ost)
+                    return status_of(ost), killed
             continue
         # Terminal-generated signals (si_code > 0) already reached the agent,
         # which shares our process group; forward only those sent to us.

@@ -1,0 +1,100 @@
+"""confine.Sandbox: the prepared object of the Python API (issue 13 goal 3).
+
+Each test runs a small Python program as the launcher (root, or the test
+account) that builds one Sandbox and runs real confined commands through it:
+capture of stdout/stderr, stdin from bytes, a timeout that ends the agent and
+everything it started, the same protections as `confine exec` on every run.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import textwrap
+
+from conftest import PREFIX
+
+API_PY = os.path.join(PREFIX, "bin", "python")
+
+
+def _api(sandbox, body: str, timeout: float = 120) -> dict:
+    """Run `body` (it sets `out`) as the launcher of `sandbox`; returns out."""
+    code = textwrap.dedent("""
+        import json, os, sys
+        import confine
+        WD = sys.argv[1]
+        out = {}
+    """) + textwrap.dedent(body) + "\nprint(json.dumps(out))\n"
+    argv = sandbox.cmd([])[:-1] + [API_PY, "-c", code, sandbox.workdir]
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
+                       cwd=sandbox.workdir)
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def test_capture_input_and_status(sandbox):
+    out = _api(sandbox, """
+        with confine.Sandbox(workdir=WD) as sb:
+            r = sb.run(["/bin/sh", "-c", "echo out; echo err >&2; cat; exit 3"],
+                       input=b"from stdin\\n", capture=True)
+            out["first"] = [r.status, r.stdout.decode(), r.stderr.decode(), r.timed_out]
+            r = sb.run(["/bin/sh", "-c", "id -u; cat"], capture=True)   # stdin: /dev/null
+            out["second"] = [r.status, r.stdout.decode()]
+    """)
+    assert out["first"] == [3, "out\nfrom stdin\n", "err\n", False], out
+    status, text = out["second"]
+    assert status == 0 and text.strip() == str(sandbox.agent.pw_uid), out
+
+
+def test_every_run_is_confined(sandbox):
+    """The boundary holds on the second run as on the first: writing outside
+    the workdir is refused, reading a secret is refused (controls: the workdir
+    is writable; the file outside exists)."""
+    secret = os.path.join(sandbox.home, ".ssh")
+    out = _api(sandbox, f"""
+        with confine.Sandbox(workdir=WD) as sb:
+            res = []
+            for i in range(2):
+                r = sb.run(["/bin/sh", "-c",
+                            "echo x > ok$$ && echo wrote; echo y > {sandbox.home}/planted$$ "
+                            "2>/dev/null || echo refused; ls {secret} >/dev/null 2>&1 "
+                            "|| echo secret-refused"], capture=True)
+                res.append(r.stdout.decode().split())
+            out["res"] = res
+    """)
+    assert out["res"] == [["wrote", "refused", "secret-refused"]] * 2, out
+    assert not [n for n in os.listdir(sandbox.home) if n.startswith("planted")]
+
+
+def test_timeout_kills_the_agent_and_what_it_started(sandbox):
+    """A background sleeper that setsid()s away is gone after the timeout
+    (its pid, written by the agent, no longer runs); the control run without a
+    timeout finishes normally."""
+    out = _api(sandbox, """
+        with confine.Sandbox(workdir=WD) as sb:
+            r = sb.run(["/bin/sh", "-c",
+                        "setsid sleep 313 & echo $! > bg.pid; sleep 313"],
+                       capture=True, timeout=1.5)
+            out["t"] = [r.status, r.timed_out]
+            r = sb.run(["/bin/sh", "-c", "exit 0"], capture=True, timeout=60)
+            out["c"] = [r.status, r.timed_out]
+    """)
+    assert out["t"] == [137, True] and out["c"] == [0, False], out
+    with open(os.path.join(sandbox.workdir, "bg.pid")) as f:
+        inner = f.read().strip()
+    assert inner.isdigit()
+    # The pid is the agent's view (its own pid namespace, when it has one): look for
+    # any sleep 313 of the agent's uid still alive on the host instead.
+    alive = subprocess.run(["pgrep", "-u", str(sandbox.agent.pw_uid), "-f", "sleep 313"],
+                           capture_output=True, text=True)
+    assert alive.stdout.strip() == "", alive.stdout
+
+
+def test_unknown_option_is_refused_before_any_run(sandbox):
+    out = _api(sandbox, """
+        try:
+            confine.Sandbox(workdir=WD, bogus=1)
+        except TypeError as e:
+            out["err"] = str(e)
+    """)
+    assert "bogus" in out["err"], out
