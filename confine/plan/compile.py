@@ -230,6 +230,12 @@ def missing_features(policy: Policy, host: HostFacts, as_root: bool = True) -> l
             have = f"ABI {abi}" if abi else "no Landlock"
             out.append(Missing(f.name, f"{f.protects} needs Landlock ABI {f.min_abi}; "
                                f"this kernel has {have}"))
+    if host.seccomp_listener_busy:
+        out.append(Missing("outer_mediator", "an inherited seccomp filter already has a "
+                           "listener (another confine run, or a runtime that mediates with "
+                           "seccomp): calls it mediates are performed outside this run's "
+                           "Landlock domain, so writes this profile does not grant could "
+                           "succeed"))
     if not host.seccomp_filter:
         out.append(Missing("seccomp", "seccomp filters are not available on this kernel"))
     elif not host.seccomp_user_notif:
@@ -237,7 +243,11 @@ def missing_features(policy: Policy, host: HostFacts, as_root: bool = True) -> l
                            "workdir names while the agent runs; mediates listen() on "
                            "unbound TCP sockets" + (" and pathname unix sockets, as Landlock "
                            f"ABI {abi} < 9 cannot)" if abi < 9 else ")")
-                           + " is not available on this kernel"))
+                           + (" cannot be had: a seccomp filter this process inherited already "
+                              "has a listener (inside another confine run, or a runtime that "
+                              "mediates with seccomp), and the kernel allows one per process"
+                              if host.seccomp_listener_busy
+                              else " is not available on this kernel")))
     return out
 
 

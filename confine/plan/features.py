@@ -34,6 +34,10 @@ FEATURES: tuple[Feature, ...] = (
     Feature("mount_namespace", None, "private mount and pid namespaces (read-only host: chmod, "
             "chown and utime outside the workdir; private /dev/shm, /dev/pts and /proc; "
             "read-only protected workdir paths; every agent process ends with the run)"),
+    Feature("outer_mediator", None, "no outer seccomp mediator performs this run's file calls: "
+            "inside another confine run the outer supervisor's broker opens, creates and renames "
+            "files for every process of its run in the OUTER Landlock domain, so this run's "
+            "Landlock rules would not hold for those calls"),
     Feature("apparmor", None, "the AppArmor profile named by --apparmor"),
     Feature("selinux", None, "the SELinux context named by --selinux-context"),
 )

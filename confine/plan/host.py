@@ -29,6 +29,7 @@ class HostFacts:
     selinux: bool = False     # SELinux enabled
     cgroup: str | None = None                 # where a run's cgroup (v2) can be made
     cgroup_controllers: tuple[str, ...] = ()  # of pids, memory: usable by that cgroup
+    seccomp_listener_busy: bool = False       # an inherited filter holds the one listener
 
     @classmethod
     def read(cls, as_root: bool) -> HostFacts:
@@ -40,7 +41,8 @@ class HostFacts:
                    namespaces=namespaces_available(as_root),
                    net_namespace=net_namespace_available(as_root),
                    apparmor=lsm.apparmor_enabled(), selinux=lsm.selinux_enabled(),
-                   cgroup=cg, cgroup_controllers=cgroup.controllers(cg) if cg else ())
+                   cgroup=cg, cgroup_controllers=cgroup.controllers(cg) if cg else (),
+                   seccomp_listener_busy=seccomp.listener_busy())
 
 
 _NS_CACHE: dict[bool, tuple[bool, bool]] = {}
