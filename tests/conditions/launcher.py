@@ -35,7 +35,7 @@ EPERM_CALLS = (
     "mount", "umount2", "pivot_root", "move_mount", "open_tree", "fsopen", "fsconfig",
     "fsmount", "fspick", "mount_setattr",
     "pidfd_getfd", "process_madvise", "kcmp",
-    "keyctl", "add_key", "request_key", "bpf", "perf_event_open",
+    "keyctl", "add_key", "request_key", "bpf", "perf_event_open", "fanotify_init",
 )
 
 
