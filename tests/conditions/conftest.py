@@ -7,7 +7,8 @@ or both. Every `sandbox`, `root_sandbox` and `user_sandbox` of a test collected
 here runs confine under the condition (Sandbox.wrap); the controls outside do not.
 
 Which conditions: CONFINE_TEST_CONDITIONS=all|NAME,NAME... (default: BOUNDED, the
-set ./test.sh runs: it stays within a few minutes on 2 cores).
+set ./test.sh runs: measured 1 min 55 s on 2 shared cores, 144 tests; all 13
+conditions: 3 min 25 s, 312 tests).
 
 EXPECTED_MISSING is what confine refuses under each condition TODAY (the
 protections with no replacement yet: landlock.ioctl_dev below ABI 5 has none, the
@@ -129,7 +130,11 @@ def pytest_collection_modifyitems(config, items):
             continue
         why = expected_failure(name)
         abi = CONDITIONS[name][1]
-        if not why and func in ALSO_WITHOUT_NAMESPACES:
-            why = expected_failure(f"no-userns+abi{abi}" if abi else "no-userns")
+        if not why and func in ALSO_WITHOUT_NAMESPACES and abi:
+            # that variant accepts the loss of mount_namespace by name (--degrade)
+            rest = EXPECTED_MISSING[f"no-userns+abi{abi}"] - {_NS}
+            if rest:
+                why = ("its Landlock-only variant: no replacement yet for "
+                       + ", ".join(sorted(rest)))
         if why:
             item.add_marker(pytest.mark.xfail(strict=True, reason=why))
