@@ -93,3 +93,8 @@ def test_probe_reports_every_attempt_blocked(sandbox, planted_home):
                 and a["id"] not in allowed]
     assert possible == [], possible
     assert r["counts"]["error"] == 0, [a for a in r["attempts"] if a["result"] == "error"]
+    # the report names what replaces a missing primary (the plan's mechanisms)
+    for name, how in r["mechanisms"].items():
+        if name.startswith("landlock.") and "replaces" in how:
+            assert f"{name}: {how}" in sandbox.confine("probe", "-w", sandbox.workdir).stdout
+            break
