@@ -12,6 +12,64 @@ if [ "$(id -u)" = 0 ]; then
 else
     prefix=${CONFINE_PREFIX:-$HOME/.local/share/confine}; bindir=$HOME/.local/bin
 fi
+# Ubuntu 23.10+ lets only processes whose AppArmor profile says `userns,` create user
+# namespaces (kernel.apparmor_restrict_unprivileged_userns=1); confine started by a user
+# needs one for its mount and pid namespaces. The profile names the installed launcher
+# and changes nothing else about it (unconfined).
+#   ./install.sh --apparmor-profile   print the launcher's profile for this prefix
+#   ./install.sh --apparmor           as root: install and load it (done by the root
+#                                     install when the host restricts user namespaces)
+#   ./install.sh --apparmor-check     what the install would do about it (nothing to do,
+#                                     or the one command to run as root)
+restrict_sysctl=${CONFINE_TEST_USERNS_SYSCTL:-/proc/sys/kernel/apparmor_restrict_unprivileged_userns}
+aa_name=confine
+[ "$prefix" = /opt/confine ] || aa_name="confine$(printf %s "$prefix" | tr -c 'A-Za-z0-9' '_')"
+apparmor_profile() {
+    cat <<EOF
+# confine launcher: may create user namespaces (Ubuntu's restriction); otherwise unconfined.
+abi <abi/4.0>,
+include <tunables/global>
+
+profile $aa_name $prefix/bin/confine flags=(unconfined) {
+  userns,
+  include if exists <local/$aa_name>
+}
+EOF
+}
+restricts_userns() {
+    [ "$(cat "$restrict_sysctl" 2>/dev/null)" = 1 ]
+}
+apparmor_install() {
+    if ! command -v apparmor_parser >/dev/null; then
+        echo "install.sh: apparmor_parser not found: cannot load the launcher's AppArmor profile" >&2
+        return 1
+    fi
+    apparmor_profile > "/etc/apparmor.d/$aa_name"
+    if apparmor_parser -r "/etc/apparmor.d/$aa_name"; then
+        echo "AppArmor profile $aa_name loaded: confine may create its namespaces"
+    else
+        echo "install.sh: could not load /etc/apparmor.d/$aa_name; confine started by a user" \
+             "will refuse (no user namespaces) until it is loaded" >&2
+        return 1
+    fi
+}
+apparmor_step() {
+    restricts_userns || return 0
+    if [ "$(id -u)" = 0 ] && [ -z "${CONFINE_APPARMOR_DRY:-}" ]; then
+        apparmor_install
+    else
+        echo "this host restricts user namespaces to AppArmor profiles that allow them; for"
+        echo "confine to make its own, load its profile once, as root:"
+        echo "  sudo CONFINE_PREFIX=$prefix $here/install.sh --apparmor"
+    fi
+}
+case "${1:-}" in
+    --apparmor-profile) apparmor_profile; exit 0 ;;
+    --apparmor-check) CONFINE_APPARMOR_DRY=1 apparmor_step; exit 0 ;;
+    --apparmor)
+        [ "$(id -u)" = 0 ] || { echo "install.sh: --apparmor needs root" >&2; exit 1; }
+        apparmor_install; exit $? ;;
+esac
 if [ "${1:-}" = "--uninstall" ]; then
     link="$bindir/confine"
     if [ -L "$link" ] && [ "$(readlink "$link")" = "$prefix/bin/confine" ]; then
@@ -53,6 +111,7 @@ spec="$here"
 "$prefix/bin/python" -m pip install -q --force-reinstall --no-deps "$here"
 "$prefix/bin/python" -m pip install -q "$spec"
 chmod -R a+rX "$prefix"
+apparmor_step || true
 if [ -n "${CONFINE_NO_LINK:-}" ]; then
     echo "confine installed: $prefix/bin/confine ($("$prefix/bin/confine" --version))"
 else

@@ -176,6 +176,7 @@ class Sandbox:
         self.groups = groups              # supplementary groups of the launcher ("user" mode)
         self.env = []                     # extra environment of every confine command
         self.layers = "all"               # "all" or "landlock" (see without_namespaces)
+        self.wrap: list[str] = []         # runs confine under a host condition (tests/conditions)
 
     def without_namespaces(self) -> "Sandbox":
         """The same sandbox, but confine runs without its mount and pid namespaces
@@ -205,7 +206,7 @@ class Sandbox:
             prefix = self._as(self.pw, self.groups) + self._env(self.pw)
         else:
             prefix = self._env(pwd.getpwuid(0))
-        return prefix + self.env + list(env_extra) + [CONFINE] + list(args)
+        return prefix + self.env + list(env_extra) + self.wrap + [CONFINE] + list(args)
 
     def exec_cmd(self, cmd: list[str], *opts: str, env_extra=()) -> list[str]:
         return self.cmd(["exec", "-w", self.workdir, *self.opts, *opts, "--", *cmd],

@@ -268,11 +268,9 @@ def check(as_json):
         for p in profiles:
             state = "fully enforceable" if p["enforceable"] else "NOT fully enforceable"
             click.echo(f"  {p['profile']:<12} {state}")
-            for feature, how in p.get("mechanisms", {}).items():
-                if "replaces" in how:
-                    click.echo(f"    {feature}: by {how}")
-            for m in p["missing"]:
-                click.echo(f"    missing {m['feature']}: {m['detail']}")
+            for pr in p.get("protections", []):
+                if pr["status"] != "not needed":
+                    click.echo(f"    {pr['protection']:<30} {pr['status']:<12} {pr['mechanism']}")
     if not all(p["enforceable"] for p in profiles):
         sys.exit(1)
 

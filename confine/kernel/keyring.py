@@ -20,6 +20,8 @@ from .mounts import MS_BIND, MS_NOEXEC, MS_NOSUID, MS_RDONLY, MS_REMOUNT, mount
 __all__ = ["KEYCTL_JOIN_SESSION_KEYRING", "join_fresh_session", "mask_proc_keys"]
 
 KEYCTL_JOIN_SESSION_KEYRING = 1
+KEYCTL_GET_KEYRING_ID = 0
+KEY_SPEC_SESSION_KEYRING = -3
 
 # keyctl(2) by number: glibc has no wrapper (libkeyutils does).
 _NR_KEYCTL = {"x86_64": 250, "aarch64": 219, "riscv64": 219, "i386": 288, "i686": 288,
@@ -28,7 +30,8 @@ _NR_KEYCTL = {"x86_64": 250, "aarch64": 219, "riscv64": 219, "i386": 288, "i686"
 
 def join_fresh_session() -> int:
     """keyctl(KEYCTL_JOIN_SESSION_KEYRING, NULL): a new anonymous session keyring.
-    Returns its serial; raises OSError (the child then refuses to exec)."""
+    Returns its serial, 0 when keyctl is refused to this process altogether (by
+    an inherited seccomp filter); raises OSError (the child then refuses to exec)."""
     nr = _NR_KEYCTL.get(os.uname().machine)
     if nr is None:
         raise oserror(f"session_keyring: keyctl number unknown on {os.uname().machine}",
@@ -37,8 +40,23 @@ def join_fresh_session() -> int:
     ret = libc.syscall(ctypes.c_long(nr), ctypes.c_long(KEYCTL_JOIN_SESSION_KEYRING),
                        ctypes.c_void_p(None))
     if ret < 0:
-        raise oserror("session_keyring: keyctl(KEYCTL_JOIN_SESSION_KEYRING)")
+        err = oserror("session_keyring: keyctl(KEYCTL_JOIN_SESSION_KEYRING)")
+        if err.errno == errno.EPERM and keyctl_refused(nr):
+            # A seccomp filter confine inherited (Docker's default profile, an
+            # outer confine run) refuses keyctl outright: the agent inherits
+            # that filter, so it can neither read nor use any key it possesses.
+            return 0
+        raise err
     return int(ret)
+
+
+def keyctl_refused(nr: int) -> bool:
+    """keyctl(2) refused whatever its arguments: a harmless query fails with EPERM
+    too (KEYCTL_GET_KEYRING_ID of the session keyring, never creating it)."""
+    ctypes.set_errno(0)
+    ret = libc.syscall(ctypes.c_long(nr), ctypes.c_long(KEYCTL_GET_KEYRING_ID),
+                       ctypes.c_long(KEY_SPEC_SESSION_KEYRING), ctypes.c_long(0))
+    return ret < 0 and ctypes.get_errno() == errno.EPERM
 
 
 def mask_proc_keys(proc: str = "/proc") -> bool:

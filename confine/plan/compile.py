@@ -202,9 +202,26 @@ def mechanisms(policy: Policy, host: HostFacts) -> dict[str, str]:
         out["seccomp_notify"] = "seccomp user notification"
     if host.namespaces:
         out["mount_namespace"] = "mount and pid namespaces"
+    out.update(pid_mechanisms(host))
     if uses_net_namespace(policy, host):
         out["network_namespace"] = "network namespace (no host network, sockets or tables)"
     return out
+
+
+def pid_mechanisms(host: HostFacts) -> dict[str, str]:
+    """The pid namespace's guarantees and what gives each here (never missing: see
+    features.PID_REPLACEMENTS)."""
+    if host.namespaces:
+        return {"pid_namespace.lifetime": "pid namespace (its init's death kills every "
+                "process in it), then the descendant walk",
+                "pid_namespace.visibility": "pid namespace and its own /proc"}
+    life = features.PID_REPLACEMENTS["pid_namespace.lifetime"][0]
+    if host.cgroup:
+        life = "cgroup.kill of the run's cgroup, then the " + life
+    return {"pid_namespace.lifetime": life,
+            "pid_namespace.visibility": features.PID_REPLACEMENTS["pid_namespace.visibility"][0]
+            + ": environment, memory and descriptors of outside processes refused; their "
+            "pids and command lines stay visible"}
 
 
 def missing_features(policy: Policy, host: HostFacts, as_root: bool = True) -> list[Missing]:
@@ -230,6 +247,12 @@ def missing_features(policy: Policy, host: HostFacts, as_root: bool = True) -> l
             have = f"ABI {abi}" if abi else "no Landlock"
             out.append(Missing(f.name, f"{f.protects} needs Landlock ABI {f.min_abi}; "
                                f"this kernel has {have}"))
+    if host.seccomp_listener_busy:
+        out.append(Missing("outer_mediator", "an inherited seccomp filter already has a "
+                           "listener (another confine run, or a runtime that mediates with "
+                           "seccomp): calls it mediates are performed outside this run's "
+                           "Landlock domain, so writes this profile does not grant could "
+                           "succeed"))
     if not host.seccomp_filter:
         out.append(Missing("seccomp", "seccomp filters are not available on this kernel"))
     elif not host.seccomp_user_notif:
@@ -237,12 +260,17 @@ def missing_features(policy: Policy, host: HostFacts, as_root: bool = True) -> l
                            "workdir names while the agent runs; mediates listen() on "
                            "unbound TCP sockets" + (" and pathname unix sockets, as Landlock "
                            f"ABI {abi} < 9 cannot)" if abi < 9 else ")")
-                           + " is not available on this kernel"))
+                           + (" cannot be had: a seccomp filter this process inherited already "
+                              "has a listener (inside another confine run, or a runtime that "
+                              "mediates with seccomp), and the kernel allows one per process"
+                              if host.seccomp_listener_busy
+                              else " is not available on this kernel")))
     return out
 
 
 def limit_mechanisms(policy: Policy, identity: Identity, mount_ns: bool,
-                     cgroup_controllers: Sequence[str] = ()) -> dict[str, str]:
+                     cgroup_controllers: Sequence[str] = (),
+                     root_mounts: bool = True) -> dict[str, str]:
     """How each limit the policy sets is enforced on this host ("NOT enforced: why")."""
     lim, out = policy.limits, {}
     if lim.processes is not None and "pids" in cgroup_controllers:
@@ -265,8 +293,10 @@ def limit_mechanisms(policy: Policy, identity: Identity, mount_ns: bool,
                            "NOT enforced: no mount namespace, /dev/shm is the host's")
     if lim.tmp_size is not None:
         out["tmp_size"] = ("size of a tmpfs the supervisor mounts on the private TMPDIR"
-                           if identity.started_as_root else "NOT enforced: started "
-                           "unprivileged, the private TMPDIR is a directory on the host's /tmp")
+                           if identity.started_as_root and root_mounts else "NOT enforced: "
+                           + ("started unprivileged" if not identity.started_as_root else
+                              "mounts are refused to confine here")
+                           + ", the private TMPDIR is a directory on the host's /tmp")
     return out
 
 
@@ -367,6 +397,10 @@ def compile(policy: Policy, argv: Sequence[str], identity: Identity, host: HostF
             and "pids" not in host.cgroup_controllers:
         notes.append("limits: processes is not enforced for an agent running as uid 0 "
                      "(RLIMIT_NPROC does not apply to root)")
+    if not host.namespaces:
+        notes.append("processes: no pid namespace, so the agent sees every process of the "
+                     "host in /proc (pids, command lines, status; not their environment, "
+                     "memory or descriptors: Landlock refuses those)")
     if not uses_net_namespace(policy, host):
         notes.append("network tables: /proc/net shows the host's sockets and connections (no "
                      "network namespace); only another network namespace could hide them")
@@ -410,6 +444,7 @@ def compile(policy: Policy, argv: Sequence[str], identity: Identity, host: HostF
                 net_ns=uses_net_namespace(policy, host),
                 lsm=lsm_kept, writable_binds=tuple(binds), child_rules=tuple(child_rules),
                 protected=protected, mechanisms=mechanisms(policy, host),
-                limits=limit_mechanisms(policy, identity, mount_ns, host.cgroup_controllers),
+                limits=limit_mechanisms(policy, identity, mount_ns, host.cgroup_controllers,
+                                        host.root_mounts),
                 cgroup=host.cgroup)
     return dataclasses.replace(plan, steps=tuple(child_steps(plan)))

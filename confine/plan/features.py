@@ -34,6 +34,14 @@ FEATURES: tuple[Feature, ...] = (
     Feature("mount_namespace", None, "private mount and pid namespaces (read-only host: chmod, "
             "chown and utime outside the workdir; private /dev/shm, /dev/pts and /proc; "
             "read-only protected workdir paths; every agent process ends with the run)"),
+    Feature("pid_namespace.lifetime", None, "every agent process ends with the run (setsid, "
+            "double fork and daemons included)"),
+    Feature("pid_namespace.visibility", None, "no view of processes outside the run (their "
+            "pids, command lines, environment, memory, descriptors)"),
+    Feature("outer_mediator", None, "no outer seccomp mediator performs this run's file calls: "
+            "inside another confine run the outer supervisor's broker opens, creates and renames "
+            "files for every process of its run in the OUTER Landlock domain, so this run's "
+            "Landlock rules would not hold for those calls"),
     Feature("apparmor", None, "the AppArmor profile named by --apparmor"),
     Feature("selinux", None, "the SELinux context named by --selinux-context"),
 )
@@ -52,6 +60,24 @@ REPLACEMENTS: dict[str, tuple[str, str]] = {
     "landlock.truncate": (
         "read-only host view", "every mount but the writable paths is read-only, so truncate "
         "fails with EROFS outside them (used only when no secret lies under a write grant)"),
+}
+
+# The pid namespace's guarantees where it is missing (no user namespaces: containers,
+# Ubuntu's restriction, confine inside confine). They never refuse a run: lifetime has
+# a full replacement; visibility has a partial one and the rest is a named difference
+# (README "Supported hosts": /proc/PID/cmdline and status are world-readable by the
+# kernel's design, only hidepid on a private /proc or a pid namespace hides them).
+PID_REPLACEMENTS: dict[str, tuple[str, str]] = {
+    "pid_namespace.lifetime": (
+        "child subreaper and the descendant walk", "an orphan is re-parented to the "
+        "supervisor whatever it does (setsid, double fork), so the walk at exit finds, "
+        "freezes and kills every process of the run (after cgroup.kill where the run has "
+        "a cgroup)"),
+    "pid_namespace.visibility": (
+        "PARTIAL: Landlock's ptrace restriction", "the environment, memory, maps, executable "
+        "and descriptors of processes outside the run are refused (PTRACE_MODE_READ checks "
+        "the Landlock domain); their pids, command lines and status stay readable in /proc "
+        "(a named difference, not refused)"),
 }
 
 BY_NAME: dict[str, Feature] = {f.name: f for f in FEATURES}

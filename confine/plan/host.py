@@ -29,6 +29,8 @@ class HostFacts:
     selinux: bool = False     # SELinux enabled
     cgroup: str | None = None                 # where a run's cgroup (v2) can be made
     cgroup_controllers: tuple[str, ...] = ()  # of pids, memory: usable by that cgroup
+    seccomp_listener_busy: bool = False       # an inherited filter holds the one listener
+    root_mounts: bool = True                  # started as root, confine may mount (tmp_size)
 
     @classmethod
     def read(cls, as_root: bool) -> HostFacts:
@@ -40,10 +42,27 @@ class HostFacts:
                    namespaces=namespaces_available(as_root),
                    net_namespace=net_namespace_available(as_root),
                    apparmor=lsm.apparmor_enabled(), selinux=lsm.selinux_enabled(),
-                   cgroup=cg, cgroup_controllers=cgroup.controllers(cg) if cg else ())
+                   cgroup=cg, cgroup_controllers=cgroup.controllers(cg) if cg else (),
+                   seccomp_listener_busy=seccomp.listener_busy(),
+                   root_mounts=as_root and root_mounts_available())
 
 
 _NS_CACHE: dict[bool, tuple[bool, bool]] = {}
+
+
+def root_mounts_available() -> bool:
+    """Root may make a mount namespace here (and so mount): not inside a container
+    without CAP_SYS_ADMIN, whose seccomp profile refuses unshare and mount. Not
+    affected by CONFINE_TEST_NO_NAMESPACES (which takes only the agent's away)."""
+    from ..kernel import namespaces
+    pid = os.fork()
+    if pid == 0:
+        try:
+            namespaces.unshare(namespaces.CLONE_NEWNS)
+            os._exit(0)
+        except BaseException:
+            os._exit(1)
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
 
 
 def namespaces_available(as_root: bool) -> bool:

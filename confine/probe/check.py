@@ -8,6 +8,7 @@ from .. import plan as _plan
 from ..errors import ConfineError
 from ..kernel import landlock, seccomp
 from ..kernel.sysfs import read_text
+from ..plan import features
 from ..policy import load as _load
 
 
@@ -46,6 +47,32 @@ def host() -> dict:
     }
 
 
+def protections(mech: dict[str, str], missing: list, facts: _plan.HostFacts) -> list[dict]:
+    """Each protection of the feature table with what enforces it here: "primary",
+    "replacement" (another layer gives the same guarantee), "partial" (part of it,
+    the rest a named difference), "refused" (nothing can: the run is refused) or
+    "not needed" (this profile does not ask for it)."""
+    refused = {m.feature: m.detail for m in missing}
+    names = [f.name for f in features.FEATURES] + [n for n in mech if n not in features.BY_NAME]
+    out = []
+    for name in names:
+        how = mech.get(name)
+        if name in refused:
+            kind, how = "refused", refused[name]
+        elif how is None:
+            kind, how = "not needed", "not asked for by this profile (or another rule covers it)"
+        elif how.startswith("PARTIAL"):
+            kind = "partial"
+        elif "replaces" in how or (name in features.PID_REPLACEMENTS and not facts.namespaces):
+            kind = "replacement"
+        else:
+            kind = "primary"
+        out.append({"protection": name, "status": kind, "mechanism": how,
+                    "protects": features.BY_NAME[name].protects if name in features.BY_NAME
+                    else ""})
+    return out
+
+
 def profiles() -> list[dict]:
     out = []
     facts = _plan.HostFacts.read(os.geteuid() == 0)
@@ -54,8 +81,10 @@ def profiles() -> list[dict]:
             try:
                 pol = _load.load(name, workdir=wd, home=os.path.expanduser("~"), tmp=wd)
                 missing = _plan.missing_features(pol, facts, os.geteuid() == 0)
+                mech = _plan.mechanisms(pol, facts)
                 out.append({"profile": name, "enforceable": not missing,
-                            "mechanisms": _plan.mechanisms(pol, facts),
+                            "mechanisms": mech,
+                            "protections": protections(mech, missing, facts),
                             "missing": [{"feature": m.feature, "detail": m.detail}
                                         for m in missing]})
             except ConfineError as e:

@@ -209,6 +209,9 @@ def render(r: dict, verbose: bool = False) -> str:
                  f"new protected names: {r.get('protected_names')}, {r['seconds']:.1f} s")
     for d in r.get("degraded", []):
         lines.append(f"  DEGRADED (not enforced): {d}")
+    for name, how in r.get("mechanisms", {}).items():
+        if "replaces" in how or how.startswith(("PARTIAL", "child subreaper", "cgroup.kill")):
+            lines.append(f"  {name}: {how}")
     c = r["counts"]
     lines.append(f"  {c['possible']} possible, {c['blocked']} blocked, {c['skipped']} skipped"
                  + (f", {c['error']} inconclusive" if c["error"] else ""))

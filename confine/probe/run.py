@@ -418,6 +418,7 @@ def probe(*, profile="default", workdir=None, read=(), write=(), env=(), user=No
         "limits": {k: {"value": v, "mechanism": plan.limits.get(k, "unlimited")}
                    for k, v in plan.policy.limits.to_dict().items()},
         "degraded": [f"{m.feature}: {m.detail}" for m in plan.missing] if not unconfined else [],
+        "mechanisms": dict(plan.mechanisms) if not unconfined else {},
         "warnings": warnings,
         "python": python,
         "targets": {"outside_dir": targets.dir, "target_pid": targets.proc.pid if targets.proc

@@ -87,7 +87,7 @@ def _mount_tmp(plan: Plan) -> str | None:
     """The TMPDIR's size limit, before the Landlock rules name its directory (they
     must name the tmpfs). Refuses to run if the plan said it would be enforced."""
     size = plan.policy.limits.tmp_size
-    if size is None or not plan.identity.started_as_root:
+    if size is None or not plan.limits.get("tmp_size", "").startswith("size of a tmpfs"):
         return None
     try:
         tmpfs.mount_tmp(plan.policy.tmp, size, plan.identity.uid, plan.identity.gid)

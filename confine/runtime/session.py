@@ -190,7 +190,7 @@ class Session:
         for p in list(req.read) + list(req.write):
             if not os.path.exists(os.path.expanduser(p)):
                 raise ConfineError(f"{p} does not exist (from --read/--write)")
-        self.tmp = make_tmp(ident.uid, ident.gid)
+        self.tmp = make_tmp(ident.uid, ident.gid, parent_env.get("TMPDIR"))
         try:
             policy = _load.load(req.profile, workdir=wd, home=os.path.realpath(ident.home),
                                 create_state=self.create_state,
@@ -199,6 +199,9 @@ class Session:
                 if is_under(wd, d.path):
                     raise ConfineError(f"refusing workdir {wd}: it lies inside the protected "
                                        f"secret {d.path}")
+                if is_under(self.tmp, d.path):
+                    raise ConfineError(f"refusing TMPDIR {self.tmp}: it lies inside the "
+                                       f"protected secret {d.path}; set TMPDIR elsewhere")
             facts = host if host is not None else HostFacts.read(ident.started_as_root)
             self.host = facts
             lsm = _resolve_lsm(req.apparmor, req.selinux_context, facts)

@@ -6,6 +6,7 @@ import tempfile
 from collections.abc import Sequence
 
 from ..errors import ConfineError
+from ..kernel.sysfs import read_text
 from ..paths import is_under
 
 # one list for the workdir and for write grants
@@ -56,13 +57,78 @@ def check_workdir(workdir: str, homes: Sequence[str], force: bool) -> str:
     return real
 
 
-def make_tmp(uid: int, gid: int) -> str:
-    """A private TMPDIR for the run, owned by the agent."""
-    tmp = tempfile.mkdtemp(prefix="confine-", dir="/tmp")
+def make_tmp(uid: int, gid: int, base: str | None = None) -> str:
+    """A private TMPDIR for the run, owned by the agent, made in `base` ($TMPDIR
+    of the launcher, else /tmp). Inside another confine run /tmp is read-only
+    and $TMPDIR is the outer run's private one, so that is where it must go."""
+    parent = tmp_base(base, uid, gid)
+    try:
+        tmp = tempfile.mkdtemp(prefix="confine-", dir=parent)
+    except OSError as e:
+        raise ConfineError(f"cannot make the run's TMPDIR in {parent}: {e.strerror}"
+                           + ("" if base else " (set TMPDIR to a directory of yours)")) from None
     os.chmod(tmp, 0o700)
     if os.geteuid() == 0:
         os.chown(tmp, uid, gid)
     return tmp
+
+
+def tmp_base(base: str | None, uid: int, gid: int) -> str:
+    """The directory the run's TMPDIR is made in: `base` if it is safe, else
+    ConfineError. Safe: an absolute path whose every component (symlinks
+    resolved) is a directory owned by root or by us, and writable by nobody
+    else unless sticky, so nobody else can rename our directory away and put
+    another in its place (its path becomes a Landlock write grant); for an
+    agent of another uid, every component must let that uid in."""
+    if not base:
+        return "/tmp"
+    if not os.path.isabs(base):
+        raise ConfineError(f"TMPDIR={base!r} is not an absolute path; unset it or give one")
+    real = os.path.realpath(base)
+    me = os.geteuid()
+    trusted = {0, me} | _unmapped_owner()
+    parts = [c for c in real.split("/") if c]
+    for i in range(len(parts) + 1):
+        path = "/" + "/".join(parts[:i])
+        try:
+            st = os.stat(path)
+        except OSError as e:
+            raise ConfineError(f"TMPDIR={base}: {path}: {e.strerror}") from None
+        if not os.path.isdir(path):
+            raise ConfineError(f"TMPDIR={base}: {path} is not a directory")
+        if st.st_uid not in trusted:
+            raise ConfineError(f"TMPDIR={base}: {path} belongs to uid {st.st_uid}, who could "
+                               "replace the run's TMPDIR; unset TMPDIR or use a directory of "
+                               "yours")
+        if st.st_mode & 0o022 and not st.st_mode & 0o1000:
+            raise ConfineError(f"TMPDIR={base}: {path} is writable by others and not sticky, "
+                               "so they could replace the run's TMPDIR; unset TMPDIR or use a "
+                               "directory of yours")
+        if uid != me and not _searchable(st, uid, gid):
+            raise ConfineError(f"TMPDIR={base}: {path} cannot be entered by the agent's uid "
+                               f"{uid}; unset TMPDIR or use a directory it can reach")
+    if not os.access(real, os.W_OK | os.X_OK):
+        raise ConfineError(f"TMPDIR={base}: {real} is not writable")
+    return real
+
+
+def _unmapped_owner() -> set[int]:
+    """Inside a user namespace (another confine run started unprivileged) root's
+    files show as the overflow uid: that one too, then. It stands for every
+    owner outside the namespace, a limit the README names."""
+    uid_map = (read_text("/proc/self/uid_map", strip=True) or "").split()
+    if uid_map[:3] == ["0", "0", "4294967295"]:
+        return set()
+    overflow = read_text("/proc/sys/kernel/overflowuid", strip=True) or "65534"
+    return {int(overflow)} if overflow.isdigit() else set()
+
+
+def _searchable(st: os.stat_result, uid: int, gid: int) -> bool:
+    if st.st_uid == uid:
+        return bool(st.st_mode & 0o100)
+    if st.st_gid == gid:
+        return bool(st.st_mode & 0o010)
+    return bool(st.st_mode & 0o001)
 
 
 def remove_tree(path: str) -> bool:

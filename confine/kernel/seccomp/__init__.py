@@ -18,6 +18,7 @@ from .loader import (
                      build_notify,
                      compiled,
                      export_bpf,
+                     listener_busy,
                      load,
                      load_notify,
                      notify_program,
@@ -45,6 +46,6 @@ __all__ = [
     "rules_for", "no_inet_rules", "describe",
     "SOCKET_CALLS", "FILE_CALLS", "OPEN_CALLS", "available",
     "build", "load", "export_bpf", "BPF_LD_W_ABS", "status",
-    "build_notify", "notify_program", "load_notify",
+    "build_notify", "notify_program", "load_notify", "listener_busy",
     "native_arch", "syscall_number",
 ]

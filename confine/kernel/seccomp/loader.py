@@ -243,7 +243,39 @@ class _ScmpVersion(ctypes.Structure):
 def available() -> tuple[bool, bool]:
     """(filter mode, user notification): what the planner needs, without the
     library probes of status() (which build a filter)."""
-    return _filter_mode_available(), bool(_action_avail(0x7FC00000))
+    notif = bool(_action_avail(0x7FC00000)) and not listener_busy()
+    return _filter_mode_available(), notif
+
+
+_BUSY: list[bool] = []
+
+
+def listener_busy() -> bool:
+    """True if a filter this process inherited already has a listener: the kernel
+    allows one per filter chain (EBUSY), so inside another confine run, or under
+    any runtime that mediates with seccomp user notification, confine cannot
+    have its own. Tried in a throw-away child (the filter stays with it)."""
+    if _BUSY:
+        return _BUSY[0]
+    nr = _seccomp_nr()
+    busy = False
+    if nr is not None and _current_mode() == "filter":
+        pid = os.fork()
+        if pid == 0:
+            code = 0
+            try:
+                libc.prctl(38, 1, 0, 0, 0)                 # PR_SET_NO_NEW_PRIVS
+                prog = (_SockFilter * 1)(_SockFilter(BPF_RET_K, 0, 0, SECCOMP_RET_ALLOW))
+                fprog = _SockFprog(1, prog)
+                fd = libc.syscall(ctypes.c_long(nr), ctypes.c_long(SECCOMP_SET_MODE_FILTER),
+                                  ctypes.c_long(SECCOMP_FILTER_FLAG_NEW_LISTENER),
+                                  ctypes.byref(fprog))
+                code = 1 if fd < 0 and ctypes.get_errno() == _errno.EBUSY else 0
+            finally:
+                os._exit(code)
+        busy = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 1
+    _BUSY.append(busy)
+    return busy
 
 
 def status() -> dict[str, Any]:

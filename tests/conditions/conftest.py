@@ -1,0 +1,140 @@
+"""The host conditions of issue 12 item 4, reproduced on this machine, and the
+attack tests run under each (tests/conditions/test_matrix.py).
+
+A condition is a Landlock ABI cap (CONFINE_TEST_LANDLOCK_ABI_MAX), user namespaces
+refused by a parent seccomp filter like Docker's default profile (launcher.py),
+or both. Every `sandbox`, `root_sandbox` and `user_sandbox` of a test collected
+here runs confine under the condition (Sandbox.wrap); the controls outside do not.
+
+Which conditions: CONFINE_TEST_CONDITIONS=all|NAME,NAME... (default: BOUNDED, the
+set ./test.sh runs: measured 1 min 55 s on 2 shared cores, 144 tests; all 13
+conditions: 3 min 25 s, 312 tests).
+
+EXPECTED_MISSING is what confine refuses under each condition TODAY (the
+protections with no replacement yet: landlock.ioctl_dev below ABI 5 has none, the
+mount namespace's are nons' work). test_matrix asserts it exactly, and every other
+test under a condition with a non-empty entry is a strict xfail naming it: when a
+replacement lands, the entry must shrink and those tests must pass.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+from conftest import PREFIX, Sandbox, make_workdir
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+LAUNCHER = os.path.join(HERE, "launcher.py")
+VENV_PY = os.path.join(PREFIX, "bin", "python")
+
+CONDITIONS: dict[str, tuple[bool, int | None]] = {f"abi{n}": (False, n) for n in range(1, 7)}
+CONDITIONS["no-userns"] = (True, None)
+CONDITIONS.update({f"no-userns+abi{n}": (True, n) for n in range(1, 7)})
+BOUNDED = ("abi1", "abi4", "abi5", "no-userns", "no-userns+abi1", "no-userns+abi5")
+
+_NS = "mount_namespace"
+_LOW = {"landlock.scope_abstract_unix", "landlock.scope_signal"}
+EXPECTED_MISSING: dict[str, frozenset[str]] = {
+    **{f"abi{n}": frozenset({"landlock.ioctl_dev"}) for n in range(1, 5)},
+    "abi5": frozenset(), "abi6": frozenset(),
+    "no-userns": frozenset({_NS}),
+    **{f"no-userns+abi{n}": frozenset({_NS, "landlock.ioctl_dev", "landlock.truncate"} | _LOW)
+       for n in (1, 2)},
+    **{f"no-userns+abi{n}": frozenset({_NS, "landlock.ioctl_dev"} | _LOW) for n in (3, 4)},
+    "no-userns+abi5": frozenset({_NS} | _LOW),
+    "no-userns+abi6": frozenset({_NS}),
+}
+# Refused at run time although the plan is complete (nons: the notification path
+# without pidfd_getfd, which Docker's profile refuses).
+RUNTIME_GAPS: dict[str, str] = {
+    name: "the supervisor takes the listener with pidfd_getfd, refused here (nons)"
+    for name, (no_userns, _) in CONDITIONS.items() if no_userns
+}
+
+
+# Attack tests that run a Landlock-only variant of themselves as well
+# (Sandbox.without_namespaces): under an ABI cap they meet the no-userns+ABI
+# condition's refusals too.
+ALSO_WITHOUT_NAMESPACES = {"test_processes_outside_untouchable", "test_network_denied",
+                           "test_capabilities_nnp"}
+# Attack tests that pass when confine refuses to run (they assert only that the
+# attempt fails, with no positive control inside): never xfailed, and no proof
+# under a condition where confine refuses (test_default_profile_runs_with_no_flag
+# is their control there). A finding for the lead: they cannot fail that way.
+PASS_WHEN_REFUSED = {"test_namespace_and_mount_commands", "test_tcp_listen_without_bind"}
+
+
+def selected() -> list[str]:
+    want = os.environ.get("CONFINE_TEST_CONDITIONS", "")
+    if want == "all":
+        return list(CONDITIONS)
+    if want:
+        names = [n.strip() for n in want.split(",") if n.strip()]
+        unknown = [n for n in names if n not in CONDITIONS]
+        if unknown:
+            raise pytest.UsageError(f"CONFINE_TEST_CONDITIONS: unknown {unknown} "
+                                    f"(known: {', '.join(CONDITIONS)})")
+        return names
+    return list(BOUNDED)
+
+
+def wrap_for(name: str) -> list[str]:
+    no_userns, abi = CONDITIONS[name]
+    out = [VENV_PY, LAUNCHER]
+    if no_userns:
+        out.append("--no-userns")
+    if abi is not None:
+        out += ["--abi", str(abi)]
+    return out + ["--"]
+
+
+def expected_failure(name: str) -> str | None:
+    """Why every confined run fails under this condition today, or None."""
+    missing = EXPECTED_MISSING[name]
+    if missing:
+        return "confine refuses here: no replacement yet for " + ", ".join(sorted(missing))
+    return RUNTIME_GAPS.get(name)
+
+
+@pytest.fixture(params=selected())
+def condition(request) -> str:
+    return request.param
+
+
+def _under(sb: Sandbox, name: str) -> Sandbox:
+    sb.wrap = wrap_for(name)
+    sb.condition = name
+    return sb
+
+
+@pytest.fixture(params=["root", "user"])
+def sandbox(request, condition, confine_bin, test_user):
+    if os.geteuid() != 0:
+        pytest.skip("needs root")
+    wd = make_workdir(test_user)
+    yield _under(Sandbox(request.param, test_user, wd), condition)
+    shutil.rmtree(wd, ignore_errors=True)
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if HERE not in str(item.path):
+            continue
+        item.add_marker(pytest.mark.conditions)
+        name = getattr(item, "callspec", None) and item.callspec.params.get("condition")
+        if not name or item.get_closest_marker("expectations"):
+            continue
+        func = item.originalname
+        if func in PASS_WHEN_REFUSED:
+            continue
+        why = expected_failure(name)
+        abi = CONDITIONS[name][1]
+        if not why and func in ALSO_WITHOUT_NAMESPACES and abi:
+            # that variant accepts the loss of mount_namespace by name (--degrade)
+            rest = EXPECTED_MISSING[f"no-userns+abi{abi}"] - {_NS}
+            if rest:
+                why = ("its Landlock-only variant: no replacement yet for "
+                       + ", ".join(sorted(rest)))
+        if why:
+            item.add_marker(pytest.mark.xfail(strict=True, reason=why))
