@@ -66,6 +66,10 @@ AT_SYMLINK_FOLLOW = 0x400
 AT_EMPTY_PATH = 0x1000
 RENAME_NOREPLACE, RENAME_EXCHANGE, RENAME_WHITEOUT = 1, 2, 4
 CONFIG_CAP = 1 << 20
+# Checked git configs the broker holds open at once (see FileBroker.vetted):
+# one per repository in ordinary use; more only if the agent keeps renamed-away
+# configs alive on purpose, and then a further `git config` is refused.
+VETTED_CAP = 512
 _STATFS_SIZE = 128
 
 
@@ -163,7 +167,11 @@ class FileBroker:
 
     def __init__(self, guard: Guard | None):
         self.guard = guard
-        self.vetted: set[tuple[int, int]] = set()   # inodes of checked git configs
+        # Checked git configs installed by this broker, by identity, each held by
+        # an O_PATH descriptor: an inode number is only meaningful while the
+        # inode lives (ext4 gives a freed number to the very next new file), and
+        # the descriptor keeps it alive. Dropped once no name leads to it.
+        self.vetted: dict[tuple[int, int], int] = {}
         self.root = os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
         # Held while a name is judged and made (never around a call that can
         # block): every name the agent makes comes through here, so none can
@@ -758,8 +766,7 @@ class FileBroker:
                 while view:
                     view = view[os.write(tfd, view):]
                 os.fchmod(tfd, stat.S_IMODE(st.st_mode) & 0o666)
-                nst = os.fstat(tfd)
-                self.vetted.add((nst.st_dev, nst.st_ino))
+                self._hold_vetted(tfd)
             finally:
                 os.close(tfd)
             check(libc.renameat2(npfd, tmp, npfd, nbase, flags & RENAME_NOREPLACE))
@@ -774,6 +781,25 @@ class FileBroker:
         except OSError:
             pass
         return 0
+
+    def _hold_vetted(self, fd: int) -> None:
+        """Remember the checked config open as fd, by an O_PATH descriptor of
+        its own (so its inode number cannot pass to another file); first drop
+        those no name leads to any more (git replaced them: an unlinked file
+        not made with O_TMPFILE can never be linked again)."""
+        for ident, held in list(self.vetted.items()):
+            try:
+                gone = os.fstat(held).st_nlink == 0
+            except OSError:
+                gone = True
+            if gone:
+                del self.vetted[ident]
+                os.close(held)
+        if len(self.vetted) >= VETTED_CAP:
+            raise Refused(errno.EACCES, f"git config: more than {VETTED_CAP} checked git configs "
+                          "in use at once (renamed away and kept)")
+        held = os.open(f"/proc/self/fd/{fd}", os.O_PATH | os.O_CLOEXEC)
+        self.vetted[_ident(os.fstat(held))] = held
 
     # ------------------------------------------------------------ dispatch
 

@@ -1,0 +1,94 @@
+"""A checked git config is remembered by the object, not by its inode number.
+
+The broker refuses writes to a git config it installed, under any name
+(mediation/files.py, FileBroker.vetted). It once kept the (device, inode)
+numbers forever: when git replaced the config, the number was freed, the
+filesystem gave it to the next new file, and that file was refused as "a git
+config checked by confine" (issue 11, item 1). ext4 hands a freed inode
+number to the very next file made in the same directory group, so the tests
+force the reuse: note the config's number, let git replace the config, then
+make files until one carries the old number (bounded), and write to it.
+"""
+from __future__ import annotations
+
+import os
+
+REUSE_BODY = r'''
+import subprocess
+def git(*a):
+    return subprocess.run(["git", *a], cwd="r", capture_output=True, text=True)
+subprocess.run(["git", "init", "-q", "r"], check=True)
+R["name"] = git("config", "user.name", "Agent").returncode
+old = os.stat("r/.git/config")
+R["email"] = git("config", "user.email", "a@example.invalid").returncode
+R["replaced"] = os.stat("r/.git/config").st_ino != old.st_ino
+# the broker lets go of a replaced config when it checks the next one
+R["branch"] = git("config", "init.defaultBranch", "main").returncode
+os.mkdir("r/new")
+hit = None
+for i in range(P["tries"]):
+    name = "r/new/f%d" % i
+    fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    st = os.fstat(fd)
+    os.close(fd)
+    if (st.st_dev, st.st_ino) == (old.st_dev, old.st_ino):
+        hit = name
+        break
+R["reused"] = hit is not None
+if hit:
+    attempt("write the file that got the old number", lambda: opened(hit, os.O_WRONLY | os.O_APPEND))
+    attempt("truncate it", lambda: os.truncate(hit, 0))
+    attempt("hard link it", lambda: os.link(hit, "r/new/alias"))
+# the config itself stays refused (the control: the protection still holds)
+attempt("write the config", lambda: opened("r/.git/config", os.O_WRONLY | os.O_APPEND))
+moved = "r/.git/moved-config"
+os.rename("r/.git/config", moved)
+attempt("write the moved config", lambda: opened(moved, os.O_WRONLY | os.O_APPEND))
+os.rename(moved, "r/.git/config")
+R["config after"] = open("r/.git/config").read()
+'''
+
+
+def test_a_new_file_that_reuses_a_replaced_configs_inode_is_writable(sandbox):
+    p, r = sandbox.probe(REUSE_BODY, {"tries": 2000}, timeout=120)
+    assert r is not None, p.stderr
+    assert r["name"] == r["email"] == r["branch"] == 0 and r["replaced"], (r, p.stderr)
+    # the workdir is on ext4 here, which reuses a freed number at once; a
+    # filesystem that never reuses them cannot show the bug
+    assert r["reused"], ("no inode number was reused: the test cannot judge", r)
+    assert r["write the file that got the old number"] == "ok", (r, p.stderr)
+    assert r["truncate it"] == "ok" and r["hard link it"] == "ok", (r, p.stderr)
+    assert r["write the config"] in ("EACCES", "EPERM"), (r, p.stderr)
+    assert r["write the moved config"] in ("EACCES", "EPERM"), (r, p.stderr)
+    assert "email = a@example.invalid" in r["config after"], r
+    assert "a git config checked by confine" in p.stderr, p.stderr
+    assert "PROTECTED PATHS WERE CHANGED" not in p.stderr, p.stderr
+
+
+ISSUE_SCRIPT = r'''
+set -eu
+git init -q repo
+cd repo
+git config user.name X
+git config user.email y@example.invalid
+git checkout -qb feat
+echo a > f
+git add f
+git commit -qm one
+for i in $(seq 1 50); do
+    git config user.name "X$i"
+    echo b >> "f2-$i"
+done
+git checkout -qb feat2
+git commit -q --allow-empty -m two
+git log --oneline | wc -l
+'''
+
+
+def test_the_issues_git_sequence_works(sandbox):
+    p = sandbox.run(["/bin/bash", "-c", ISSUE_SCRIPT], timeout=120)
+    assert p.returncode == 0, (p.stdout, p.stderr)
+    assert p.stdout.split()[-1] == "2", (p.stdout, p.stderr)
+    assert "denied" not in p.stderr, p.stderr
+    cfg = open(os.path.join(sandbox.workdir, "repo/.git/config")).read()
+    assert "name = X50" in cfg, cfg
