@@ -19,26 +19,34 @@ def git(*a):
     return subprocess.run(["git", *a], cwd="r", capture_output=True, text=True)
 subprocess.run(["git", "init", "-q", "r"], check=True)
 R["name"] = git("config", "user.name", "Agent").returncode
-old = os.stat("r/.git/config")
-R["email"] = git("config", "user.email", "a@example.invalid").returncode
-R["replaced"] = os.stat("r/.git/config").st_ino != old.st_ino
-# the broker lets go of a replaced config when it checks the next one
-R["branch"] = git("config", "init.defaultBranch", "main").returncode
-os.mkdir("r/new")
+R["email"] = R["branch"] = 0
 hit = None
-for i in range(P["tries"]):
-    name = "r/new/f%d" % i
-    fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    st = os.fstat(fd)
-    os.close(fd)
-    if (st.st_dev, st.st_ino) == (old.st_dev, old.st_ino):
-        hit = name
+n = 0
+# Other processes on the machine may take the freed number first: a few
+# rounds, each freeing one more.
+for rnd in range(P["rounds"]):
+    old = os.stat("r/.git/config")
+    R["email"] |= git("config", "user.email", "a%d@example.invalid" % rnd).returncode
+    R["replaced"] = os.stat("r/.git/config").st_ino != old.st_ino
+    # the broker lets go of a replaced config when it checks the next one
+    R["branch"] |= git("config", "init.defaultBranch", "b%d" % rnd).returncode
+    for i in range(P["tries"]):
+        # beside the config: ext4 takes a new file's inode from its directory's group
+        name = "r/.git/f%d" % n
+        n += 1
+        fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        st = os.fstat(fd)
+        os.close(fd)
+        if (st.st_dev, st.st_ino) == (old.st_dev, old.st_ino):
+            hit = name
+            break
+    if hit:
         break
 R["reused"] = hit is not None
 if hit:
     attempt("write the file that got the old number", lambda: opened(hit, os.O_WRONLY | os.O_APPEND))
     attempt("truncate it", lambda: os.truncate(hit, 0))
-    attempt("hard link it", lambda: os.link(hit, "r/new/alias"))
+    attempt("hard link it", lambda: os.link(hit, "r/.git/alias"))
 # the config itself stays refused (the control: the protection still holds)
 attempt("write the config", lambda: opened("r/.git/config", os.O_WRONLY | os.O_APPEND))
 moved = "r/.git/moved-config"
@@ -50,7 +58,7 @@ R["config after"] = open("r/.git/config").read()
 
 
 def test_a_new_file_that_reuses_a_replaced_configs_inode_is_writable(sandbox):
-    p, r = sandbox.probe(REUSE_BODY, {"tries": 2000}, timeout=120)
+    p, r = sandbox.probe(REUSE_BODY, {"tries": 200, "rounds": 8}, timeout=120)
     assert r is not None, p.stderr
     assert r["name"] == r["email"] == r["branch"] == 0 and r["replaced"], (r, p.stderr)
     # the workdir is on ext4 here, which reuses a freed number at once; a
@@ -60,7 +68,7 @@ def test_a_new_file_that_reuses_a_replaced_configs_inode_is_writable(sandbox):
     assert r["truncate it"] == "ok" and r["hard link it"] == "ok", (r, p.stderr)
     assert r["write the config"] in ("EACCES", "EPERM"), (r, p.stderr)
     assert r["write the moved config"] in ("EACCES", "EPERM"), (r, p.stderr)
-    assert "email = a@example.invalid" in r["config after"], r
+    assert "email = a" in r["config after"], r
     assert "a git config checked by confine" in p.stderr, p.stderr
     assert "PROTECTED PATHS WERE CHANGED" not in p.stderr, p.stderr
 
