@@ -172,6 +172,7 @@ class FileBroker:
         # inode lives (ext4 gives a freed number to the very next new file), and
         # the descriptor keeps it alive. Dropped once no name leads to it.
         self.vetted: dict[tuple[int, int], int] = {}
+        self.pinned: dict[tuple[int, int], int] = {}    # see _pin_replaced
         self.root = os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
         # Held while a name is judged and made (never around a call that can
         # block): every name the agent makes comes through here, so none can
@@ -717,7 +718,9 @@ class FileBroker:
                             and _is_dir(npfd, nbase):
                         raise oserror(err=errno.EXDEV)
                 if verdict == VET:
-                    return self._vet_config(opfd, obase, npfd, nbase, flags, src, dst)
+                    assert g is not None
+                    return self._vet_config(opfd, obase, npfd, nbase, flags, src, dst,
+                                            g.trusted_config(df))
                 if verdict is not None:
                     raise Refused(errno.EACCES, f"rename {src} to {dst}: {verdict}")
                 check(libc.renameat2(opfd, obase + (b"/" if oslash else b""),
@@ -729,9 +732,11 @@ class FileBroker:
         return 0
 
     def _vet_config(self, opfd: int, obase: bytes, npfd: int, nbase: bytes, flags: int,
-                    src: str | None, dst: str | None) -> int:
+                    src: str | None, dst: str | None, trusted: bytes | None = None) -> int:
         """git's lock-file protocol onto <gitdir>/config: check every key, then
-        install the checked bytes as a new inode the agent never had open."""
+        install the checked bytes as a new inode the agent never had open.
+        trusted: the config that was there at start (an existing repository):
+        its own entries may stay."""
         from confine import protect
         if flags & (RENAME_EXCHANGE | RENAME_WHITEOUT):
             raise Refused(errno.EACCES, f"rename onto {dst}: protected path (.git/config)")
@@ -750,13 +755,14 @@ class FileBroker:
             os.close(fd)
         if len(data) > CONFIG_CAP:
             raise Refused(errno.EACCES, f"git config {dst}: larger than {CONFIG_CAP} bytes")
-        items, perr = protect.parse_git_config(data)
-        bad = sorted({it.name for it in items if not protect.is_safe_key(it)})
+        bad, perr = protect.vet_git_config(data, trusted)
         if perr or bad:
-            what = f"syntax error ({perr})" if perr else "key(s) " + ", ".join(bad)
+            what = f"syntax error ({perr})" if perr else \
+                "key(s) " + ", ".join(sorted({it.name for it in bad}))
             raise Refused(errno.EACCES, f"git config {dst}: {what} not allowed in a repository "
                           "config written inside the sandbox (they could run programs for the "
                           "next person using git there)")
+        self._pin_replaced(npfd, nbase)
         tmp = (INTERNAL + secrets.token_hex(8)).encode()
         tfd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
                       0, dir_fd=npfd)
@@ -781,6 +787,23 @@ class FileBroker:
         except OSError:
             pass
         return 0
+
+    def _pin_replaced(self, pfd: int, name: bytes) -> None:
+        """The file about to be replaced, if the guard knows it by inode (a
+        config protected at start): held open for the rest of the run, so its
+        number is not handed to a new file the guard would then refuse as
+        "another name" of it. Bounded by the guard's own set."""
+        if self.guard is None or not self.guard.inodes:
+            return
+        try:
+            fd = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=pfd)
+        except OSError:
+            return
+        ident = _ident(os.fstat(fd))
+        if ident in self.guard.inodes and ident not in self.pinned:
+            self.pinned[ident] = fd
+        else:
+            os.close(fd)
 
     def _hold_vetted(self, fd: int) -> None:
         """Remember the checked config open as fd, by an O_PATH descriptor of
