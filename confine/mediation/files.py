@@ -70,6 +70,9 @@ CONFIG_CAP = 1 << 20
 # one per repository in ordinary use; more only if the agent keeps renamed-away
 # configs alive on purpose, and then a further `git config` is refused.
 VETTED_CAP = 512
+# Files protected at start the broker holds open (FileBroker.pinned); past
+# this a removed one's number may come back as a new file the guard refuses.
+PINNED_CAP = 512
 _STATFS_SIZE = 128
 
 
@@ -172,7 +175,25 @@ class FileBroker:
         # inode lives (ext4 gives a freed number to the very next new file), and
         # the descriptor keeps it alive. Dropped once no name leads to it.
         self.vetted: dict[tuple[int, int], int] = {}
-        self.pinned: dict[tuple[int, int], int] = {}    # see _pin_replaced
+        # The files the guard knows by inode (protected at start), held open
+        # before the agent runs: without a bind (Landlock only; an existing
+        # repository's config) the agent may remove one, and its number must
+        # not pass to the next new file. Repository configs first, bounded.
+        self.pinned: dict[tuple[int, int], int] = {}
+        if guard is not None and guard.inodes:
+            for rel in guard.files:
+                if len(self.pinned) >= PINNED_CAP:
+                    break
+                try:
+                    fd = os.open(os.path.join(guard.workdir, rel),
+                                 os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+                except OSError:
+                    continue
+                ident = _ident(os.fstat(fd))
+                if ident in guard.inodes and ident not in self.pinned:
+                    self.pinned[ident] = fd
+                else:
+                    os.close(fd)
         self.root = os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
         # Held while a name is judged and made (never around a call that can
         # block): every name the agent makes comes through here, so none can
@@ -793,7 +814,7 @@ class FileBroker:
         config protected at start): held open for the rest of the run, so its
         number is not handed to a new file the guard would then refuse as
         "another name" of it. Bounded by the guard's own set."""
-        if self.guard is None or not self.guard.inodes:
+        if self.guard is None or not self.guard.inodes or len(self.pinned) >= 2 * PINNED_CAP:
             return
         try:
             fd = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=pfd)

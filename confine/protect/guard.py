@@ -68,11 +68,13 @@ class Guard:
     def __init__(self, workdir: str, patterns: Sequence[Pattern],
                  extra: Iterable[tuple[str, bool]] = (), global_hooks: Iterable[str] = (),
                  inodes: Iterable[tuple[int, int]] = (), aliases: Iterable[str] = (),
-                 configs: Iterable[tuple[str, bytes]] = ()):
+                 configs: Iterable[tuple[str, bytes]] = (), files: Iterable[str] = ()):
         """aliases: other paths at which the workdir's directory is mounted
         (namespaces.reachable_paths); names are judged there too. configs:
         (workdir path, content at start) of existing repository configs that
-        git may rewrite through the check (Snapshot.checked_configs)."""
+        git may rewrite through the check (Snapshot.checked_configs). files:
+        workdir paths of the `inodes` at start, for the broker to hold them open
+        (an inode number names a file only while it lives)."""
         self.workdir = os.path.normpath(workdir)
         self.roots = tuple(dict.fromkeys([self.workdir] + [os.path.normpath(a) for a in aliases]))
         # Names are compared case-folded: on a case-insensitive directory (ext4
@@ -95,8 +97,10 @@ class Guard:
         self.patterns = tuple(pats)
         self.inodes = frozenset(inodes)
         # by position, not by inode: what was trusted at this place at start
+        configs = list(configs)
         self.configs = {tuple(fold(c) for c in os.path.normpath(rel).split("/")): data
                         for rel, data in configs}
+        self.files = tuple(dict.fromkeys([rel for rel, _ in configs] + list(files)))
         self._index()
 
     @classmethod
@@ -112,7 +116,8 @@ class Guard:
                    snap.global_hooks,
                    {(e.dev, e.ino) for e in snap.entries.values() if e.kind == "f"},
                    aliases=[b.path for b in snap.mount_plan.bases],
-                   configs=[(rel, snap.entries[rel].data or b"") for rel in snap.checked_configs])
+                   configs=[(rel, snap.entries[rel].data or b"") for rel in snap.checked_configs],
+                   files=[e.rel for e in snap.entries.values() if e.kind == "f"])
 
     # -- paths
 

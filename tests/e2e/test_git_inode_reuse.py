@@ -12,6 +12,7 @@ make files until one carries the old number (bounded), and write to it.
 from __future__ import annotations
 
 import os
+import subprocess
 
 REUSE_BODY = r'''
 import subprocess
@@ -100,3 +101,52 @@ def test_the_issues_git_sequence_works(sandbox):
     assert "denied" not in p.stderr, p.stderr
     cfg = open(os.path.join(sandbox.workdir, "repo/.git/config")).read()
     assert "name = X50" in cfg, cfg
+
+
+REMOVED_BODY = r'''
+old = {p: os.stat(p) for p in P["paths"]}
+for p in P["paths"]:
+    os.unlink(p)
+bad, reused = [], []
+for i in range(P["tries"]):
+    for p in P["paths"]:
+        name = os.path.join(os.path.dirname(p), "new%d" % i)
+        try:
+            fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except OSError as e:
+            bad.append((name, e.errno))
+            continue
+        st = os.fstat(fd)
+        os.close(fd)
+        if (st.st_dev, st.st_ino) == (old[p].st_dev, old[p].st_ino):
+            reused.append(name)
+        try:
+            opened(name, os.O_WRONLY | os.O_APPEND)
+        except OSError as e:
+            bad.append((name, e.errno))
+R["bad"] = bad
+R["reused"] = reused
+'''
+
+
+def test_a_removed_protected_file_does_not_lend_its_number_to_new_files(sandbox):
+    """Without a bind (an existing repository's config; with Landlock alone,
+    `.envrc` too) the agent can remove a file the guard knows by inode. The
+    broker holds those open from the start, so no new file gets the number
+    (before, one did and was refused as "a file protected at start")."""
+    setup = ("set -e; git init -q r; mkdir -p e; echo 'export A=1' > e/.envrc; "
+             "for i in $(seq 1 20); do touch r/.git/pad$i e/pad$i; done; rm -f r/.git/pad* e/pad*")
+    p = sandbox.outside(["/bin/sh", "-c", setup])
+    assert p.returncode == 0, p.stderr
+    for box, paths in ((sandbox, ["r/.git/config"]),
+                       (sandbox.without_namespaces(), ["r/.git/config", "e/.envrc"])):
+        for rel in paths:           # put back by the previous run's exit check
+            assert os.path.exists(os.path.join(sandbox.workdir, rel)), rel
+        p, r = box.probe(REMOVED_BODY, {"paths": paths, "tries": 200}, timeout=120)
+        assert r is not None, p.stderr
+        assert r["bad"] == [] and r["reused"] == [], (box.layers, r, p.stderr)
+        assert "another name of it" not in p.stderr, p.stderr
+        # the control: the exit check puts the removed files back
+        assert "recreated from the snapshot" in p.stderr, p.stderr
+        subprocess.run(["rm", "-f"] + [os.path.join(sandbox.workdir, os.path.dirname(x), f"new{i}")
+                                       for x in paths for i in range(200)], check=True)
