@@ -310,3 +310,18 @@ def test_a_changed_config_is_checked_again_at_exit(sandbox):
     assert "ok" in out, (out, err)
     assert open(cfg).read() == PERSON_CONFIG, open(cfg).read()
     assert "PROTECTED PATHS WERE CHANGED" in err, err
+
+
+def test_submodule_add_fails_loudly(sandbox):
+    """Not supported yet (the submodule's `.git` file would point git at a
+    directory nobody judged): it must fail with a nonzero status and a
+    confine: line naming the file, never exit 0 with half a submodule."""
+    _existing_repo(sandbox)
+    p = sandbox.outside(["/bin/sh", "-c", "git init -q -b main lib && "
+                         "git -C lib -c user.name=a -c user.email=b commit -q --allow-empty -m l"])
+    assert p.returncode == 0, p.stderr
+    p = sandbox.run(["/bin/sh", "-c", "cd r && git -c protocol.file.allow=always "
+                     "submodule add -q ../lib lib; echo \"rc=$?\""], timeout=120)
+    assert "rc=0" not in p.stdout and "rc=" in p.stdout, (p.stdout, p.stderr)
+    assert "confine: denied: create" in p.stderr and "lib/.git" in p.stderr, p.stderr
+    assert not os.path.exists(os.path.join(sandbox.workdir, "r/.gitmodules"))
