@@ -67,12 +67,14 @@ AT_EMPTY_PATH = 0x1000
 RENAME_NOREPLACE, RENAME_EXCHANGE, RENAME_WHITEOUT = 1, 2, 4
 CONFIG_CAP = 1 << 20
 # Checked git configs the broker holds open at once (see FileBroker.vetted):
-# one per repository in ordinary use; more only if the agent keeps renamed-away
-# configs alive on purpose, and then a further `git config` is refused.
-VETTED_CAP = 512
+# one per repository git config ran in; more only if the agent keeps
+# renamed-away configs alive, and then a further `git config` is refused.
+# With PINNED_CAP (+ the replaced configs pinned later) well below the usual
+# 1024 descriptors a process may have.
+VETTED_CAP = 256
 # Files protected at start the broker holds open (FileBroker.pinned); past
 # this a removed one's number may come back as a new file the guard refuses.
-PINNED_CAP = 512
+PINNED_CAP = 256
 _STATFS_SIZE = 128
 
 
@@ -814,7 +816,7 @@ class FileBroker:
         config protected at start): held open for the rest of the run, so its
         number is not handed to a new file the guard would then refuse as
         "another name" of it. Bounded by the guard's own set."""
-        if self.guard is None or not self.guard.inodes or len(self.pinned) >= 2 * PINNED_CAP:
+        if self.guard is None or not self.guard.inodes or len(self.pinned) >= PINNED_CAP + 64:
             return
         try:
             fd = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=pfd)

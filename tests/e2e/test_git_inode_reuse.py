@@ -150,3 +150,41 @@ def test_a_removed_protected_file_does_not_lend_its_number_to_new_files(sandbox)
         assert "recreated from the snapshot" in p.stderr, p.stderr
         subprocess.run(["rm", "-f"] + [os.path.join(sandbox.workdir, os.path.dirname(x), f"new{i}")
                                        for x in paths for i in range(200)], check=True)
+
+
+CAP_BODY = r'''
+import subprocess
+subprocess.run(["git", "init", "-q", "r"], check=True)
+cfg, lock = "r/.git/config", "r/.git/config.lock"
+data = open(cfg, "rb").read()
+def install():
+    with open(lock, "wb") as f:
+        f.write(data)
+    os.rename(lock, cfg)
+kept, refused = 0, None
+for i in range(P["n"]):
+    try:
+        install()
+    except OSError as e:
+        refused = (i, en(e.errno))
+        break
+    os.rename(cfg, "r/.git/kept%d" % i)      # alive under another name: held
+    kept += 1
+R["kept"], R["refused"] = kept, refused
+if os.path.exists(lock):
+    os.unlink(lock)
+for i in range(kept):
+    os.unlink("r/.git/kept%d" % i)
+attempt("after removing them", install)
+'''
+
+
+def test_checked_configs_kept_alive_are_bounded(root_sandbox):
+    """Each installed config is held by a descriptor; configs renamed away
+    and kept are bounded (256): the next is refused with a confine: line,
+    and once they are gone git config works again."""
+    p, r = root_sandbox.probe(CAP_BODY, {"n": 400}, timeout=120)
+    assert r is not None, p.stderr
+    assert r["refused"] == [256, "EACCES"] and r["kept"] == 256, (r, p.stderr)
+    assert r["after removing them"] == "ok", (r, p.stderr)
+    assert "more than 256 checked git configs" in p.stderr, p.stderr
