@@ -66,6 +66,15 @@ AT_SYMLINK_FOLLOW = 0x400
 AT_EMPTY_PATH = 0x1000
 RENAME_NOREPLACE, RENAME_EXCHANGE, RENAME_WHITEOUT = 1, 2, 4
 CONFIG_CAP = 1 << 20
+# Checked git configs the broker holds open at once (see FileBroker.vetted):
+# one per repository git config ran in; more only if the agent keeps
+# renamed-away configs alive, and then a further `git config` is refused.
+# With PINNED_CAP (+ the replaced configs pinned later) well below the usual
+# 1024 descriptors a process may have.
+VETTED_CAP = 256
+# Files protected at start the broker holds open (FileBroker.pinned); past
+# this a removed one's number may come back as a new file the guard refuses.
+PINNED_CAP = 256
 _STATFS_SIZE = 128
 
 
@@ -163,7 +172,30 @@ class FileBroker:
 
     def __init__(self, guard: Guard | None):
         self.guard = guard
-        self.vetted: set[tuple[int, int]] = set()   # inodes of checked git configs
+        # Checked git configs installed by this broker, by identity, each held by
+        # an O_PATH descriptor: an inode number is only meaningful while the
+        # inode lives (ext4 gives a freed number to the very next new file), and
+        # the descriptor keeps it alive. Dropped once no name leads to it.
+        self.vetted: dict[tuple[int, int], int] = {}
+        # The files the guard knows by inode (protected at start), held open
+        # before the agent runs: without a bind (Landlock only; an existing
+        # repository's config) the agent may remove one, and its number must
+        # not pass to the next new file. Repository configs first, bounded.
+        self.pinned: dict[tuple[int, int], int] = {}
+        if guard is not None and guard.inodes:
+            for rel in guard.files:
+                if len(self.pinned) >= PINNED_CAP:
+                    break
+                try:
+                    fd = os.open(os.path.join(guard.workdir, rel),
+                                 os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+                except OSError:
+                    continue
+                ident = _ident(os.fstat(fd))
+                if ident in guard.inodes and ident not in self.pinned:
+                    self.pinned[ident] = fd
+                else:
+                    os.close(fd)
         self.root = os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
         # Held while a name is judged and made (never around a call that can
         # block): every name the agent makes comes through here, so none can
@@ -709,7 +741,9 @@ class FileBroker:
                             and _is_dir(npfd, nbase):
                         raise oserror(err=errno.EXDEV)
                 if verdict == VET:
-                    return self._vet_config(opfd, obase, npfd, nbase, flags, src, dst)
+                    assert g is not None
+                    return self._vet_config(opfd, obase, npfd, nbase, flags, src, dst,
+                                            g.trusted_config(df))
                 if verdict is not None:
                     raise Refused(errno.EACCES, f"rename {src} to {dst}: {verdict}")
                 check(libc.renameat2(opfd, obase + (b"/" if oslash else b""),
@@ -721,9 +755,11 @@ class FileBroker:
         return 0
 
     def _vet_config(self, opfd: int, obase: bytes, npfd: int, nbase: bytes, flags: int,
-                    src: str | None, dst: str | None) -> int:
+                    src: str | None, dst: str | None, trusted: bytes | None = None) -> int:
         """git's lock-file protocol onto <gitdir>/config: check every key, then
-        install the checked bytes as a new inode the agent never had open."""
+        install the checked bytes as a new inode the agent never had open.
+        trusted: the config that was there at start (an existing repository):
+        its own entries may stay."""
         from confine import protect
         if flags & (RENAME_EXCHANGE | RENAME_WHITEOUT):
             raise Refused(errno.EACCES, f"rename onto {dst}: protected path (.git/config)")
@@ -742,13 +778,14 @@ class FileBroker:
             os.close(fd)
         if len(data) > CONFIG_CAP:
             raise Refused(errno.EACCES, f"git config {dst}: larger than {CONFIG_CAP} bytes")
-        items, perr = protect.parse_git_config(data)
-        bad = sorted({it.name for it in items if not protect.is_safe_key(it)})
+        bad, perr = protect.vet_git_config(data, trusted)
         if perr or bad:
-            what = f"syntax error ({perr})" if perr else "key(s) " + ", ".join(bad)
+            what = f"syntax error ({perr})" if perr else \
+                "key(s) " + ", ".join(sorted({it.name for it in bad}))
             raise Refused(errno.EACCES, f"git config {dst}: {what} not allowed in a repository "
                           "config written inside the sandbox (they could run programs for the "
                           "next person using git there)")
+        self._pin_replaced(npfd, nbase)
         tmp = (INTERNAL + secrets.token_hex(8)).encode()
         tfd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
                       0, dir_fd=npfd)
@@ -758,8 +795,7 @@ class FileBroker:
                 while view:
                     view = view[os.write(tfd, view):]
                 os.fchmod(tfd, stat.S_IMODE(st.st_mode) & 0o666)
-                nst = os.fstat(tfd)
-                self.vetted.add((nst.st_dev, nst.st_ino))
+                self._hold_vetted(tfd)
             finally:
                 os.close(tfd)
             check(libc.renameat2(npfd, tmp, npfd, nbase, flags & RENAME_NOREPLACE))
@@ -774,6 +810,42 @@ class FileBroker:
         except OSError:
             pass
         return 0
+
+    def _pin_replaced(self, pfd: int, name: bytes) -> None:
+        """The file about to be replaced, if the guard knows it by inode (a
+        config protected at start): held open for the rest of the run, so its
+        number is not handed to a new file the guard would then refuse as
+        "another name" of it. Bounded by the guard's own set."""
+        if self.guard is None or not self.guard.inodes or len(self.pinned) >= PINNED_CAP + 64:
+            return
+        try:
+            fd = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=pfd)
+        except OSError:
+            return
+        ident = _ident(os.fstat(fd))
+        if ident in self.guard.inodes and ident not in self.pinned:
+            self.pinned[ident] = fd
+        else:
+            os.close(fd)
+
+    def _hold_vetted(self, fd: int) -> None:
+        """Remember the checked config open as fd, by an O_PATH descriptor of
+        its own (so its inode number cannot pass to another file); first drop
+        those no name leads to any more (git replaced them: an unlinked file
+        not made with O_TMPFILE can never be linked again)."""
+        for ident, held in list(self.vetted.items()):
+            try:
+                gone = os.fstat(held).st_nlink == 0
+            except OSError:
+                gone = True
+            if gone:
+                del self.vetted[ident]
+                os.close(held)
+        if len(self.vetted) >= VETTED_CAP:
+            raise Refused(errno.EACCES, f"git config: more than {VETTED_CAP} checked git configs "
+                          "in use at once (renamed away and kept)")
+        held = os.open(f"/proc/self/fd/{fd}", os.O_PATH | os.O_CLOEXEC)
+        self.vetted[_ident(os.fstat(held))] = held
 
     # ------------------------------------------------------------ dispatch
 

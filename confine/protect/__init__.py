@@ -42,6 +42,7 @@ from .gitconfig import (
                         parse_git_config,
                         render_git_config,
                         sanitize_git_config,
+                        vet_git_config,
 )
 from .guard import VET, Guard
 from .report import format_report
@@ -51,7 +52,7 @@ from .snapshot import GIT_SKIP, Entry, GitDir, Root, Snapshot, snapshot
 __all__ = [
     "DEFAULT_PATTERNS", "Pattern", "compile_patterns", "effective",
     "ConfigItem", "parse_git_config", "render_git_config", "sanitize_git_config",
-    "is_dangerous_key", "is_safe_key",
+    "is_dangerous_key", "is_safe_key", "vet_git_config",
     "GIT_SKIP", "Entry", "GitDir", "Root", "Snapshot", "snapshot",
     "Change", "Report", "verify_and_revert", "format_report", "default_quarantine_dir",
     "Guard", "VET",

@@ -13,11 +13,12 @@ the trusted, existing configs here to find what they point to in the workdir.
 from __future__ import annotations
 
 import fnmatch
+from collections import Counter
 from dataclasses import dataclass
 from typing import Sequence
 
 __all__ = ["ConfigItem", "parse_git_config", "render_git_config", "sanitize_git_config",
-           "is_dangerous_key", "is_safe_key"]
+           "is_dangerous_key", "is_safe_key", "vet_git_config"]
 
 
 @dataclass(frozen=True)
@@ -296,6 +297,40 @@ def sanitize_git_config(data: bytes) -> tuple[bytes, list[ConfigItem], str | Non
     keep = [it for it in items if is_safe_key(it)]
     removed = [it for it in items if not is_safe_key(it)]
     return render_git_config(keep), removed, err
+
+
+def vet_git_config(data: bytes, trusted: bytes | None = None) -> tuple[list[ConfigItem], str | None]:
+    """The entries of a config the agent wrote that may not stay, and a
+    syntax error (then the whole file is refused, as git refuses it).
+
+    Every entry must be on the safe list, or be an entry of `trusted` (the
+    config that was at this place when the run started, None for none): git
+    rewrites the whole file for `git config`, `git remote add` or `push -u`,
+    copying the person's own entries (core.hooksPath, filter drivers, an
+    include) along, and those may stay, each as often as it was there and
+    with the very same section, subsection, key and value. A NUL byte is
+    refused: git never writes one, and C strings would end where this parser
+    goes on."""
+    if b"\0" in data:
+        return [], "a NUL byte"
+    items, err = parse_git_config(data)
+    if err is not None:
+        return [], err
+    allowed: Counter[tuple[str, str | None, str, str | None]] = Counter()
+    if trusted is not None:
+        for it in parse_git_config(trusted)[0]:
+            if not is_safe_key(it):
+                allowed[(it.section, it.sub, it.key, it.value)] += 1
+    bad = []
+    for it in items:
+        if is_safe_key(it):
+            continue
+        k = (it.section, it.sub, it.key, it.value)
+        if allowed[k] > 0:
+            allowed[k] -= 1
+        else:
+            bad.append(it)
+    return bad, None
 
 
 _BOOL_WORDS = {"true", "false", "yes", "no", "on", "off", "1", "0", ""}

@@ -17,7 +17,9 @@ Rules (patterns as in confine/policy/patterns.py):
   created as a file (a gitfile points git at another directory);
 * `<gitdir>/config` appears only the way git writes it, by renaming a lock
   file onto it, and only when every key is on gitconfig.py's safe list
-  (VET: the broker then copies the checked bytes into a fresh inode);
+  (VET: the broker then copies the checked bytes into a fresh inode); so
+  does the config of a repository that existed at start, where the entries
+  the person had there may stay too (`trusted_config`);
 * files recorded as protected at start (by inode) are never opened for
   writing through any other name.
 """
@@ -65,9 +67,14 @@ def _literal(rel: str, tree: bool) -> Pattern:
 class Guard:
     def __init__(self, workdir: str, patterns: Sequence[Pattern],
                  extra: Iterable[tuple[str, bool]] = (), global_hooks: Iterable[str] = (),
-                 inodes: Iterable[tuple[int, int]] = (), aliases: Iterable[str] = ()):
+                 inodes: Iterable[tuple[int, int]] = (), aliases: Iterable[str] = (),
+                 configs: Iterable[tuple[str, bytes]] = (), files: Iterable[str] = ()):
         """aliases: other paths at which the workdir's directory is mounted
-        (namespaces.reachable_paths); names are judged there too."""
+        (namespaces.reachable_paths); names are judged there too. configs:
+        (workdir path, content at start) of existing repository configs that
+        git may rewrite through the check (Snapshot.checked_configs). files:
+        workdir paths of the `inodes` at start, for the broker to hold them open
+        (an inode number names a file only while it lives)."""
         self.workdir = os.path.normpath(workdir)
         self.roots = tuple(dict.fromkeys([self.workdir] + [os.path.normpath(a) for a in aliases]))
         # Names are compared case-folded: on a case-insensitive directory (ext4
@@ -89,6 +96,11 @@ class Guard:
             pats.append(Pattern(p.text, p.comps, True, False, False))
         self.patterns = tuple(pats)
         self.inodes = frozenset(inodes)
+        # by position, not by inode: what was trusted at this place at start
+        configs = list(configs)
+        self.configs = {tuple(fold(c) for c in os.path.normpath(rel).split("/")): data
+                        for rel, data in configs}
+        self.files = tuple(dict.fromkeys([rel for rel, _ in configs] + list(files)))
         self._index()
 
     @classmethod
@@ -103,7 +115,9 @@ class Guard:
                    + [(r.rel, r.tree) for r in snap.roots.values()],
                    snap.global_hooks,
                    {(e.dev, e.ino) for e in snap.entries.values() if e.kind == "f"},
-                   aliases=[b.path for b in snap.mount_plan.bases])
+                   aliases=[b.path for b in snap.mount_plan.bases],
+                   configs=[(rel, snap.entries[rel].data or b"") for rel in snap.checked_configs],
+                   files=[e.rel for e in snap.entries.values() if e.kind == "f"])
 
     # -- paths
 
@@ -250,13 +264,18 @@ class Guard:
         m = self.match(comps)
         if m is not None:
             p, r = m
-            if p.git and p.comps == ("config",) and len(r) == 1:
+            if len(r) == 1 and ((p.git and p.comps == ("config",)) or comps in self.configs):
                 return VET
             return f"protected path ({p.text})"
         a = self.ancestor(comps)
         if a is not None:
             return f"a tree renamed here would bring paths protected by {a.text} along unchecked"
         return None
+
+    def trusted_config(self, comps: tuple[str, ...] | None) -> bytes | None:
+        """The config that was at (folded) comps at start, if git may rewrite it
+        through the check; None for a repository made during the run."""
+        return None if comps is None else self.configs.get(comps)
 
     def write_at(self, comps: tuple[str, ...] | None, dev: int, ino: int) -> str | None:
         if (dev, ino) in self.inodes:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
 from . import gitdata
-from .gitconfig import is_dangerous_key, sanitize_git_config
+from .gitconfig import is_dangerous_key, parse_git_config, sanitize_git_config, vet_git_config
 from .report import _safe, format_report
 from .snapshot import (
     _DIR,
@@ -807,6 +807,7 @@ def _revert(snap: Snapshot, cur: _Scan, rv: _Reverter, trusted_mode: bool) -> No
         return False
 
     handled: set[str] = set()                   # current rels moved away (skip what is below)
+    checked = set(snap.checked_configs)
 
     def below_handled(rel: str) -> bool:
         return any(a in handled for a in _ancestors(rel))
@@ -857,6 +858,8 @@ def _revert(snap: Snapshot, cur: _Scan, rv: _Reverter, trusted_mode: bool) -> No
         if trusted(srel):
             rv.add("external", rel, "left", f"{how} changed under a read-only bind, so not by "
                    "the agent", alert=False)
+            return
+        if srel in checked and how in ("content", "mode") and _checked_config(rv, rel, old, now):
             return
         if how == "mode":
             try:
@@ -1006,6 +1009,45 @@ def _quarantine(rv: _Reverter, rel: str, what: str, handled: set[str],
     if report:
         rv.add(what, rel, "quarantined", detail, quarantine=qpath)
     return qpath
+
+
+def _checked_config(rv: _Reverter, rel: str, old: Entry, now: Entry) -> bool:
+    """True if the config of a repository that existed at start, changed
+    during the run, may stay: the same rule the name guard applied to git's
+    rename onto it (vet_git_config: safe keys, and the person's own entries
+    as they were). A hard-linked file (writable through the other name) or
+    one that cannot be read is not accepted: it is reverted as any change."""
+    if now.kind != "f" or now.nlink != 1 or old.data is None:
+        return False
+    try:
+        pfd, name = rv.fs.parent(rel)
+        try:
+            data = rv.fs.read_file(pfd, name, os.stat(name, dir_fd=pfd, follow_symlinks=False),
+                                   FILE_COPY_CAP)
+        finally:
+            os.close(pfd)
+    except (OSError, _Unsafe):
+        return False
+    if data is None:
+        return False
+    bad, err = vet_git_config(data, old.data)
+    if bad or err:
+        return False
+    if now.mode != old.mode:
+        try:
+            rv.chmod(rel, old)
+        except (OSError, _Unsafe):
+            return False
+    if data != old.data:
+        before = {(it.name, it.value) for it in parse_git_config(old.data)[0]}
+        after = {(it.name, it.value) for it in parse_git_config(data)[0]}
+        added = sorted({n for n, _ in after - before})
+        gone = sorted({n for n, _ in before - after})
+        parts = ([f"set {', '.join(added)}"] if added else []) \
+            + ([f"removed {', '.join(gone)}"] if gone else [])
+        rv.add("git-config", rel, "kept", "changed by git through confine's check ("
+               + ("; ".join(parts) or "same entries") + ")", alert=False)
+    return True
 
 
 def _new_repo_entry(rv: _Reverter, cur: _Scan, rel: str, e: Entry, gd: str,

@@ -36,7 +36,7 @@ import os
 import stat
 import time
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Collection, Iterable, Iterator, Sequence
 
 from ..kernel import namespaces
 from ..paths import rel_under
@@ -120,6 +120,10 @@ class Snapshot:
     dir_modes: dict[str, tuple[int, int, int]] = field(default_factory=dict)
     # gitdir rel -> what gitdata.py recorded (refs, index entries, grafts, alternates)
     git_state: dict[str, Any] = field(default_factory=dict)
+    # `<gitdir>/config` of repositories that exist at start, left without a
+    # read-only bind because the name guard checks every rename onto them
+    # (snapshot(guarded=True)); the exit check accepts the same content there
+    checked_configs: tuple[str, ...] = ()
 
     def describe(self) -> dict[str, object]:
         """JSON-able view for --dry-run: what is protected and how."""
@@ -136,6 +140,7 @@ class Snapshot:
             "bases": [b.path for b in self.mount_plan.bases],
             "bases_complete": self.mount_plan.complete,
             "guard_only": [{"path": p, "reason": why} for p, why in self.guard_only],
+            "checked_configs": list(self.checked_configs),
             "notes": list(self.notes),
             "seconds": round(self.seconds, 3),
         }
@@ -1008,7 +1013,7 @@ def _run_id() -> str:
 
 def snapshot(workdir: str, patterns: Iterable[str] | Sequence[Pattern] | None = None, *,
              home: str | None = None, git_configs: Sequence[str] | None = None,
-             run_id: str | None = None) -> Snapshot:
+             run_id: str | None = None, guarded: bool = False) -> Snapshot:
     """Record every protected path of `workdir` and plan the mount namespace.
 
     Runs in the supervisor before the fork (single-threaded).  `patterns`:
@@ -1016,8 +1021,12 @@ def snapshot(workdir: str, patterns: Iterable[str] | Sequence[Pattern] | None = 
     the home directory of the person who will use the workdir afterwards
     (its ~/.gitconfig may set a relative core.hooksPath); `git_configs`
     replaces the list of global config files read (/etc/gitconfig,
-    ~/.gitconfig, ~/.config/git/config).  Raises OSError if the workdir
-    cannot be opened, ValueError for a bad pattern.
+    ~/.gitconfig, ~/.config/git/config).  `guarded`: the name guard will
+    judge the run's calls (seccomp user notification works), so each
+    repository's `config` gets no read-only bind: git's rename of
+    config.lock onto it is checked by the guard instead (`checked_configs`).
+    Raises OSError if the workdir cannot be opened, ValueError for a bad
+    pattern.
     """
     t0 = time.monotonic()
     workdir = os.path.realpath(workdir)
@@ -1035,19 +1044,40 @@ def snapshot(workdir: str, patterns: Iterable[str] | Sequence[Pattern] | None = 
         state = gitdata.record(sc)
     finally:
         sc.fs.close()
-    plan, guard_only = _mount_plan(workdir, sc)
+    checked = _checked_configs(sc) if guarded else []
+    plan, guard_only = _mount_plan(workdir, sc, set(checked))
     return Snapshot(workdir, pats, run_id or _run_id(), sc.roots, sc.entries, sc.gitdirs,
                     tuple(sorted(sc.pins)), tuple(sc.extra), tuple(sc.global_hooks), plan,
                     tuple(guard_only), tuple(sc.notes), time.time(), time.monotonic() - t0,
-                    modes, state)
+                    modes, state, tuple(checked))
 
 
-def _mount_plan(workdir: str, sc: _Scan) -> tuple[namespaces.Plan, list[tuple[str, str]]]:
+def _checked_configs(sc: _Scan) -> list[str]:
+    """Repository configs whose read-only bind the name guard replaces: git
+    changes them by renaming config.lock onto them (EBUSY onto a mount point),
+    for `git config`, `remote add`, `push -u`, `checkout --track`.  Only a
+    plain file of its own (one link, its content copied, so the check knows
+    what the person had there) that no protected tree covers; the rest keeps
+    its bind."""
+    out = []
+    for rel, r in sc.roots.items():
+        e = sc.entries.get(rel)
+        if (r.gitdir is None or rel != _join(r.gitdir, "config") or e is None or e.kind != "f"
+                or e.nlink != 1 or e.data is None or e.root != rel):
+            continue
+        if any(t.tree and t.rel != rel for t in sc._covering(rel)):
+            continue
+        out.append(rel)
+    return sorted(out)
+
+
+def _mount_plan(workdir: str, sc: _Scan, checked: Collection[str] = ()
+                ) -> tuple[namespaces.Plan, list[tuple[str, str]]]:
     ro: dict[str, Entry] = {}
     guard_only: list[tuple[str, str]] = []
     for rel in sc.roots:
         e = sc.entries.get(rel)
-        if e is None:
+        if e is None or rel in checked:
             continue
         if e.kind == "l":
             guard_only.append((rel, "is a symlink (a mount cannot cover the link itself)"))

@@ -215,7 +215,8 @@ class Session:
     def _snapshot(self, policy: Any, home: str, facts: HostFacts) -> Protected:
         from .. import protect
         try:
-            snap = protect.snapshot(policy.workdir, protect.effective(policy), home=home)
+            snap = protect.snapshot(policy.workdir, protect.effective(policy), home=home,
+                                    guarded=facts.seccomp_user_notif)
         except (OSError, ValueError) as e:
             raise ConfineError(f"cannot snapshot the protected workdir paths: {e}") from None
         self.snapshot = snap
