@@ -82,6 +82,9 @@ class Plan:
     limits: Mapping[str, str] = field(default_factory=dict)   # limit -> how it is enforced
     cgroup: str | None = None            # parent of the run's cgroup (v2), made by launch
     steps: tuple[Step, ...] = ()
+    # the egress gateway decides every TCP connection beyond the agent's loopback
+    # (runtime/egress.py starts it and adds its ports and the proxy variables)
+    egress: bool = False
 
     @property
     def lsm_apparmor(self) -> str | None:
@@ -146,6 +149,12 @@ class Plan:
                 "writable": self.writable_paths() if self.mount_ns else None,
                 "private": ["/dev/shm", "/dev/pts", "/proc"] if self.mount_ns else [],
             },
+            "network": {**self.policy.network.to_dict(),
+                        "gateway": (("egress gateway: proxy variables, every other TCP connect "
+                                     "redirected, DNS answered by confine"
+                                     if self.unix_mediation else "egress gateway: proxy "
+                                     "variables only (no seccomp user notification)")
+                                    if self.egress else None)},
             "mechanisms": dict(self.mechanisms),
             "cgroup": ({"parent": self.cgroup, "kill": "cgroup.kill, then the descendant walk"}
                        if self.cgroup else None),
@@ -179,7 +188,7 @@ def uses_net_namespace(policy: Policy, host: HostFacts) -> bool:
     """A profile that grants no TCP port needs nothing of the host's network: the
     agent gets a network namespace of its own (no host /proc/net, no host abstract
     sockets; TCP and UDP stay refused by Landlock and seccomp as well)."""
-    return (host.namespaces and host.net_namespace
+    return (host.namespaces and host.net_namespace and not policy.network.egress
             and not (policy.network.connect_tcp or policy.network.bind_tcp))
 
 
@@ -217,8 +226,9 @@ def missing_features(policy: Policy, host: HostFacts, as_root: bool = True) -> l
                            + ("" if as_root else " (unprivileged user namespaces are disabled "
                               "or restricted, e.g. by AppArmor)")))
     needed = ["landlock", "landlock.truncate", "landlock.ioctl_dev"]
-    if policy.network.connect_tcp or policy.network.bind_tcp:
-        # no port granted: seccomp refuses IPv4/IPv6 sockets instead (no_inet_rules)
+    if policy.network.connect_tcp or policy.network.bind_tcp or policy.network.egress:
+        # no port granted: seccomp refuses IPv4/IPv6 sockets instead (no_inet_rules);
+        # with the gateway, Landlock keeps the broker's connects on its ports
         needed.append("landlock.net_tcp")
     if policy.scope.signals:
         needed.append("landlock.scope_signal")
@@ -353,10 +363,7 @@ def compile(policy: Policy, argv: Sequence[str], identity: Identity, host: HostF
                      f"(Landlock ABI {abi} < 9 has no RESOLVE_UNIX); sendmmsg is refused")
     notes.append("listen() on a TCP socket without a bound port is refused (it would pick a "
                  "port without Landlock's BIND_TCP check)")
-    if policy.network.connect_tcp:
-        notes.append("outbound TCP allowed to ANY host on ports "
-                     + ", ".join(map(str, policy.network.connect_tcp))
-                     + " (Landlock filters ports, not addresses)")
+    notes += egress_notes(policy, host)
     for port in unreachable_servers(policy):
         notes.append(f"network.bind_tcp: the agent may listen on port {port} but not connect to "
                      f"it (add {port} to network.connect_tcp to reach its own server)")
@@ -394,7 +401,8 @@ def compile(policy: Policy, argv: Sequence[str], identity: Identity, host: HostF
     for g in policy.read:
         if g.path == "/proc" or g.path.startswith("/proc/"):
             child_rules.append((g.path, landlock.READ & handled_fs))
-    sc_rules = seccomp.rules_for(policy.seccomp.deny, policy.seccomp.unsafe_allow)
+    sc_rules = seccomp.rules_for(policy.seccomp.deny, policy.seccomp.unsafe_allow,
+                                 udp=policy.network.egress and host.seccomp_user_notif)
     sc_extra: tuple[Any, ...] = ()
     if abi < 4 and not (policy.network.connect_tcp or policy.network.bind_tcp):
         sc_extra = seccomp.no_inet_rules()
@@ -411,5 +419,35 @@ def compile(policy: Policy, argv: Sequence[str], identity: Identity, host: HostF
                 lsm=lsm_kept, writable_binds=tuple(binds), child_rules=tuple(child_rules),
                 protected=protected, mechanisms=mechanisms(policy, host),
                 limits=limit_mechanisms(policy, identity, mount_ns, host.cgroup_controllers),
-                cgroup=host.cgroup)
+                cgroup=host.cgroup, egress=policy.network.egress)
     return dataclasses.replace(plan, steps=tuple(child_steps(plan)))
+
+
+def egress_notes(policy: Policy, host: HostFacts) -> list[str]:
+    """What the network keys mean for this run, in words (--dry-run, check)."""
+    n = policy.network
+    if not n.egress:
+        return []
+    out = []
+    if n.connect_tcp:
+        out.append("network.connect_tcp: ports " + ", ".join(map(str, n.connect_tcp))
+                   + " of the agent's own loopback only; every other TCP connection goes "
+                   "through the egress gateway (a port listed here no longer reaches every host)")
+    hosts = list(n.allow) + [f"set {s}" for s in n.include]
+    out.append("egress gateway: " + (("allows " + ", ".join(hosts)) if hosts else
+                                     "no host is allowed (network.allow, --allow-host)")
+               + (f"; denied: {', '.join(n.deny)}" if n.deny else "")
+               + ("; other hosts are asked about (network.default: ask)"
+                  if n.default == "ask" else "; every other host is refused"))
+    out.append("egress gateway: proxy variables (HTTPS_PROXY, HTTP_PROXY, ALL_PROXY, lower "
+               "case too) name it; NO_PROXY is the agent's loopback")
+    if host.seccomp_user_notif:
+        out.append("egress gateway: a connect to any other address is redirected to it "
+                   "(decided by TLS SNI or HTTP Host and confine's DNS answers); DNS to any "
+                   "address (port 53, UDP or TCP) is answered by confine; every other UDP "
+                   "destination is refused")
+    else:
+        out.append("egress gateway: NO redirect of direct connects (no seccomp user "
+                   "notification): programs that ignore the proxy variables are refused by "
+                   "Landlock only on ports outside the gateway's")
+    return out

@@ -44,9 +44,12 @@ def _filters(plan: Plan) -> list[Any]:
 
 
 def launch(plan: Plan, *, guard: Any = None,
-           warn: Callable[[str], None] | None = None) -> Outcome:
+           warn: Callable[[str], None] | None = None, inet: Any = None) -> Outcome:
     """Run the plan. Returns the command's status (128+N if killed by signal N);
-    raises CommandNotFound/CommandNotExecutable/ConfineError for failures before exec."""
+    raises CommandNotFound/CommandNotExecutable/ConfineError for failures before exec.
+    inet: the egress gateway's routes (mediation.InetRoutes), required when it runs."""
+    if plan.egress and plan.unix_mediation and inet is None:
+        raise ConfineError("the egress gateway is not running: refusing to run")
     tmp = _mount_tmp(plan)
     cg = None
     try:
@@ -61,7 +64,7 @@ def launch(plan: Plan, *, guard: Any = None,
             except OSError as e:
                 raise ConfineError(f"cannot make the run's cgroup under {plan.cgroup}: "
                                    f"{e.strerror or e}") from None
-        return _launch(plan, guard, warn, cg)
+        return _launch(plan, guard, warn, cg, inet)
     finally:
         if cg is not None:
             try:
@@ -89,7 +92,7 @@ def _mount_tmp(plan: Plan) -> str | None:
 
 
 def _launch(plan: Plan, guard: Any, warn: Callable[[str], None] | None,
-            cg: str | None) -> Outcome:
+            cg: str | None, inet: Any = None) -> Outcome:
     ruleset = _ruleset(plan)
     filters = _filters(plan)
     status_r, status_w = os.pipe2(os.O_CLOEXEC)
@@ -121,7 +124,7 @@ def _launch(plan: Plan, guard: Any, warn: Callable[[str], None] | None,
             ruleset.close()
         if med is not None:
             med.close_child_ends()
-        outcome, failure = _read_status(status_r, pid, plan, med, warn)
+        outcome, failure = _read_status(status_r, pid, plan, med, warn, inet)
         os.close(status_r)
         if med is not None:
             os.close(med.sync_w)
@@ -155,7 +158,7 @@ def _cgroup_kill(path: str) -> None:
 
 
 def _read_status(status_r: int, pid: int, plan: Plan, med: MediationChannel | None,
-                 warn: Callable[[str], None] | None
+                 warn: Callable[[str], None] | None, inet: Any = None
                  ) -> tuple[Outcome, status.Message | None]:
     outcome = Outcome(status=125)
     failure: status.Message | None = None
@@ -184,7 +187,7 @@ def _read_status(status_r: int, pid: int, plan: Plan, med: MediationChannel | No
             if listener is not None and holder is not None:
                 assert med is not None
                 try:
-                    _start_mediator(holder, listener, med, plan, warn)
+                    _start_mediator(holder, listener, med, plan, warn, inet)
                 except OSError as e:
                     os.kill(pid, signal.SIGKILL)
                     failure = status.SetupFailed(
@@ -198,14 +201,14 @@ def _read_status(status_r: int, pid: int, plan: Plan, med: MediationChannel | No
 
 
 def _start_mediator(pid: int, child_fd: int, med: MediationChannel, plan: Plan,
-                    warn: Callable[[str], None] | None) -> None:
+                    warn: Callable[[str], None] | None, inet: Any = None) -> None:
     pidfd = notify.pidfd_open(pid)
     try:
         nfd = notify.pidfd_getfd(pidfd, child_fd)
     finally:
         os.close(pidfd)
     Mediator(nfd, med.broker_sup, plan.unix_roots(), plan.identity.uid,
-             warn=warn or default_warn, files=plan.file_mediation).start()
+             warn=warn or default_warn, files=plan.file_mediation, inet_routes=inet).start()
 
 
 def _error(msg: status.Message, plan: Plan) -> ConfineError:

@@ -76,6 +76,7 @@ class Request:
     apparmor: str | None = None
     selinux_context: str | None = None
     log: str | None = None              # --log FILE: every decision as a JSON line (events.py)
+    allow_host: Sequence[str] = ()      # --allow-host HOST[:PORT]: added to network.allow
 
 
 @dataclass
@@ -135,6 +136,7 @@ class Session:
         self.snapshot: Any = None
         self.guard: Any = None
         self.events: Events = Events(None, warn)
+        self.egress: Any = None             # the running egress gateway (runtime/egress.py)
         self.plan: Plan = self._prepare(protect, host,
                                         dict(os.environ) if parent_env is None else parent_env)
 
@@ -146,6 +148,7 @@ class Session:
 
     def close(self) -> None:
         try:
+            self._stop_egress()
             self.events.close()
             if self.tmp is not None:
                 if not remove_tree(self.tmp):
@@ -184,7 +187,8 @@ class Session:
         try:
             policy = _load.load(req.profile, workdir=wd, home=os.path.realpath(ident.home),
                                 create_state=self.create_state,
-                                tmp=self.tmp, extra_read=req.read, extra_write=req.write)
+                                tmp=self.tmp, extra_read=req.read, extra_write=req.write,
+                                extra_allow=req.allow_host)
             for d in policy.deny:
                 if is_under(wd, d.path):
                     raise ConfineError(f"refusing workdir {wd}: it lies inside the protected "
@@ -239,14 +243,31 @@ class Session:
         # blocks and forwards them as before; the child resets the handlers.
         hold = self._hold = _SignalHold()
         try:
-            outcome = launch(plan, guard=self.guard, warn=say)
+            plan = self._start_egress(plan)
+            outcome = launch(plan, guard=self.guard, warn=say,
+                             inet=self.egress.routes if self.egress is not None else None)
             result.status, result.steps = outcome.status, outcome.steps
         except OSError as e:
             raise ConfineError(f"setup failed: {e.strerror or e}") from None
         finally:
+            # the agent and its leftovers are gone (launch killed them): nothing
+            # can use the gateway any more
+            self._stop_egress()
             hold.also_stops()
             result.report = self._exit_check(plan.mount_ns, say)
         return result
+
+    def _start_egress(self, plan: Plan) -> Plan:
+        if not plan.egress:
+            return plan
+        from . import egress
+        self.egress = egress.start(plan.policy, self.events)
+        return egress.bind_plan(plan, self.egress)
+
+    def _stop_egress(self) -> None:
+        eg, self.egress = self.egress, None
+        if eg is not None:
+            eg.stop()
 
     def _exit_check(self, mount_ns: bool, say: Warn) -> Any:
         """verify_and_revert and its report.  A failure of the check is said

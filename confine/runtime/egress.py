@@ -1,0 +1,198 @@
+"""The egress gateway of one run: built from the Policy, started before the fork,
+stopped when the run ends.
+
+The threat: the agent reaches a host the profile does not name (to send the
+workdir away), or carries data out in DNS query names. Every TCP connection
+of the agent to anything but its own loopback ends at the gateway, either
+because the program honours the proxy variables set here, or because the
+supervisor's connect mediation redirects it there (mediation/supervisor.py,
+`InetRoutes`); every DNS query (any resolver address, port 53, UDP or TCP)
+is rewritten to the DNS server started here. Both answer from one `Rules`,
+one `Resolver` and one `Pins`, so what DNS answered is what the gateway
+dials, and nothing else.
+
+Fail closed: the gateway and the DNS server live in the supervisor and stop
+only after the agent and its leftovers are gone (Session.run); a connection
+the supervisor cannot announce to the gateway is refused (ECONNREFUSED).
+The upstream resolvers are the host's, read here before the fork (a stub
+such as systemd-resolved's 127.0.0.53 is the upstream, never an agent
+destination: the agent's port-53 traffic is always rewritten to confine's
+own server).
+"""
+from __future__ import annotations
+
+import dataclasses
+import ipaddress
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import ConfineError
+from ..gateway import DNSServer, Gateway, Pins, Resolver, RuleError, Rules, refusal
+from ..mediation import InetRoutes
+from ..plan import Plan
+from ..plan.env import proxy_env
+from .events import Events
+
+RESOLV_CONF = "/etc/resolv.conf"
+LOOPBACK = "127.0.0.1"
+
+
+def rules(policy_network: Any) -> Rules:
+    """The host rules of the policy (allow already holds --allow-host)."""
+    n = policy_network
+    try:
+        return Rules.parse(n.allow, n.deny, n.include, allowed_ips=n.allowed_ips)
+    except RuleError as e:      # validated at load; a set file may have changed since
+        raise ConfineError(f"network: {e}") from None
+
+
+def upstreams(path: str = RESOLV_CONF) -> list[tuple[str, int]]:
+    """The host's resolvers, as glibc reads them (`nameserver` lines, at most 3;
+    none: 127.0.0.1, glibc's default). Scoped IPv6 (fe80::1%eth0) is skipped."""
+    out: list[tuple[str, int]] = []
+    try:
+        with open(path) as f:
+            text = f.read(65536)
+    except OSError:
+        text = ""
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) >= 2 and parts[0] == "nameserver":
+            try:
+                out.append((str(ipaddress.ip_address(parts[1])), 53))
+            except ValueError:
+                continue
+    return out[:3] or [(LOOPBACK, 53)]
+
+
+def refusal_line(ev: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(key, the one line shown) for a refused connection or DNS query; None for
+    an allowed one. The key is the host (and port): one line per destination."""
+    if ev.get("event") == "dns" and ev.get("refused") and not ev.get("answers"):
+        # allowed, but every address it resolved to is refused (rebinding, private)
+        name = str(ev.get("name"))
+        return f"egress {name}", (f"egress: {name} resolves only to refused addresses "
+                                  f"({'; '.join(map(str, ev['refused']))[:300]})")
+    if ev.get("decision") != "deny":
+        return None
+    host = str(ev.get("host") or ev.get("name") or ev.get("dst") or "?")
+    port = ev.get("port")
+    where = f"{host}:{port}" if port is not None else host
+    what = "DNS query for" if ev.get("event") == "dns" else "connection to"
+    why = str(ev.get("reason") or ev.get("rule") or "refused")
+    hint = ev.get("allow_with")
+    if hint is None and ev.get("event") == "dns" and str(ev.get("rule", "")).startswith("no rule"):
+        hint = host
+    line = f"egress: {what} {where} refused ({why})"
+    if hint:
+        line += (f": allow it with `network.allow: [{hint}]` in the profile or "
+                 f"--allow-host {hint}")
+    return f"egress {where}", line
+
+
+@dataclass
+class Egress:
+    """The running gateway and DNS server of one run."""
+    rules: Rules
+    resolver: Resolver
+    gateway: Gateway
+    dns: DNSServer
+    events: Events
+
+    @property
+    def routes(self) -> InetRoutes:
+        return InetRoutes(redirect_port=self.gateway.redirect_port, dns_port=self.dns.port,
+                          proxy_port=self.gateway.port, expect=self.expect,
+                          refused=self.refused)
+
+    def expect(self, client: tuple[str, int], ip: str, port: int, pid: int | None = None) -> bool:
+        """Announce a redirected connect to the gateway, or refuse it at once when
+        no rule could allow it: the address is neither allowed by an address rule
+        nor what confine's DNS answered for a name allowed on that port."""
+        if self.rules.address_rule(ip, port) is None and not self._pinned(ip, port):
+            shown = f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
+            never = refusal(ip, explicit=ipaddress.ip_network(ip))
+            self.refused(f"egress {shown}",
+                         f"egress: connection to {shown} refused ("
+                         + (f"{never}: never reachable" if never else
+                            "no allowed name resolved to it: connect by a host name the "
+                            f"profile allows, or allow the address with `network.allow: "
+                            f"[{shown}]`") + ")",
+                         {"mode": "transparent", "host": ip, "port": port, "pid": pid,
+                          "rule": "no rule", "reason": "address not resolved by confine for "
+                          "an allowed name"})
+            return False
+        return bool(self.gateway.expect(client, ip, port, pid))
+
+    def _pinned(self, ip: str, port: int) -> bool:
+        try:
+            addr = ipaddress.ip_address(ip)
+        except ValueError:
+            return False
+        for name, addrs in self.resolver.pins.snapshot().items():
+            if str(addr) in addrs and self.rules.decide(name, port).allowed:
+                return True
+        return False
+
+    def log(self, ev: dict[str, Any]) -> None:
+        """The gateway's and the DNS server's log sink: every event is one line in
+        --log; a refusal is also one `confine:` line per destination."""
+        got = refusal_line(ev)
+        if got is None:
+            self.events.emit(ev)
+        else:
+            self.events.refused(got[0], got[1], ev, layer="gateway")
+
+    def refused(self, key: str, line: str, ev: dict[str, Any]) -> None:
+        """A refusal by the supervisor's own INET check (UDP not to DNS, ...)."""
+        self.events.refused(key, line, {"event": "connect", "decision": "deny", **ev},
+                            layer="mediation")
+
+    def stop(self) -> None:
+        self.gateway.stop()
+        self.dns.stop()
+
+
+def start(policy: Any, events: Events, resolv_conf: str = RESOLV_CONF) -> Egress:
+    """Build and start the gateway and the DNS server on the supervisor's loopback."""
+    r = rules(policy.network)
+    resolver = Resolver(upstreams(resolv_conf), r, Pins())
+    holder: list[Egress] = []
+
+    def log(ev: dict[str, Any]) -> None:
+        if holder:
+            holder[0].log(ev)
+    # network.default: ask plugs in here, one asker for both entries, e.g.
+    # ask = confine.gateway.approve.make_asker(policy.network.default, approver,
+    #                                          policy.sources[0], events)
+    # and kw = {"ask": ask} when it is not None. Left out until the asker lands.
+    ask = None
+    kw: dict[str, Any] = {} if ask is None else {"ask": ask}
+    dns = DNSServer(resolver, host=LOOPBACK, log=log, **kw)
+    gw = Gateway(r, resolver, host=LOOPBACK, log=log, **kw)
+    try:
+        dns.start()
+        gw.start()
+    except OSError as e:
+        dns.stop()
+        gw.stop()
+        raise ConfineError(f"cannot start the egress gateway: {e.strerror or e}") from None
+    eg = Egress(rules=r, resolver=resolver, gateway=gw, dns=dns, events=events)
+    holder.append(eg)
+    return eg
+
+
+def bind_plan(plan: Plan, eg: Egress) -> Plan:
+    """The plan with the running gateway's ports: Landlock lets the agent (and
+    the broker) connect to exactly these on top of the profile's own ports, and
+    the proxy variables name the proxy."""
+    from landlockpy import AccessNet
+    extra: list[tuple[int, AccessNet]] = []
+    if plan.handled_net & AccessNet.CONNECT_TCP:
+        have = {p for p, a in plan.port_rules if a & AccessNet.CONNECT_TCP}
+        extra = [(p, AccessNet.CONNECT_TCP)
+                 for p in sorted({eg.gateway.port, eg.gateway.redirect_port, eg.dns.port} - have)]
+    env = dict(plan.env)
+    env.update(proxy_env(LOOPBACK, eg.gateway.port))
+    return dataclasses.replace(plan, port_rules=tuple(plan.port_rules) + tuple(extra), env=env)

@@ -1,0 +1,362 @@
+"""The egress gateway wired into `confine exec` (issue 14): real confined processes,
+started as root and as the unprivileged test account, inside network namespaces
+this module creates. Nothing is sent outside the machine:
+
+    [netns A: confine and the agent] --veth 10.200.0.1/30 <-> 10.200.0.2/30-- [netns B]
+    B's lo holds 1.1.1.1, 169.254.169.254, 10.9.9.9 and 10.53.0.53 (the DNS upstream);
+    A's only route is the veth to B; /etc/netns/A/resolv.conf names 10.53.0.53.
+
+So a direct connection from A to 1.1.1.1 really has somewhere to go (the
+control, unconfined in A, gets there), and a refusal inside is confine's.
+The servers (egress_servers.py) write every DNS query, accept, datagram and
+request to a log the tests read: "the upstream sees nothing" is checked there.
+"""
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+import zipfile
+
+import pytest
+from conftest import PY, Sandbox, make_workdir, write_owned
+
+pytestmark = pytest.mark.skipif(shutil.which("ip") is None or shutil.which("openssl") is None,
+                                reason="needs iproute2 (ip netns) and openssl")
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TAG = f"{os.getpid() % 100000}"
+NS_A, NS_B = f"cfgwA{TAG}", f"cfgwB{TAG}"
+
+
+def _sh(*args: str) -> None:
+    subprocess.run(list(args), check=True, capture_output=True, timeout=30)
+
+
+def _wheel(d: str) -> str:
+    name = "confinetestpkg-1.0-py3-none-any.whl"
+    files = {"confinetestpkg/__init__.py": "X = 1\n",
+             "confinetestpkg-1.0.dist-info/METADATA":
+                 "Metadata-Version: 2.1\nName: confinetestpkg\nVersion: 1.0\n",
+             "confinetestpkg-1.0.dist-info/WHEEL":
+                 "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+    rec = "".join(f"{k},,\n" for k in files) + "confinetestpkg-1.0.dist-info/RECORD,,\n"
+    files["confinetestpkg-1.0.dist-info/RECORD"] = rec
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        for k, v in files.items():
+            z.writestr(k, v)
+    path = os.path.join(d, name)
+    with open(path, "wb") as f:
+        f.write(buf.getvalue())
+    return path
+
+
+def _advert(d: str) -> str:
+    """The smart-HTTP ref advertisement of a one-commit repository (protocol v0)."""
+    repo = os.path.join(d, "src")
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@t", "HOME": d}
+    subprocess.run(["git", "init", "-q", "-b", "main", repo], check=True, env=env, timeout=30)
+    subprocess.run(["git", "-C", repo, "commit", "-q", "--allow-empty", "-m", "x"], check=True,
+                   env=env, timeout=30)
+    refs = subprocess.run(["git", "upload-pack", "--advertise-refs", "--stateless-rpc", repo],
+                          check=True, capture_output=True, env=env, timeout=30).stdout
+    head = subprocess.run(["git", "-C", repo, "rev-parse", "HEAD"], check=True, capture_output=True,
+                          text=True, env=env, timeout=30).stdout.strip()
+    svc = b"# service=git-upload-pack\n"
+    path = os.path.join(d, "advert")
+    with open(path, "wb") as f:
+        f.write(b"%04x" % (len(svc) + 4) + svc + b"0000" + refs)
+    with open(os.path.join(d, "head"), "w") as f:
+        f.write(head)
+    return path
+
+
+class Net:
+    def __init__(self, d: str, log: str, ca: str, head: str):
+        self.d, self.log, self.ca, self.head = d, log, ca, head
+
+    def events(self) -> list[dict]:
+        with open(self.log) as f:
+            return [json.loads(line) for line in f if line.strip()]
+
+    def mark(self) -> int:
+        return len(self.events())
+
+    def since(self, mark: int) -> list[dict]:
+        return self.events()[mark:]
+
+
+@pytest.fixture(scope="module")
+def net():
+    if os.geteuid() != 0:
+        pytest.skip("needs root (network namespaces)")
+    d = tempfile.mkdtemp(prefix="confine-egress-")
+    os.chmod(d, 0o755)
+    made: list[str] = []
+    server = None
+    etc = f"/etc/netns/{NS_A}"
+    try:
+        for ns in (NS_A, NS_B):
+            _sh("ip", "netns", "add", ns)
+            made.append(ns)
+        _sh("ip", "-n", NS_A, "link", "add", "vA", "type", "veth", "peer", "name", "vB",
+            "netns", NS_B)
+        for ns, dev, addr in ((NS_A, "vA", "10.200.0.1/30"), (NS_B, "vB", "10.200.0.2/30")):
+            _sh("ip", "-n", ns, "addr", "add", addr, "dev", dev)
+            _sh("ip", "-n", ns, "link", "set", dev, "up")
+            _sh("ip", "-n", ns, "link", "set", "lo", "up")
+        _sh("ip", "-n", NS_A, "route", "add", "default", "via", "10.200.0.2")
+        for a in ("1.1.1.1/32", "169.254.169.254/32", "10.9.9.9/32", "10.53.0.53/32"):
+            _sh("ip", "-n", NS_B, "addr", "add", a, "dev", "lo")
+        os.makedirs(etc, exist_ok=True)
+        with open(f"{etc}/resolv.conf", "w") as f:
+            f.write("nameserver 10.53.0.53\n")
+        cert, key = os.path.join(d, "ca.pem"), os.path.join(d, "key.pem")
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                        "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", key, "-out", cert,
+                        "-days", "2", "-subj", "/CN=allowed.test", "-addext",
+                        "subjectAltName=DNS:allowed.test,DNS:other.test,DNS:private.test,"
+                        "DNS:meta.test"], check=True, capture_output=True, timeout=30)
+        os.chmod(cert, 0o644)
+        advert, wheel = _advert(d), _wheel(d)
+        log, ready = os.path.join(d, "events.jsonl"), os.path.join(d, "ready")
+        open(log, "w").close()
+        server = subprocess.Popen(["ip", "netns", "exec", NS_B, sys.executable,
+                                   os.path.join(HERE, "egress_servers.py"), log, cert, key,
+                                   advert, wheel, ready])
+        for _ in range(200):
+            if os.path.exists(ready):
+                break
+            time.sleep(0.05)
+        else:
+            pytest.fail("the test servers did not start")
+        with open(os.path.join(d, "head")) as f:
+            head = f.read().strip()
+        yield Net(d, log, cert, head)
+    finally:
+        if server is not None:
+            server.kill()
+            server.wait()
+        for ns in made:
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30)
+        shutil.rmtree(etc, ignore_errors=True)
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def _ca(sb, net: Net) -> None:
+    ca = os.path.join(sb.workdir, "ca.pem")
+    if not os.path.exists(ca):
+        with open(net.ca) as f:
+            write_owned(ca, f.read(), sb.pw)
+
+
+def inside(sb, net: Net, cmd: list[str], *opts: str, timeout: int = 60):
+    """`confine exec` in namespace A (the agent's files: the CA in the workdir)."""
+    _ca(sb, net)
+    full = ["ip", "netns", "exec", NS_A] + sb.exec_cmd(cmd, *opts)
+    return subprocess.run(full, capture_output=True, text=True, timeout=timeout, cwd=sb.workdir)
+
+
+def outside(sb, net: Net, cmd: list[str], timeout: int = 60):
+    """The same command as the agent's identity in namespace A, unconfined: the control."""
+    _ca(sb, net)
+    full = ["ip", "netns", "exec", NS_A] + sb.outside_cmd(cmd)
+    return subprocess.run(full, capture_output=True, text=True, timeout=timeout, cwd=sb.workdir)
+
+
+def py(code: str) -> list[str]:
+    return [PY, "-c", textwrap.dedent(code)]
+
+
+def last_json(out: str) -> dict:
+    for line in reversed(out.splitlines()):
+        if line.startswith("{"):
+            return json.loads(line)
+    raise AssertionError(f"no JSON line in {out!r}")
+
+
+def confine_lines(stderr: str) -> list[str]:
+    return [ln for ln in stderr.splitlines() if ln.startswith("confine: egress:")]
+
+
+ALLOW = ("--allow-host", "allowed.test")
+
+# Each attempt reports "ok" plus what it read, or the errno name / exception.
+ATTEMPTS = r'''
+import errno, json, socket, ssl, sys, urllib.request
+R = {}
+ctx = ssl.create_default_context(cafile="ca.pem")
+def run(name, fn):
+    try:
+        R[name] = fn()
+    except OSError as e:
+        R[name] = errno.errorcode.get(e.errno, "exc:%s" % e) if e.errno else "exc:%s:%s" % (type(e).__name__, e)
+    except Exception as e:
+        R[name] = "exc:%s:%s" % (type(e).__name__, e)
+def tls(host, port=443, sni=None):
+    s = socket.create_connection((host, port), timeout=10)
+    t = ctx.wrap_socket(s, server_hostname=sni or host)
+    t.sendall(b"GET / HTTP/1.1\r\nHost: " + (sni or host).encode() + b"\r\n\r\n")
+    out = b""
+    while True:
+        d = t.recv(65536)
+        if not d:
+            break
+        out += d
+    return out.decode().split("\r\n\r\n", 1)[-1].strip()
+def plain(ip, port):
+    s = socket.create_connection((ip, port), timeout=5)
+    s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+    s.settimeout(5)
+    return "read:%r" % s.recv(100)
+def udp(ip, port):
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.sendto(b"x", (ip, port))
+    return "sent"
+def resolve(name):
+    return sorted({a[4][0] for a in socket.getaddrinfo(name, 443, socket.AF_INET, socket.SOCK_STREAM)})
+def urllib_get(url):
+    return urllib.request.urlopen(url, context=ctx, timeout=10).read().decode().strip()
+'''
+
+
+@pytest.mark.parametrize("mode", ["root", "user"])
+def test_allowed_name_by_proxy_and_by_direct_connect(mode, net, test_user, confine_bin, tmp_path):
+    sb = Sandbox(mode, test_user, make_workdir(test_user))
+    logf = os.path.join(sb.workdir, "decisions.jsonl")
+    try:
+        m = net.mark()
+        p = inside(sb, net, ["curl", "-sS", "--cacert", "ca.pem", "https://allowed.test/"],
+                   *ALLOW, "--log", logf)
+        assert p.returncode == 0, p.stderr
+        assert "hello from allowed.test sni=allowed.test" in p.stdout
+        p = inside(sb, net, py(ATTEMPTS + r'''
+run("resolve", lambda: resolve("allowed.test"))
+run("direct_tls", lambda: tls("allowed.test"))
+run("urllib", lambda: urllib_get("https://allowed.test/"))
+print(json.dumps(R))
+'''), *ALLOW)
+        r = last_json(p.stdout)
+        assert r["resolve"] == ["1.1.1.1"], p.stderr
+        assert r["direct_tls"] == "hello from allowed.test sni=allowed.test", p.stderr
+        assert r["urllib"] == "hello from allowed.test sni=allowed.test", p.stderr
+        got = net.since(m)
+        assert [e["sni"] for e in got if e["ev"] == "request"] == ["allowed.test"] * 3
+        # the origin saw the gateway (A's veth address), never the agent's own socket
+        assert {e["peer"] for e in got if e["ev"] == "accept"} == {"10.200.0.1"}
+        with open(logf) as f:
+            evs = [json.loads(line) for line in f]
+        conn = [e for e in evs if e.get("event") == "connect"]
+        assert conn and conn[0]["decision"] == "allow" and conn[0]["host"] == "allowed.test"
+        for k in ("time", "mode", "client", "host", "port", "resolved", "dialled", "sni",
+                  "decision", "rule", "bytes_up", "bytes_down", "duration_ms"):
+            assert k in conn[0], (k, conn[0])
+        assert conn[0]["dialled"] == "1.1.1.1:443" and conn[0]["bytes_down"] > 0
+    finally:
+        shutil.rmtree(sb.workdir, ignore_errors=True)
+
+
+@pytest.mark.parametrize("mode", ["root", "user"])
+def test_refused_destinations(mode, net, test_user, confine_bin):
+    sb = Sandbox(mode, test_user, make_workdir(test_user))
+    body = ATTEMPTS + r'''
+run("direct_ip", lambda: plain("1.1.1.1", 8443))
+run("udp", lambda: udp("1.1.1.1", 9999))
+run("metadata", lambda: plain("169.254.169.254", 80))
+run("exfil_dns", lambda: resolve("secret-data.exfil.test"))
+run("private", lambda: tls("private.test"))
+run("sni_mismatch", lambda: tls("allowed.test", sni="other.test"))
+print(json.dumps(R))
+'''
+    try:
+        # the control: unconfined in the same namespace, every one of these gets there
+        m = net.mark()
+        c = last_json(outside(sb, net, py(body)).stdout)
+        assert c["direct_ip"].startswith("exc:") or c["direct_ip"] == "ECONNRESET" \
+            or c["direct_ip"].startswith("read:"), c
+        assert c["udp"] == "sent" and c["exfil_dns"] == ["1.1.1.1"], c
+        seen = net.since(m)
+        assert {"1.1.1.1:8443", "169.254.169.254:80"} <= {e["dst"] for e in seen
+                                                           if e["ev"] == "accept"}
+        assert any(e["ev"] == "udp" for e in seen)
+        assert any(e["ev"] == "dns" and e["name"] == "secret-data.exfil.test" for e in seen)
+
+        m = net.mark()
+        p = inside(sb, net, py(body), *ALLOW, "--allow-host", "private.test")
+        r = last_json(p.stdout)
+        assert r["direct_ip"] == "ECONNREFUSED", (r, p.stderr)
+        assert r["udp"] == "EACCES", r
+        assert r["metadata"] == "ECONNREFUSED", r
+        assert "Name or service not known" in r["exfil_dns"], r      # NXDOMAIN
+        assert "hello" not in r["private"], r
+        assert "hello" not in r["sni_mismatch"], r     # closed before anything is dialled
+        seen = net.since(m)
+        assert [e for e in seen if e["ev"] in ("accept", "udp")] == [], seen
+        # only allowed names were ever asked upstream: the query name carries nothing out
+        assert {e["name"] for e in seen if e["ev"] == "dns"} <= {"private.test", "allowed.test"}
+        lines = confine_lines(p.stderr)
+        assert any("1.1.1.1:8443" in ln for ln in lines), p.stderr
+        assert any("UDP to 1.1.1.1:9999" in ln for ln in lines), p.stderr
+        assert any("secret-data.exfil.test" in ln and "--allow-host secret-data.exfil.test" in ln
+                   for ln in lines), p.stderr
+        assert any("private.test" in ln and "10.9.9.9" in ln for ln in lines), p.stderr
+        assert any("other.test" in ln for ln in lines), p.stderr
+    finally:
+        shutil.rmtree(sb.workdir, ignore_errors=True)
+
+
+@pytest.mark.parametrize("mode", ["root", "user"])
+def test_name_not_allowed_is_refused_at_once_naming_the_key(mode, net, test_user, confine_bin):
+    sb = Sandbox(mode, test_user, make_workdir(test_user))
+    try:
+        m = net.mark()
+        p = inside(sb, net, ["curl", "-sS", "--cacert", "ca.pem", "https://other.test/"], *ALLOW)
+        assert p.returncode != 0 and "403" in p.stderr, p.stderr
+        lines = confine_lines(p.stderr)
+        assert len(lines) == 1, p.stderr
+        assert "other.test" in lines[0] and "network.allow: [other.test]" in lines[0] \
+            and "--allow-host other.test" in lines[0]
+        assert net.since(m) == []          # not resolved, not dialled
+        # the control: allowed by the flag it names
+        p = inside(sb, net, ["curl", "-sS", "--cacert", "ca.pem", "https://other.test/"],
+                   "--allow-host", "other.test")
+        assert p.returncode == 0 and "sni=other.test" in p.stdout, p.stderr
+        # metadata by name: allowed by a rule, still refused (and never dialled)
+        m = net.mark()
+        p = inside(sb, net, ["curl", "-sS", "--cacert", "ca.pem", "https://meta.test/"],
+                   "--allow-host", "meta.test")
+        assert p.returncode != 0 and "169.254.169.254" in p.stderr, p.stderr
+        assert [e for e in net.since(m) if e["ev"] == "accept"] == []
+    finally:
+        shutil.rmtree(sb.workdir, ignore_errors=True)
+
+
+@pytest.mark.parametrize("mode", ["root", "user"])
+def test_git_and_pip_through_the_gateway(mode, net, test_user, confine_bin):
+    sb = Sandbox(mode, test_user, make_workdir(test_user))
+    try:
+        p = inside(sb, net, ["git", "-c", "protocol.version=0", "-c", "http.sslCAInfo=ca.pem",
+                             "ls-remote", "https://allowed.test/repo.git"], *ALLOW)
+        assert p.returncode == 0 and net.head in p.stdout, p.stderr
+        p = inside(sb, net, [PY, "-m", "pip", "download", "--no-deps", "--no-cache-dir",
+                             "--disable-pip-version-check", "--cert", "ca.pem",
+                             "--index-url", "https://allowed.test/simple/", "-d", "dl",
+                             "confinetestpkg"], *ALLOW, timeout=120)
+        assert p.returncode == 0, p.stdout + p.stderr
+        assert os.listdir(os.path.join(sb.workdir, "dl")) == [
+            "confinetestpkg-1.0-py3-none-any.whl"]
+        # the control: the same git without the host allowed is refused by name
+        p = inside(sb, net, ["git", "-c", "protocol.version=0", "-c", "http.sslCAInfo=ca.pem",
+                             "ls-remote", "https://allowed.test/repo.git"],
+                   "--allow-host", "other.test")
+        assert p.returncode != 0 and any("allowed.test" in ln for ln in confine_lines(p.stderr))
+    finally:
+        shutil.rmtree(sb.workdir, ignore_errors=True)
