@@ -58,7 +58,7 @@ def upstreams(path: str = RESOLV_CONF) -> list[tuple[str, int]]:
         text = ""
     for line in text.splitlines():
         parts = line.split()
-        if len(parts) >= 2 and parts[0] == "nameserver":
+        if len(parts) >= 2 and parts[0] == "nameserver" and "%" not in parts[1]:
             try:
                 out.append((str(ipaddress.ip_address(parts[1])), 53))
             except ValueError:
