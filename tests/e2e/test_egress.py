@@ -360,3 +360,97 @@ def test_git_and_pip_through_the_gateway(mode, net, test_user, confine_bin):
         assert p.returncode != 0 and any("allowed.test" in ln for ln in confine_lines(p.stderr))
     finally:
         shutil.rmtree(sb.workdir, ignore_errors=True)
+
+
+@pytest.mark.parametrize("mode", ["root", "user"])
+def test_without_namespaces_the_supervisor_and_landlock_still_decide(mode, net, test_user,
+                                                                     confine_bin):
+    """Landlock, seccomp and the mediation alone (no mount, pid or network namespace of
+    confine's): the same refusals, the same allowed name."""
+    sb = Sandbox(mode, test_user, make_workdir(test_user)).without_namespaces()
+    try:
+        m = net.mark()
+        p = inside(sb, net, py(ATTEMPTS + r'''
+run("direct_tls", lambda: tls("allowed.test"))
+run("direct_ip", lambda: plain("1.1.1.1", 8443))
+run("udp", lambda: udp("1.1.1.1", 9999))
+print(json.dumps(R))
+'''), *ALLOW)
+        r = last_json(p.stdout)
+        assert r == {"direct_tls": "hello from allowed.test sni=allowed.test",
+                     "direct_ip": "ECONNREFUSED", "udp": "EACCES"}, p.stderr
+        assert {e["dst"] for e in net.since(m) if e["ev"] in ("accept", "udp")} == {"1.1.1.1:443"}
+    finally:
+        shutil.rmtree(sb.workdir, ignore_errors=True)
+
+
+def test_below_landlock_abi_4_the_gateway_is_refused(net, test_user, confine_bin):
+    sb = Sandbox("root", test_user, make_workdir(test_user))
+    sb.env = ["CONFINE_TEST_LANDLOCK_ABI_MAX=3"]
+    try:
+        p = inside(sb, net, ["true"], *ALLOW)
+        assert p.returncode == 125 and "landlock.net_tcp" in p.stderr, p.stderr
+        # the control: the same run without network is not refused for it
+        p = inside(sb, net, ["true"], "--degrade", "landlock.ioctl_dev", "--degrade",
+                   "landlock.scope_signal", "--degrade", "landlock.scope_abstract_unix")
+        assert "landlock.net_tcp" not in p.stderr, p.stderr
+    finally:
+        shutil.rmtree(sb.workdir, ignore_errors=True)
+
+
+@pytest.mark.parametrize("mode", ["root", "user"])
+def test_gateway_ends_with_the_run_whatever_the_agent_leaves(mode, net, test_user, confine_bin):
+    """A leftover holding a tunnel open and many stalled clients: the run still ends
+    when the agent does, and the gateway's port is closed after it."""
+    sb = Sandbox(mode, test_user, make_workdir(test_user))
+    hold = textwrap.dedent(r'''
+        import os, socket, time
+        host, port = os.environ["HTTPS_PROXY"].rsplit("/", 1)[1].split(":")
+        keep = []
+        for _ in range(60):        # stalled: connected, never a byte
+            keep.append(socket.create_connection((host, int(port))))
+        s = socket.create_connection((host, int(port)))
+        s.sendall(b"CONNECT allowed.test:443 HTTP/1.1\r\nHost: allowed.test:443\r\n\r\n")
+        s.recv(100)
+        keep.append(s)
+        print("held", flush=True)
+        time.sleep(300)
+    ''')
+    agent = (f"{PY} -c '{hold}' > held.txt & "
+             "while ! grep -q held held.txt 2>/dev/null; do sleep 0.05; done; "
+             "curl -sS --cacert ca.pem https://allowed.test/ && echo PROXY=$HTTPS_PROXY")
+    try:
+        p = inside(sb, net, ["sh", "-c", agent], *ALLOW, timeout=60)
+        assert p.returncode == 0 and "sni=allowed.test" in p.stdout, p.stderr
+        url = [ln for ln in p.stdout.splitlines() if ln.startswith("PROXY=")][0]
+        port = int(url.rsplit(":", 1)[1])
+        probe = textwrap.dedent(f'''
+            import socket
+            try:
+                socket.create_connection(("127.0.0.1", {port}), timeout=5)
+                print("open")
+            except ConnectionRefusedError:
+                print("refused")
+        ''')
+        assert outside(sb, net, py(probe)).stdout.strip() == "refused"
+    finally:
+        shutil.rmtree(sb.workdir, ignore_errors=True)
+
+
+def test_a_stopped_gateway_refuses():
+    """Fail closed: once stopped, its ports refuse (nothing relays, nothing opens)."""
+    import socket
+
+    from confine.policy.model import Network, Policy
+    from confine.runtime.egress import start
+    from confine.runtime.events import Events
+    pol = Policy(name="t", description="", sources=(), workdir="/", home="/", tmp="/",
+                 network=Network(allow=("allowed.test",)))
+    eg = start(pol, Events())
+    ports = [eg.gateway.port, eg.gateway.redirect_port, eg.dns.port]
+    with socket.create_connection(("127.0.0.1", ports[0]), timeout=5):
+        pass                                   # the control: it was listening
+    eg.stop()
+    for port in ports:
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(("127.0.0.1", port), timeout=5)
