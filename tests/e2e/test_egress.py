@@ -184,7 +184,10 @@ def last_json(out: str) -> dict:
 
 
 def confine_lines(stderr: str) -> list[str]:
-    return [ln for ln in stderr.splitlines() if ln.startswith("confine: egress:")]
+    # the agent writes to the same stderr at the same moment (curl's own error line
+    # may be split around ours): find ours wherever a line holds it
+    return [ln[ln.index("confine: egress:"):] for ln in stderr.splitlines()
+            if "confine: egress:" in ln]
 
 
 ALLOW = ("--allow-host", "allowed.test")
@@ -454,3 +457,53 @@ def test_a_stopped_gateway_refuses():
     for port in ports:
         with pytest.raises(ConnectionRefusedError):
             socket.create_connection(("127.0.0.1", port), timeout=5)
+
+
+DNS_TCP = r'''
+import json, socket, struct, sys
+def q(name, server):
+    body = struct.pack("!HHHHHH", 0x1234, 0x0100, 1, 0, 0, 0)
+    body += b"".join(bytes([len(p)]) + p.encode() for p in name.split(".")) + b"\0"
+    body += struct.pack("!HH", 1, 1)
+    s = socket.create_connection((server, 53), timeout=10)
+    s.sendall(struct.pack("!H", len(body)) + body)
+    n = struct.unpack("!H", s.recv(2))[0]
+    data = b""
+    while len(data) < n:
+        data += s.recv(n - len(data))
+    rcode, an = data[3] & 15, struct.unpack_from("!H", data, 6)[0]
+    return [rcode, socket.inet_ntoa(data[-4:]) if an else None]
+R = {}
+for name, server in json.loads(sys.argv[1]):
+    try:
+        R[name + "@" + server] = q(name, server)
+    except OSError as e:
+        R[name + "@" + server] = str(e)
+print(json.dumps(R))
+'''
+
+
+@pytest.mark.parametrize("mode", ["root", "user"])
+def test_dns_over_tcp_to_any_address_is_answered_by_confine(mode, net, test_user, confine_bin):
+    sb = Sandbox(mode, test_user, make_workdir(test_user))
+    try:
+        m = net.mark()
+        asks = [["allowed.test", "10.53.0.53"], ["secret-tcp.exfil.test", "10.53.0.53"]]
+        c = last_json(outside(sb, net, py(DNS_TCP) + [json.dumps(asks)]).stdout)
+        assert c["secret-tcp.exfil.test@10.53.0.53"] == [3, None]     # the upstream answers
+        assert any(e.get("name") == "secret-tcp.exfil.test" for e in net.since(m))
+        m = net.mark()
+        # 192.0.2.99: no server at all (TEST-NET-1; A routes it to B, which drops it)
+        p = inside(sb, net, py(DNS_TCP) + [json.dumps(asks + [["allowed.test", "192.0.2.99"]])],
+                   *ALLOW)
+        r = last_json(p.stdout)
+        assert r["allowed.test@10.53.0.53"] == [0, "1.1.1.1"], p.stderr
+        assert r["allowed.test@192.0.2.99"] == [0, "1.1.1.1"], p.stderr   # any address
+        assert r["secret-tcp.exfil.test@10.53.0.53"] == [3, None], p.stderr
+        assert {e.get("name") for e in net.since(m)} <= {"allowed.test"}
+        # glibc told to use TCP (the profiles' old RES_OPTIONS=use-vc) resolves too
+        p = inside(sb, net, py("import socket; print(socket.gethostbyname('allowed.test'))"),
+                   *ALLOW, "--env", "RES_OPTIONS=use-vc")
+        assert p.stdout.strip() == "1.1.1.1", p.stderr
+    finally:
+        shutil.rmtree(sb.workdir, ignore_errors=True)
