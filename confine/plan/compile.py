@@ -85,6 +85,9 @@ class Plan:
     # the egress gateway decides every TCP connection beyond the agent's loopback
     # (runtime/egress.py starts it and adds its ports and the proxy variables)
     egress: bool = False
+    # (proxy, redirect, DNS) ports of the gateway's sockets in the agent's own network
+    # namespace (the child makes them, the supervisor takes them); () without it
+    gateway_ports: tuple[int, ...] = ()
 
     @property
     def lsm_apparmor(self) -> str | None:
@@ -188,8 +191,10 @@ def uses_net_namespace(policy: Policy, host: HostFacts) -> bool:
     """A profile that grants no TCP port needs nothing of the host's network: the
     agent gets a network namespace of its own (no host /proc/net, no host abstract
     sockets; TCP and UDP stay refused by Landlock and seccomp as well)."""
-    return (host.namespaces and host.net_namespace and not policy.network.egress
-            and not (policy.network.connect_tcp or policy.network.bind_tcp))
+    return (host.namespaces and host.net_namespace
+            and not (policy.network.connect_tcp or policy.network.bind_tcp)
+            # the gateway's sockets are handed over like the seccomp listener
+            and (not policy.network.egress or host.seccomp_user_notif))
 
 
 def mechanisms(policy: Policy, host: HostFacts) -> dict[str, str]:
@@ -349,6 +354,9 @@ def compile(policy: Policy, argv: Sequence[str], identity: Identity, host: HostF
     rules = _drop_covered(rules)
     ports = [(p, AccessNet.CONNECT_TCP) for p in policy.network.connect_tcp]
     ports += [(p, AccessNet.BIND_TCP) for p in policy.network.bind_tcp]
+    net_ns = uses_net_namespace(policy, host)
+    gw_ports = NETNS_GATEWAY_PORTS if net_ns and policy.network.egress else ()
+    ports += [(p, AccessNet.CONNECT_TCP) for p in gw_ports]
     ports = [(p, a & handled_net) for p, a in ports if a & handled_net]
 
     fixed = {"HOME": identity.home, "TMPDIR": policy.tmp, "USER": identity.user,
@@ -415,12 +423,17 @@ def compile(policy: Policy, argv: Sequence[str], identity: Identity, host: HostF
                 seccomp_extra=tuple(sc_extra), missing=tuple(missing), notes=tuple(notes),
                 carved=tuple(sorted(set(carved))), unix_mediation=unix_mediation,
                 file_mediation=file_mediation, mount_ns=mount_ns, pid_ns=mount_ns,
-                net_ns=uses_net_namespace(policy, host),
+                net_ns=net_ns, gateway_ports=gw_ports,
                 lsm=lsm_kept, writable_binds=tuple(binds), child_rules=tuple(child_rules),
                 protected=protected, mechanisms=mechanisms(policy, host),
                 limits=limit_mechanisms(policy, identity, mount_ns, host.cgroup_controllers),
                 cgroup=host.cgroup, egress=policy.network.egress)
     return dataclasses.replace(plan, steps=tuple(child_steps(plan)))
+
+
+# In the agent's own network namespace every port is free: the gateway's are fixed,
+# so Landlock's rules (built before the fork) can name them. DNS on its own port.
+NETNS_GATEWAY_PORTS = (3128, 3129, 53)
 
 
 def egress_notes(policy: Policy, host: HostFacts) -> list[str]:
@@ -441,6 +454,15 @@ def egress_notes(policy: Policy, host: HostFacts) -> list[str]:
                   if n.default == "ask" else "; every other host is refused"))
     out.append("egress gateway: proxy variables (HTTPS_PROXY, HTTP_PROXY, ALL_PROXY, lower "
                "case too) name it; NO_PROXY is the agent's loopback")
+    if uses_net_namespace(policy, host):
+        out.append("egress gateway: the agent has a network namespace of its own (only its "
+                   "loopback); the gateway's sockets are made there, on ports "
+                   + ", ".join(map(str, NETNS_GATEWAY_PORTS)) + " (proxy, redirect, DNS), "
+                   "and it dials out from the host's")
+    else:
+        out.append("egress gateway: the agent shares the host's network namespace (the "
+                   "profile lists loopback ports, or namespaces are unavailable): the "
+                   "supervisor's check after the rewrite and Landlock's ports are the layers")
     if host.seccomp_user_notif:
         out.append("egress gateway: a connect to any other address is redirected to it "
                    "(decided by TLS SNI or HTTP Host and confine's DNS answers); DNS to any "

@@ -93,18 +93,44 @@ def refusal_line(ev: Mapping[str, Any]) -> tuple[str, str] | None:
 
 @dataclass
 class Egress:
-    """The running gateway and DNS server of one run."""
+    """The gateway and DNS server of one run: started here (`start`, on the
+    supervisor's loopback) or on the sockets the child made in the agent's own
+    network namespace (`start_on`, ports fixed by the plan)."""
     rules: Rules
     resolver: Resolver
     gateway: Gateway
     dns: DNSServer
     events: Events
+    proxy_port: int = 0
+    redirect_port: int = 0
+    dns_port: int = 0
 
     @property
     def routes(self) -> InetRoutes:
-        return InetRoutes(redirect_port=self.gateway.redirect_port, dns_port=self.dns.port,
-                          proxy_port=self.gateway.port, expect=self.expect,
+        return InetRoutes(redirect_port=self.redirect_port, dns_port=self.dns_port,
+                          proxy_port=self.proxy_port, expect=self.expect,
                           refused=self.refused)
+
+    def start_here(self) -> None:
+        try:
+            self.dns.start()
+            self.gateway.start()
+        except OSError as e:
+            self.stop()
+            raise ConfineError(f"cannot start the egress gateway: {e.strerror or e}") from None
+        self.proxy_port, self.redirect_port = self.gateway.port, self.gateway.redirect_port
+        self.dns_port = self.dns.port
+
+    def start_on(self, fds: list[int]) -> None:
+        """fds: proxy, redirect (TCP, listening), DNS UDP and TCP, ours to keep."""
+        import socket
+        socks = [socket.socket(fileno=fd) for fd in fds]
+        if len(socks) != 4:
+            for s in socks:
+                s.close()
+            raise ConfineError("the child sent the wrong number of gateway sockets")
+        self.gateway.start((socks[0], socks[1]))
+        self.dns.start((socks[2], socks[3]))
 
     def expect(self, client: tuple[str, int], ip: str, port: int, pid: int | None = None) -> bool:
         """Announce a redirected connect to the gateway, or refuse it at once when
@@ -150,12 +176,24 @@ class Egress:
                             layer="mediation")
 
     def stop(self) -> None:
-        self.gateway.stop()
-        self.dns.stop()
+        """Both, whatever the first does: the exit check runs after this."""
+        try:
+            self.gateway.stop()
+        finally:
+            self.dns.stop()
 
 
 def start(policy: Any, events: Events, resolv_conf: str = RESOLV_CONF) -> Egress:
     """Build and start the gateway and the DNS server on the supervisor's loopback."""
+    eg = build(policy, events, resolv_conf)
+    eg.start_here()
+    return eg
+
+
+def build(policy: Any, events: Events, resolv_conf: str = RESOLV_CONF,
+          ports: tuple[int, ...] = ()) -> Egress:
+    """The gateway and DNS server, not started; ports: (proxy, redirect, DNS) of
+    the sockets start_on will get."""
     r = rules(policy.network)
     resolver = Resolver(upstreams(resolv_conf), r, Pins())
     holder: list[Egress] = []
@@ -171,14 +209,9 @@ def start(policy: Any, events: Events, resolv_conf: str = RESOLV_CONF) -> Egress
     kw: dict[str, Any] = {} if ask is None else {"ask": ask}
     dns = DNSServer(resolver, host=LOOPBACK, log=log, **kw)
     gw = Gateway(r, resolver, host=LOOPBACK, log=log, **kw)
-    try:
-        dns.start()
-        gw.start()
-    except OSError as e:
-        dns.stop()
-        gw.stop()
-        raise ConfineError(f"cannot start the egress gateway: {e.strerror or e}") from None
     eg = Egress(rules=r, resolver=resolver, gateway=gw, dns=dns, events=events)
+    if ports:
+        eg.proxy_port, eg.redirect_port, eg.dns_port = ports
     holder.append(eg)
     return eg
 
@@ -189,10 +222,10 @@ def bind_plan(plan: Plan, eg: Egress) -> Plan:
     the proxy variables name the proxy."""
     from landlockpy import AccessNet
     extra: list[tuple[int, AccessNet]] = []
-    if plan.handled_net & AccessNet.CONNECT_TCP:
+    if plan.handled_net & AccessNet.CONNECT_TCP and not plan.gateway_ports:
         have = {p for p, a in plan.port_rules if a & AccessNet.CONNECT_TCP}
         extra = [(p, AccessNet.CONNECT_TCP)
-                 for p in sorted({eg.gateway.port, eg.gateway.redirect_port, eg.dns.port} - have)]
+                 for p in sorted({eg.proxy_port, eg.redirect_port, eg.dns_port} - have)]
     env = dict(plan.env)
-    env.update(proxy_env(LOOPBACK, eg.gateway.port))
+    env.update(proxy_env(LOOPBACK, eg.proxy_port))
     return dataclasses.replace(plan, port_rules=tuple(plan.port_rules) + tuple(extra), env=env)

@@ -44,12 +44,16 @@ def _filters(plan: Plan) -> list[Any]:
 
 
 def launch(plan: Plan, *, guard: Any = None,
-           warn: Callable[[str], None] | None = None, inet: Any = None) -> Outcome:
+           warn: Callable[[str], None] | None = None, inet: Any = None,
+           on_sockets: Callable[[list[int]], None] | None = None) -> Outcome:
     """Run the plan. Returns the command's status (128+N if killed by signal N);
     raises CommandNotFound/CommandNotExecutable/ConfineError for failures before exec.
-    inet: the egress gateway's routes (mediation.InetRoutes), required when it runs."""
+    inet: the egress gateway's routes (mediation.InetRoutes), required when it runs;
+    on_sockets: starts it on the sockets the child made in the agent's network namespace."""
     if plan.egress and plan.unix_mediation and inet is None:
         raise ConfineError("the egress gateway is not running: refusing to run")
+    if plan.gateway_ports and on_sockets is None:
+        raise ConfineError("nothing takes the egress gateway's sockets: refusing to run")
     tmp = _mount_tmp(plan)
     cg = None
     try:
@@ -64,7 +68,7 @@ def launch(plan: Plan, *, guard: Any = None,
             except OSError as e:
                 raise ConfineError(f"cannot make the run's cgroup under {plan.cgroup}: "
                                    f"{e.strerror or e}") from None
-        return _launch(plan, guard, warn, cg, inet)
+        return _launch(plan, guard, warn, cg, inet, on_sockets)
     finally:
         if cg is not None:
             try:
@@ -92,7 +96,8 @@ def _mount_tmp(plan: Plan) -> str | None:
 
 
 def _launch(plan: Plan, guard: Any, warn: Callable[[str], None] | None,
-            cg: str | None, inet: Any = None) -> Outcome:
+            cg: str | None, inet: Any = None,
+            on_sockets: Callable[[list[int]], None] | None = None) -> Outcome:
     ruleset = _ruleset(plan)
     filters = _filters(plan)
     status_r, status_w = os.pipe2(os.O_CLOEXEC)
@@ -124,7 +129,7 @@ def _launch(plan: Plan, guard: Any, warn: Callable[[str], None] | None,
             ruleset.close()
         if med is not None:
             med.close_child_ends()
-        outcome, failure = _read_status(status_r, pid, plan, med, warn, inet)
+        outcome, failure = _read_status(status_r, pid, plan, med, warn, inet, on_sockets)
         os.close(status_r)
         if med is not None:
             os.close(med.sync_w)
@@ -158,7 +163,8 @@ def _cgroup_kill(path: str) -> None:
 
 
 def _read_status(status_r: int, pid: int, plan: Plan, med: MediationChannel | None,
-                 warn: Callable[[str], None] | None, inet: Any = None
+                 warn: Callable[[str], None] | None, inet: Any = None,
+                 on_sockets: Callable[[list[int]], None] | None = None
                  ) -> tuple[Outcome, status.Message | None]:
     outcome = Outcome(status=125)
     failure: status.Message | None = None
@@ -182,6 +188,15 @@ def _read_status(status_r: int, pid: int, plan: Plan, med: MediationChannel | No
                 holder = msg.pid
             elif isinstance(msg, status.Listener) and med is not None:
                 listener = msg.fd
+            elif isinstance(msg, status.Sockets) and med is not None and on_sockets is not None:
+                try:
+                    _take_sockets(pid, msg.fds, on_sockets)
+                except (OSError, ConfineError) as e:
+                    os.kill(pid, signal.SIGKILL)
+                    failure = status.SetupFailed(
+                        "gateway_sockets", f"cannot take over the gateway's sockets: {e}")
+                else:
+                    os.write(med.sync_w, b"g")
             elif failure is None:
                 failure = msg
             if listener is not None and holder is not None:
@@ -198,6 +213,23 @@ def _read_status(status_r: int, pid: int, plan: Plan, med: MediationChannel | No
     if buf and failure is None:
         failure = status.parse(buf)
     return outcome, failure
+
+
+def _take_sockets(pid: int, fds: list[int], on_sockets: Callable[[list[int]], None]) -> None:
+    """Copy the gateway's sockets out of the child (still the first one: this
+    step comes before the pid namespace) and start the gateway on them."""
+    pidfd = notify.pidfd_open(pid)
+    got: list[int] = []
+    try:
+        for fd in fds[:4]:
+            got.append(notify.pidfd_getfd(pidfd, fd))
+    except OSError:
+        for f in got:
+            os.close(f)
+        raise
+    finally:
+        os.close(pidfd)
+    on_sockets(got)
 
 
 def _start_mediator(pid: int, child_fd: int, med: MediationChannel, plan: Plan,

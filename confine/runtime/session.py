@@ -244,8 +244,11 @@ class Session:
         hold = self._hold = _SignalHold()
         try:
             plan = self._start_egress(plan)
+            eg = self.egress
             outcome = launch(plan, guard=self.guard, warn=say,
-                             inet=self.egress.routes if self.egress is not None else None)
+                             inet=eg.routes if eg is not None else None,
+                             on_sockets=eg.start_on if eg is not None and plan.gateway_ports
+                             else None)
             result.status, result.steps = outcome.status, outcome.steps
         except OSError as e:
             raise ConfineError(f"setup failed: {e.strerror or e}") from None
@@ -261,7 +264,10 @@ class Session:
         if not plan.egress:
             return plan
         from . import egress
-        self.egress = egress.start(plan.policy, self.events)
+        if plan.gateway_ports:   # started on the child's sockets, in the agent's namespace
+            self.egress = egress.build(plan.policy, self.events, ports=plan.gateway_ports)
+        else:
+            self.egress = egress.start(plan.policy, self.events)
         return egress.bind_plan(plan, self.egress)
 
     def _stop_egress(self) -> None:

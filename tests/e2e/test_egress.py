@@ -277,6 +277,7 @@ run("metadata", lambda: plain("169.254.169.254", 80))
 run("exfil_dns", lambda: resolve("secret-data.exfil.test"))
 run("private", lambda: tls("private.test"))
 run("sni_mismatch", lambda: tls("allowed.test", sni="other.test"))
+R["interfaces"] = sorted(l.split(":")[0].strip() for l in open("/proc/net/dev").readlines()[2:])
 print(json.dumps(R))
 '''
     try:
@@ -286,6 +287,7 @@ print(json.dumps(R))
         assert c["direct_ip"].startswith("exc:") or c["direct_ip"] == "ECONNRESET" \
             or c["direct_ip"].startswith("read:"), c
         assert c["udp"] == "sent" and c["exfil_dns"] == ["1.1.1.1"], c
+        assert c["interfaces"] == ["lo", "vA"], c
         seen = net.since(m)
         assert {"1.1.1.1:8443", "169.254.169.254:80"} <= {e["dst"] for e in seen
                                                            if e["ev"] == "accept"}
@@ -296,6 +298,8 @@ print(json.dumps(R))
         p = inside(sb, net, py(body), *ALLOW, "--allow-host", "private.test")
         r = last_json(p.stdout)
         assert r["direct_ip"] == "ECONNREFUSED", (r, p.stderr)
+        # its own network namespace: no route anywhere but through the gateway's sockets
+        assert r["interfaces"] == ["lo"], r
         assert r["udp"] == "EACCES", r
         assert r["metadata"] == "ECONNREFUSED", r
         assert "Name or service not known" in r["exfil_dns"], r      # NXDOMAIN

@@ -132,6 +132,20 @@ def test_plan_with_the_gateway(dirs):
     assert any(r.matches([2, 2, 1]) for r in udp) and any(r.matches([10, 2, 58]) for r in udp)
 
 
+def test_gateway_in_the_agents_own_network_namespace(dirs):
+    pol = _load_text(dirs, "network:\n  allow: [example.com]\n")
+    host = dataclasses.replace(FULL, net_namespace=True)
+    plan = _plan(dirs, pol, host)
+    assert plan.net_ns and plan.gateway_ports == (3128, 3129, 53)
+    names = plan.step_names()
+    assert names.index("gateway_sockets") == names.index("net_namespace") + 1
+    assert names.index("gateway_sockets") < names.index("pid_namespace")
+    assert {p for p, _ in plan.port_rules} == {3128, 3129, 53}
+    # no user notification to hand the sockets over: the host's namespace, ports at run time
+    plan = _plan(dirs, pol, dataclasses.replace(host, seccomp_user_notif=False))
+    assert not plan.net_ns and plan.gateway_ports == () and plan.port_rules == ()
+
+
 def test_plan_without_the_gateway_keeps_udp_closed(dirs):
     plan = _plan(dirs, _load_text(dirs, "description: x\n"))
     assert not plan.egress and plan.to_dict()["network"]["gateway"] is None
