@@ -511,3 +511,121 @@ def test_dns_over_tcp_to_any_address_is_answered_by_confine(mode, net, test_user
         assert p.stdout.strip() == "1.1.1.1", p.stderr
     finally:
         shutil.rmtree(sb.workdir, ignore_errors=True)
+
+
+ODD = ATTEMPTS + r'''
+import ctypes, struct
+libc = ctypes.CDLL(None, use_errno=True)
+def v6_mapped(port):
+    s = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+    s.settimeout(5)
+    s.connect(("::ffff:1.1.1.1", port))
+    return "connected"
+def v6_tls():
+    resolve("allowed.test")
+    s = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+    s.settimeout(10)
+    s.connect(("::ffff:1.1.1.1", 443))
+    t = ctx.wrap_socket(s, server_hostname="allowed.test")
+    t.sendall(b"GET / HTTP/1.1\r\nHost: allowed.test\r\n\r\n")
+    return t.recv(4096).decode().split("\r\n\r\n", 1)[-1].strip()
+def raw_sendto(fam, ip, port):
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sa = struct.pack("<H", fam) + struct.pack("!H4s8x", port, socket.inet_aton(ip))
+    ctypes.set_errno(0)
+    r = libc.sendto(s.fileno(), b"x", 1, 0, sa, len(sa))
+    return "sent" if r >= 0 else errno.errorcode[ctypes.get_errno()]
+def udp_sendmsg(ip, port):
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.sendmsg([b"x"], [], 0, (ip, port))
+    return "sent"
+def dns_by_sendmsg():
+    q = struct.pack("!HHHHHH", 7, 0x0100, 1, 0, 0, 0) + b"\x07allowed\x04test\x00" + struct.pack("!HH", 1, 1)
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.settimeout(3)         # outside, nothing answers there
+    s.sendmsg([q], [], 0, ("192.0.2.99", 53))
+    data, peer = s.recvfrom(4096)
+    return [data[3] & 15, socket.inet_ntoa(data[-4:])]
+class MsgHdr(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_void_p), ("namelen", ctypes.c_uint32), ("iov", ctypes.c_void_p),
+                ("iovlen", ctypes.c_size_t), ("control", ctypes.c_void_p), ("controllen", ctypes.c_size_t),
+                ("flags", ctypes.c_int)]
+class MMsg(ctypes.Structure):
+    _fields_ = [("hdr", MsgHdr), ("len", ctypes.c_uint32)]
+class IoVec(ctypes.Structure):
+    _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
+def mmsg(sock, addr):
+    buf = ctypes.create_string_buffer(b"x")
+    iov = IoVec(ctypes.cast(buf, ctypes.c_void_p), 1)
+    vec = (MMsg * 2)()
+    sa = None
+    if addr:
+        sa = ctypes.create_string_buffer(struct.pack("<H", socket.AF_INET)
+                                         + struct.pack("!H4s8x", addr[1], socket.inet_aton(addr[0])), 16)
+    for m in vec:
+        m.hdr.iov = ctypes.cast(ctypes.pointer(iov), ctypes.c_void_p)
+        m.hdr.iovlen = 1
+        if sa is not None:
+            m.hdr.name = ctypes.cast(sa, ctypes.c_void_p)
+            m.hdr.namelen = 16
+    ctypes.set_errno(0)
+    r = libc.sendmmsg(sock.fileno(), vec, 2, 0)
+    return [r, vec[0].len, vec[1].len] if r >= 0 else errno.errorcode[ctypes.get_errno()]
+def mmsg_addr():
+    return mmsg(socket.socket(socket.AF_INET, socket.SOCK_DGRAM), ("1.1.1.1", 9999))
+def mmsg_connected_dns():
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.connect(("1.1.1.1", 53))      # any resolver address: confine's server
+    return mmsg(s, None)
+def other_port_of_allowed():
+    resolve("allowed.test")
+    return plain("1.1.1.1", 8443)
+def zero_addr():
+    return plain("0.0.0.0", 8443)
+def short_addr():
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sa = struct.pack("<H", socket.AF_INET) + b"\x20\xfb\x01\x01"
+    ctypes.set_errno(0)
+    r = libc.connect(s.fileno(), sa, len(sa))
+    return "connected" if r == 0 else errno.errorcode[ctypes.get_errno()]
+run("v6_mapped_direct", lambda: v6_mapped(8443))
+run("v6_mapped_allowed", v6_tls)
+run("unspec_sendto", lambda: raw_sendto(0, "1.1.1.1", 9999))
+run("udp_sendmsg", lambda: udp_sendmsg("1.1.1.1", 9999))
+run("dns_by_sendmsg", dns_by_sendmsg)
+run("mmsg_addr", mmsg_addr)
+run("mmsg_connected_dns", mmsg_connected_dns)
+run("other_port_of_allowed", other_port_of_allowed)
+run("zero_addr", zero_addr)
+run("short_addr", short_addr)
+print(json.dumps(R))
+'''
+
+
+@pytest.mark.parametrize("mode", ["root", "user"])
+def test_odd_addresses_and_calls(mode, net, test_user, confine_bin):
+    sb = Sandbox(mode, test_user, make_workdir(test_user))
+    try:
+        m = net.mark()
+        c = last_json(outside(sb, net, py(ODD)).stdout)
+        # the control: unconfined, the datagrams and the direct connects get there
+        assert c["unspec_sendto"] == "sent" and c["udp_sendmsg"] == "sent", c
+        assert c["mmsg_addr"] == [2, 1, 1] and c["v6_mapped_direct"] == "connected", c
+        assert {"1.1.1.1:8443", "1.1.1.1:9999"} <= {e.get("dst") for e in net.since(m)}
+        m = net.mark()
+        p = inside(sb, net, py(ODD), *ALLOW)
+        r = last_json(p.stdout)
+        assert r["v6_mapped_direct"] == "ECONNREFUSED", (r, p.stderr)
+        assert r["v6_mapped_allowed"] == "hello from allowed.test sni=allowed.test", r
+        assert r["unspec_sendto"] == "EACCES" and r["udp_sendmsg"] == "EACCES", r
+        assert r["dns_by_sendmsg"] == [0, "1.1.1.1"], r        # answered by confine
+        assert r["mmsg_addr"] == "EPERM", r
+        assert r["mmsg_connected_dns"] == [2, 1, 1], r          # performed, msg_len written
+        assert r["other_port_of_allowed"] == "ECONNREFUSED", r  # pinned, but not on 8443
+        assert r["zero_addr"] in ("ECONNREFUSED", "EACCES"), r  # the agent's own loopback
+        assert r["short_addr"] == "EINVAL", r
+        got = net.since(m)
+        assert {e["dst"] for e in got if e["ev"] in ("accept", "udp")} == {"1.1.1.1:443"}, got
+        assert {e["name"] for e in got if e["ev"] == "dns"} <= {"allowed.test"}
+    finally:
+        shutil.rmtree(sb.workdir, ignore_errors=True)
