@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -35,6 +36,7 @@ from ..plan.env import proxy_env
 from .events import Events
 
 RESOLV_CONF = "/etc/resolv.conf"
+MAX_EXES = 1024
 LOOPBACK = "127.0.0.1"
 
 
@@ -64,6 +66,13 @@ def upstreams(path: str = RESOLV_CONF) -> list[tuple[str, int]]:
             except ValueError:
                 continue
     return out[:3] or [(LOOPBACK, 53)]
+
+
+def _exe(pid: int | None) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/exe") if pid is not None else None
+    except OSError:
+        return None
 
 
 def refusal_line(ev: Mapping[str, Any]) -> tuple[str, str] | None:
@@ -104,6 +113,9 @@ class Egress:
     proxy_port: int = 0
     redirect_port: int = 0
     dns_port: int = 0
+    # pid -> executable of the processes whose connects were redirected, for the log
+    # (bounded: the agent chooses how many processes it runs)
+    exes: dict[int, str] = dataclasses.field(default_factory=dict)
 
     @property
     def routes(self) -> InetRoutes:
@@ -149,6 +161,13 @@ class Egress:
                           "rule": "no rule", "reason": "address not resolved by confine for "
                           "an allowed name"})
             return False
+        if pid is not None:
+            if len(self.exes) >= MAX_EXES:
+                self.exes.pop(next(iter(self.exes)))
+            try:
+                self.exes[pid] = os.readlink(f"/proc/{pid}/exe")
+            except OSError:
+                pass
         return bool(self.gateway.expect(client, ip, port, pid))
 
     def _pinned(self, ip: str, port: int) -> bool:
@@ -164,6 +183,9 @@ class Egress:
     def log(self, ev: dict[str, Any]) -> None:
         """The gateway's and the DNS server's log sink: every event is one line in
         --log; a refusal is also one `confine:` line per destination."""
+        pid = ev.get("pid")
+        if isinstance(pid, int) and "exe" not in ev and pid in self.exes:
+            ev = {**ev, "exe": self.exes[pid]}
         got = refusal_line(ev)
         if got is None:
             self.events.emit(ev)
@@ -172,8 +194,10 @@ class Egress:
 
     def refused(self, key: str, line: str, ev: dict[str, Any]) -> None:
         """A refusal by the supervisor's own INET check (UDP not to DNS, ...)."""
-        self.events.refused(key, line, {"event": "connect", "decision": "deny", **ev},
-                            layer="mediation")
+        pid = ev.get("pid")
+        self.events.refused(key, line, {"event": "connect", "decision": "deny",
+                                        "exe": _exe(pid if isinstance(pid, int) else None),
+                                        **ev}, layer="mediation")
 
     def stop(self) -> None:
         """Both, whatever the first does: the exit check runs after this."""

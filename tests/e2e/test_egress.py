@@ -263,6 +263,22 @@ print(json.dumps(R))
                   "decision", "rule", "bytes_up", "bytes_down", "duration_ms"):
             assert k in conn[0], (k, conn[0])
         assert conn[0]["dialled"] == "1.1.1.1:443" and conn[0]["bytes_down"] > 0
+        p = inside(sb, net, py(ATTEMPTS + 'run("t", lambda: tls("allowed.test"))\n'
+                                          'run("u", lambda: udp("1.1.1.1", 9999))\n'
+                                          'print(json.dumps(R))'), *ALLOW, "--log", logf)
+        assert last_json(p.stdout)["t"].startswith("hello"), p.stderr
+        with open(logf) as f:
+            evs = [json.loads(line) for line in f]
+        redirected = [e for e in evs if e.get("mode") == "transparent"][-1]
+        assert redirected["decision"] == "allow" and redirected["sni"] == "allowed.test"
+        assert isinstance(redirected["pid"], int), redirected
+        assert os.path.basename(redirected["exe"]).startswith("python3"), redirected
+        udp = [e for e in evs if e.get("mode") == "udp"][-1]
+        assert udp["decision"] == "deny" and udp["host"] == "1.1.1.1" and udp["port"] == 9999
+        assert udp["exe"] and udp["layer"] == "mediation", udp
+        dns = [e for e in evs if e.get("event") == "dns"]
+        assert dns and all(k in dns[0] for k in ("name", "qtype", "decision", "rule", "rcode",
+                                                  "answers", "upstream", "client", "proto"))
     finally:
         shutil.rmtree(sb.workdir, ignore_errors=True)
 
