@@ -412,7 +412,8 @@ def compile(policy: Policy, argv: Sequence[str], identity: Identity, host: HostF
     sc_rules = seccomp.rules_for(policy.seccomp.deny, policy.seccomp.unsafe_allow,
                                  udp=policy.network.egress and host.seccomp_user_notif)
     sc_extra: tuple[Any, ...] = ()
-    if abi < 4 and not (policy.network.connect_tcp or policy.network.bind_tcp):
+    if abi < 4 and not (policy.network.connect_tcp or policy.network.bind_tcp
+                        or policy.network.egress):
         sc_extra = seccomp.no_inet_rules()
         notes.append(f"Landlock ABI {abi} cannot filter TCP: IPv4/IPv6 sockets refused by seccomp")
     unix_mediation = host.seccomp_user_notif

@@ -116,6 +116,9 @@ class Egress:
     # pid -> executable of the processes whose connects were redirected, for the log
     # (bounded: the agent chooses how many processes it runs)
     exes: dict[int, str] = dataclasses.field(default_factory=dict)
+    # network.default: ask: a name no rule allows may be approved while the run goes
+    # on (by the asker, at the gateway), so a pinned address is enough to go there
+    ask: bool = False
 
     @property
     def routes(self) -> InetRoutes:
@@ -176,7 +179,7 @@ class Egress:
         except ValueError:
             return False
         for name, addrs in self.resolver.pins.snapshot().items():
-            if str(addr) in addrs and self.rules.decide(name, port).allowed:
+            if str(addr) in addrs and (self.ask or self.rules.decide(name, port).allowed):
                 return True
         return False
 
@@ -233,7 +236,8 @@ def build(policy: Any, events: Events, resolv_conf: str = RESOLV_CONF,
     kw: dict[str, Any] = {} if ask is None else {"ask": ask}
     dns = DNSServer(resolver, host=LOOPBACK, log=log, **kw)
     gw = Gateway(r, resolver, host=LOOPBACK, log=log, **kw)
-    eg = Egress(rules=r, resolver=resolver, gateway=gw, dns=dns, events=events)
+    eg = Egress(rules=r, resolver=resolver, gateway=gw, dns=dns, events=events,
+                ask=policy.network.default == "ask")
     if ports:
         eg.proxy_port, eg.redirect_port, eg.dns_port = ports
     holder.append(eg)

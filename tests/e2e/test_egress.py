@@ -417,6 +417,17 @@ def test_below_landlock_abi_4_the_gateway_is_refused(net, test_user, confine_bin
         p = inside(sb, net, ["true"], "--degrade", "landlock.ioctl_dev", "--degrade",
                    "landlock.scope_signal", "--degrade", "landlock.scope_abstract_unix")
         assert "landlock.net_tcp" not in p.stderr, p.stderr
+        # accepted by name: the mediation and the agent's network namespace still decide
+        m = net.mark()
+        p = inside(sb, net, py(ATTEMPTS + r'''
+run("direct_tls", lambda: tls("allowed.test"))
+run("direct_ip", lambda: plain("1.1.1.1", 8443))
+print(json.dumps(R))
+'''), *ALLOW, "--degrade", "landlock.net_tcp", "--degrade", "landlock.ioctl_dev")
+        assert last_json(p.stdout) == {"direct_tls": "hello from allowed.test sni=allowed.test",
+                                       "direct_ip": "ECONNREFUSED"}, p.stderr
+        assert "NOT enforced: landlock.net_tcp" in p.stderr
+        assert {e["dst"] for e in net.since(m) if e["ev"] == "accept"} == {"1.1.1.1:443"}
     finally:
         shutil.rmtree(sb.workdir, ignore_errors=True)
 
