@@ -615,6 +615,21 @@ def short_addr():
     ctypes.set_errno(0)
     r = libc.connect(s.fileno(), sa, len(sa))
     return "connected" if r == 0 else errno.errorcode[ctypes.get_errno()]
+def connect_sni(host, sni):
+    """CONNECT host:443 through the proxy, then a ClientHello naming another host."""
+    phost, pport = os.environ["HTTPS_PROXY"].rsplit("/", 1)[1].split(":")
+    s = socket.create_connection((phost, int(pport)), timeout=10)
+    s.sendall(("CONNECT %s:443 HTTP/1.1\r\nHost: %s:443\r\n\r\n" % (host, host)).encode())
+    head = s.recv(4096)
+    if b" 200 " not in head.split(b"\r\n")[0]:
+        return "refused:%r" % head[:40]
+    t = ctx.wrap_socket(s, server_hostname=sni)
+    t.sendall(b"GET / HTTP/1.1\r\nHost: " + sni.encode() + b"\r\n\r\n")
+    return t.recv(4096).decode()
+import os
+if "HTTPS_PROXY" in os.environ:
+    run("tunnel_other_sni", lambda: connect_sni("allowed.test", "other.test"))
+    run("tunnel_same_sni", lambda: connect_sni("allowed.test", "allowed.test").split("\r\n\r\n", 1)[-1].strip())
 run("v6_mapped_direct", lambda: v6_mapped(8443))
 run("v6_mapped_allowed", v6_tls)
 run("unspec_sendto", lambda: raw_sendto(0, "1.1.1.1", 9999))
@@ -651,8 +666,26 @@ def test_odd_addresses_and_calls(mode, net, test_user, confine_bin):
         assert r["other_port_of_allowed"] == "ECONNREFUSED", r  # pinned, but not on 8443
         assert r["zero_addr"] in ("ECONNREFUSED", "EACCES"), r  # the agent's own loopback
         assert r["short_addr"] == "EINVAL", r
+        assert "hello" not in r["tunnel_other_sni"], r       # closed, nothing dialled
+        assert r["tunnel_same_sni"] == "hello from allowed.test sni=allowed.test", r
         got = net.since(m)
         assert {e["dst"] for e in got if e["ev"] in ("accept", "udp")} == {"1.1.1.1:443"}, got
+        assert {e["sni"] for e in got if e["ev"] == "request"} == {"allowed.test"}, got
         assert {e["name"] for e in got if e["ev"] == "dns"} <= {"allowed.test"}
+    finally:
+        shutil.rmtree(sb.workdir, ignore_errors=True)
+
+
+@pytest.mark.parametrize("mode", ["root", "user"])
+def test_python_requests_if_installed(mode, net, test_user, confine_bin):
+    if subprocess.run([PY, "-c", "import requests"], capture_output=True).returncode != 0:
+        pytest.skip("python3-requests is not installed for the system python")
+    sb = Sandbox(mode, test_user, make_workdir(test_user))
+    try:
+        code = "import requests; print(requests.get('https://allowed.test/', verify='ca.pem', timeout=10).text)"
+        p = inside(sb, net, py(code), *ALLOW)
+        assert "sni=allowed.test" in p.stdout, p.stderr
+        p = inside(sb, net, py(code), "--allow-host", "other.test")
+        assert p.returncode != 0 and any("allowed.test" in ln for ln in confine_lines(p.stderr))
     finally:
         shutil.rmtree(sb.workdir, ignore_errors=True)
