@@ -401,40 +401,25 @@ class Mediator:
             return self._respond(nid, error=errno.EPERM)
         if vlen == 0:
             return self._respond(nid, val=0)
-        raw = notify.read_mem(pid, vec, inet.MMSGHDR_SIZE * vlen)
-        msgs: list[bytes] = []
-        total = 0
-        for i in range(vlen):
-            hdr = MsgHdr.from_buffer_copy(raw, inet.MMSGHDR_SIZE * i)
-            if (hdr.msg_name and hdr.msg_namelen) or (hdr.msg_control and hdr.msg_controllen):
-                return self._respond(nid, error=errno.EPERM)
-            if hdr.msg_iovlen > 1024:
-                return self._respond(nid, error=errno.EMSGSIZE)
-            iovs = (notify.read_mem(pid, hdr.msg_iov, IOVEC.size * hdr.msg_iovlen)
-                    if hdr.msg_iovlen else b"")
-            parts = []
-            for j in range(hdr.msg_iovlen):
-                base, ln = IOVEC.unpack_from(iovs, IOVEC.size * j)
-                take = min(ln, inet.MAX_DGRAM - sum(map(len, parts)))
-                if take:
-                    parts.append(notify.read_mem(pid, base, take))
-            msgs.append(b"".join(parts))
-            total += len(msgs[-1])
-            if total >= DATA_CAP:
-                break
         pidfd = _pidfd(pid)
         try:
             sfd = notify.pidfd_getfd(pidfd, a[0] & 0xFFFFFFFF)
         finally:
             os.close(pidfd)
         try:
-            if not notify.id_valid(self.fd, nid):
-                return
-            s = socket.socket(fileno=os.dup(sfd))
-            fam = s.family
+            try:
+                s = socket.socket(fileno=os.dup(sfd))
+            except OSError:
+                return self._respond(nid, error=errno.ENOTSOCK)
+            fam, stream = s.family, s.type == socket.SOCK_STREAM
             s.close()
             if fam not in (socket.AF_INET, socket.AF_INET6):
                 return self._respond(nid, error=errno.EPERM)
+            msgs = self._mmsg_data(pid, vec, vlen, stream)
+            if isinstance(msgs, int):
+                return self._respond(nid, error=msgs)
+            if not notify.id_valid(self.fd, nid):
+                return
             sent, err = inet.send_all(sfd, msgs, flags)
         finally:
             os.close(sfd)
@@ -447,6 +432,39 @@ class Mediator:
             except OSError:
                 break
         self._respond(nid, val=len(sent))
+
+    @staticmethod
+    def _mmsg_data(pid: int, vec: int, vlen: int, stream: bool) -> list[bytes] | int:
+        """The data of each message (an errno instead when one is refused). A
+        message larger than the copy cap ends the batch: a stream gets it as a
+        short write, a datagram EMSGSIZE (never a truncated datagram)."""
+        raw = notify.read_mem(pid, vec, inet.MMSGHDR_SIZE * vlen)
+        msgs: list[bytes] = []
+        total = 0
+        for i in range(vlen):
+            hdr = MsgHdr.from_buffer_copy(raw, inet.MMSGHDR_SIZE * i)
+            if (hdr.msg_name and hdr.msg_namelen) or (hdr.msg_control and hdr.msg_controllen):
+                return errno.EPERM
+            if hdr.msg_iovlen > 1024:
+                return errno.EMSGSIZE
+            iovs = (notify.read_mem(pid, hdr.msg_iov, IOVEC.size * hdr.msg_iovlen)
+                    if hdr.msg_iovlen else b"")
+            parts: list[bytes] = []
+            have, cut = 0, False
+            for j in range(hdr.msg_iovlen):
+                base, ln = IOVEC.unpack_from(iovs, IOVEC.size * j)
+                take = min(ln, inet.MAX_DGRAM - have)
+                if take:
+                    parts.append(notify.read_mem(pid, base, take))
+                    have += take
+                cut = cut or take < ln
+            if cut and not stream:
+                return errno.EMSGSIZE if not msgs else msgs
+            msgs.append(b"".join(parts))
+            total += have
+            if cut or total >= DATA_CAP:
+                break
+        return msgs
 
     def _control(self, pid: int, hdr: MsgHdr, nid: int) -> list[int] | None:
         """Descriptors passed with SCM_RIGHTS (agent numbers); None if refused."""

@@ -598,6 +598,20 @@ def mmsg(sock, addr):
     ctypes.set_errno(0)
     r = libc.sendmmsg(sock.fileno(), vec, 2, 0)
     return [r, vec[0].len, vec[1].len] if r >= 0 else errno.errorcode[ctypes.get_errno()]
+def mmsg_unix():
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+    return mmsg(a, None)
+def mmsg_big():
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.connect(("1.1.1.1", 53))
+    big = ctypes.create_string_buffer(100000)
+    iov = IoVec(ctypes.cast(big, ctypes.c_void_p), 100000)
+    vec = (MMsg * 1)()
+    vec[0].hdr.iov = ctypes.cast(ctypes.pointer(iov), ctypes.c_void_p)
+    vec[0].hdr.iovlen = 1
+    ctypes.set_errno(0)
+    r = libc.sendmmsg(s.fileno(), vec, 1, 0)
+    return r if r >= 0 else errno.errorcode[ctypes.get_errno()]
 def mmsg_addr():
     return mmsg(socket.socket(socket.AF_INET, socket.SOCK_DGRAM), ("1.1.1.1", 9999))
 def mmsg_connected_dns():
@@ -636,6 +650,8 @@ run("unspec_sendto", lambda: raw_sendto(0, "1.1.1.1", 9999))
 run("udp_sendmsg", lambda: udp_sendmsg("1.1.1.1", 9999))
 run("dns_by_sendmsg", dns_by_sendmsg)
 run("mmsg_addr", mmsg_addr)
+run("mmsg_unix", mmsg_unix)
+run("mmsg_big", mmsg_big)
 run("mmsg_connected_dns", mmsg_connected_dns)
 run("other_port_of_allowed", other_port_of_allowed)
 run("zero_addr", zero_addr)
@@ -662,6 +678,8 @@ def test_odd_addresses_and_calls(mode, net, test_user, confine_bin):
         assert r["unspec_sendto"] == "EACCES" and r["udp_sendmsg"] == "EACCES", r
         assert r["dns_by_sendmsg"] == [0, "1.1.1.1"], r        # answered by confine
         assert r["mmsg_addr"] == "EPERM", r
+        assert c["mmsg_unix"] == [2, 1, 1] and r["mmsg_unix"] == "EPERM", (c, r)  # as before
+        assert c["mmsg_big"] == "EMSGSIZE" and r["mmsg_big"] == "EMSGSIZE", (c, r)
         assert r["mmsg_connected_dns"] == [2, 1, 1], r          # performed, msg_len written
         assert r["other_port_of_allowed"] == "ECONNREFUSED", r  # pinned, but not on 8443
         assert r["zero_addr"] in ("ECONNREFUSED", "EACCES"), r  # the agent's own loopback
