@@ -32,7 +32,7 @@ def _request(argv: Sequence[str], options: dict[str, Any]) -> Request:
     if unknown:
         raise TypeError(f"confine: unknown option(s) {', '.join(unknown)} (known: "
                         f"{', '.join(sorted(_FIELDS))})")
-    for k in ("read", "write", "env"):
+    for k in ("read", "write", "env", "allow_host"):
         if k in options:
             options[k] = tuple(options[k])
     return Request(argv=list(argv), **options)

@@ -129,6 +129,9 @@ def cli():
 @click.option("--agent-status", is_flag=True,
               help="Exit with the agent's own status even when the exit check reverted or "
                    "quarantined protected paths (default: 123 instead of the agent's 0).")
+@click.option("--allow-host", "allow_host", multiple=True, metavar="HOST[:PORT]",
+              help="Also let the agent reach HOST (port 443 unless given; *.suffix, an "
+                   "address or network too) through the egress gateway (repeatable).")
 @click.option("--dry-run", is_flag=True, help="Print the effective policy and exit.")
 @click.option("--json", "as_json", is_flag=True, help="With --dry-run: machine-readable output.")
 @click.argument("command", nargs=-1, required=False, type=click.UNPROCESSED)
@@ -182,6 +185,13 @@ def _print_plan(d: dict) -> None:
             e(f"  tcp port {p['port']}: {','.join(p['access'])}")
     else:
         e("  network: no TCP connect or bind")
+    net = d.get("network") or {}
+    if net.get("gateway"):
+        e(f"network: {net['gateway']}; allow: {', '.join(net['allow']) or 'nothing'}"
+          + (f"; sets: {', '.join(net['include'])}" if net["include"] else "")
+          + (f"; deny: {', '.join(net['deny'])}" if net["deny"] else "")
+          + (f"; private ranges for names: {', '.join(net['allowed_ips'])}"
+             if net["allowed_ips"] else "") + f"; otherwise: {net['default']}")
     e(f"  secrets never granted: {len(ll['secrets'])} paths (carved out of: "
       f"{', '.join(ll['carved_out']) or 'nothing'})")
     e(f"seccomp: {len(d['seccomp'])} rules (--json lists each argument test)")

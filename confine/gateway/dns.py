@@ -322,7 +322,13 @@ class DNSServer:
         self.port = 0
 
     # --- life cycle ---
-    def start(self) -> DNSServer:
+    def start(self, sockets: tuple[socket.socket, socket.socket] | None = None) -> DNSServer:
+        """sockets: (UDP bound, TCP listening) on one port, made elsewhere (the wiring
+        makes them in the agent's network namespace); else bound on (host, port)."""
+        if sockets is not None:
+            self.udp, self.tcp = sockets
+            self.port = int(self.udp.getsockname()[1])
+            return self._serve()
         fam = socket.AF_INET6 if ":" in self._host else socket.AF_INET
         for _ in range(20):
             udp = socket.socket(fam, socket.SOCK_DGRAM)
@@ -343,6 +349,9 @@ class DNSServer:
         else:
             raise OSError("no port free for both UDP and TCP")
         self.udp, self.tcp, self.port = udp, tcp, port
+        return self._serve()
+
+    def _serve(self) -> DNSServer:
         self._pool = ThreadPoolExecutor(max_workers=self._workers, thread_name_prefix="confine-dns")
         for target in (self._udp_loop, self._tcp_loop):
             t = threading.Thread(target=target, daemon=True, name="confine-dns-listen")

@@ -110,9 +110,16 @@ class Gateway:
         self._accept_threads: list[threading.Thread] = []
 
     # --- life cycle ---
-    def start(self) -> Gateway:
-        self.listener, self.port = self._listen(self._want_port)
-        self.redirect_listener, self.redirect_port = self._listen(0)
+    def start(self, listeners: tuple[socket.socket, socket.socket] | None = None) -> Gateway:
+        """listeners: (proxy, redirect) listening sockets made elsewhere (the wiring
+        makes them in the agent's network namespace); else bound on (host, port)."""
+        if listeners is None:
+            self.listener, self.port = self._listen(self._want_port)
+            self.redirect_listener, self.redirect_port = self._listen(0)
+        else:
+            self.listener, self.redirect_listener = listeners
+            self.port = int(self.listener.getsockname()[1])
+            self.redirect_port = int(self.redirect_listener.getsockname()[1])
         for lst, mode in ((self.listener, "proxy"), (self.redirect_listener, "redirect")):
             t = threading.Thread(target=self._accept_loop, args=(lst, mode), daemon=True, name="confine-gw-accept")
             t.start()
@@ -151,7 +158,10 @@ class Gateway:
                 pass
         deadline = time.monotonic() + timeout
         for t in threads + self._accept_threads:
-            t.join(timeout=max(0.0, deadline - time.monotonic()))
+            try:
+                t.join(timeout=max(0.0, deadline - time.monotonic()))
+            except RuntimeError:
+                pass    # _spawn registered it and has not started it yet: it sees _stop
 
     def __enter__(self) -> Gateway:
         return self.start()

@@ -26,6 +26,7 @@ SYS_pidfd_open = 434
 SYS_pidfd_getfd = 438
 SYS_openat2 = 437
 SYS_process_vm_readv = 310 if os.uname().machine == "x86_64" else 270
+SYS_process_vm_writev = 311 if os.uname().machine == "x86_64" else 271
 
 PIDFD_THREAD = os.O_EXCL
 RESOLVE_NO_MAGICLINKS = 0x02
@@ -105,6 +106,19 @@ def read_mem(pid: int, addr: int, size: int) -> bytes:
     if n != size:
         raise OSError(14, "process_vm_readv: short read")
     return buf.raw
+
+
+def write_mem(pid: int, addr: int, data: bytes) -> None:
+    """Copy `data` into another process's memory (a mediated call's output)."""
+    if not data:
+        return
+    buf = ctypes.create_string_buffer(data, len(data))
+    local = IoVec(ctypes.cast(buf, ctypes.c_void_p), len(data))
+    remote = IoVec(ctypes.c_void_p(addr), len(data))
+    n = check(libc.syscall(SYS_process_vm_writev, pid, ctypes.byref(local), 1,
+                             ctypes.byref(remote), 1, 0), "process_vm_writev")
+    if n != len(data):
+        raise OSError(14, "process_vm_writev: short write")
 
 
 def openat2(path: str | bytes, flags: int, resolve: int, dirfd: int = -100) -> int:

@@ -16,6 +16,7 @@ CONTINUE:
 * wire.py: the protocol between the two, the only thing both import.
 """
 from .broker import broker_main
+from .inet import InetRoutes
 from .supervisor import Mediator
 
-__all__ = ["Mediator", "broker_main"]
+__all__ = ["InetRoutes", "Mediator", "broker_main"]

@@ -37,6 +37,7 @@ from confine.errors import default_warn
 from confine.kernel import notify
 from confine.kernel.seccomp import FILE_CALLS, OPEN_CALLS, SOCKET_CALLS, syscall_number
 
+from . import inet
 from .wire import (
     DATA_CAP,
     IOVEC,
@@ -94,8 +95,11 @@ class Mediator:
 
     def __init__(self, notify_fd: int, broker: socket.socket, roots: Sequence[str],
                  agent_uid: int, warn: Callable[[str], None] = default_warn,
-                 files: bool = False):
+                 files: bool = False, inet_routes: inet.InetRoutes | None = None):
         self.fd = notify_fd
+        # The egress gateway's routes: every IPv4/IPv6 destination is rewritten
+        # (mediation/inet.py); None: Landlock alone decides (no gateway).
+        self.inet = inet_routes
         self.broker = broker
         # A stuck broker must not freeze every mediated call: a send that cannot
         # complete in time is answered ECONNREFUSED.
@@ -337,6 +341,7 @@ class Mediator:
             except OSError:
                 stype = None
             is_stream = stype is not None and stype.type == socket.SOCK_STREAM
+            family = stype.family if stype is not None else None
             if stype is not None:
                 stype.close()
             if call.op == Op.SENDTO and call.full and call.full > DATA_CAP and not is_stream:
@@ -344,6 +349,11 @@ class Mediator:
             raw = call.raw
             if raw and is_stream and call.op != Op.CONNECT:
                 raw = b""  # a connected stream socket ignores the address
+            if self.inet is not None and family in (socket.AF_INET, socket.AF_INET6):
+                got = self._inet_route(nid, pid, call.op == Op.CONNECT, raw, sockfd, family)
+                if got is None:
+                    return
+                raw = got
             resolve = _pathname(raw)
             tgid = tid = 0
             if resolve:
@@ -358,6 +368,103 @@ class Mediator:
         finally:
             for f in fds + passed:
                 os.close(f)
+
+    def _inet_route(self, nid: int, pid: int, connect: bool, raw: bytes, sockfd: int,
+                    family: int) -> bytes | None:
+        """The IPv4/IPv6 destination the broker may use (inet.py), or None when
+        the call was answered here (refused)."""
+        assert self.inet is not None
+        try:
+            out = inet.route(self.inet, connect, raw, sockfd, pid)
+        except inet.Refuse as r:
+            self._respond(nid, error=r.errno)
+            return None
+        except OSError as e:
+            self._respond(nid, error=e.errno or errno.EACCES)
+            return None
+        if not inet.final_check(out, family, connect):
+            # never reached by design: a rewriting bug refuses, it does not open
+            self._respond(nid, error=errno.EACCES)
+            return None
+        return out
+
+    def _sendmmsg(self, n: notify.Notif) -> None:
+        """sendmmsg: the glibc resolver sends its A and AAAA queries with one call
+        on a connected UDP socket. Only IPv4/IPv6 sockets, only messages without
+        an address or control data (their destination is the peer a mediated
+        connect chose); performed here without blocking, msg_len written back.
+        Anything else is refused as before (EPERM): use sendmsg."""
+        pid, nid = n.pid, n.id
+        a = [int(x) for x in n.data.args]
+        vec, vlen, flags = a[1], min(a[2] & 0xFFFFFFFF, inet.MAX_MMSG), a[3] & 0xFFFFFFFF
+        if self.inet is None or flags & inet.MSG_FASTOPEN:
+            return self._respond(nid, error=errno.EPERM)
+        if vlen == 0:
+            return self._respond(nid, val=0)
+        pidfd = _pidfd(pid)
+        try:
+            sfd = notify.pidfd_getfd(pidfd, a[0] & 0xFFFFFFFF)
+        finally:
+            os.close(pidfd)
+        try:
+            try:
+                s = socket.socket(fileno=os.dup(sfd))
+            except OSError:
+                return self._respond(nid, error=errno.ENOTSOCK)
+            fam, stream = s.family, s.type == socket.SOCK_STREAM
+            s.close()
+            if fam not in (socket.AF_INET, socket.AF_INET6):
+                return self._respond(nid, error=errno.EPERM)
+            msgs = self._mmsg_data(pid, vec, vlen, stream)
+            if isinstance(msgs, int):
+                return self._respond(nid, error=msgs)
+            if not notify.id_valid(self.fd, nid):
+                return
+            sent, err = inet.send_all(sfd, msgs, flags)
+        finally:
+            os.close(sfd)
+        if not sent:
+            return self._respond(nid, error=err or errno.EIO)
+        for i, ln in enumerate(sent):
+            try:
+                notify.write_mem(pid, vec + inet.MMSGHDR_SIZE * i + MSGHDR_SIZE,
+                                 struct.pack("<I", ln))
+            except OSError:
+                break
+        self._respond(nid, val=len(sent))
+
+    @staticmethod
+    def _mmsg_data(pid: int, vec: int, vlen: int, stream: bool) -> list[bytes] | int:
+        """The data of each message (an errno instead when one is refused). A
+        message larger than the copy cap ends the batch: a stream gets it as a
+        short write, a datagram EMSGSIZE (never a truncated datagram)."""
+        raw = notify.read_mem(pid, vec, inet.MMSGHDR_SIZE * vlen)
+        msgs: list[bytes] = []
+        total = 0
+        for i in range(vlen):
+            hdr = MsgHdr.from_buffer_copy(raw, inet.MMSGHDR_SIZE * i)
+            if (hdr.msg_name and hdr.msg_namelen) or (hdr.msg_control and hdr.msg_controllen):
+                return errno.EPERM
+            if hdr.msg_iovlen > 1024:
+                return errno.EMSGSIZE
+            iovs = (notify.read_mem(pid, hdr.msg_iov, IOVEC.size * hdr.msg_iovlen)
+                    if hdr.msg_iovlen else b"")
+            parts: list[bytes] = []
+            have, cut = 0, False
+            for j in range(hdr.msg_iovlen):
+                base, ln = IOVEC.unpack_from(iovs, IOVEC.size * j)
+                take = min(ln, inet.MAX_DGRAM - have)
+                if take:
+                    parts.append(notify.read_mem(pid, base, take))
+                    have += take
+                cut = cut or take < ln
+            if cut and not stream:
+                return errno.EMSGSIZE if not msgs else msgs
+            msgs.append(b"".join(parts))
+            total += have
+            if cut or total >= DATA_CAP:
+                break
+        return msgs
 
     def _control(self, pid: int, hdr: MsgHdr, nid: int) -> list[int] | None:
         """Descriptors passed with SCM_RIGHTS (agent numbers); None if refused."""
@@ -523,6 +630,7 @@ _FILE_DECODERS: dict[str, Callable[[list[int], int], _FileCall | None]] = {
 _SOCKET_HANDLERS: dict[str, Callable[[Mediator, notify.Notif], None]] = {
     "connect": Mediator._connect, "sendto": Mediator._sendto,
     "sendmsg": Mediator._sendmsg, "listen": Mediator._listen,
+    "sendmmsg": Mediator._sendmmsg,
 }
 # kernel.seccomp decides which calls notify; a call it adds without a handler
 # here must fail the import, not be answered ENOSYS at run time.

@@ -82,6 +82,12 @@ class Plan:
     limits: Mapping[str, str] = field(default_factory=dict)   # limit -> how it is enforced
     cgroup: str | None = None            # parent of the run's cgroup (v2), made by launch
     steps: tuple[Step, ...] = ()
+    # the egress gateway decides every TCP connection beyond the agent's loopback
+    # (runtime/egress.py starts it and adds its ports and the proxy variables)
+    egress: bool = False
+    # (proxy, redirect, DNS) ports of the gateway's sockets in the agent's own network
+    # namespace (the child makes them, the supervisor takes them); () without it
+    gateway_ports: tuple[int, ...] = ()
 
     @property
     def lsm_apparmor(self) -> str | None:
@@ -146,6 +152,12 @@ class Plan:
                 "writable": self.writable_paths() if self.mount_ns else None,
                 "private": ["/dev/shm", "/dev/pts", "/proc"] if self.mount_ns else [],
             },
+            "network": {**self.policy.network.to_dict(),
+                        "gateway": (("egress gateway: proxy variables, every other TCP connect "
+                                     "redirected, DNS answered by confine"
+                                     if self.unix_mediation else "egress gateway: proxy "
+                                     "variables only (no seccomp user notification)")
+                                    if self.egress else None)},
             "mechanisms": dict(self.mechanisms),
             "cgroup": ({"parent": self.cgroup, "kill": "cgroup.kill, then the descendant walk"}
                        if self.cgroup else None),
@@ -180,7 +192,9 @@ def uses_net_namespace(policy: Policy, host: HostFacts) -> bool:
     agent gets a network namespace of its own (no host /proc/net, no host abstract
     sockets; TCP and UDP stay refused by Landlock and seccomp as well)."""
     return (host.namespaces and host.net_namespace
-            and not (policy.network.connect_tcp or policy.network.bind_tcp))
+            and not (policy.network.connect_tcp or policy.network.bind_tcp)
+            # the gateway's sockets are handed over like the seccomp listener
+            and (not policy.network.egress or host.seccomp_user_notif))
 
 
 def mechanisms(policy: Policy, host: HostFacts) -> dict[str, str]:
@@ -234,8 +248,9 @@ def missing_features(policy: Policy, host: HostFacts, as_root: bool = True) -> l
                            + ("" if as_root else " (unprivileged user namespaces are disabled "
                               "or restricted, e.g. by AppArmor)")))
     needed = ["landlock", "landlock.truncate", "landlock.ioctl_dev"]
-    if policy.network.connect_tcp or policy.network.bind_tcp:
-        # no port granted: seccomp refuses IPv4/IPv6 sockets instead (no_inet_rules)
+    if policy.network.connect_tcp or policy.network.bind_tcp or policy.network.egress:
+        # no port granted: seccomp refuses IPv4/IPv6 sockets instead (no_inet_rules);
+        # with the gateway, Landlock keeps the broker's connects on its ports
         needed.append("landlock.net_tcp")
     if policy.scope.signals:
         needed.append("landlock.scope_signal")
@@ -369,6 +384,9 @@ def compile(policy: Policy, argv: Sequence[str], identity: Identity, host: HostF
     rules = _drop_covered(rules)
     ports = [(p, AccessNet.CONNECT_TCP) for p in policy.network.connect_tcp]
     ports += [(p, AccessNet.BIND_TCP) for p in policy.network.bind_tcp]
+    net_ns = uses_net_namespace(policy, host)
+    gw_ports = NETNS_GATEWAY_PORTS if net_ns and policy.network.egress else ()
+    ports += [(p, AccessNet.CONNECT_TCP) for p in gw_ports]
     ports = [(p, a & handled_net) for p, a in ports if a & handled_net]
 
     fixed = {"HOME": identity.home, "TMPDIR": policy.tmp, "USER": identity.user,
@@ -383,10 +401,7 @@ def compile(policy: Policy, argv: Sequence[str], identity: Identity, host: HostF
                      f"(Landlock ABI {abi} < 9 has no RESOLVE_UNIX); sendmmsg is refused")
     notes.append("listen() on a TCP socket without a bound port is refused (it would pick a "
                  "port without Landlock's BIND_TCP check)")
-    if policy.network.connect_tcp:
-        notes.append("outbound TCP allowed to ANY host on ports "
-                     + ", ".join(map(str, policy.network.connect_tcp))
-                     + " (Landlock filters ports, not addresses)")
+    notes += egress_notes(policy, host)
     for port in unreachable_servers(policy):
         notes.append(f"network.bind_tcp: the agent may listen on port {port} but not connect to "
                      f"it (add {port} to network.connect_tcp to reach its own server)")
@@ -428,9 +443,11 @@ def compile(policy: Policy, argv: Sequence[str], identity: Identity, host: HostF
     for g in policy.read:
         if g.path == "/proc" or g.path.startswith("/proc/"):
             child_rules.append((g.path, landlock.READ & handled_fs))
-    sc_rules = seccomp.rules_for(policy.seccomp.deny, policy.seccomp.unsafe_allow)
+    sc_rules = seccomp.rules_for(policy.seccomp.deny, policy.seccomp.unsafe_allow,
+                                 udp=policy.network.egress and host.seccomp_user_notif)
     sc_extra: tuple[Any, ...] = ()
-    if abi < 4 and not (policy.network.connect_tcp or policy.network.bind_tcp):
+    if abi < 4 and not (policy.network.connect_tcp or policy.network.bind_tcp
+                        or policy.network.egress):
         sc_extra = seccomp.no_inet_rules()
         notes.append(f"Landlock ABI {abi} cannot filter TCP: IPv4/IPv6 sockets refused by seccomp")
     unix_mediation = host.seccomp_user_notif
@@ -441,10 +458,54 @@ def compile(policy: Policy, argv: Sequence[str], identity: Identity, host: HostF
                 seccomp_extra=tuple(sc_extra), missing=tuple(missing), notes=tuple(notes),
                 carved=tuple(sorted(set(carved))), unix_mediation=unix_mediation,
                 file_mediation=file_mediation, mount_ns=mount_ns, pid_ns=mount_ns,
-                net_ns=uses_net_namespace(policy, host),
+                net_ns=net_ns, gateway_ports=gw_ports,
                 lsm=lsm_kept, writable_binds=tuple(binds), child_rules=tuple(child_rules),
                 protected=protected, mechanisms=mechanisms(policy, host),
                 limits=limit_mechanisms(policy, identity, mount_ns, host.cgroup_controllers,
                                         host.root_mounts),
-                cgroup=host.cgroup)
+                cgroup=host.cgroup, egress=policy.network.egress)
     return dataclasses.replace(plan, steps=tuple(child_steps(plan)))
+
+
+# In the agent's own network namespace every port is free: the gateway's are fixed,
+# so Landlock's rules (built before the fork) can name them. DNS on its own port.
+NETNS_GATEWAY_PORTS = (3128, 3129, 53)
+
+
+def egress_notes(policy: Policy, host: HostFacts) -> list[str]:
+    """What the network keys mean for this run, in words (--dry-run, check)."""
+    n = policy.network
+    if not n.egress:
+        return []
+    out = []
+    if n.connect_tcp:
+        out.append("network.connect_tcp: ports " + ", ".join(map(str, n.connect_tcp))
+                   + " of the agent's own loopback only; every other TCP connection goes "
+                   "through the egress gateway (a port listed here no longer reaches every host)")
+    hosts = list(n.allow) + [f"set {s}" for s in n.include]
+    out.append("egress gateway: " + (("allows " + ", ".join(hosts)) if hosts else
+                                     "no host is allowed (network.allow, --allow-host)")
+               + (f"; denied: {', '.join(n.deny)}" if n.deny else "")
+               + ("; other hosts are asked about (network.default: ask)"
+                  if n.default == "ask" else "; every other host is refused"))
+    out.append("egress gateway: proxy variables (HTTPS_PROXY, HTTP_PROXY, ALL_PROXY, lower "
+               "case too) name it; NO_PROXY is the agent's loopback")
+    if uses_net_namespace(policy, host):
+        out.append("egress gateway: the agent has a network namespace of its own (only its "
+                   "loopback); the gateway's sockets are made there, on ports "
+                   + ", ".join(map(str, NETNS_GATEWAY_PORTS)) + " (proxy, redirect, DNS), "
+                   "and it dials out from the host's")
+    else:
+        out.append("egress gateway: the agent shares the host's network namespace (the "
+                   "profile lists loopback ports, or namespaces are unavailable): the "
+                   "supervisor's check after the rewrite and Landlock's ports are the layers")
+    if host.seccomp_user_notif:
+        out.append("egress gateway: a connect to any other address is redirected to it "
+                   "(decided by TLS SNI or HTTP Host and confine's DNS answers); DNS to any "
+                   "address (port 53, UDP or TCP) is answered by confine; every other UDP "
+                   "destination is refused")
+    else:
+        out.append("egress gateway: NO redirect of direct connects (no seccomp user "
+                   "notification): programs that ignore the proxy variables are refused by "
+                   "Landlock only on ports outside the gateway's")
+    return out

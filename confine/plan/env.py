@@ -77,3 +77,17 @@ def build(parent: Mapping[str, str], *, passthrough: Iterable[str] = (),
         else:
             notes.append(f"--env {item}: not set in the caller's environment, not passed")
     return env, notes
+
+
+# Set by the run to the egress gateway's proxy (runtime/egress.py), whatever the
+# caller's environment or the profile say: a proxy variable naming another
+# proxy would only be a way around the gateway (it refuses it anyway).
+PROXY_VARS = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY",
+              "all_proxy")
+NO_PROXY_VARS = ("NO_PROXY", "no_proxy")
+NO_PROXY = "localhost,127.0.0.1,::1"     # the agent's own loopback only
+
+
+def proxy_env(host: str, port: int) -> dict[str, str]:
+    url = f"http://{host}:{port}"
+    return {**{k: url for k in PROXY_VARS}, **{k: NO_PROXY for k in NO_PROXY_VARS}}

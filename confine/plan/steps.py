@@ -65,7 +65,13 @@ def child_steps(plan: Plan) -> list[Step]:
         ]
         if plan.net_ns:
             out.append(Step("net_namespace", "private network namespace: nothing of the host's "
-                            "network, sockets or tables (the profile grants no TCP port)"))
+                            "network, sockets or tables " + (
+                                "(only its loopback: the egress gateway is the way out)"
+                                if plan.gateway_ports else "(the profile grants no TCP port)")))
+        if plan.net_ns and plan.gateway_ports:
+            out.append(Step("gateway_sockets", "loopback up; the egress gateway's listening "
+                            "sockets made in this namespace and handed to the supervisor",
+                            {"ports": list(plan.gateway_ports)}))
         out += [
             Step("readonly_host", "every mount read-only, nosuid, nodev, except the writable "
                  "paths", {"writable": plan.writable_paths()}),

@@ -17,6 +17,7 @@ from typing import Any, NoReturn
 import yaml  # type: ignore[import-untyped]
 
 from ..errors import ProfileError
+from ..gateway import rules as host_rules
 from ..paths import is_under
 from . import runlater, secrets
 from .model import Env, Limits, Network, PathGrant, Policy, Scope, Seccomp
@@ -28,7 +29,9 @@ SCHEMA: dict[str, object] = {
     "extends": "str",
     "filesystem": {"read": "paths", "write": "paths", "devices": "paths", "deny": "paths",
                    "read_only": "paths", "state": "paths"},
-    "network": {"connect_tcp": "ports", "bind_tcp": "ports"},
+    "network": {"connect_tcp": "ports", "bind_tcp": "ports", "allow": "hosts",
+                "deny": "denyhosts", "include": "hostsets", "allowed_ips": "nets",
+                "default": "netdefault"},
     "env": {"pass": "envnames", "set": "envset"},
     "seccomp": {"deny": "names", "unsafe_allow": "names"},
     "scope": {"signals": "bool", "abstract_unix": "bool"},
@@ -178,6 +181,11 @@ class _Parser:
             return Item(v, self.where(node))
         if kind in ("count", "size"):
             return Item(self.limit(node, kind, full), self.where(node))
+        if kind == "netdefault":
+            v = self.scalar(node, full)
+            if v not in NETWORK_DEFAULTS:
+                self.fail(node, f"{full}: {v!r} is not one of {', '.join(NETWORK_DEFAULTS)}")
+            return Item(v, self.where(node))
         if kind == "envset":
             if _is_null(node):
                 return {}
@@ -236,6 +244,10 @@ class _Parser:
             elif kind == "names":
                 if not isinstance(v, str) or not _SYSCALL.match(v):
                     self.fail(el, f"{full}: {v!r} is not a syscall or group name")
+            elif kind in ("hosts", "denyhosts", "hostsets", "nets"):
+                why = host_entry_error(kind, v)
+                if why is not None:
+                    self.fail(el, f"{full}: {why}")
             items.append(Item(v, self.where(el)))
         return items
 
@@ -264,6 +276,40 @@ class _Parser:
             self.fail(node, f"{full}: {v!r} is not {unit} (more than 0, at most 1024P) "
                             "or unlimited")
         return n
+
+
+NETWORK_DEFAULTS = ("deny", "ask")
+
+
+def host_entry_error(kind: str, v: object) -> str | None:
+    """Why `v` is not a valid entry of network.allow/deny/include/allowed_ips (the
+    gateway's own grammar gives the reason), or None."""
+    if not isinstance(v, str) or not v.strip():
+        return f"{v!r} is not a host entry (a name, *.suffix, an address or network, " \
+               "with an optional :port)"
+    try:
+        if kind == "hosts":
+            host_rules.parse_rule(v)
+        elif kind == "denyhosts":
+            host_rules.parse_rule(v, default_port=None)
+        elif kind == "hostsets":
+            host_rules.load_set(v)
+        else:
+            host_rules.Rules.parse(allowed_ips=[v])
+    except host_rules.RuleError as e:
+        return str(e)
+    return None
+
+
+def allow_hosts(entries: Iterable[str]) -> tuple[str, ...]:
+    """--allow-host entries, validated like network.allow (one error line naming the flag)."""
+    out = []
+    for e in entries:
+        why = host_entry_error("hosts", e)
+        if why is not None:
+            raise ProfileError(f"--allow-host {e}: {why}")
+        out.append(e)
+    return tuple(out)
 
 
 def _is_null(node: Any) -> bool:
@@ -356,8 +402,9 @@ def _deny(items: list[Item], vars: dict[str, str]) -> tuple[PathGrant, ...]:
 
 def load(ref: str, *, workdir: str, home: str, tmp: str,
          extra_read: Iterable[str] = (), extra_write: Iterable[str] = (),
-         create_state: bool = False) -> Policy:
-    """create_state: make the profile's missing `state:` entries (a run, not a check)."""
+         create_state: bool = False, extra_allow: Iterable[str] = ()) -> Policy:
+    """create_state: make the profile's missing `state:` entries (a run, not a check);
+    extra_allow: --allow-host entries, added to network.allow."""
     raw, chain = read_layers(ref)
     vars = {"workdir": workdir, "home": home, "tmp": tmp}
     home = os.path.realpath(home)
@@ -396,7 +443,12 @@ def load(ref: str, *, workdir: str, home: str, tmp: str,
         devices=_grants(fs.get("devices", []), vars, must_exist=True),
         deny=deny,
         network=Network(connect_tcp=tuple(sorted({i.value for i in net.get("connect_tcp", [])})),
-                        bind_tcp=tuple(sorted({i.value for i in net.get("bind_tcp", [])}))),
+                        bind_tcp=tuple(sorted({i.value for i in net.get("bind_tcp", [])})),
+                        allow=tuple(dict.fromkeys([str(i.value) for i in net.get("allow", [])]
+                                                  + list(allow_hosts(extra_allow)))),
+                        deny=_strs(net.get("deny", [])), include=_strs(net.get("include", [])),
+                        allowed_ips=_strs(net.get("allowed_ips", [])),
+                        default=str(net.get("default", Item("deny", "")).value)),
         env=Env(passthrough=tuple(dict.fromkeys(i.value for i in env.get("pass", []))),
                 set=tuple(sorted(env_set.items()))),
         seccomp=Seccomp(deny=tuple(dict.fromkeys(i.value for i in sc.get("deny", []))),
@@ -408,6 +460,10 @@ def load(ref: str, *, workdir: str, home: str, tmp: str,
         scope=Scope(signals=scope.get("signals", Item(True, "")).value,
                     abstract_unix=scope.get("abstract_unix", Item(True, "")).value),
     )
+
+
+def _strs(items: list[Item]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(str(i.value) for i in items))
 
 
 def _read_only(items: list[Item], vars: dict[str, str]) -> tuple[PathGrant, ...]:

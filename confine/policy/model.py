@@ -20,8 +20,30 @@ class PathGrant:
 
 @dataclass(frozen=True)
 class Network:
+    """connect_tcp: ports of the agent's OWN loopback it may connect to (with the
+    egress gateway on, every other TCP connection goes through the gateway);
+    allow/deny: host rules (confine/gateway/rules.py grammar; deny wins), include:
+    named host sets, allowed_ips: networks an allowed name may resolve to although
+    they are private; default: "deny" or "ask" for a destination no rule allows."""
     connect_tcp: tuple[int, ...] = ()
     bind_tcp: tuple[int, ...] = ()
+    allow: tuple[str, ...] = ()
+    deny: tuple[str, ...] = ()
+    include: tuple[str, ...] = ()
+    allowed_ips: tuple[str, ...] = ()
+    default: str = "deny"
+
+    @property
+    def egress(self) -> bool:
+        """The gateway runs: the agent may reach something beyond its own loopback,
+        or is told why not (a profile with TCP ports, host rules, or ask)."""
+        return bool(self.connect_tcp or self.allow or self.include or self.default == "ask")
+
+    def to_dict(self) -> dict[str, object]:
+        return {"connect_tcp": list(self.connect_tcp), "bind_tcp": list(self.bind_tcp),
+                "allow": list(self.allow), "deny": list(self.deny),
+                "include": list(self.include), "allowed_ips": list(self.allowed_ips),
+                "default": self.default}
 
 
 @dataclass(frozen=True)
@@ -91,8 +113,7 @@ class Policy:
             "read": grants(self.read), "write": grants(self.write),
             "devices": grants(self.devices), "deny": grants(self.deny),
             "read_only": grants(self.read_only),
-            "network": {"connect_tcp": list(self.network.connect_tcp),
-                        "bind_tcp": list(self.network.bind_tcp)},
+            "network": self.network.to_dict(),
             "env": {"pass": list(self.env.passthrough), "set": dict(self.env.set)},
             "seccomp": {"deny": list(self.seccomp.deny),
                         "unsafe_allow": list(self.seccomp.unsafe_allow)},

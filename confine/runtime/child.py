@@ -103,6 +103,33 @@ def _net_namespace(ctx: ChildContext) -> None:
     namespaces.unshare(namespaces.CLONE_NEWNET)
 
 
+def _gateway_sockets(ctx: ChildContext) -> None:
+    """Made here, in the agent's network namespace, as root of it (port 53); the
+    supervisor copies them (pidfd_getfd) and says "go"; the agent never holds them."""
+    import fcntl
+    import socket
+    import struct
+    med = ctx.mediation
+    assert med is not None
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        # SIOCSIFFLAGS: lo UP | LOOPBACK | RUNNING
+        fcntl.ioctl(s, 0x8914, struct.pack("16sH22x", b"lo", 0x1 | 0x8 | 0x40))
+    proxy, redirect, dns = ctx.plan.gateway_ports
+    socks = []
+    for port, kind in ((proxy, socket.SOCK_STREAM), (redirect, socket.SOCK_STREAM),
+                       (dns, socket.SOCK_DGRAM), (dns, socket.SOCK_STREAM)):
+        s = socket.socket(socket.AF_INET, kind)
+        socks.append(s)
+        s.bind(("127.0.0.1", port))
+        if kind == socket.SOCK_STREAM:
+            s.listen(512)
+    status.send(ctx.status_w, status.Sockets([s.fileno() for s in socks]))
+    if os.read(med.sync_r, 1) != b"g":
+        os._exit(125)
+    for s in socks:
+        s.close()
+
+
 def _readonly_host(ctx: ChildContext) -> None:
     hostview.readonly_except(list(ctx.plan.writable_binds))
 
@@ -247,6 +274,7 @@ def _exec(ctx: ChildContext) -> None:
 RUNNERS: dict[str, Callable[[ChildContext], None]] = {
     "pdeathsig": _pdeathsig, "cgroup": _cgroup, "signals": _signals, "close_fds": _close_fds, "limits": _limits,
     "mount_namespace": _mount_namespace, "net_namespace": _net_namespace,
+    "gateway_sockets": _gateway_sockets,
     "readonly_host": _readonly_host,
     "protected_binds": _protected_binds, "private_dev": _private_dev,
     "pid_namespace": _pid_namespace, "proc_masks": _proc_masks, "landlock_new_mounts": _landlock_new_mounts,

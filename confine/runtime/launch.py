@@ -52,9 +52,16 @@ def _filters(plan: Plan) -> list[Any]:
 
 def launch(plan: Plan, *, guard: Any = None,
            warn: Callable[[str], None] | None = None, stdio: Stdio | None = None,
-           timeout: float | None = None) -> Outcome:
+           timeout: float | None = None, inet: Any = None,
+           on_sockets: Callable[[list[int]], None] | None = None) -> Outcome:
     """Run the plan. Returns the command's status (128+N if killed by signal N);
-    raises CommandNotFound/CommandNotExecutable/ConfineError for failures before exec."""
+    raises CommandNotFound/CommandNotExecutable/ConfineError for failures before exec.
+    inet: the egress gateway's routes (mediation.InetRoutes), required when it runs;
+    on_sockets: starts it on the sockets the child made in the agent's network namespace."""
+    if plan.egress and plan.unix_mediation and inet is None:
+        raise ConfineError("the egress gateway is not running: refusing to run")
+    if plan.gateway_ports and on_sockets is None:
+        raise ConfineError("nothing takes the egress gateway's sockets: refusing to run")
     tmp = _mount_tmp(plan)
     cg = None
     try:
@@ -69,7 +76,7 @@ def launch(plan: Plan, *, guard: Any = None,
             except OSError as e:
                 raise ConfineError(f"cannot make the run's cgroup under {plan.cgroup}: "
                                    f"{e.strerror or e}") from None
-        return _launch(plan, guard, warn, cg, stdio, timeout)
+        return _launch(plan, guard, warn, cg, stdio, timeout, inet, on_sockets)
     finally:
         if cg is not None:
             try:
@@ -98,7 +105,8 @@ def _mount_tmp(plan: Plan) -> str | None:
 
 def _launch(plan: Plan, guard: Any, warn: Callable[[str], None] | None,
             cg: str | None, stdio: Stdio | None = None,
-            timeout: float | None = None) -> Outcome:
+            timeout: float | None = None, inet: Any = None,
+            on_sockets: Callable[[list[int]], None] | None = None) -> Outcome:
     ruleset = _ruleset(plan)
     filters = _filters(plan)
     status_r, status_w = os.pipe2(os.O_CLOEXEC)
@@ -134,7 +142,7 @@ def _launch(plan: Plan, guard: Any, warn: Callable[[str], None] | None,
             ruleset.close()
         if med is not None:
             med.close_child_ends()
-        outcome, failure = _read_status(status_r, pid, plan, med, warn)
+        outcome, failure = _read_status(status_r, pid, plan, med, warn, inet, on_sockets)
         os.close(status_r)
         if med is not None:
             os.close(med.sync_w)
@@ -168,7 +176,8 @@ def _cgroup_kill(path: str) -> None:
 
 
 def _read_status(status_r: int, pid: int, plan: Plan, med: MediationChannel | None,
-                 warn: Callable[[str], None] | None
+                 warn: Callable[[str], None] | None, inet: Any = None,
+                 on_sockets: Callable[[list[int]], None] | None = None
                  ) -> tuple[Outcome, status.Message | None]:
     outcome = Outcome(status=125)
     failure: status.Message | None = None
@@ -192,12 +201,21 @@ def _read_status(status_r: int, pid: int, plan: Plan, med: MediationChannel | No
                 holder = msg.pid
             elif isinstance(msg, status.Listener) and med is not None:
                 listener = msg.fd
+            elif isinstance(msg, status.Sockets) and med is not None and on_sockets is not None:
+                try:
+                    _take_sockets(pid, msg.fds, on_sockets)
+                except (OSError, ConfineError) as e:
+                    os.kill(pid, signal.SIGKILL)
+                    failure = status.SetupFailed(
+                        "gateway_sockets", f"cannot take over the gateway's sockets: {e}")
+                else:
+                    os.write(med.sync_w, b"g")
             elif failure is None:
                 failure = msg
             if listener is not None and holder is not None:
                 assert med is not None
                 try:
-                    _start_mediator(holder, listener, med, plan, warn)
+                    _start_mediator(holder, listener, med, plan, warn, inet)
                 except OSError as e:
                     os.kill(pid, signal.SIGKILL)
                     failure = status.SetupFailed(
@@ -210,15 +228,32 @@ def _read_status(status_r: int, pid: int, plan: Plan, med: MediationChannel | No
     return outcome, failure
 
 
+def _take_sockets(pid: int, fds: list[int], on_sockets: Callable[[list[int]], None]) -> None:
+    """Copy the gateway's sockets out of the child (still the first one: this
+    step comes before the pid namespace) and start the gateway on them."""
+    pidfd = notify.pidfd_open(pid)
+    got: list[int] = []
+    try:
+        for fd in fds[:4]:
+            got.append(notify.pidfd_getfd(pidfd, fd))
+    except OSError:
+        for f in got:
+            os.close(f)
+        raise
+    finally:
+        os.close(pidfd)
+    on_sockets(got)
+
+
 def _start_mediator(pid: int, child_fd: int, med: MediationChannel, plan: Plan,
-                    warn: Callable[[str], None] | None) -> None:
+                    warn: Callable[[str], None] | None, inet: Any = None) -> None:
     pidfd = notify.pidfd_open(pid)
     try:
         nfd = notify.pidfd_getfd(pidfd, child_fd)
     finally:
         os.close(pidfd)
     Mediator(nfd, med.broker_sup, plan.unix_roots(), plan.identity.uid,
-             warn=warn or default_warn, files=plan.file_mediation).start()
+             warn=warn or default_warn, files=plan.file_mediation, inet_routes=inet).start()
 
 
 def _error(msg: status.Message, plan: Plan) -> ConfineError:

@@ -77,6 +77,7 @@ class Request:
     selinux_context: str | None = None
     log: str | None = None              # --log FILE: every decision as a JSON line (events.py)
     agent_status: bool = False          # keep the agent's 0 even when the exit check acted
+    allow_host: Sequence[str] = ()      # --allow-host HOST[:PORT]: added to network.allow
 
 
 # A run whose agent exited 0 but whose exit check had to revert, quarantine or
@@ -145,6 +146,7 @@ class Session:
         self.guard: Any = None
         self.events: Events = Events(None, warn)
         self.host: HostFacts | None = None
+        self.egress: Any = None             # the running egress gateway (runtime/egress.py)
         self.plan: Plan = self._prepare(protect, host,
                                         dict(os.environ) if parent_env is None else parent_env)
 
@@ -156,6 +158,7 @@ class Session:
 
     def close(self) -> None:
         try:
+            self._stop_egress()
             self.events.close()
             if self.tmp is not None:
                 if not remove_tree(self.tmp):
@@ -194,7 +197,8 @@ class Session:
         try:
             policy = _load.load(req.profile, workdir=wd, home=os.path.realpath(ident.home),
                                 create_state=self.create_state,
-                                tmp=self.tmp, extra_read=req.read, extra_write=req.write)
+                                tmp=self.tmp, extra_read=req.read, extra_write=req.write,
+                                extra_allow=req.allow_host)
             for d in policy.deny:
                 if is_under(wd, d.path):
                     raise ConfineError(f"refusing workdir {wd}: it lies inside the protected "
@@ -258,12 +262,20 @@ class Session:
         # blocks and forwards them as before; the child resets the handlers.
         hold = self._hold = _SignalHold()
         try:
-            outcome = launch(plan, guard=self.guard, warn=say, stdio=stdio, timeout=timeout)
+            plan = self._start_egress(plan)
+            eg = self.egress
+            outcome = launch(plan, guard=self.guard, warn=say, stdio=stdio, timeout=timeout,
+                             inet=eg.routes if eg is not None else None,
+                             on_sockets=eg.start_on if eg is not None and plan.gateway_ports
+                             else None)
             result.status, result.steps = outcome.status, outcome.steps
             result.timed_out = outcome.timed_out
         except OSError as e:
             raise ConfineError(f"setup failed: {e.strerror or e}") from None
         finally:
+            # the agent and its leftovers are gone (launch killed them): nothing
+            # can use the gateway any more
+            self._stop_egress()
             hold.also_stops()
             result.report = self._exit_check(plan.mount_ns, say)
         rep = result.report
@@ -274,6 +286,21 @@ class Session:
                 + ("could not run" if rep is None else "had to act on protected paths (above)")
                 + " (--agent-status keeps the agent's own status)")
         return result
+
+    def _start_egress(self, plan: Plan) -> Plan:
+        if not plan.egress:
+            return plan
+        from . import egress
+        if plan.gateway_ports:   # started on the child's sockets, in the agent's namespace
+            self.egress = egress.build(plan.policy, self.events, ports=plan.gateway_ports)
+        else:
+            self.egress = egress.start(plan.policy, self.events)
+        return egress.bind_plan(plan, self.egress)
+
+    def _stop_egress(self) -> None:
+        eg, self.egress = self.egress, None
+        if eg is not None:
+            eg.stop()
 
     def _exit_check(self, mount_ns: bool, say: Warn) -> Any:
         """verify_and_revert and its report.  A failure of the check is said

@@ -28,6 +28,11 @@ class Listener:
 
 
 @dataclass(frozen=True)
+class Sockets:
+    fds: list[int]            # the gateway's sockets in the child (proxy, redirect, DNS udp, tcp)
+
+
+@dataclass(frozen=True)
 class ExecFailed:
     errno: int
     message: str
@@ -39,8 +44,8 @@ class SetupFailed:
     message: str
 
 
-Message = Union[Begin, InitPid, Listener, ExecFailed, SetupFailed]
-_TYPES: dict[str, type] = {t.__name__: t for t in (Begin, InitPid, Listener, ExecFailed,
+Message = Union[Begin, InitPid, Listener, Sockets, ExecFailed, SetupFailed]
+_TYPES: dict[str, type] = {t.__name__: t for t in (Begin, InitPid, Listener, Sockets, ExecFailed,
                                                     SetupFailed)}
 _MAX = 3800
 

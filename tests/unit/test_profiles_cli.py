@@ -38,7 +38,8 @@ def test_readme_profile_example_is_valid(dirs):
     prof = root / "example.yaml"
     prof.write_text(_readme_example())
     pol = _load.load(str(prof), workdir=wd, home=home, tmp=tmp)
-    assert pol.network.connect_tcp == (443,)
+    assert pol.network.connect_tcp == (8080,)
+    assert pol.network.allow[0] == "api.example.com" and pol.network.include == ("registries",)
 
 
 def test_question_mark_in_a_flow_list_is_named(dirs):

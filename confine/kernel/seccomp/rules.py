@@ -33,7 +33,7 @@ from typing import Any, Iterable, Sequence
 
 from .syscalls import native_arch, syscall_number
 
-__all__ = ["ArgMatch", "Rule", "DEFAULT_RULES", "rules_for", "no_inet_rules", "describe",
+__all__ = ["ArgMatch", "Rule", "DEFAULT_RULES", "rules_for", "udp_rules", "no_inet_rules", "describe",
            "describe_rule", "SOCKET_CALLS", "FILE_CALLS", "OPEN_CALLS", "OPEN_WRITE_BITS",
            "IOCTLS", "IOCTL_NAMES", "PERSONA_FLAGS"]
 
@@ -414,8 +414,30 @@ DEFAULT_RULES: tuple[Rule, ...] = _default_rules()
 
 # --- the profile's changes ---------------------------------------------------
 
-def rules_for(extra_deny: Iterable[str] = (), unsafe_allow: Iterable[str] = ()) -> tuple[Rule, ...]:
+IPPROTO_UDP = 17
+
+
+def udp_rules() -> tuple[Rule, ...]:
+    """What replaces the socket:inet-dgram denial while the egress gateway runs:
+    UDP datagram sockets may exist (every destination of theirs is mediated and
+    only DNS goes out, rewritten to confine's resolver); ICMP, UDP-Lite and
+    every other datagram protocol stay refused."""
+    out = []
+    for fam in (AF_INET, AF_INET6):
+        fname = ADDRESS_FAMILIES[fam]
+        for value, mask in _blocks_outside((IPPROTO_IP, IPPROTO_UDP)):
+            out.append(Rule("socket", EPERM,
+                            (_m(0, fam), _m(1, SOCK_DGRAM, SOCK_TYPE_MASK), _m(2, value, mask)),
+                            "socket:inet-dgram-non-udp",
+                            f"{fname} datagram protocols other than UDP (ICMP, UDP-Lite): "
+                            "not mediated"))
+    return tuple(out)
+
+
+def rules_for(extra_deny: Iterable[str] = (), unsafe_allow: Iterable[str] = (),
+              udp: bool = False) -> tuple[Rule, ...]:
     """DEFAULT_RULES minus the named opt-outs, plus extra syscalls to deny (EPERM).
+    udp: the egress gateway mediates UDP (udp_rules replace socket:inet-dgram).
 
     unsafe_allow: syscall names or group names from DEFAULT_RULES; each removes
     every rule with that syscall or group. extra_deny: syscall names of the
@@ -432,7 +454,10 @@ def rules_for(extra_deny: Iterable[str] = (), unsafe_allow: Iterable[str] = ()) 
                          + ", ".join(repr(n) for n in bad) + " (groups: " + ", ".join(groups)
                          + ", ioctl:NAME, socket:AF_NAME, socket:inet-dgram, ...)")
     drop = set(allow)
-    rules = [r for r in DEFAULT_RULES if r.syscall not in drop and r.group not in drop]
+    rules = [r for r in DEFAULT_RULES if r.syscall not in drop and r.group not in drop
+             and not (udp and r.group == "socket:inet-dgram")]
+    if udp:
+        rules += udp_rules()
     bad = [n for n in extra if not isinstance(n, str) or syscall_number(n) is None]
     if bad:
         raise ValueError("seccomp deny: unknown system call on " + native_arch() + ": "
@@ -513,7 +538,9 @@ def describe(rules: Iterable[Rule]) -> list[dict[str, Any]]:
 
 # The one list of mediated calls: the filter below notifies exactly these, and
 # the supervisor decodes exactly these.
-SOCKET_CALLS = ("connect", "sendto", "sendmsg", "listen")   # sendto only with an address
+# sendmmsg: performed only for IPv4/IPv6 messages without an address (the glibc
+# resolver's A+AAAA queries while the egress gateway runs), refused otherwise.
+SOCKET_CALLS = ("connect", "sendto", "sendmsg", "listen", "sendmmsg")   # sendto only with an address
 # Calls that can make a name appear (or write a file) in the workdir: the broker
 # performs them after the guard judged the name (mediation/files.py, protect/guard.py).
 FILE_CALLS = ("creat", "truncate", "mkdir", "mkdirat", "mknod", "mknodat", "symlink",
