@@ -126,6 +126,10 @@ def cli():
 @click.option("--log", metavar="FILE",
               help="Append every decision of the run (refusals, connections, DNS answers) "
                    "to FILE as JSON lines.")
+@click.option("--approver", metavar="CMD",
+              help="Under network.default: ask, put each question to CMD instead of the terminal "
+                   "(one JSON event on stdin, one JSON answer on stdout; a timeout or anything "
+                   "but an explicit allow denies). CMD runs outside the sandbox as you.")
 @click.option("--dry-run", is_flag=True, help="Print the effective policy and exit.")
 @click.option("--json", "as_json", is_flag=True, help="With --dry-run: machine-readable output.")
 @click.argument("command", nargs=-1, required=False, type=click.UNPROCESSED)

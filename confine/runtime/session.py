@@ -76,6 +76,7 @@ class Request:
     apparmor: str | None = None
     selinux_context: str | None = None
     log: str | None = None              # --log FILE: every decision as a JSON line (events.py)
+    approver: str | None = None         # --approver CMD: answers network.default: ask (gateway/approve.py)
 
 
 @dataclass
