@@ -10,13 +10,15 @@ answer is not one process, never a guess.
 """
 from __future__ import annotations
 
+import errno
 import ipaddress
 import os
+import socket
 import struct
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
-MAX_ROWS = 65536      # rows of /proc/net/tcp read
+MAX_TABLE = 16 << 20  # bytes of /proc/net/tcp read (about 100k sockets)
 MAX_PROCS = 4096      # processes looked at
 MAX_FDS = 65536       # descriptors looked at, in all
 MAX_OWNERS = 8
@@ -49,28 +51,97 @@ def _hex_addr(a: str, port: int, v6: bool) -> str:
 
 
 def socket_inode(local: tuple[str, int], remote: tuple[str, int], net: str = "/proc/thread-self/net") -> int | None:
-    """The inode of the TCP socket with this local and remote end (as the client sees them)."""
+    """The inode of the TCP socket with this local and remote end (as the client sees them):
+    asked of the kernel by its four-tuple (sock_diag, a hash lookup), else found in
+    /proc/net/tcp{,6} (which the kernel builds by walking every socket: slow on a busy host)."""
+    try:
+        return _diag_inode(local, remote)
+    except (OSError, ValueError, struct.error):
+        pass
     for name, v6 in (("tcp", False), ("tcp6", True)):
         lo, re_ = _hex_addr(local[0], local[1], v6), _hex_addr(remote[0], remote[1], v6)
         if not lo or not re_:
             continue
+        want = f" {lo} {re_} ".encode()
         try:
-            with open(f"{net}/{name}", encoding="ascii", errors="replace") as f:
-                next(f, None)
-                for n, line in enumerate(f):
-                    if n >= MAX_ROWS:
+            with open(f"{net}/{name}", "rb") as f:
+                data, read = b"", 0
+                while read < MAX_TABLE:
+                    chunk = f.read(65536)
+                    if not chunk:
                         break
-                    parts = line.split()
-                    if len(parts) > 9 and parts[1] == lo and parts[2] == re_:
-                        ino = int(parts[9])
+                    read += len(chunk)
+                    data = data[data.rfind(b"\n") + 1:] + chunk
+                    at = data.find(want)
+                    if at >= 0 and data.find(b"\n", at) >= 0:
+                        parts = data[at:data.find(b"\n", at)].split()
+                        ino = int(parts[8])
                         return ino or None
-        except (OSError, ValueError):
+        except (OSError, ValueError, IndexError):
             continue
     return None
 
 
+NETLINK_SOCK_DIAG, SOCK_DIAG_BY_FAMILY, NLMSG_ERROR = 4, 20, 2
+INET_DIAG_NOCOOKIE = 0xFFFFFFFF
+
+
+def _diag_inode(local: tuple[str, int], remote: tuple[str, int]) -> int | None:
+    """sock_diag's exact lookup (no NLM_F_DUMP): None when no such socket, OSError/ValueError
+    when the kernel cannot be asked."""
+    a, b = ipaddress.ip_address(local[0]), ipaddress.ip_address(remote[0])
+    if a.version != b.version:
+        raise ValueError("mixed families")
+    fam = socket.AF_INET6 if a.version == 6 else socket.AF_INET
+    sockid = struct.pack("!HH", local[1], remote[1]) + a.packed.ljust(16, b"\0") + b.packed.ljust(16, b"\0") + struct.pack(
+        "=III", 0, INET_DIAG_NOCOOKIE, INET_DIAG_NOCOOKIE)
+    req = struct.pack("=BBBBI", fam, socket.IPPROTO_TCP, 0, 0, 0xFFFFFFFF) + sockid
+    msg = struct.pack("=IHHII", 16 + len(req), SOCK_DIAG_BY_FAMILY, 1, 1, 0) + req   # NLM_F_REQUEST
+    with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_SOCK_DIAG) as nl:
+        nl.settimeout(1.0)
+        nl.sendto(msg, (0, 0))
+        data = nl.recv(65536)
+    length, mtype = struct.unpack_from("=IH", data, 0)
+    if mtype == NLMSG_ERROR:
+        err = -struct.unpack_from("=i", data, 16)[0]
+        if err == errno.ENOENT:
+            return None
+        raise OSError(err, os.strerror(err))
+    if mtype != SOCK_DIAG_BY_FAMILY or length < 16 + 72:
+        raise ValueError("unexpected sock_diag reply")
+    body = data[16:length]
+    got = body[4:4 + 36]
+    if got[:36] != sockid[:36]:
+        raise ValueError("sock_diag answered another socket")
+    ino = struct.unpack_from("=I", body, 4 + 48 + 16)[0]
+    return int(ino) or None
+
+
 def descendants(root: int) -> list[int]:
-    """Every process below `root` (bounded by MAX_PROCS)."""
+    """Every process below `root` (bounded by MAX_PROCS): from the children lists of its
+    threads where the kernel has them (only the tree is read), else from every /proc/N/stat."""
+    out: list[int] = []
+    todo = [root]
+    try:
+        while todo and len(out) < MAX_PROCS:
+            pid = todo.pop()
+            for tid in os.listdir(f"/proc/{pid}/task"):
+                with open(f"/proc/{pid}/task/{tid}/children", "rb") as f:
+                    kids = [int(x) for x in f.read().split()]
+                out.extend(kids)
+                todo.extend(kids)
+        return out[:MAX_PROCS]
+    except FileNotFoundError:
+        if out or not os.path.exists(f"/proc/{root}"):
+            pass   # a process ended while we walked: its children are re-parented to a subreaper
+        if not os.path.exists(f"/proc/{root}/task/{root}/children"):
+            return _descendants_by_stat(root)
+        return out[:MAX_PROCS]
+    except (OSError, ValueError):
+        return out[:MAX_PROCS]
+
+
+def _descendants_by_stat(root: int) -> list[int]:
     kids: dict[int, list[int]] = {}
     try:
         names = os.listdir("/proc")

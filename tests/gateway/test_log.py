@@ -133,3 +133,22 @@ def test_transparent_event_names_the_callers_pid(make_stack, https_origin, tls_f
     ev = st.wait_connects(1)[0]
     assert set(EVENT_FIELDS) <= set(ev)
     assert ev["pid"] == os.getpid() and ev["exe"] == os.path.realpath(sys.executable)
+
+
+def test_socket_inode_without_sock_diag(monkeypatch):
+    from confine.gateway import owner
+
+    def no_diag(*a):
+        raise OSError(93, "no sock_diag")
+    monkeypatch.setattr(owner, "_diag_inode", no_diag)
+    lst = socket.socket()
+    lst.bind(("127.0.0.1", 0))
+    lst.listen(1)
+    c = socket.create_connection(lst.getsockname())
+    srv, peer = lst.accept()
+    try:
+        assert socket_inode(peer, lst.getsockname()) == os.fstat(c.fileno()).st_ino   # from /proc/net/tcp
+        assert socket_inode(peer, ("127.0.0.1", 1)) is None
+    finally:
+        for s in (c, srv, lst):
+            s.close()
