@@ -93,8 +93,8 @@ def _diag_inode(local: tuple[str, int], remote: tuple[str, int]) -> int | None:
     if a.version != b.version:
         raise ValueError("mixed families")
     fam = socket.AF_INET6 if a.version == 6 else socket.AF_INET
-    sockid = struct.pack("!HH", local[1], remote[1]) + a.packed.ljust(16, b"\0") + b.packed.ljust(16, b"\0") + struct.pack(
-        "=III", 0, INET_DIAG_NOCOOKIE, INET_DIAG_NOCOOKIE)
+    sockid = (struct.pack("!HH", local[1], remote[1]) + a.packed.ljust(16, b"\0") + b.packed.ljust(16, b"\0")
+              + struct.pack("=III", 0, INET_DIAG_NOCOOKIE, INET_DIAG_NOCOOKIE))
     req = struct.pack("=BBBBI", fam, socket.IPPROTO_TCP, 0, 0, 0xFFFFFFFF) + sockid
     msg = struct.pack("=IHHII", 16 + len(req), SOCK_DIAG_BY_FAMILY, 1, 1, 0) + req   # NLM_F_REQUEST
     with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_SOCK_DIAG) as nl:
