@@ -269,6 +269,8 @@ def check(as_json):
         for p in profiles:
             state = "fully enforceable" if p["enforceable"] else "NOT fully enforceable"
             click.echo(f"  {p['profile']:<12} {state}")
+            if "network" in p:
+                click.echo(f"    network: {p['network']['summary']}")
             for feature, how in p.get("mechanisms", {}).items():
                 if "replaces" in how:
                     click.echo(f"    {feature}: by {how}")

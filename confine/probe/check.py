@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from typing import Any
 
 from .. import plan as _plan
 from ..errors import ConfineError
@@ -55,10 +56,36 @@ def profiles() -> list[dict]:
                 pol = _load.load(name, workdir=wd, home=os.path.expanduser("~"), tmp=wd)
                 missing = _plan.missing_features(pol, facts, os.geteuid() == 0)
                 out.append({"profile": name, "enforceable": not missing,
+                            "network": network_posture(pol.network),
                             "mechanisms": _plan.mechanisms(pol, facts),
                             "missing": [{"feature": m.feature, "detail": m.detail}
                                         for m in missing]})
             except ConfineError as e:
                 out.append({"profile": name, "enforceable": False,
                             "missing": [{"feature": "profile", "detail": str(e)}]})
+    return out
+
+
+def network_posture(net: Any) -> dict[str, Any]:
+    """Which hosts a profile's agent can reach, and through what (issue 14 item 8).
+
+    A TCP port in connect_tcp is open to every address (Landlock filters ports, not
+    addresses): said as it is. Host entries (network.allow, network.include and
+    network.default: ask, read from the policy once the gateway is wired) go through
+    confine's gateway, DNS included."""
+    ports = [int(p) for p in getattr(net, "connect_tcp", ()) or ()]
+    allow = [str(h) for h in getattr(net, "allow", ()) or ()]
+    sets = [str(h) for h in getattr(net, "include", ()) or ()]
+    default = str(getattr(net, "default", "deny") or "deny")
+    hosts = allow + [f"set {s}" for s in sets]
+    out: dict[str, Any] = {"hosts": hosts, "sets": sets, "default": default, "open_ports": ports}
+    parts = []
+    if ports:
+        parts.append(f"ANY host on TCP {', '.join(map(str, ports))} (direct: Landlock filters ports, not addresses)")
+    if hosts or default == "ask":
+        shown = ", ".join(hosts) if hosts else "no host"
+        parts.append(f"{shown} through confine's gateway (DNS too)"
+                     + ("; others asked" if default == "ask" else "; nothing else"))
+    out["through"] = "gateway" if (hosts or default == "ask") and not ports else ("direct" if ports else "none")
+    out["summary"] = "; ".join(parts) or "no network"
     return out

@@ -1,0 +1,39 @@
+"""`confine check` says which hosts a profile reaches and through what (issue 14 item 8): a
+port in connect_tcp is any host; host entries go through the gateway."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from confine.policy.model import Network
+from confine.probe.check import network_posture
+
+
+@dataclass(frozen=True)
+class WiredNetwork:       # the fields the gateway wiring adds to Network
+    connect_tcp: tuple[int, ...] = ()
+    allow: tuple[str, ...] = ()
+    include: tuple[str, ...] = ()
+    default: str = "deny"
+
+
+def test_no_network():
+    p = network_posture(Network())
+    assert p["summary"] == "no network" and p["through"] == "none" and p["hosts"] == []
+
+
+def test_a_port_is_any_host():
+    p = network_posture(Network(connect_tcp=(443, 53)))
+    assert p["through"] == "direct" and p["open_ports"] == [443, 53]
+    assert p["summary"].startswith("ANY host on TCP 443, 53")
+
+
+def test_hosts_through_the_gateway():
+    p = network_posture(WiredNetwork(allow=("api.anthropic.com", "claude.ai"), include=("registries",)))
+    assert p["through"] == "gateway"
+    assert p["hosts"] == ["api.anthropic.com", "claude.ai", "set registries"]
+    assert p["summary"] == ("api.anthropic.com, claude.ai, set registries through confine's gateway "
+                            "(DNS too); nothing else")
+    ask = network_posture(WiredNetwork(default="ask"))
+    assert ask["through"] == "gateway" and ask["summary"].endswith("others asked")
+    both = network_posture(WiredNetwork(connect_tcp=(22,), allow=("x.test",)))
+    assert both["through"] == "direct" and "ANY host on TCP 22" in both["summary"]
