@@ -53,6 +53,7 @@ APPROVER_TIMEOUT = 30.0
 ONCE_HOLD = 60.0          # an "once" nobody was waiting for any more (a DNS retry) is kept this long
 MAX_ANSWER = 65536        # bytes read from an approver
 MAX_REMEMBERED = 4096     # answers remembered for the run (the agent chooses the hosts)
+MAX_PENDING = 32          # questions waiting for the person; more are denied at once (a flood of names)
 LOCK_WAIT = 5.0
 
 
@@ -159,6 +160,10 @@ class Asker:
                 self._log(q, hit)
                 return hit
             p = self._pending.get(key)
+            if p is None and len(self._pending) >= MAX_PENDING:
+                full = Answer("deny", self.approver, f"{MAX_PENDING} questions are already waiting")
+                self._log(q, full)
+                return full
             if p is None:
                 p = _Pending(q)
                 self._pending[key] = p

@@ -517,3 +517,30 @@ def test_answer_rule_and_allowed():
     assert not Answer("deny", "tty").allowed and Answer("run", "tty").rule == "ask run (tty)"
 
 
+
+
+def test_a_flood_of_names_is_bounded():
+    """Each DNS waiter gives up after its wait, but its question stays queued for the retry:
+    an agent asking for endless names must not grow the queue (or the person's evening)."""
+    from confine.gateway import approve
+    gate = threading.Event()
+    asked = []
+
+    def slow(q, offered):
+        asked.append(q.host)
+        gate.wait(10)
+        return "deny", ""
+    a = Asker(slow, "test")
+    try:
+        out = [a(Question(f"n{i}.flood.test", None, "dns", wait=0.01)) for i in range(approve.MAX_PENDING + 20)]
+        assert [x.decision for x in out[:approve.MAX_PENDING]] == ["pending"] * approve.MAX_PENDING
+        assert all(x.decision == "deny" and "already waiting" in x.reason for x in out[approve.MAX_PENDING:])
+    finally:
+        gate.set()
+    end = time.monotonic() + 10
+    while len(asked) < approve.MAX_PENDING and time.monotonic() < end:
+        time.sleep(0.01)
+    time.sleep(0.1)
+    assert len(asked) == approve.MAX_PENDING            # the refused ones were never put to anyone
+    # control: once the queue drains, a new name is asked again
+    assert a(Question("late.flood.test", 443, wait=5)).decision == "deny" and asked[-1] == "late.flood.test"
