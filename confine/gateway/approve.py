@@ -283,6 +283,14 @@ class TtyBackend:
         who = f"pid {q.pid} {_printable(q.exe or '?', 40)}" if q.pid else "the agent"
         line = f" confine: {who} wants {q.shown()}: allow {keys}? "
         try:
+            cols = os.get_terminal_size(fd).columns
+        except OSError:
+            cols = 0
+        if cols > 20 and len(line) >= cols:
+            # one line only: a wrapped question would scroll the agent's screen
+            short = "[o/r/p/d]" if offer_profile else "[o/r/d]"
+            line = f" confine: {q.shown()[:cols - 32]}: allow {short}? "[:cols - 1]
+        try:
             termios.tcsetattr(fd, termios.TCSANOW, mine)
             termios.tcflush(fd, termios.TCIFLUSH)     # typed-ahead keys were for the agent
             os.write(fd, b"\0337\033[999;1H\033[2K\033[7m" + line.encode() + b"\033[0m")

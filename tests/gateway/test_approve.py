@@ -435,6 +435,9 @@ import json, os, subprocess, sys, termios, tty
 from confine.gateway.approve import make_asker, Question
 out = sys.argv[1]
 fd = os.open("/dev/tty", os.O_RDWR)
+if len(sys.argv) > 2:
+    import fcntl, struct
+    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 24, int(sys.argv[2]), 0, 0))
 tty.setraw(fd)                                   # the agent owns the terminal in raw mode
 before = termios.tcgetattr(fd)
 agent = subprocess.Popen([sys.executable, "-c", "import sys,time; print('agent says hi'); sys.stdout.flush()"],
@@ -448,25 +451,27 @@ json.dump({"decision": r.decision, "approver": r.approver, "reason": r.reason, "
 """
 
 
-def _pty_run(tmp_path, key):
+def _pty_run(tmp_path, key, cols=None):
     out = tmp_path / "result.json"
+    if out.exists():
+        out.unlink()
     pid, master = pty.fork()
     if pid == 0:
         try:
-            os.execv(sys.executable, [sys.executable, "-c", PTY_CHILD, str(out)])
+            os.execv(sys.executable, [sys.executable, "-c", PTY_CHILD, str(out)] + ([str(cols)] if cols else []))
         finally:
             os._exit(127)
     screen = b""
     end = time.monotonic() + 30
     try:
-        while b"[d]eny?" not in screen and time.monotonic() < end:
+        while b"? \x1b[0m" not in screen and time.monotonic() < end:
             r, _, _ = select.select([master], [], [], 1)
             if r:
                 try:
                     screen += os.read(master, 4096)
                 except OSError:
                     break
-        assert b"[d]eny?" in screen, screen
+        assert b"? \x1b[0m" in screen, screen
         os.write(master, key)
         while time.monotonic() < end:
             r, _, _ = select.select([master], [], [], 1)
@@ -544,3 +549,10 @@ def test_a_flood_of_names_is_bounded():
     assert len(asked) == approve.MAX_PENDING            # the refused ones were never put to anyone
     # control: once the queue drains, a new name is asked again
     assert a(Question("late.flood.test", 443, wait=5)).decision == "deny" and asked[-1] == "late.flood.test"
+
+
+def test_pty_narrow_terminal_gets_one_line(tmp_path):
+    res, screen, _ = _pty_run(tmp_path, b"d", cols=40)
+    assert res["decision"] == "deny"
+    shown = screen[screen.index(b"\x1b[7m") + 4:screen.index(b"\x1b[0m")]
+    assert len(shown) < 40 and b"ask.test" in shown and b"[o/r/d]" in shown, shown
