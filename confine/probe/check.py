@@ -69,23 +69,29 @@ def profiles() -> list[dict]:
 def network_posture(net: Any) -> dict[str, Any]:
     """Which hosts a profile's agent can reach, and through what (issue 14 item 8).
 
-    A TCP port in connect_tcp is open to every address (Landlock filters ports, not
-    addresses): said as it is. Host entries (network.allow, network.include and
-    network.default: ask, read from the policy once the gateway is wired) go through
-    confine's gateway, DNS included."""
+    Without the egress gateway a TCP port in connect_tcp is open to every address
+    (Landlock filters ports, not addresses): said as it is. With it (a Network that has
+    `egress`), connect_tcp is the agent's own loopback, and host entries
+    (network.allow, network.include, network.default: ask) go through confine's
+    gateway, DNS included."""
+    wired = hasattr(net, "egress")
     ports = [int(p) for p in getattr(net, "connect_tcp", ()) or ()]
     allow = [str(h) for h in getattr(net, "allow", ()) or ()]
     sets = [str(h) for h in getattr(net, "include", ()) or ()]
     default = str(getattr(net, "default", "deny") or "deny")
     hosts = allow + [f"set {s}" for s in sets]
-    out: dict[str, Any] = {"hosts": hosts, "sets": sets, "default": default, "open_ports": ports}
+    gateway = bool(hosts or default == "ask")
+    out: dict[str, Any] = {"hosts": hosts, "sets": sets, "default": default,
+                           "open_ports": [] if wired else ports, "loopback_ports": ports if wired else []}
     parts = []
-    if ports:
+    if ports and not wired:
         parts.append(f"ANY host on TCP {', '.join(map(str, ports))} (direct: Landlock filters ports, not addresses)")
-    if hosts or default == "ask":
+    if gateway:
         shown = ", ".join(hosts) if hosts else "no host"
         parts.append(f"{shown} through confine's gateway (DNS too)"
                      + ("; others asked" if default == "ask" else "; nothing else"))
-    out["through"] = "gateway" if (hosts or default == "ask") and not ports else ("direct" if ports else "none")
+    if ports and wired:
+        parts.append(f"its own loopback on TCP {', '.join(map(str, ports))}")
+    out["through"] = "direct" if ports and not wired else ("gateway" if gateway else "none")
     out["summary"] = "; ".join(parts) or "no network"
     return out

@@ -15,6 +15,10 @@ class WiredNetwork:       # the fields the gateway wiring adds to Network
     include: tuple[str, ...] = ()
     default: str = "deny"
 
+    @property
+    def egress(self) -> bool:
+        return bool(self.connect_tcp or self.allow or self.include or self.default == "ask")
+
 
 def test_no_network():
     p = network_posture(Network())
@@ -35,5 +39,7 @@ def test_hosts_through_the_gateway():
                             "(DNS too); nothing else")
     ask = network_posture(WiredNetwork(default="ask"))
     assert ask["through"] == "gateway" and ask["summary"].endswith("others asked")
-    both = network_posture(WiredNetwork(connect_tcp=(22,), allow=("x.test",)))
-    assert both["through"] == "direct" and "ANY host on TCP 22" in both["summary"]
+    # with the gateway, connect_tcp is the agent's own loopback, not every host
+    both = network_posture(WiredNetwork(connect_tcp=(8080,), allow=("x.test",)))
+    assert both["through"] == "gateway" and "ANY host" not in both["summary"]
+    assert both["summary"].endswith("its own loopback on TCP 8080") and both["loopback_ports"] == [8080]
