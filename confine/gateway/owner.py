@@ -15,6 +15,7 @@ import ipaddress
 import os
 import socket
 import struct
+import threading
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
@@ -50,14 +51,22 @@ def _hex_addr(a: str, port: int, v6: bool) -> str:
     return f"{struct.unpack('<I', ip.packed)[0]:08X}:{port:04X}"
 
 
-def socket_inode(local: tuple[str, int], remote: tuple[str, int], net: str = "/proc/thread-self/net") -> int | None:
+def socket_inode(local: tuple[str, int], remote: tuple[str, int], net: str = "/proc/thread-self/net",
+                 diag: socket.socket | None = None) -> int | None:
     """The inode of the TCP socket with this local and remote end (as the client sees them):
-    asked of the kernel by its four-tuple (sock_diag, a hash lookup), else found in
-    /proc/net/tcp{,6} (which the kernel builds by walking every socket: slow on a busy host)."""
+    asked of the kernel by its four-tuple (sock_diag, a hash lookup, in the network
+    namespace `diag` was made in, else this thread's), else found in `net`/tcp{,6} (which
+    the kernel builds by walking every socket of that namespace: slow on a busy host)."""
     try:
-        return _diag_inode(local, remote)
+        ino = _diag_inode(local, remote, diag)
+        if ino is not None or net == "/proc/thread-self/net":
+            return ino
     except (OSError, ValueError, struct.error):
         pass
+    return _table_inode(local, remote, net)
+
+
+def _table_inode(local: tuple[str, int], remote: tuple[str, int], net: str) -> int | None:
     for name, v6 in (("tcp", False), ("tcp6", True)):
         lo, re_ = _hex_addr(local[0], local[1], v6), _hex_addr(remote[0], remote[1], v6)
         if not lo or not re_:
@@ -86,9 +95,13 @@ NETLINK_SOCK_DIAG, SOCK_DIAG_BY_FAMILY, NLMSG_ERROR = 4, 20, 2
 INET_DIAG_NOCOOKIE = 0xFFFFFFFF
 
 
-def _diag_inode(local: tuple[str, int], remote: tuple[str, int]) -> int | None:
+_DIAG_LOCK = threading.Lock()
+
+
+def _diag_inode(local: tuple[str, int], remote: tuple[str, int], nl: socket.socket | None = None) -> int | None:
     """sock_diag's exact lookup (no NLM_F_DUMP): None when no such socket, OSError/ValueError
-    when the kernel cannot be asked."""
+    when the kernel cannot be asked. `nl`: a NETLINK_SOCK_DIAG socket made in the namespace
+    to ask (shared: one request at a time)."""
     a, b = ipaddress.ip_address(local[0]), ipaddress.ip_address(remote[0])
     if a.version != b.version:
         raise ValueError("mixed families")
@@ -97,10 +110,16 @@ def _diag_inode(local: tuple[str, int], remote: tuple[str, int]) -> int | None:
               + struct.pack("=III", 0, INET_DIAG_NOCOOKIE, INET_DIAG_NOCOOKIE))
     req = struct.pack("=BBBBI", fam, socket.IPPROTO_TCP, 0, 0, 0xFFFFFFFF) + sockid
     msg = struct.pack("=IHHII", 16 + len(req), SOCK_DIAG_BY_FAMILY, 1, 1, 0) + req   # NLM_F_REQUEST
-    with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_SOCK_DIAG) as nl:
-        nl.settimeout(1.0)
-        nl.sendto(msg, (0, 0))
-        data = nl.recv(65536)
+    if nl is None:
+        with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_SOCK_DIAG) as own:
+            own.settimeout(1.0)
+            own.sendto(msg, (0, 0))
+            data = own.recv(65536)
+    else:
+        with _DIAG_LOCK:
+            nl.settimeout(1.0)
+            nl.sendto(msg, (0, 0))
+            data = nl.recv(65536)
     length, mtype = struct.unpack_from("=IH", data, 0)
     if mtype == NLMSG_ERROR:
         err = -struct.unpack_from("=i", data, 16)[0]
@@ -178,23 +197,49 @@ def exe_of(pid: int) -> str | None:
         return None
 
 
+def _other_netns(pids: list[int]) -> int | None:
+    """A run process in a network namespace other than this thread's, or None."""
+    try:
+        mine = os.stat("/proc/thread-self/ns/net").st_ino
+    except OSError:
+        return None
+    for pid in pids[:16]:
+        try:
+            if os.stat(f"/proc/{pid}/ns/net").st_ino != mine:
+                return pid
+        except OSError:
+            continue
+    return None
+
+
 class Finder:
     """`finder(client, gateway) -> Owner`: the run's process holding the client's socket.
 
-    `pids()` lists the run's processes (default: this process's descendants)."""
+    `pids()` lists the run's processes (default: this process's descendants). The
+    client's socket lives in the namespace of the gateway's listener, which may be the
+    agent's own (the wiring makes the listeners there): `diag`, a NETLINK_SOCK_DIAG
+    socket made in that namespace, asks there; without it, a run process's /proc/PID/net
+    (its namespace's table) is read when this thread's namespace is another."""
 
-    def __init__(self, pids: Callable[[], Iterable[int]] | None = None, net: str = "/proc/thread-self/net") -> None:
+    def __init__(self, pids: Callable[[], Iterable[int]] | None = None, net: str | None = None,
+                 diag: socket.socket | None = None) -> None:
         self._pids = pids or (lambda: descendants(os.getpid()))
         self._net = net
+        self._diag = diag
 
     def __call__(self, client: tuple[str, int], gateway: tuple[str, int]) -> Owner:
-        ino = socket_inode(client, gateway, self._net)
+        pids = list(self._pids())[:MAX_PROCS]
+        ino = socket_inode(client, gateway, self._net or "/proc/thread-self/net", self._diag)
+        if ino is None and self._net is None and self._diag is None:
+            other = _other_netns(pids)
+            if other is not None:
+                ino = _table_inode(client, gateway, f"/proc/{other}/net")
         if ino is None:
             return UNKNOWN
         want = f"socket:[{ino}]"
         found: list[int] = []
         budget = MAX_FDS
-        for pid in list(self._pids())[:MAX_PROCS]:
+        for pid in pids:
             try:
                 fds = os.listdir(f"/proc/{pid}/fd")
             except OSError:

@@ -152,3 +152,55 @@ def test_socket_inode_without_sock_diag(monkeypatch):
     finally:
         for s in (c, srv, lst):
             s.close()
+
+
+NETNS_CHILD = """
+import socket, sys, time
+lst = socket.socket(); lst.bind(("127.0.0.1", 0)); lst.listen(1)
+c = socket.create_connection(lst.getsockname()); srv, peer = lst.accept()
+print(peer[0], peer[1], lst.getsockname()[1], flush=True)
+sys.stdin.read()
+"""
+
+
+@pytest.mark.parametrize("how", ["proc", "diag"])
+def test_owner_in_another_network_namespace(how):
+    """The wiring puts the gateway's listeners in the agent's network namespace: the client's
+    socket is not in this thread's tables. Found through the run process's /proc/PID/net, or
+    through a sock_diag socket made in that namespace."""
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("needs root and unshare(1) for a network namespace")
+    child = subprocess.Popen(["unshare", "-n", "sh", "-c", 'ip link set lo up 2>/dev/null; exec "$0" -c "$1"',
+                              sys.executable, NETNS_CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        host, cport, lport = child.stdout.readline().split()
+        client, server = (host, int(cport)), ("127.0.0.1", int(lport))
+        py = next(p for p in descendants(child.pid) + [child.pid] if "python" in (exe_of(p) or ""))
+        assert Finder(lambda: [])(client, server).pid is None               # control: not ours, no run pid
+        if how == "proc":
+            o = Finder(lambda: [py])(client, server)
+        else:
+            if shutil.which("nsenter") is None:
+                pytest.skip("no nsenter(1)")
+            r, w = socket.socketpair()
+            helper = subprocess.Popen(["nsenter", f"--net=/proc/{py}/ns/net", sys.executable, "-c",
+                                       "import socket, sys\n"
+                                       "s = socket.socket(socket.AF_UNIX, fileno=int(sys.argv[1]))\n"
+                                       "n = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 4)\n"
+                                       "socket.send_fds(s, [b'x'], [n.fileno()])\n", str(w.fileno())],
+                                      pass_fds=(w.fileno(),), stdin=subprocess.DEVNULL)
+            _, fds, _, _ = socket.recv_fds(r, 1, 1)
+            helper.wait(timeout=10)
+            r.close()
+            w.close()
+            diag = socket.socket(fileno=fds[0])
+            # control: a sock_diag socket of this namespace does not find it (and no /proc table)
+            own = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 4)
+            assert Finder(lambda: [py], net="/nonexistent", diag=own)(client, server).pid is None
+            own.close()
+            o = Finder(lambda: [py], net="/nonexistent", diag=diag)(client, server)
+            diag.close()
+        assert o.pid == py and "python" in (o.exe or ""), o
+    finally:
+        child.stdin.close()
+        child.wait(timeout=10)
