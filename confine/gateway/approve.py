@@ -361,11 +361,12 @@ class CommandBackend:
         try:
             out, status = self._talk(p, (json.dumps(event) + "\n").encode())
         finally:
-            if p.poll() is None:
-                try:
-                    os.killpg(p.pid, signal.SIGKILL)
-                except OSError:
-                    pass
+            # the whole group, before it is reaped (until then its id cannot be reused):
+            # what it left running must not outlive the question
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except OSError:
+                pass
             p.wait()
         if out is None:
             return "deny", f"approver gave no answer in {self.timeout:g} s"
@@ -397,9 +398,11 @@ class CommandBackend:
             left = end - time.monotonic()
             if left <= 0:
                 return None, -1
-            r, _, _ = select.select([fd], [], [], left)
+            r, _, _ = select.select([fd], [], [], min(left, 0.1))
             if not r:
-                return None, -1
+                if p.poll() is not None:
+                    break   # it answered and exited; a child it left holding stdout is killed below
+                continue
             chunk = os.read(fd, 4096)
             if not chunk:
                 break

@@ -556,3 +556,26 @@ def test_pty_narrow_terminal_gets_one_line(tmp_path):
     assert res["decision"] == "deny"
     shown = screen[screen.index(b"\x1b[7m") + 4:screen.index(b"\x1b[0m")]
     assert len(shown) < 40 and b"ask.test" in shown and b"[o/r/d]" in shown, shown
+
+
+def test_approver_child_holding_stdout_does_not_hold_the_answer(tmp_path):
+    """An approver that leaves a background child with its stdout: the answer counts when the
+    approver exits (not when the child does), and the child is killed with the group."""
+    pidfile = tmp_path / "child.pid"
+    script = tmp_path / "a.sh"
+    script.write_text(f"#!/bin/sh\nread q\nsleep 300 &\necho $! > {pidfile}\necho '{{\"decision\": \"run\"}}'\n")
+    script.chmod(0o755)
+    a = make_asker("ask", str(script), None, None, timeout=10)
+    assert a(Question("x.test", 443, wait=30)).decision == "run"
+    pid = int(pidfile.read_text())
+    end = time.monotonic() + 5
+    while time.monotonic() < end:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().split()[2] == "Z":
+                    break
+        except FileNotFoundError:
+            break
+        time.sleep(0.05)
+    else:
+        pytest.fail(f"the approver's child {pid} is still running")
