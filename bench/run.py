@@ -52,6 +52,7 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 import connect_mediation  # noqa: E402
 import file_mediation  # noqa: E402
+import gateway as gateway_bench  # noqa: E402
 
 CACHE = os.environ.get("CONFINE_BENCH_CACHE", "/var/tmp/confine-bench")
 USER = "confine-test"
@@ -59,7 +60,7 @@ PY = "/usr/bin/python3" if os.access("/usr/bin/python3", os.X_OK) else shutil.wh
 PATH = "/usr/local/bin:/usr/bin:/bin"
 MARK_START, MARK_END = "<!-- bench:start -->", "<!-- bench:end -->"
 WORK = ("tar", "clone", "npm", "make", "venv")
-SECTIONS = ("cold", "workdir", "warm", "file", "connect", *WORK)
+SECTIONS = ("cold", "workdir", "warm", "file", "connect", "gateway", *WORK)
 NOT_INSTALLED = "not installed"
 CONFINE_COLD = "confine exec -w small -- /bin/true"
 
@@ -646,6 +647,19 @@ def section_connect(t, base, quick):
     return connect_mediation.measure(size("mediation_calls", quick), confine=t["confine"], user=USER, parent=base)
 
 
+def section_gateway(t, quick):
+    """The egress gateway against a direct connection on loopback (bench/gateway.py), run by
+    the Python of the confine install (it imports confine.gateway)."""
+    if not t["confine"]:
+        return NOT_INSTALLED
+    py = os.path.join(os.path.dirname(os.path.realpath(t["confine"])), "python")
+    if not os.access(py, os.X_OK):
+        py = os.path.join(os.path.dirname(t["confine"]), "python")
+    if not os.access(py, os.X_OK):
+        return "no python beside confine"
+    return gateway_bench.measure(py, quick)
+
+
 # --- real work ------------------------------------------------------------------------------
 
 WRAP = 's=$(date +%s%N); "$@" >/dev/null || exit $?; e=$(date +%s%N); echo "@@inner $((e-s))"'
@@ -806,6 +820,13 @@ def goals(R):
     c = R.get("connect")
     if isinstance(c, dict):
         g.append(("4. per mediated unix connect", "<= +80 us", f"+{c['added']:.0f} us", c["added"] / MEDIATION_GOAL_US))
+    gw = R.get("gateway")
+    if isinstance(gw, dict):
+        # issue 14's goals: throughput through the gateway, added connect latency
+        g.append(("issue 14: gateway throughput (loopback)", ">= 0.90 x direct", f"{gw['bulk_ratio']:.2f}x",
+                  0.90 / gw["bulk_ratio"] if gw["bulk_ratio"] > 0 else None))
+        g.append(("issue 14: gateway added connect latency (median)", "< 1 ms", f"{gw['setup_added_ms']:+.3f} ms",
+                  max(gw["setup_added_ms"], 0.0) / 1.0))
     for name in WORK:
         w = R.get(name)
         if not isinstance(w, dict) or "skipped" in w:
@@ -902,6 +923,13 @@ def render(R, M, V, quick, markdown, only=None):
         elif "connect" in R:
             rows.append(("connect()", R["connect"], "", "", ""))
         table(["call", "bare", "confined", "added", "per mediated call"], rows)
+    if "gateway" in R:
+        title("Egress gateway vs direct, loopback (`bench/gateway.py`: origin, gateway and client in their own "
+              "processes; the gateway's path crosses loopback twice)")
+        if isinstance(R["gateway"], dict):
+            table(["measure", "direct", "through the gateway", "ratio / added"], gateway_bench.render(R["gateway"]))
+        else:
+            table(["measure", "direct", "through the gateway", "ratio / added"], [("gateway", R["gateway"], "", "")])
     work = [n for n in WORK if n in R]
     if work:
         reps = size("reps", quick)
@@ -1023,6 +1051,7 @@ def main(argv=None):
     med_base = mkdir_for(os.path.join(tmpfs, "mediation"), pw) if tmpfs else None
     step("file", lambda: section_file(t, med_base, a.quick))
     step("connect", lambda: section_connect(t, med_base, a.quick))
+    step("gateway", lambda: section_gateway(t, a.quick))
     if only & set(WORK):
         bases = {"tmpfs": tmpfs, "disk": mkdir_for(os.path.join(CACHE, "disk"), pw)}
         for name in WORK:

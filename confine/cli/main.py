@@ -132,6 +132,10 @@ def cli():
 @click.option("--allow-host", "allow_host", multiple=True, metavar="HOST[:PORT]",
               help="Also let the agent reach HOST (port 443 unless given; *.suffix, an "
                    "address or network too) through the egress gateway (repeatable).")
+@click.option("--approver", metavar="CMD",
+              help="Under network.default: ask, put each question to CMD instead of the terminal "
+                   "(one JSON event on stdin, one JSON answer on stdout; a timeout or anything "
+                   "but an explicit allow denies). CMD runs outside the sandbox as you.")
 @click.option("--dry-run", is_flag=True, help="Print the effective policy and exit.")
 @click.option("--json", "as_json", is_flag=True, help="With --dry-run: machine-readable output.")
 @click.argument("command", nargs=-1, required=False, type=click.UNPROCESSED)
@@ -278,6 +282,8 @@ def check(as_json):
         for p in profiles:
             state = "fully enforceable" if p["enforceable"] else "NOT fully enforceable"
             click.echo(f"  {p['profile']:<12} {state}")
+            if "network" in p:
+                click.echo(f"    network: {p['network']['summary']}")
             for pr in p.get("protections", []):
                 if pr["status"] != "not needed":
                     click.echo(f"    {pr['protection']:<30} {pr['status']:<12} {pr['mechanism']}")

@@ -30,9 +30,13 @@ from typing import IO, Any, Callable, Sequence
 
 from . import dnswire as w
 from .addresses import HostAddresses, IPAddress, refusal
-from .rules import NO_RULE, RuleError, Rules, normalise_host
+from .approve import Answer, Question
+from .rules import NO_RULE, Decision, RuleError, Rules, normalise_host
 
 Log = Callable[[dict[str, Any]], None]
+# A lookup waits this long for its question (less than a resolver's first timeout, 5 s
+# for glibc); then it goes unanswered and the client's retry finds the answer.
+ASK_WAIT = 4.0
 
 
 def now_iso() -> str:
@@ -302,8 +306,11 @@ class DNSServer:
 
     def __init__(self, resolver: Resolver, *, host: str = "127.0.0.1", port: int = 0,
                  log: Log | None = None, workers: int = 16, max_tcp: int = 32,
-                 tcp_idle: float = 10.0) -> None:
+                 tcp_idle: float = 10.0, ask: Callable[[Question], Answer] | None = None,
+                 ask_wait: float = ASK_WAIT) -> None:
         self.resolver = resolver
+        self.ask = ask                 # network.default: ask (approve.make_asker); None: NXDOMAIN
+        self.ask_wait = ask_wait
         self.rules = resolver.rules
         self.log = log
         self._host = host
@@ -507,6 +514,16 @@ class DNSServer:
             return self._reply(q, w.NXDOMAIN, [], event, "deny", "not a host name", limit)
         event["name"] = name
         decision = self.rules.decide(name, None)
+        if not decision.allowed and self.ask is not None and not decision.matched:
+            a = self.ask(Question(name, None, "dns", wait=self.ask_wait))
+            event["approver"] = a.approver
+            event["asked"] = a.decision
+            if a.decision == "pending":
+                event.update(decision="pending", rule=NO_RULE)
+                self._log_event(event)
+                return None   # unanswered: the client asks again, by then the person may have
+            if a.allowed:
+                decision = Decision(True, a.rule)
         if not decision.allowed:
             return self._reply(q, w.NXDOMAIN, [], event, "deny", decision.rule, limit)
         if question.qtype == w.ANY:
@@ -533,9 +550,12 @@ class DNSServer:
         event["decision"] = decision
         event["rule"] = rule if rule != NO_RULE else "no rule allows it"
         event["rcode"] = w.RCODE_NAMES.get(rcode, str(rcode))
+        self._log_event(event)
+        return w.build_response(q, rcode, answers, limit=limit)
+
+    def _log_event(self, event: dict[str, Any]) -> None:
         if self.log is not None:
             try:
                 self.log(event)
             except Exception:  # noqa: BLE001 - a failing log sink must not stop DNS
                 pass
-        return w.build_response(q, rcode, answers, limit=limit)

@@ -37,15 +37,24 @@ import socket
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from . import http1
 from .addresses import IPAddress, normalise
+from .approve import Answer, Question
 from .dns import Log, Resolver, now_iso
-from .rules import NO_RULE, RuleError, Rules, entry_for, normalise_host, parse_address
+from .owner import Finder, Owner, exe_of
+from .rules import NO_RULE, Decision, RuleError, Rules, entry_for, normalise_host, parse_address
 from .sni import MAX_HELLO, MAX_RECORD, MalformedHello, looks_like_tls, parse_client_hello
 
 CHUNK = 65536
+ASK_WAIT = 120.0   # a connection waits this long for its question (queued behind others); then refused
+# every connection event has these fields (None where they do not apply), so a log reader
+# can tell "not known" from "not logged"
+EVENT_FIELDS = ("time", "pid", "exe", "host", "port", "resolved", "dialled", "sni", "decision", "rule",
+                "approver", "bytes_up", "bytes_down", "duration_ms")
+Ask = Callable[[Question], Answer]
+OwnerOf = Callable[[tuple[str, int], tuple[str, int]], Owner]
 
 
 @dataclass(frozen=True)
@@ -81,17 +90,22 @@ class _Conn:
         self.ev: dict[str, Any] = {"time": now_iso(), "event": "connect", "mode": mode, "client": peer}
         if pid is not None:
             self.ev["pid"] = pid
+            self.ev["exe"] = exe_of(pid)
         self.up = 0
         self.down = 0
         self.upstream: socket.socket | None = None
+        self.asked = False
 
 
 class Gateway:
     """The proxy server on (host, port) and the transparent entry, sharing rules, resolver and pins."""
 
     def __init__(self, rules: Rules, resolver: Resolver, *, host: str = "127.0.0.1", port: int = 0,
-                 log: Log | None = None, limits: Limits | None = None) -> None:
+                 log: Log | None = None, limits: Limits | None = None, ask: Ask | None = None,
+                 owner: OwnerOf | None = None) -> None:
         self.rules = rules
+        self.ask = ask                       # network.default: ask (approve.make_asker); None: deny
+        self.owner = owner or Finder()       # which of the run's processes a proxy client is
         self.resolver = resolver
         self.pins = resolver.pins
         self.log = log
@@ -301,6 +315,10 @@ class Gateway:
             self._emit(conn)
 
     def _emit(self, conn: _Conn) -> None:
+        for k in EVENT_FIELDS:
+            conn.ev.setdefault(k, None)
+        if conn.ev["pid"] is None:
+            conn.ev["pid"] = "unknown"
         conn.ev["bytes_up"] = conn.up
         conn.ev["bytes_down"] = conn.down
         conn.ev["duration_ms"] = round((time.monotonic() - conn.start) * 1000, 1)
@@ -369,7 +387,7 @@ class Gateway:
         conn.ev["host"] = name
         d = self.rules.decide(name, port)
         if not d.allowed:
-            raise Refused(f"{name} port {port} is not allowed", 403, d.rule, by_rules=True)
+            d = self._ask(conn, d, name, port, "proxy", 403)
         conn.ev["rule"] = d.rule
         addrs, res = self.resolver.resolve(name)
         conn.ev["resolved"] = [str(a) for a in addrs]
@@ -386,6 +404,34 @@ class Gateway:
             raise Refused(f"{name} has no address", 502, d.rule)
         conn.ev["decision"] = "allow"
         return name, ok
+
+    def _ask(self, conn: _Conn, d: Decision, name: str, port: int, via: str, status: int) -> Decision:
+        """No rule allows (name, port): ask (network.default: ask), or refuse. An explicit
+        deny is never asked."""
+        if self.ask is None or d.matched:
+            raise Refused(f"{name} port {port} is not allowed", status, d.rule, by_rules=True)
+        pid = conn.ev.get("pid")
+        a = self.ask(Question(name, port, via, pid=pid if isinstance(pid, int) else None,
+                              exe=conn.ev.get("exe"), wait=ASK_WAIT))
+        conn.ev["approver"] = a.approver
+        conn.ev["asked"] = a.decision
+        conn.asked = True
+        if not a.allowed:
+            why = f"{a.decision} by {a.approver}" + (f": {a.reason}" if a.reason else "")
+            raise Refused(f"{name} port {port} is not allowed ({why})", status, d.rule, by_rules=True)
+        return Decision(True, a.rule)
+
+    def _who(self, conn: _Conn) -> None:
+        """The proxy client's process (bounded; "unknown" rather than a guess)."""
+        try:
+            peer, me = conn.sock.getpeername(), conn.sock.getsockname()
+            o = self.owner((str(peer[0]), int(peer[1])), (str(me[0]), int(me[1])))
+        except Exception:  # noqa: BLE001 - the log line is worth less than the connection
+            return
+        if o.pid is not None:
+            conn.ev["pid"], conn.ev["exe"] = o.pid, o.exe
+        elif o.owners:
+            conn.ev["owners"] = list(o.owners)
 
     def _dial(self, conn: _Conn, addrs: list[IPAddress], port: int) -> socket.socket:
         last: OSError | None = None
@@ -417,12 +463,15 @@ class Gateway:
         deadline = time.monotonic() + self.limits.handshake_timeout
         head, rest = self._read_head(conn, b"", deadline)
         conn.ev["method"] = head.method
+        self._who(conn)
         if head.method == "CONNECT":
             try:
                 host, port = http1.split_authority(head.target, None)
             except http1.BadRequest as e:
                 raise Refused(str(e), e.status) from None
             name, addrs = self._addresses_for(conn, host, port)
+            if conn.asked:   # the person's time is not the client's handshake
+                deadline = time.monotonic() + self.limits.handshake_timeout
             _send(conn.sock, b"HTTP/1.1 200 Connection established\r\n\r\n", deadline)
             conn.ev["tunnel"] = True
             conn.ev["decision"] = "deny"   # until the ClientHello is checked
@@ -515,7 +564,7 @@ class Gateway:
         conn.ev["host"] = name
         d = self.rules.decide(name, dst_port)
         if not d.allowed:
-            raise Refused(f"{name} port {dst_port} is not allowed", 0, d.rule, by_rules=True)
+            d = self._ask(conn, d, name, dst_port, "transparent", 0)
         if not self.pins.contains(name, dst):
             raise Refused(f"{dst} was not resolved by confine for {name}", 0, d.rule)
         why = self.resolver.judge(dst, dst_port)

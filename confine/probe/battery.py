@@ -1632,6 +1632,114 @@ def _n_mptcp():
     return possible("connected over MPTCP")
 
 
+def _net_refusal(e, what):
+    """A refused connect or send: which layer. None when the refusal came from the
+    network (a peer's reset), not from confine."""
+    if e.errno == errno.EACCES and LL_ABI >= 4:
+        return blocked(e.errno, "landlock (tcp)")
+    if e.errno in (errno.ENETUNREACH, errno.EHOSTUNREACH, errno.EADDRNOTAVAIL) and CFG.get("net_namespace"):
+        return blocked(e.errno, "network namespace", "no route to %s from here" % what)
+    if e.errno in (errno.EPERM, errno.EACCES):
+        return blocked(e.errno, by_sys(e.errno))
+    return None
+
+
+def _gateway_closes(s):
+    """A connect that succeeded but to a local peer the agent did not name: confine's
+    gateway took it. Blocked only if the gateway then refuses a request for a name no rule
+    allows (closes without an answer)."""
+    try:
+        s.sendall(b"GET / HTTP/1.1\r\nHost: confine-probe.invalid\r\nConnection: close\r\n\r\n")
+        s.settimeout(2.0)
+        data = s.recv(64)
+    except socket.timeout:
+        return None
+    except OSError:
+        return b""
+    return data
+
+
+@attempt("network.tcp_outside", "TCP connect to an address that is not loopback (this host's own)")
+def _n_outside():
+    """Stands in for any host on the internet: nothing in confine but the gateway may
+    let it through, on any port. The target is this host's own address, where the probe
+    listens, so no packet leaves the machine even if the boundary is broken. Each port the
+    profile grants (connect_tcp) is tried too: a refusal there comes from this host's TCP
+    stack, i.e. the connect was not stopped by confine."""
+    o = CFG.get("outside_net") or {}
+    if not o:
+        raise Skip("this host has no address but loopback")
+    host = o["address"]
+    first = None
+    for port in [o["tcp_port"]] + [p for p in CFG.get("connect_tcp", []) if p != o["tcp_port"]]:
+        s, res = _inet(socket.AF_INET, socket.SOCK_STREAM)
+        if res:
+            return res
+        s.settimeout(1.0)
+        try:
+            s.connect((host, port))
+            peer = s.getpeername()[0]
+            if peer != host:
+                data = _gateway_closes(s)
+                if data == b"":
+                    first = first or blocked("closed", "gateway", "redirected to %s, closed without an answer" % peer)
+                    continue
+                return possible("redirected to %s, which answered %r" % (peer, data))
+            return possible("connected to %s:%d" % (host, port))
+        except socket.timeout:
+            return possible("no refusal: the connect to %s:%d is still waiting" % (host, port))
+        except OSError as e:
+            ref = _net_refusal(e, "%s:%d" % (host, port))
+            if ref is None:
+                return possible("the connect to %s:%d reached a TCP stack (%s): not refused by confine, so "
+                                "any host is reachable on port %d" % (host, port, ename(e.errno), port))
+            first = first or ref
+        finally:
+            s.close()
+    return first
+
+
+def _dns_query(name, qid):
+    q = struct.pack("!HHHHHH", qid, 0x0100, 1, 0, 0, 0)
+    for label in name.split("."):
+        q += bytes([len(label)]) + label.encode()
+    return q + b"\0" + struct.pack("!HH", 1, 1)
+
+
+@attempt("network.dns_outside", "DNS query for a name no rule allows, to a resolver other than confine's")
+def _n_dns_outside():
+    """A resolver that is not confine's (the probe's own, on this host's own address)
+    would answer anything, so query names could carry data out. Blocked when the query
+    cannot be sent or is answered NXDOMAIN/REFUSED (confine's answer for a name no rule
+    allows); possible when the probe's resolver answers. Nothing leaves the machine."""
+    o = CFG.get("outside_net") or {}
+    if not o:
+        raise Skip("this host has no address but loopback")
+    dst = (o["address"], o["dns_port"])
+    s, res = _inet(socket.AF_INET, socket.SOCK_DGRAM)
+    if res:
+        return res
+    s.settimeout(2.0)
+    qid = int.from_bytes(os.urandom(2), "big")
+    try:
+        s.sendto(_dns_query("exfil-%s.confine-probe.invalid" % CFG.get("rand", "x"), qid), dst)
+        data = s.recv(512)
+    except socket.timeout:
+        return possible("the query was sent to %s:%d and not refused (no answer)" % dst)
+    except OSError as e:
+        ref = _net_refusal(e, "%s:%d" % dst)
+        return ref or possible("the query was sent to %s:%d (%s)" % (dst + (ename(e.errno),)))
+    finally:
+        s.close()
+    if len(data) >= 12 and data[:2] == qid.to_bytes(2, "big"):
+        rcode = data[3] & 0x0F
+        if rcode in (3, 5):
+            return blocked("NXDOMAIN" if rcode == 3 else "REFUSED", "gateway (DNS)")
+        if o.get("dns_answer") and socket.inet_aton(o["dns_answer"]) in data:
+            return possible("a resolver outside confine answered %s" % o["dns_answer"])
+    return possible("an answer came back from %s:%d" % dst)
+
+
 # ------------------------------------------------ files that run later
 
 def by_guard(err, path):

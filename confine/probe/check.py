@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from typing import Any
 
 from .. import plan as _plan
 from ..errors import ConfineError
@@ -83,6 +84,7 @@ def profiles() -> list[dict]:
                 missing = _plan.missing_features(pol, facts, os.geteuid() == 0)
                 mech = _plan.mechanisms(pol, facts)
                 out.append({"profile": name, "enforceable": not missing,
+                            "network": network_posture(pol.network),
                             "mechanisms": mech,
                             "protections": protections(mech, missing, facts),
                             "missing": [{"feature": m.feature, "detail": m.detail}
@@ -90,4 +92,30 @@ def profiles() -> list[dict]:
             except ConfineError as e:
                 out.append({"profile": name, "enforceable": False,
                             "missing": [{"feature": "profile", "detail": str(e)}]})
+    return out
+
+
+def network_posture(net: Any) -> dict[str, Any]:
+    """Which hosts a profile's agent can reach, and through what (issue 14 item 8).
+
+    connect_tcp is the agent's own loopback; host entries (network.allow,
+    network.include, network.default: ask) go through confine's gateway, DNS
+    included; nothing else is reachable."""
+    ports = [int(p) for p in getattr(net, "connect_tcp", ()) or ()]
+    allow = [str(h) for h in getattr(net, "allow", ()) or ()]
+    sets = [str(h) for h in getattr(net, "include", ()) or ()]
+    default = str(getattr(net, "default", "deny") or "deny")
+    hosts = allow + [f"set {s}" for s in sets]
+    gateway = bool(hosts or default == "ask")
+    out: dict[str, Any] = {"hosts": hosts, "sets": sets, "default": default,
+                           "open_ports": [], "loopback_ports": ports}
+    parts = []
+    if gateway:
+        shown = ", ".join(hosts) if hosts else "no host"
+        parts.append(f"{shown} through confine's gateway (DNS too)"
+                     + ("; others asked" if default == "ask" else "; nothing else"))
+    if ports:
+        parts.append(f"its own loopback on TCP {', '.join(map(str, ports))}")
+    out["through"] = "gateway" if gateway else "none"
+    out["summary"] = "; ".join(parts) or "no network"
     return out

@@ -122,6 +122,11 @@ FIXES = {
     "network.raw": _SECCOMP.format("socket:inet-raw, socket:AF_PACKET"),
     "network.ping": _SECCOMP.format("socket:inet-dgram"),
     "network.mptcp": _SECCOMP.format("socket:inet-stream-non-tcp"),
+    "network.tcp_outside": ("a connect_tcp port is open to every address (Landlock filters ports, "
+                            "not addresses): grant hosts with network.allow instead (the gateway "
+                            "decides each connection by name)"),
+    "network.dns_outside": ("keep UDP closed (seccomp socket:inet-dgram) and let only confine's "
+                            "DNS answer (network.allow: the gateway's resolver)"),
     "later.git_hooks": _LATER,
     "later.git_config": _LATER,
     "later.git_rename": _LATER + " (the parents of protected paths too)",

@@ -34,6 +34,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -134,6 +135,46 @@ def _block_devices(limit: int = 64) -> list[str]:
     return out
 
 
+def own_address() -> str | None:
+    """This host's own non-loopback IPv4 address (the source of its default route): the
+    probe's "outside" target, so that no attempt ever sends a packet off the machine.
+    A UDP connect sends nothing."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        s.connect(("192.0.2.1", 9))
+        a = str(s.getsockname()[0])
+    except OSError:
+        return None
+    finally:
+        s.close()
+    return None if a.startswith("127.") or a == "0.0.0.0" else a
+
+
+CANARY_ANSWER = "192.0.2.53"   # what the probe's own DNS server answers (TEST-NET-1)
+
+
+def _dns_responder(sock: socket.socket) -> None:
+    """Answer every query on `sock` with one A record (CANARY_ANSWER): a resolver outside
+    confine that the agent must not reach."""
+    while True:
+        try:
+            data, peer = sock.recvfrom(512)
+        except OSError:
+            return
+        if len(data) < 12:
+            continue
+        end = data.find(b"\0", 12)
+        if end < 0 or len(data) < end + 5:
+            continue
+        question = data[12:end + 5]
+        answer = b"\xc0\x0c" + bytes([0, 1, 0, 1, 0, 0, 0, 60, 0, 4]) + socket.inet_aton(CANARY_ANSWER)
+        reply = data[:2] + b"\x81\x80\x00\x01\x00\x01\x00\x00\x00\x00" + question + answer
+        try:
+            sock.sendto(reply, peer)
+        except OSError:
+            pass
+
+
 def _resolver() -> str | None:
     try:
         with open("/etc/resolv.conf") as f:
@@ -209,6 +250,20 @@ class Targets:
         u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         u.bind(("127.0.0.1", 0))
         self.socks.append(u)
+        # "Outside" stand-ins on this host's own address: a TCP service and a DNS server
+        outside: dict[str, object] = {}
+        own = own_address()
+        if own is not None:
+            ot = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            ot.bind((own, 0))
+            ot.listen(64)
+            self.socks.append(ot)
+            od = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            od.bind((own, 0))
+            self.socks.append(od)
+            threading.Thread(target=_dns_responder, args=(od,), daemon=True).start()
+            outside = {"address": own, "tcp_port": ot.getsockname()[1], "dns_port": od.getsockname()[1],
+                       "dns_answer": CANARY_ANSWER}
 
         if os.path.isdir("/dev/shm"):
             shm = f"/dev/shm/confine-probe-{self.rand}"
@@ -237,7 +292,7 @@ class Targets:
             "outside": files, "canary": self.canary, "canary_env": CANARY_ENV,
             "inherit_fd": self.inherit_fd, "sockets": {"fake": [fake]},
             "abstract_socket": self.abstract, "tcp_port": t.getsockname()[1],
-            "udp_port": u.getsockname()[1], "target_pid": self.proc.pid,
+            "udp_port": u.getsockname()[1], "target_pid": self.proc.pid, "outside_net": outside,
             "suid_target": suid, "scratch": self.scratch, "rand": self.rand,
         }
 
@@ -384,6 +439,7 @@ def probe(*, profile="default", workdir=None, read=(), write=(), env=(), user=No
             "block_devices": _block_devices(),
             "resolver": _resolver(),
             "metadata": list(audit.metadata_address()),
+            "connect_tcp": list(plan.policy.network.connect_tcp),
             "legacy_tiocsti": read_setting("/proc/sys/dev/tty/legacy_tiocsti"),
             "only": list(only),
             "limits": plan.policy.limits.to_dict(),

@@ -30,6 +30,7 @@ from typing import Any
 
 from ..errors import ConfineError
 from ..gateway import DNSServer, Gateway, Pins, Resolver, RuleError, Rules, refusal
+from ..gateway.approve import make_asker
 from ..mediation import InetRoutes
 from ..plan import Plan
 from ..plan.env import proxy_env
@@ -210,15 +211,16 @@ class Egress:
             self.dns.stop()
 
 
-def start(policy: Any, events: Events, resolv_conf: str = RESOLV_CONF) -> Egress:
+def start(policy: Any, events: Events, resolv_conf: str = RESOLV_CONF,
+          approver: str | None = None) -> Egress:
     """Build and start the gateway and the DNS server on the supervisor's loopback."""
-    eg = build(policy, events, resolv_conf)
+    eg = build(policy, events, resolv_conf, approver=approver)
     eg.start_here()
     return eg
 
 
 def build(policy: Any, events: Events, resolv_conf: str = RESOLV_CONF,
-          ports: tuple[int, ...] = ()) -> Egress:
+          ports: tuple[int, ...] = (), approver: str | None = None) -> Egress:
     """The gateway and DNS server, not started; ports: (proxy, redirect, DNS) of
     the sockets start_on will get."""
     r = rules(policy.network)
@@ -228,11 +230,12 @@ def build(policy: Any, events: Events, resolv_conf: str = RESOLV_CONF,
     def log(ev: dict[str, Any]) -> None:
         if holder:
             holder[0].log(ev)
-    # network.default: ask plugs in here, one asker for both entries, e.g.
-    # ask = confine.gateway.approve.make_asker(policy.network.default, approver,
-    #                                          policy.sources[0], events)
-    # and kw = {"ask": ask} when it is not None. Left out until the asker lands.
-    ask = None
+    # network.default: ask: one asker for both entries (None under deny). The
+    # profile it may add an entry to is the run's most derived file (a built-in
+    # one is never edited); a candidate is accepted only if the loader takes it.
+    ask = make_asker(policy.network.default, approver,
+                     policy.sources[0] if policy.sources else None, events.emit,
+                     validate=lambda path: _validate_profile(path, policy))
     kw: dict[str, Any] = {} if ask is None else {"ask": ask}
     dns = DNSServer(resolver, host=LOOPBACK, log=log, **kw)
     gw = Gateway(r, resolver, host=LOOPBACK, log=log, **kw)
@@ -242,6 +245,11 @@ def build(policy: Any, events: Events, resolv_conf: str = RESOLV_CONF,
         eg.proxy_port, eg.redirect_port, eg.dns_port = ports
     holder.append(eg)
     return eg
+
+
+def _validate_profile(path: str, policy: Any) -> None:
+    from ..policy import load as _load
+    _load.load(path, workdir=policy.workdir, home=policy.home, tmp=policy.tmp)
 
 
 def bind_plan(plan: Plan, eg: Egress) -> Plan:

@@ -78,6 +78,7 @@ class Request:
     log: str | None = None              # --log FILE: every decision as a JSON line (events.py)
     agent_status: bool = False          # keep the agent's 0 even when the exit check acted
     allow_host: Sequence[str] = ()      # --allow-host HOST[:PORT]: added to network.allow
+    approver: str | None = None         # --approver CMD: answers network.default: ask (gateway/approve.py)
 
 
 # A run whose agent exited 0 but whose exit check had to revert, quarantine or
@@ -292,9 +293,10 @@ class Session:
             return plan
         from . import egress
         if plan.gateway_ports:   # started on the child's sockets, in the agent's namespace
-            self.egress = egress.build(plan.policy, self.events, ports=plan.gateway_ports)
+            self.egress = egress.build(plan.policy, self.events, ports=plan.gateway_ports,
+                                       approver=self.req.approver)
         else:
-            self.egress = egress.start(plan.policy, self.events)
+            self.egress = egress.start(plan.policy, self.events, approver=self.req.approver)
         return egress.bind_plan(plan, self.egress)
 
     def _stop_egress(self) -> None:

@@ -707,3 +707,59 @@ def test_python_requests_if_installed(mode, net, test_user, confine_bin):
         assert p.returncode != 0 and any("allowed.test" in ln for ln in confine_lines(p.stderr))
     finally:
         shutil.rmtree(sb.workdir, ignore_errors=True)
+
+
+APPROVER = r'''
+import json, sys
+q = json.loads(sys.stdin.readline())
+with open(sys.argv[1], "a") as f:
+    f.write(json.dumps(q) + "\n")
+print(json.dumps({"decision": "run" if q.get("host") == "allowed.test" else "deny"}))
+'''
+
+
+@pytest.mark.parametrize("mode", ["root", "user"])
+def test_ask_through_an_approver_allows_only_what_it_allows(mode, net, test_user, confine_bin):
+    """network.default: ask with --approver: the approver is asked (once per host, it
+    answers "run"), allowed.test is reached by curl through the proxy and by a direct
+    connect; other.test is denied by the approver (a confine: line, nothing dialled);
+    the control: the same profile without an approver on a run with no terminal
+    denies allowed.test too (non-interactive)."""
+    sb = Sandbox(mode, test_user, make_workdir(test_user))
+    d = tempfile.mkdtemp(prefix="confine-ask-")
+    try:
+        os.chmod(d, 0o755)
+        prof = os.path.join(d, "ask.yaml")
+        with open(prof, "w") as f:
+            f.write("extends: default\nnetwork:\n  default: ask\n")
+        script, asked = os.path.join(d, "approver.py"), os.path.join(d, "asked.jsonl")
+        with open(script, "w") as f:
+            f.write(APPROVER)
+        open(asked, "w").close()
+        os.chmod(asked, 0o666)
+        for p in (prof, script):
+            os.chmod(p, 0o644)
+        approver = f"{sys.executable} {script} {asked}"
+        sb.opts = ["-p", prof]
+        p = inside(sb, net, ["sh", "-c",
+                             "curl -sS --cacert ca.pem https://allowed.test/ && "
+                             "curl -sS --cacert ca.pem https://allowed.test/again"],
+                   "--approver", approver)
+        assert p.returncode == 0 and p.stdout.count("sni=allowed.test") == 2, p.stderr
+        with open(asked) as f:
+            qs = [json.loads(line) for line in f if line.strip()]
+        assert [q["host"] for q in qs].count("allowed.test") == 1, qs     # remembered
+        m = net.mark()
+        p = inside(sb, net, ["curl", "-sS", "--cacert", "ca.pem", "https://other.test/"],
+                   "--approver", approver)
+        assert p.returncode != 0 and "other.test" in p.stderr, p.stderr
+        assert [e for e in net.since(m) if e["ev"] == "accept"] == []
+        # no controlling terminal (a new session): nobody to ask, so denied
+        full = ["ip", "netns", "exec", NS_A] + sb.exec_cmd(
+            ["curl", "-sS", "--cacert", "ca.pem", "https://allowed.test/"])
+        p = subprocess.run(full, capture_output=True, text=True, timeout=60, cwd=sb.workdir,
+                           stdin=subprocess.DEVNULL, start_new_session=True)
+        assert p.returncode != 0 and "allowed.test" in p.stderr, p.stdout
+    finally:
+        shutil.rmtree(sb.workdir, ignore_errors=True)
+        shutil.rmtree(d, ignore_errors=True)

@@ -208,9 +208,11 @@ def test_truncate_replacement_not_used_with_a_secret_under_a_write_grant(dirs, t
 
 
 def test_a_profile_without_tcp_gets_its_own_network_namespace(dirs):
-    """No TCP port granted: a network namespace of its own, which also replaces
-    Landlock's abstract-socket scoping below ABI 6. A profile with ports keeps
-    the host's network (its TCP goes out), so no replacement there."""
+    """No TCP port of its own loopback granted: a network namespace of its own,
+    which also replaces Landlock's abstract-socket scoping below ABI 6; an agent
+    profile whose hosts go through the gateway gets one too (the gateway's
+    sockets are made inside it). A profile with loopback ports keeps the host's
+    network (its own loopback is the host's), so no replacement there."""
     host = dataclasses.replace(FULL, net_namespace=True)
     plan = _plan(dirs, host)
     assert plan.net_ns and "net_namespace" in plan.step_names()
@@ -219,7 +221,12 @@ def test_a_profile_without_tcp_gets_its_own_network_namespace(dirs):
     low = _plan(dirs, dataclasses.replace(host, landlock_abi=5))
     assert low.missing == ()
     assert low.mechanisms["landlock.scope_abstract_unix"].startswith("network namespace")
-    net = _plan(dirs, dataclasses.replace(host, landlock_abi=5), profile="claude-code")
+    agent = _plan(dirs, dataclasses.replace(host, landlock_abi=5), profile="claude-code")
+    assert agent.net_ns and agent.egress and agent.gateway_ports and agent.missing == ()
+    prof = os.path.join(dirs[1], "ports.yaml")
+    with open(prof, "w") as f:
+        f.write("extends: default\nnetwork:\n  connect_tcp: [8080]\n")
+    net = _plan(dirs, dataclasses.replace(host, landlock_abi=5), profile=prof)
     assert not net.net_ns and "net_namespace" not in net.step_names()
     assert "landlock.scope_abstract_unix" in {m.feature for m in net.missing}
     assert not _plan(dirs, dataclasses.replace(host, namespaces=False)).net_ns

@@ -1,0 +1,220 @@
+#!/usr/bin/env python3
+"""Benchmark: the egress gateway against a direct connection, on loopback (issue 14 item 11).
+
+Run with a Python that can import confine (the install's own):
+    /opt/confine/bin/python bench/gateway.py [--quick] [--json]
+Three processes: an HTTP origin on 127.0.0.1, the gateway (as the supervisor would run it:
+its own process, an address rule allowing the origin), and the client. Measured:
+- bulk: one download of 1 GiB (quick: 256 MiB), direct and through the proxy (absolute-URI
+  GET: the gateway parses the head, dials, relays; past 1 MiB by splice(2)); MB/s and the
+  ratio gateway / direct;
+- connection setup: sequential requests of a 1-byte body, time from connect() to the last
+  byte; median and p90, and the median added by the gateway;
+- 200 concurrent connections, each a 64 KiB body: wall time, all must succeed.
+Loopback only: nothing leaves the machine. On loopback both paths are CPU-bound and the
+gateway's crosses loopback twice, so the ratio is a floor for a real network path.
+bench/run.py imports `measure`.
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from typing import Callable
+
+ORIGIN = r"""
+import socket, sys, threading
+BUF = b"\0" * (1 << 20)
+def one(c):
+    try:
+        head = b""
+        while b"\r\n\r\n" not in head:
+            d = c.recv(65536)
+            if not d:
+                return
+            head += d
+        n = int(head.split(b" ", 2)[1].rsplit(b"/", 1)[1])
+        c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n" % n)
+        while n > 0:
+            k = min(n, len(BUF))
+            c.sendall(BUF[:k])
+            n -= k
+    except OSError:
+        pass
+    finally:
+        c.close()
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", 0)); s.listen(1024)
+print(s.getsockname()[1], flush=True)
+while True:
+    c, _ = s.accept()
+    threading.Thread(target=one, args=(c,), daemon=True).start()
+"""
+
+GATEWAY = r"""
+import sys, time
+from confine.gateway import Gateway, Limits, Pins, Resolver, Rules
+port = int(sys.argv[1])
+rules = Rules.parse([f"127.0.0.1:{port}"])
+# literals only: the resolver is never asked (its upstream is a closed local port)
+res = Resolver([("127.0.0.1", 9)], rules, Pins())
+gw = Gateway(rules, res, limits=Limits(max_conns=512)).start()
+print(gw.port, flush=True)
+sys.stdin.read()
+gw.stop()
+"""
+
+
+def _start(argv: list[str]) -> tuple[subprocess.Popen[str], int]:
+    p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert p.stdout is not None
+    line = p.stdout.readline()
+    if not line.strip():
+        p.kill()
+        raise RuntimeError(f"{argv[:3]} did not start")
+    return p, int(line)
+
+
+def _get(addr: tuple[str, int], target: str, buf: bytearray) -> int:
+    """One GET; the body's length. `target` is a path (direct) or an absolute URI (proxy)."""
+    s = socket.create_connection(addr, timeout=60)
+    try:
+        s.sendall(f"GET {target} HTTP/1.1\r\nHost: 127.0.0.1:{ORIGIN_PORT[0]}\r\n\r\n".encode())
+        got, head = 0, b""
+        view = memoryview(buf)
+        while True:
+            n = s.recv_into(view)
+            if not n:
+                break
+            if head is not None:
+                head += bytes(view[:n])
+                i = head.find(b"\r\n\r\n")
+                if i < 0:
+                    continue
+                if not head.startswith(b"HTTP/1.1 200"):
+                    raise RuntimeError(f"refused: {head[:80]!r}")
+                got += len(head) - i - 4
+                head = None
+                continue
+            got += n
+        return got
+    finally:
+        s.close()
+
+
+ORIGIN_PORT = [0]
+
+
+def _concurrent(addr: tuple[str, int], tgt: Callable[[int], str], conns: int) -> dict:
+    """`conns` GETs of 64 KiB started together: wall time, how many succeeded."""
+    errors: list[str] = []
+    done = [0]
+    lock = threading.Lock()
+    start = threading.Barrier(conns + 1)
+
+    def one() -> None:
+        b = bytearray(65536)
+        start.wait()
+        try:
+            n = _get(addr, tgt(65536), b)
+            with lock:
+                done[0] += n == 65536
+        except (OSError, RuntimeError) as e:
+            with lock:
+                errors.append(str(e))
+    th = [threading.Thread(target=one) for _ in range(conns)]
+    for x in th:
+        x.start()
+    t = time.perf_counter()
+    start.wait()
+    for x in th:
+        x.join()
+    return {"wall_ms": round((time.perf_counter() - t) * 1000, 1), "ok": done[0], "errors": len(errors)}
+
+
+def measure(python: str = sys.executable, quick: bool = False) -> dict:
+    size = (256 if quick else 1024) << 20
+    conns = 200
+    reqs = 200 if quick else 1000
+    origin, oport = _start([python, "-c", ORIGIN])
+    ORIGIN_PORT[0] = oport
+    gw, gport = _start([python, "-c", GATEWAY, str(oport)])
+    out: dict = {"size_mib": size >> 20, "requests": reqs, "concurrent": conns, "reps": 1 if quick else 3}
+    try:
+        direct = (("127.0.0.1", oport), lambda n: f"/size/{n}")
+        proxy = (("127.0.0.1", gport), lambda n: f"http://127.0.0.1:{oport}/size/{n}")
+        buf = bytearray(1 << 20)
+        for name, (addr, tgt) in (("direct", direct), ("gateway", proxy)):
+            best = 0.0
+            for _ in range(1 if quick else 3):
+                t = time.perf_counter()
+                n = _get(addr, tgt(size), buf)
+                dt = time.perf_counter() - t
+                if n != size:
+                    raise RuntimeError(f"{name}: {n} bytes of {size}")
+                best = max(best, size / dt / 1e6)
+            out[f"bulk_{name}_mb_s"] = round(best, 1)
+        out["bulk_ratio"] = round(out["bulk_gateway_mb_s"] / out["bulk_direct_mb_s"], 3)
+        small = bytearray(4096)
+        for name, (addr, tgt) in (("direct", direct), ("gateway", proxy)):
+            for _ in range(20):
+                _get(addr, tgt(1), small)
+            ts = []
+            for _ in range(reqs):
+                t = time.perf_counter()
+                _get(addr, tgt(1), small)
+                ts.append((time.perf_counter() - t) * 1000)
+            ts.sort()
+            out[f"setup_{name}_ms"] = {"median": round(statistics.median(ts), 3),
+                                       "p90": round(ts[int(len(ts) * 0.9)], 3)}
+        out["setup_added_ms"] = round(out["setup_gateway_ms"]["median"] - out["setup_direct_ms"]["median"], 3)
+        for name, (addr, tgt) in (("direct", direct), ("gateway", proxy)):
+            out[f"concurrent_{name}"] = _concurrent(addr, tgt, conns)
+        out["load"] = round(os.getloadavg()[0], 2)
+        out["cores"] = os.cpu_count()
+    finally:
+        for p in (gw, origin):
+            try:
+                if p.stdin:
+                    p.stdin.close()
+            except OSError:
+                pass
+            p.kill()
+            p.wait()
+    return out
+
+
+def render(r: dict) -> list[tuple[str, str, str, str]]:
+    """Rows (measure, direct, through the gateway, ratio or added) for a table."""
+    d, g = r["setup_direct_ms"], r["setup_gateway_ms"]
+    cd, cg = r["concurrent_direct"], r["concurrent_gateway"]
+    return [
+        (f"download of {r['size_mib']} MiB, MB/s (best of {r.get('reps', 3)})", f"{r['bulk_direct_mb_s']:.0f}",
+         f"{r['bulk_gateway_mb_s']:.0f}", f"{r['bulk_ratio']:.2f}x (goal >= 0.90)"),
+        (f"connection setup + 1-byte GET, ms (median of {r['requests']})", f"{d['median']:.3f}",
+         f"{g['median']:.3f}", f"{r['setup_added_ms']:+.3f} ms (goal < 1 ms)"),
+        ("same, p90, ms", f"{d['p90']:.3f}", f"{g['p90']:.3f}", ""),
+        (f"{r['concurrent']} concurrent GETs of 64 KiB, wall ms (all ok)", f"{cd['wall_ms']:.0f} ({cd['ok']})",
+         f"{cg['wall_ms']:.0f} ({cg['ok']})", f"{cg['wall_ms'] / cd['wall_ms']:.2f}x"),
+    ]
+
+
+def main() -> int:
+    quick = "--quick" in sys.argv
+    r = measure(sys.executable, quick)
+    if "--json" in sys.argv:
+        print(json.dumps(r, indent=1))
+        return 0
+    print(f"gateway vs direct on loopback ({r['cores']} cores, load {r['load']}):")
+    for row in render(r):
+        print(f"  {row[0]:<58} direct {row[1]:>10}  gateway {row[2]:>10}  {row[3]}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
