@@ -31,7 +31,7 @@ import select
 import socket
 import struct
 import threading
-from typing import Callable, NamedTuple, Sequence
+from typing import Any, Callable, NamedTuple, Sequence
 
 from confine.errors import default_warn
 from confine.kernel import notify
@@ -90,11 +90,13 @@ class Mediator:
     """Answers every notification of one agent's filter, on a thread of its
     own (start()); roots: where pathname unix sockets may be; files: the name
     guard is on (file calls go to the broker, else ENOSYS); warn: where each
-    distinct denial is reported."""
+    distinct denial is reported; events: the run's runtime.events.Events, which
+    says each refusal once with what would grant it and logs every one (else
+    `warn` says each distinct one)."""
 
     def __init__(self, notify_fd: int, broker: socket.socket, roots: Sequence[str],
                  agent_uid: int, warn: Callable[[str], None] = default_warn,
-                 files: bool = False):
+                 files: bool = False, events: Any = None):
         self.fd = notify_fd
         self.broker = broker
         # A stuck broker must not freeze every mediated call: a send that cannot
@@ -110,6 +112,7 @@ class Mediator:
         self.unshown = 0
         self._send_roots(roots)
         self.warn = warn
+        self.events = events
         self.thread = threading.Thread(target=self._loop, name="confine-mediator", daemon=True)
         self.files = files
         # Syscall number -> handler; any other number is answered ENOSYS (file
@@ -248,7 +251,10 @@ class Mediator:
 
     def _report(self, what: str) -> None:
         """Each distinct denial once; a flood (a checkout full of refused files)
-        is cut short rather than burying the terminal."""
+        is cut short rather than burying the terminal (Events bounds its own)."""
+        if self.events is not None:
+            self.events.mediated(what)
+            return
         if what in self.denied:
             return
         if len(self.denied) < MAX_REPORTED:

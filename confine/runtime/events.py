@@ -24,6 +24,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 
 from ..errors import ConfineError, default_warn
+from ..policy import explain, runlater
 
 Warn = Callable[[str], None]
 MAX_SHOWN = 100
@@ -32,6 +33,15 @@ MAX_SHOWN = 100
 class Events:
     def __init__(self, path: str | None = None, warn: Warn = default_warn):
         self.warn = warn
+        # What grant() needs to never suggest a secret or a run-later path (set
+        # by the session once the policy is known).
+        self.home = os.path.expanduser("~")
+        self.deny: tuple[str, ...] = ()
+        self._never: list[tuple[str, str]] | None = None
+        # Whether Landlock's own refusals reach this run (kernel/audit.py): None
+        # until the launch says; a reason string when they cannot.
+        self.landlock_seen: bool | None = None
+        self.landlock_gap = ""
         self._lock = threading.Lock()
         self._fd: int | None = None
         self.path = path
@@ -70,19 +80,48 @@ class Events:
             else:
                 self.hidden += 1
                 if self.hidden == 1:
-                    show = (f"more than {MAX_SHOWN} different refusals: no more are shown"
+                    show = (f"more than {MAX_SHOWN} different denials: no more are shown"
                             + (f" (all are in {self.path})" if self.path
                                else " (--log FILE records every one)"))
         if show is not None:
             self.warn(show)
 
-    def summary(self) -> list[str]:
-        """The lines said at exit: how many refusals, by layer."""
-        if not self.refusals:
-            return []
-        by = ", ".join(f"{n} by {layer}" for layer, n in self.refusals.most_common())
-        return [f"{sum(self.refusals.values())} refused during the run ({by})"
-                + (f"; every one is in {self.path}" if self.path else "")]
+    def context(self, home: str, deny: tuple[str, ...] = ()) -> None:
+        """The agent's home and the profile's secrets, for the suggestions."""
+        self.home, self.deny, self._never = home, deny, None
+
+    def explained(self, r: explain.Refusal) -> None:
+        """A refusal of any layer: said once with what would grant it, logged always."""
+        if self._never is None:
+            self._never = runlater.never_writable(self.home, "")
+        g = explain.grant(r, self.home, self.deny, self._never)
+        self.refused(explain.key(r, g), explain.line(r, g), explain.event(r, g), r.layer)
+
+    def mediated(self, reason: str) -> None:
+        """A refusal of the mediator or the name guard (its reason string)."""
+        self.explained(explain.from_reason(reason))
+
+    def landlock(self, fields: Mapping[str, str]) -> None:
+        """A Landlock audit record of this run's domain (kernel/audit.py)."""
+        r = explain.from_landlock(fields)
+        if r is not None:
+            self.explained(r)
+
+    def summary(self, status: int = 0) -> list[str]:
+        """The lines said at exit: how many refusals, by layer; and, for a run
+        that failed while Landlock's own refusals could not be seen, that gap."""
+        out: list[str] = []
+        if self.refusals:
+            by = ", ".join(f"{n} by {layer}" for layer, n in self.refusals.most_common())
+            out.append(f"{sum(self.refusals.values())} refused during the run ({by})"
+                       + (f"; every one is in {self.path}" if self.path
+                          else "; --log FILE records each, `confine explain FILE` says "
+                               "what to add to a profile"))
+        if status != 0 and self.landlock_gap:
+            out.append(f"Landlock's own refusals are not shown in this run ({self.landlock_gap}): "
+                       "a 'Permission denied' or 'No such file' may be Landlock's; "
+                       "`confine exec --dry-run` lists what is readable and writable")
+        return out
 
     def close(self) -> None:
         with self._lock:

@@ -218,6 +218,9 @@ class Session:
         refuse_missing(plan, allow_degraded, say)
         if self.req.log is not None:
             self.events = Events(self.req.log, say)
+        self.events.context(os.path.realpath(plan.identity.home),
+                            tuple(d.path for d in plan.policy.deny))
+        self._warn_enclosing_repo(plan, say)
         for port in unreachable_servers(plan.policy):
             say(f"network.bind_tcp lets the agent listen on port {port}, but not connect to it "
                 f"(add {port} to network.connect_tcp to reach its own server)")
@@ -239,14 +242,31 @@ class Session:
         # blocks and forwards them as before; the child resets the handlers.
         hold = self._hold = _SignalHold()
         try:
-            outcome = launch(plan, guard=self.guard, warn=say)
+            outcome = launch(plan, guard=self.guard, warn=say, events=self.events)
             result.status, result.steps = outcome.status, outcome.steps
         except OSError as e:
             raise ConfineError(f"setup failed: {e.strerror or e}") from None
         finally:
             hold.also_stops()
             result.report = self._exit_check(plan.mount_ns, say)
+            for line in self.events.summary(result.status):
+                say(line)
         return result
+
+    def _warn_enclosing_repo(self, plan: Plan, say: Warn) -> None:
+        """A workdir below a repository's root: git inside finds no repository
+        ("fatal: not a git repository") unless it can read the root's .git."""
+        from ..policy.explain import enclosing_repo
+        top = enclosing_repo(plan.policy.workdir)
+        if top is None:
+            return
+        gitdir = os.path.join(top, ".git")
+        if any(is_under(gitdir, p) for p, _, _ in plan.path_rules):
+            return
+        say(f"the workdir lies inside the git repository {_safe(top)}, whose .git is not "
+            "readable here: git inside will say 'not a git repository'; run with "
+            f"-w {_safe(top)} to work in the repository, or --read {_safe(gitdir)} to let "
+            "git read it")
 
     def _exit_check(self, mount_ns: bool, say: Warn) -> Any:
         """verify_and_revert and its report.  A failure of the check is said
