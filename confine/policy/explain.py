@@ -256,9 +256,10 @@ def _internal(what: str) -> str:
 # ------------------------------------------------------------------ saying it
 
 def key(r: Refusal, g: Grant) -> str:
-    """One line per distinct thing to grant (or not): a clone refused a
-    thousand files of one repository is one line."""
-    if g.key:
+    """One line per kind and path or port: a Landlock refusal by what would
+    grant it (a clone refused a thousand files of one repository is one line),
+    the rest by the path they name."""
+    if g.key and r.layer == LANDLOCK:
         return f"{r.kind}:{g.key}:{g.value}"
     return f"{r.kind}:{r.layer}:{r.subject or r.what}"
 

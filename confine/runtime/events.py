@@ -42,6 +42,9 @@ class Events:
         # until the launch says; a reason string when they cannot.
         self.landlock_seen: bool | None = None
         self.landlock_gap = ""
+        # Workdir paths bound read-only for the run (outside git directories):
+        # rm or mv of one fails with EBUSY, which no layer sees as a refusal.
+        self.read_only: list[str] = []
         self._lock = threading.Lock()
         self._fd: int | None = None
         self.path = path
@@ -117,6 +120,12 @@ class Events:
                        + (f"; every one is in {self.path}" if self.path
                           else "; --log FILE records each, `confine explain FILE` says "
                                "what to add to a profile"))
+        if status != 0 and self.read_only:
+            shown = ", ".join(self.read_only[:5]) + (
+                f" and {len(self.read_only) - 5} more" if len(self.read_only) > 5 else "")
+            out.append(f"protected paths bound read-only in this run: {shown} [read-only bind]: "
+                       "removing or renaming one fails with 'Device or resource busy'; "
+                       "a profile's protected: ['!PATTERN'] lifts one")
         if status != 0 and self.landlock_gap:
             out.append(f"Landlock's own refusals are not shown in this run ({self.landlock_gap}): "
                        "a 'Permission denied' or 'No such file' may be Landlock's; "

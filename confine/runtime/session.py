@@ -220,6 +220,10 @@ class Session:
             self.events = Events(self.req.log, say)
         self.events.context(os.path.realpath(plan.identity.home),
                             tuple(d.path for d in plan.policy.deny))
+        if plan.mount_ns:
+            self.events.read_only = sorted(
+                "/".join(m.rel) for m in self.snapshot.mount_plan.mounts
+                if m.readonly and ".git" not in m.rel)
         self._warn_enclosing_repo(plan, say)
         for port in unreachable_servers(plan.policy):
             say(f"network.bind_tcp lets the agent listen on port {port}, but not connect to it "
