@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping
 
 from ..errors import ConfineError, default_warn
 from ..policy import explain, runlater
+from ..protect.report import _safe
 
 Warn = Callable[[str], None]
 MAX_SHOWN = 100
@@ -79,7 +80,8 @@ class Events:
                 return
             if len(self.shown) < MAX_SHOWN:
                 self.shown.add(key)
-                show = line
+                # the agent chooses the names in it: no escape reaches the terminal
+                show = _safe(line)
             else:
                 self.hidden += 1
                 if self.hidden == 1:

@@ -207,6 +207,23 @@ def test_protected_write_names_the_pattern_and_the_log_explains(sandbox, tmp_pat
         shutil.rmtree(logdir, ignore_errors=True)
 
 
+def test_names_with_terminal_escapes_and_long_paths_are_shown_safely(sandbox):
+    body = r"""
+odd = "e\x1b]0;pwned\x07\x1b[2J"
+os.mkdir(odd)
+attempt("odd", lambda: opened(odd + "/.envrc", os.O_WRONLY | os.O_CREAT))
+deep = "/".join(["d" * 200] * 15)
+os.makedirs(deep)
+attempt("deep", lambda: opened(deep + "/.envrc", os.O_WRONLY | os.O_CREAT))
+attempt("control", lambda: opened(odd + "/envrc", os.O_WRONLY | os.O_CREAT))
+"""
+    p, r = sandbox.probe(body)
+    assert r == {"odd": "EACCES", "deep": "EACCES", "control": "ok"}, (r, p.stderr)
+    assert "\x1b" not in p.stderr and "\x07" not in p.stderr, repr(p.stderr)
+    assert _lines(p.stderr, "\\x1b]0;pwned"), p.stderr
+    assert len(_lines(p.stderr, "denied: ")) == 2, p.stderr
+
+
 def test_rm_envrc_on_its_read_only_bind_is_named(sandbox):
     envrc = os.path.join(sandbox.workdir, ".envrc")
     for name in (".envrc", "other"):

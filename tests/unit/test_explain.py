@@ -195,6 +195,18 @@ def test_events_say_once_log_all_and_explain_reads_it_back(tmp_path):
     assert str(sock) in [u.path for u in pol.unix_sockets]
 
 
+def test_a_name_with_terminal_escapes_is_shown_escaped(tmp_path):
+    said: list[str] = []
+    ev = Events(str(tmp_path / "log"), said.append)
+    ev.landlock({"blockers": "fs.read_file", "path": "/srv/\x1b]0;pwned\x07\u202e/x"})
+    ev.mediated("create /w/\x1b[2J/.envrc: protected path (.envrc)")
+    assert len(said) == 2 and not any(c in "".join(said) for c in "\x1b\x07\u202e"), said
+    assert "\\x1b" in said[0]
+    ev.close()
+    rec = json.loads((tmp_path / "log").read_text().splitlines()[0])
+    assert rec["subject"] == "/srv/\x1b]0;pwned\x07\u202e/x"       # the log keeps it exact
+
+
 def test_events_are_bounded():
     said: list[str] = []
     ev = Events(None, said.append)
