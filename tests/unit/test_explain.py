@@ -280,3 +280,75 @@ def test_cli_explain_text_json_and_bad_input(tmp_path):
     assert r.exit_code == 0 and "nothing was refused" in r.output
     r = CliRunner().invoke(cli, ["explain", str(tmp_path / "missing.log")])
     assert r.exit_code != 0
+
+
+# ------------------------------------------------------------ attributing audit records
+
+def _watch(got: list):
+    import socket as _s
+    a, b = _s.socketpair()
+    b.close()
+    return audit.LandlockWatch(a, got.append)
+
+
+def test_watch_passes_on_only_its_own_domain_whatever_the_order():
+    got: list = []
+    w = _watch(got)
+    w.add_pid(100)
+    acc = 'audit(1.0:1): domain={d} blockers=fs.read_file path="/x/{n}"'
+    dom = "audit(1.0:2): domain={d} status=allocated mode=enforcing pid={p} uid=0 exe=\"/p\""
+    # ours: the access record comes first, then the domain record naming our pid
+    w._record(audit.LANDLOCK_ACCESS, acc.format(d="a1", n="mine"))
+    w._record(audit.LANDLOCK_DOMAIN, dom.format(d="a1", p=100))
+    w._record(audit.LANDLOCK_ACCESS, acc.format(d="a1", n="mine2"))
+    # another sandbox's: never passed on
+    w._record(audit.LANDLOCK_ACCESS, acc.format(d="b2", n="theirs"))
+    w._record(audit.LANDLOCK_DOMAIN, dom.format(d="b2", p=999))
+    w._record(audit.LANDLOCK_ACCESS, acc.format(d="b2", n="theirs2"))
+    # a pid we learn later (pid 1 of the agent's namespace says it after restricting)
+    w._record(audit.LANDLOCK_ACCESS, acc.format(d="c3", n="late"))
+    w._record(audit.LANDLOCK_DOMAIN, dom.format(d="c3", p=200))
+    assert [f["path"] for f in got] == ["/x/mine", "/x/mine2"]
+    w.add_pid(200)
+    assert [f["path"] for f in got] == ["/x/mine", "/x/mine2", "/x/late"]
+    # the deallocation record and other types change nothing
+    w._record(audit.LANDLOCK_DOMAIN, "domain=a1 status=deallocated denials=3")
+    w._record(1300, "arch=c000003e syscall=257 success=no")
+    assert len(got) == 3 and w.seen == 3
+    w.sock.close()
+
+
+def test_watch_holds_a_bounded_amount_for_unknown_domains():
+    got: list = []
+    w = _watch(got)
+    for d in range(1000):
+        for n in range(50):
+            w._record(audit.LANDLOCK_ACCESS, f'domain=d{d} blockers=fs.read_file path="/{n}"')
+        w._record(audit.LANDLOCK_DOMAIN, f"domain=d{d} status=allocated pid={5000 + d}")
+    assert len(w.held) <= audit.MAX_PENDING and len(w.made_by) <= audit.MAX_PENDING
+    assert all(len(v) <= audit.MAX_PER_DOMAIN for v in w.held.values())
+    assert got == []
+    w.sock.close()
+
+
+def test_watch_reads_netlink_messages_and_the_fence():
+    import struct as _st
+    got: list = []
+    w = _watch(got)
+    w.add_pid(7)
+
+    def msg(typ: int, text: str) -> bytes:
+        body = text.encode() + b"\0"
+        pad = (-len(body)) % 4
+        return _st.pack("=IHHII", 16 + len(body), typ, 0, 0, 0) + body + b"\0" * pad
+
+    w._fence = "confine-fence-x"
+    data = (msg(audit.LANDLOCK_DOMAIN, "domain=z status=allocated pid=7")
+            + msg(audit.LANDLOCK_ACCESS, "domain=z blockers=net.bind_tcp saddr=127.0.0.1 src=80")
+            + msg(audit.AUDIT_USER_MSG, "pid=1 uid=0 msg='confine-fence-x'")
+            + b"\x01\x02")                                  # a torn tail is ignored
+    w._messages(data)
+    assert got == [{"domain": "z", "blockers": "net.bind_tcp", "saddr": "127.0.0.1",
+                    "src": "80"}]
+    assert w._fenced.is_set()
+    w.sock.close()
