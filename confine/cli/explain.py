@@ -74,6 +74,9 @@ def explain(log: str | None, as_json: bool) -> None:
         return
     e = click.echo
     total = sum(rep.counts.values())
+    for why in rep.unseen:
+        e("Landlock's own refusals of reads, executes and TCP binds are not in this log, "
+          + why)
     if not total:
         e("nothing was refused in this log" + (f" ({bad} lines were not JSON)" if bad else ""))
         return

@@ -62,6 +62,9 @@ class _Pending(NamedTuple):
     nid: int            # the notification to answer
     cloexec: bool       # install the descriptor in the reply with O_CLOEXEC
     lost: int           # errno the agent gets if the broker dies first
+    # what the call wrote or reached, should the broker's Landlock refuse it
+    # (EACCES without a reason): (tid, dirfd, path, creates) or (port,)
+    what: tuple | None = None
 
 
 class _SocketCall(NamedTuple):
@@ -221,6 +224,8 @@ class Mediator:
                 return True
             if rep.reason:
                 self._report(rep.reason)
+            elif rep.ret < 0 and rep.err in (errno.EACCES, errno.EROFS) and got.what is not None:
+                self._landlock_refused(got.what, rep.err == errno.EROFS)
             if fds and rep.ret >= 0:
                 try:
                     notify.addfd_send(self.fd, got.nid, fds[0], got.cloexec)
@@ -236,7 +241,7 @@ class Mediator:
                 os.close(f)
 
     def _send(self, nid: int, make: Callable[[int], bytes], fds: list[int], cloexec: bool,
-              lost: int) -> None:
+              lost: int, what: tuple | None = None) -> None:
         """Hand the request make(request id) to the broker; the agent gets
         `lost` if it cannot be sent or the broker dies before answering."""
         rid = self.next_id
@@ -245,7 +250,7 @@ class Mediator:
             socket.send_fds(self.broker, [make(rid)], fds)
         except OSError:
             return self._respond(nid, error=lost)
-        self.pending[rid] = _Pending(nid, cloexec, lost)
+        self.pending[rid] = _Pending(nid, cloexec, lost, what)
 
     # -- decisions
 
@@ -264,6 +269,33 @@ class Mediator:
         self.unshown += 1
         if self.unshown == 1:
             self.warn(f"more than {MAX_REPORTED} different denials: no more are shown")
+
+    def _landlock_refused(self, what: tuple, rofs: bool = False) -> None:
+        """The broker, in the agent's Landlock domain, got EACCES without the
+        guard refusing: Landlock's refusal, said even where its own records
+        cannot be read (events decides; only paths outside every write grant);
+        rofs: EROFS, the read-only view of the host refused a write.
+        The agent's thread still waits for this answer, so its cwd and
+        descriptors are the ones the call used; the path is for the message
+        only, never for a decision."""
+        if self.events is None:
+            return
+        if len(what) == 1:
+            if not rofs:
+                self.events.connect_refused(what[0])
+            return
+        tid, dfd, raw, creates = what
+        path = os.fsdecode(raw)
+        if not path.startswith("/"):
+            try:
+                base = os.readlink(f"/proc/{tid}/cwd" if dfd == AT_FDCWD
+                                   else f"/proc/{tid}/fd/{dfd}")
+            except OSError:
+                return
+            path = os.path.join(base, path)
+        path = os.path.normpath(path)
+        if not _dac_denies(path, creates, self.uid):
+            self.events.write_refused(path, creates, rofs)
 
     def _deny(self, nid: int, what: str, quiet: bool = False) -> None:
         if not quiet:
@@ -351,6 +383,7 @@ class Mediator:
             if raw and is_stream and call.op != Op.CONNECT:
                 raw = b""  # a connected stream socket ignores the address
             resolve = _pathname(raw)
+            what = (_inet_port(raw),) if call.op == Op.CONNECT and _inet_port(raw) else None
             tgid = tid = 0
             if resolve:
                 # The agent's cwd (its own, by its thread id: not a name it chose),
@@ -360,7 +393,7 @@ class Mediator:
             self._send(nid, lambda rid: SocketRequest(rid, call.op, call.flags, resolve,
                                                       raw, call.data, len(passed), tgid,
                                                       tid).pack(),
-                       fds + passed, False, errno.ECONNREFUSED)
+                       fds + passed, False, errno.ECONNREFUSED, what)
         finally:
             for f in fds + passed:
                 os.close(f)
@@ -447,12 +480,17 @@ class Mediator:
         try:
             if not notify.id_valid(self.fd, nid):
                 return
+            # the name a call makes (a rename's or link's destination), or writes
+            made = 1 if call.op in (Op.RENAME, Op.LINK) else 0
+            creates = (call.op not in (Op.OPEN, Op.TRUNCATE)
+                       or (call.op == Op.OPEN and bool(call.flags & os.O_CREAT)))
+            what = (pid, _i32(call.paths[made][0]), strs[made], creates)
             index += [-1] * (2 - len(index))
             strs += [b""] * (2 - len(strs))
             self._send(nid, lambda rid: FileRequest(
                 rid, call.op, call.flags, call.mode & 0xFFFFFFFF, call.arg, umask, tgid, tid,
                 (index[0], index[1]), (strs[0], strs[1]), call.target).pack(),
-                fds, call.op == Op.OPEN and bool(call.flags & os.O_CLOEXEC), errno.EIO)
+                fds, call.op == Op.OPEN and bool(call.flags & os.O_CLOEXEC), errno.EIO, what)
         finally:
             for f in fds:
                 os.close(f)
@@ -463,6 +501,38 @@ def _pathname(raw: bytes) -> bool:
     family: for those Landlock scopes and port rules decide)."""
     return (len(raw) > 2 and struct.unpack_from("<H", raw)[0] == socket.AF_UNIX
             and raw[2] != 0)
+
+
+def _dac_denies(path: str, creates: bool, uid: int) -> bool:
+    """The file's own permissions refuse `uid` writing (or creating) `path`
+    (as this process sees it): then no grant would help, and the EACCES is
+    not Landlock's to explain. Unknown, or allowed by the group bits (the
+    agent's groups are not known here): False."""
+    if uid == 0:
+        return False
+    try:
+        st = os.stat(path)
+        need = 0o2
+    except OSError:
+        st = None
+    if st is None or (creates and not os.path.exists(path)):
+        try:
+            st = os.stat(os.path.dirname(path) or "/")
+        except OSError:
+            return False
+        need = 0o3
+    if st.st_uid == uid:
+        return (st.st_mode >> 6) & need != need
+    if (st.st_mode >> 3) & need == need:
+        return False
+    return st.st_mode & need != need
+
+
+def _inet_port(raw: bytes) -> int:
+    """The port of an IPv4/IPv6 address (0 for anything else)."""
+    if len(raw) >= 4 and struct.unpack_from("<H", raw)[0] in (socket.AF_INET, socket.AF_INET6):
+        return int(struct.unpack_from(">H", raw, 2)[0])
+    return 0
 
 
 def _pidfd(tid: int) -> int:

@@ -30,6 +30,7 @@ LANDLOCK = "landlock"
 GUARD = "name guard"
 MEDIATION = "mediation"
 READ_ONLY = "read-only bind"
+READ_ONLY_HOST = "read-only host"
 GATEWAY = "gateway"
 SECCOMP = "seccomp"
 
@@ -82,7 +83,11 @@ def from_landlock(fields: Mapping[str, str]) -> Refusal | None:
         verb = "execute" if b == {"fs.execute"} else "read"
         return Refusal("read", LANDLOCK, path, f"{verb} {path}")
     if b & _WRITE_BLOCKERS and path:
-        return Refusal("write", LANDLOCK, path, f"write {path}")
+        # a name made or removed is logged with its directory
+        verb = ("create in" if any(x.startswith("fs.make_") for x in b)
+                else "remove in" if any(x.startswith("fs.remove_") for x in b)
+                else "write")
+        return Refusal("write", LANDLOCK, path, f"{verb} {path}")
     if "fs.ioctl_dev" in b and path:
         return Refusal("device", LANDLOCK, path, f"ioctl on {path}")
     if "net.bind_tcp" in b:
@@ -259,7 +264,7 @@ def key(r: Refusal, g: Grant) -> str:
     """One line per kind and path or port: a Landlock refusal by what would
     grant it (a clone refused a thousand files of one repository is one line),
     the rest by the path they name."""
-    if g.key and r.layer == LANDLOCK:
+    if g.key and r.layer in (LANDLOCK, READ_ONLY_HOST):
         return f"{r.kind}:{g.key}:{g.value}"
     return f"{r.kind}:{r.layer}:{r.subject or r.what}"
 
@@ -308,10 +313,12 @@ class Report:
     notes: list[str]
     cannot: list[str]                      # what cannot be granted (one line each)
     counts: dict[str, int]                 # by layer
+    unseen: list[str]                      # why Landlock's own refusals are not in the log
 
     def to_dict(self) -> dict[str, object]:
         return {"grants": self.grants, "flags": self.flags, "notes": self.notes,
-                "cannot": self.cannot, "refusals_by_layer": self.counts}
+                "cannot": self.cannot, "refusals_by_layer": self.counts,
+                "landlock_not_shown": self.unseen}
 
 
 def report(events: Iterable[Mapping[str, object]]) -> Report:
@@ -321,7 +328,13 @@ def report(events: Iterable[Mapping[str, object]]) -> Report:
     notes: list[str] = []
     cannot: list[str] = []
     counts: dict[str, int] = {}
+    unseen: list[str] = []
     for ev in events:
+        if ev.get("event") == "notice" and ev.get("what") == "landlock refusals not shown":
+            why = str(ev.get("why") or "")
+            if why not in unseen:
+                unseen.append(why)
+            continue
         got = from_event(ev)
         if got is None:
             continue
@@ -341,7 +354,7 @@ def report(events: Iterable[Mapping[str, object]]) -> Report:
             note = f"{g.key}: {g.value}: {g.note}" if g.note else ""
             if note and note not in notes:
                 notes.append(note)
-    return Report(grants, flags, notes, cannot, counts)
+    return Report(grants, flags, notes, cannot, counts, unseen)
 
 
 def snippet(grants: Mapping[str, Sequence[str | int]]) -> str:

@@ -24,6 +24,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 
 from ..errors import ConfineError, default_warn
+from ..paths import is_under
 from ..policy import explain, runlater
 from ..protect.report import _safe
 
@@ -46,6 +47,10 @@ class Events:
         # Workdir paths bound read-only for the run (outside git directories):
         # rm or mv of one fails with EBUSY, which no layer sees as a refusal.
         self.read_only: list[str] = []
+        # Where the policy lets the agent write, and connect: a broker's EACCES
+        # elsewhere is Landlock's (write_refused, connect_refused).
+        self.writable: tuple[str, ...] = ()
+        self.connect_ports: frozenset[int] = frozenset()
         self._lock = threading.Lock()
         self._fd: int | None = None
         self.path = path
@@ -106,15 +111,45 @@ class Events:
         """A refusal of the mediator or the name guard (its reason string)."""
         self.explained(explain.from_reason(reason))
 
+    def write_refused(self, path: str, creates: bool, rofs: bool = False) -> None:
+        """The broker (in the agent's Landlock domain) got EACCES writing or
+        creating `path` for the agent, and the guard did not refuse it: said
+        here when Landlock's own records do not reach this run, and only for
+        paths outside every write grant (inside one, EACCES is the file's
+        permissions or a carved entry, which no grant changes). rofs: EROFS,
+        the read-only view of the host, said in every run (nothing else sees it)."""
+        if any(is_under(path, w) for w in self.writable):
+            return
+        if not rofs and self.landlock_seen is not False:
+            return
+        where = os.path.dirname(path) if creates else path
+        self.explained(explain.Refusal("write", explain.READ_ONLY_HOST if rofs
+                                       else explain.LANDLOCK, where,
+                                       f"{'create' if creates else 'write'} {path}"))
+
+    def connect_refused(self, port: int) -> None:
+        """The broker's connect() to TCP `port` got EACCES (as write_refused)."""
+        if self.landlock_seen is not False or port in self.connect_ports:
+            return
+        self.explained(explain.Refusal("connect_tcp", explain.LANDLOCK, str(port),
+                                       f"connect to TCP port {port}"))
+
     def landlock(self, fields: Mapping[str, str]) -> None:
         """A Landlock audit record of this run's domain (kernel/audit.py)."""
         r = explain.from_landlock(fields)
         if r is not None:
             self.explained(r)
 
+    def unexplained(self, why: str) -> None:
+        """Landlock's own refusals cannot reach this run (kernel/audit.py): why."""
+        self.landlock_seen, self.landlock_gap = False, why
+        self.emit({"event": "notice", "what": "landlock refusals not shown", "why": why})
+
     def summary(self, status: int = 0) -> list[str]:
-        """The lines said at exit: how many refusals, by layer; and, for a run
-        that failed while Landlock's own refusals could not be seen, that gap."""
+        """The lines said at exit: how many refusals, by layer, and that
+        Landlock's own were not among them when they could not be seen (only
+        when something was refused: a failing test run is not confine's to
+        comment on); for a run that failed, the paths bound read-only."""
         out: list[str] = []
         if self.refusals:
             by = ", ".join(f"{n} by {layer}" for layer, n in self.refusals.most_common())
@@ -122,16 +157,16 @@ class Events:
                        + (f"; every one is in {self.path}" if self.path
                           else "; --log FILE records each, `confine explain FILE` says "
                                "what to add to a profile"))
+            if self.landlock_gap:
+                out.append("not shown: Landlock's own refusals of reads, executes and TCP "
+                           "binds (a 'Permission denied' or 'does not exist' may be one), "
+                           + self.landlock_gap)
         if status != 0 and self.read_only:
             shown = ", ".join(self.read_only[:5]) + (
                 f" and {len(self.read_only) - 5} more" if len(self.read_only) > 5 else "")
             out.append(f"protected paths bound read-only in this run: {shown} [read-only bind]: "
                        "removing or renaming one fails with 'Device or resource busy'; "
                        "a profile's protected: ['!PATTERN'] lifts one")
-        if status != 0 and self.landlock_gap:
-            out.append(f"Landlock's own refusals are not shown in this run ({self.landlock_gap}): "
-                       "a 'Permission denied' or 'No such file' may be Landlock's; "
-                       "`confine exec --dry-run` lists what is readable and writable")
         return out
 
     def close(self) -> None:

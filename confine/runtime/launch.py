@@ -96,23 +96,23 @@ def _landlock_watch(plan: Plan, events: Any) -> audit.LandlockWatch | None:
         return None
     gap = ""
     if plan.abi < 7:
-        gap = f"Landlock ABI {plan.abi} cannot report them: ABI 7 (Linux 6.15) can"
+        gap = f"since Landlock ABI {plan.abi} cannot report them (ABI 7, Linux 6.15, can)"
     elif os.geteuid() != 0:
-        gap = ("only a run started as root can read the kernel's audit records, where "
-               "Landlock reports them")
+        gap = ("since only a run started as root can read the kernel's audit records, "
+               "where Landlock reports them")
     else:
         on = audit.enabled()
         if not on:
-            gap = ("the kernel's audit is off on this host: `auditctl -e 1` turns it on, "
-                   "confine does not" if on == 0 else "this kernel's audit cannot be read here")
+            gap = ("since the kernel's audit is off on this host (`auditctl -e 1` turns it "
+                   "on; confine does not)" if on == 0
+                   else "since this kernel's audit cannot be read here")
     if gap:
-        events.landlock_seen, events.landlock_gap = False, gap
+        events.unexplained(gap)
         return None
     try:
         watch = audit.LandlockWatch.open(events.landlock)
     except OSError as e:
-        events.landlock_seen = False
-        events.landlock_gap = f"cannot read the kernel's audit records: {e.strerror or e}"
+        events.unexplained(f"cannot read the kernel's audit records: {e.strerror or e}")
         return None
     events.landlock_seen = True
     return watch

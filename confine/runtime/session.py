@@ -220,6 +220,9 @@ class Session:
             self.events = Events(self.req.log, say)
         self.events.context(os.path.realpath(plan.identity.home),
                             tuple(d.path for d in plan.policy.deny))
+        pol = plan.policy
+        self.events.writable = tuple([pol.workdir, pol.tmp] + [w.path for w in pol.write])
+        self.events.connect_ports = frozenset(pol.network.connect_tcp)
         if plan.mount_ns:
             self.events.read_only = sorted(
                 "/".join(m.rel) for m in self.snapshot.mount_plan.mounts

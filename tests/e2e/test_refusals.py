@@ -27,7 +27,7 @@ import tempfile
 import pytest
 from conftest import PY, Sandbox, landlock_abi
 
-GAP = "Landlock's own refusals are not shown in this run"
+GAP = "not shown: Landlock's own refusals of reads"
 
 
 def _audit_set(enabled: int) -> None:
@@ -132,12 +132,13 @@ def test_http_server_bind_names_bind_tcp(root_sandbox, kernel_audit):
 
 
 def test_unprivileged_run_says_where_the_gap_is(user_sandbox, upstream):
-    p = user_sandbox.run(["git", "clone", upstream, "x"])
-    assert p.returncode != 0 and "does not exist" in p.stderr
-    assert not _lines(p.stderr, "[landlock]")
+    p = user_sandbox.run(["sh", "-c", f"git clone {upstream} x; echo > .envrc"])
+    assert "does not exist" in p.stderr
+    assert not _lines(p.stderr, f"--read {upstream}")
+    assert _lines(p.stderr, "protected: ['!.envrc']")
     assert GAP in p.stderr and "started as root" in p.stderr, p.stderr
-    ok = user_sandbox.run(["true"])
-    assert ok.returncode == 0 and GAP not in ok.stderr          # said only when the agent failed
+    quiet = user_sandbox.run(["git", "clone", upstream, "x"])
+    assert quiet.returncode != 0 and "confine:" not in quiet.stderr   # nothing else refused
 
 
 def test_root_run_with_audit_off_says_so(root_sandbox):
@@ -146,7 +147,7 @@ def test_root_run_with_audit_off_says_so(root_sandbox):
         pytest.skip("the kernel's audit is on here")
     if landlock_abi() < 7:
         pytest.skip("Landlock ABI below 7")
-    p = root_sandbox.run(["cat", "/root/nothing-here"])
+    p = root_sandbox.run(["sh", "-c", "cat /root/nothing-here; echo > .envrc"])
     assert p.returncode != 0
     assert GAP in p.stderr and "auditctl -e 1" in p.stderr, p.stderr
 
@@ -262,3 +263,55 @@ def test_workdir_below_a_repository_root_is_warned(sandbox):
     # the control: at the root itself nothing is said
     root = sandbox.run(["git", "rev-parse", "--show-toplevel"])
     assert root.returncode == 0 and not _lines(root.stderr, "inside the git repository")
+
+
+# ------------------------------------------------------------------ seen by the broker
+
+@pytest.fixture
+def outside_dirs(test_user):
+    """A directory the agent owns outside the workdir (only the sandbox stops a
+    write there) and one owned by root (its permissions stop it anyway)."""
+    mine = tempfile.mkdtemp(prefix="confine-out-", dir="/tmp")
+    os.chown(mine, test_user.pw_uid, test_user.pw_gid)
+    roots = tempfile.mkdtemp(prefix="confine-root-", dir="/tmp")
+    os.chmod(roots, 0o755)
+    yield mine, roots
+    shutil.rmtree(mine, ignore_errors=True)
+    shutil.rmtree(roots, ignore_errors=True)
+
+
+@pytest.mark.parametrize("layers", ["all", "landlock"])
+def test_writes_outside_are_explained_in_every_run(sandbox, outside_dirs, layers):
+    """Started by root or not, audit on or off: the broker performs the write for the
+    agent and sees the refusal (EROFS from the read-only host, EACCES from Landlock)."""
+    box = sandbox if layers == "all" else sandbox.without_namespaces()
+    mine, roots = outside_dirs
+    ctl = box.outside(["touch", f"{mine}/ctl"])
+    assert ctl.returncode == 0, ctl.stderr                     # the control
+    p = box.run(["sh", "-c", f"touch {mine}/a; touch {mine}/b; touch {roots}/c; touch ok"])
+    assert not os.path.exists(f"{mine}/a") and os.path.exists(os.path.join(box.workdir, "ok"))
+    got = _lines(p.stderr, f"--write {mine} or filesystem.write: [{mine}]")
+    assert len(got) == 1, p.stderr                              # a and b: one directory
+    want = "[read-only host]" if layers == "all" else "[landlock]"
+    assert want in got[0], got
+    # the root-owned directory: its permissions refuse, no grant would help: not suggested
+    assert not _lines(p.stderr, f"--write {roots}"), p.stderr
+
+
+def test_tcp_connect_is_explained_in_every_run(sandbox):
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(8)
+    port = srv.getsockname()[1]
+    code = ("import socket\ns=socket.socket()\n"
+            f"try: s.connect(('127.0.0.1', {port})); print('CONNECTED')\n"
+            "except OSError as e: print(e.errno)")
+    try:
+        ctl = sandbox.outside([PY, "-c", code])
+        assert "CONNECTED" in ctl.stdout, ctl.stderr            # the control
+        p = sandbox.run([PY, "-c", code])
+        assert "CONNECTED" not in p.stdout and "13" in p.stdout, (p.stdout, p.stderr)
+        got = _lines(p.stderr, f"network.connect_tcp: [{port}]")
+        assert len(got) == 1 and "[landlock]" in got[0], p.stderr
+    finally:
+        srv.close()

@@ -216,12 +216,18 @@ def test_events_are_bounded():
     assert sum(ev.refusals.values()) == 500
 
 
-def test_summary_names_the_landlock_gap_only_when_the_run_failed():
-    ev = Events(None, lambda s: None)
-    ev.landlock_seen, ev.landlock_gap = False, "audit is off"
-    assert ev.summary(0) == []
+def test_summary_names_the_landlock_gap_only_beside_other_refusals(tmp_path):
+    ev = Events(str(tmp_path / "log"), lambda s: None)
+    ev.unexplained("since audit is off")
+    assert ev.summary(0) == [] and ev.summary(1) == []       # a failing test run: silent
+    ev.mediated("create /w/.envrc: protected path (.envrc)")
     out = ev.summary(1)
-    assert len(out) == 1 and "audit is off" in out[0]
+    assert len(out) == 2 and "since audit is off" in out[1] and "reads" in out[1]
+    ev.read_only = [".envrc"]
+    assert len(ev.summary(0)) == 2 and "Device or resource busy" in ev.summary(1)[2]
+    ev.close()
+    rep = ex.report(json.loads(x) for x in (tmp_path / "log").read_text().splitlines())
+    assert rep.unseen == ["since audit is off"] and rep.grants == {"protected": ["!.envrc"]}
 
 
 def test_gateway_events_from_other_writers_are_explained():
