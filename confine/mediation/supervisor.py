@@ -225,7 +225,10 @@ class Mediator:
             if rep.reason:
                 self._report(rep.reason)
             elif rep.ret < 0 and rep.err in (errno.EACCES, errno.EROFS) and got.what is not None:
-                self._landlock_refused(got.what, rep.err == errno.EROFS)
+                try:
+                    self._landlock_refused(got.what, rep.err == errno.EROFS)
+                except Exception:  # noqa: BLE001 - a message, never the agent's answer
+                    pass
             if fds and rep.ret >= 0:
                 try:
                     notify.addfd_send(self.fd, got.nid, fds[0], got.cloexec)
@@ -258,7 +261,13 @@ class Mediator:
         """Each distinct denial once; a flood (a checkout full of refused files)
         is cut short rather than burying the terminal (Events bounds its own)."""
         if self.events is not None:
-            self.events.mediated(what)
+            try:
+                self.events.mediated(what)
+            except Exception:  # noqa: BLE001 - saying it must never stop the mediator
+                try:
+                    self.warn(f"denied: {what}")
+                except Exception:  # noqa: BLE001
+                    pass
             return
         if what in self.denied:
             return
