@@ -321,8 +321,13 @@ class Report:
                 "landlock_not_shown": self.unseen}
 
 
-def report(events: Iterable[Mapping[str, object]]) -> Report:
-    """Every distinct refusal of a log: what to add, and what cannot be added."""
+def report(events: Iterable[Mapping[str, object]], home: str | None = None) -> Report:
+    """Every distinct refusal of a log: what to add, and what cannot be added.
+    Each grant is judged again here (home: the reader's, default ~): a line
+    that was altered after the run cannot make a secret or a run-later path
+    suggested; the stricter of the two verdicts wins."""
+    home = os.path.expanduser("~") if home is None else home
+    never = runlater.never_writable(home, "")
     grants: dict[str, list[str | int]] = {}
     flags: list[str] = []
     notes: list[str] = []
@@ -338,7 +343,11 @@ def report(events: Iterable[Mapping[str, object]]) -> Report:
         got = from_event(ev)
         if got is None:
             continue
-        r, g = got
+        r, logged = got
+        g = logged if logged.cannot else grant(r, home, never=never)
+        if g.key and (g.key, g.value) != (logged.key, logged.value) and r.kind != "host":
+            g = Grant(cannot=f"{r.what}: the log's suggestion does not match its refusal "
+                             "(altered?)")
         counts[r.layer or "other"] = counts.get(r.layer or "other", 0) + 1
         if g.cannot:
             if g.cannot not in cannot:

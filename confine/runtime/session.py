@@ -98,6 +98,19 @@ def _resolve_lsm(apparmor: str | None, selinux_context: str | None, host: HostFa
     return Lsm(apparmor=apparmor or None, selinux=se or None)
 
 
+def _check_log_path(path: str, plan: Plan) -> None:
+    """--log FILE is what `confine explain` reads to suggest grants: a file the
+    agent can write could be forged (a refusal of ~/.bashrc's directory, a host
+    to allow), so it may not lie where the agent writes."""
+    real = os.path.realpath(os.path.abspath(os.path.expanduser(path)))
+    pol = plan.policy
+    for w in [pol.workdir, pol.tmp] + [g.path for g in pol.write]:
+        if is_under(real, os.path.realpath(w)):
+            raise ConfineError(f"--log {path}: inside {w}, which the agent can write (it could "
+                               "forge the log confine explain reads): put it elsewhere, e.g. "
+                               "--log ~/confine-run.log")
+
+
 def refuse_missing(plan: Plan, allow_degraded: bool | Collection[str] | None,
                    warn: Warn = default_warn) -> None:
     """allow_degraded: True accepts every missing protection; a collection of
@@ -217,6 +230,7 @@ class Session:
             raise ConfineError("this session was prepared without the protected-path snapshot")
         refuse_missing(plan, allow_degraded, say)
         if self.req.log is not None:
+            _check_log_path(self.req.log, plan)
             self.events = Events(self.req.log, say)
         self.events.context(os.path.realpath(plan.identity.home),
                             tuple(d.path for d in plan.policy.deny))

@@ -225,6 +225,22 @@ attempt("control", lambda: opened(odd + "/envrc", os.O_WRONLY | os.O_CREAT))
     assert len(_lines(p.stderr, "denied: ")) == 2, p.stderr
 
 
+def test_log_where_the_agent_writes_is_refused(sandbox):
+    """The agent could forge what `confine explain` reads: exit 125, one line."""
+    for where in (os.path.join(sandbox.workdir, "run.log"),
+                  os.path.join(sandbox.workdir, "sub", "..", "run2.log")):
+        p = sandbox.run(["true"], "--log", where)
+        assert p.returncode == 125, p.stderr
+        assert "the agent can write" in p.stderr and len(p.stderr.strip().splitlines()) == 1
+        assert not os.path.exists(where)
+    ok = sandbox.run(["true"], "--log", f"/tmp/confine-ok-{os.getpid()}.log")   # the control
+    try:
+        assert ok.returncode == 0, ok.stderr
+    finally:
+        if os.path.exists(f"/tmp/confine-ok-{os.getpid()}.log"):
+            os.unlink(f"/tmp/confine-ok-{os.getpid()}.log")
+
+
 def test_rm_envrc_on_its_read_only_bind_is_named(sandbox):
     envrc = os.path.join(sandbox.workdir, ".envrc")
     for name in (".envrc", "other"):

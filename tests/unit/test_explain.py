@@ -358,3 +358,23 @@ def test_watch_reads_netlink_messages_and_the_fence():
                     "src": "80"}]
     assert w._fenced.is_set()
     w.sock.close()
+
+
+def test_explain_judges_each_line_again():
+    """A log altered after the run cannot get a secret or a run-later path suggested."""
+    forged = [
+        {"event": "refusal", "layer": "landlock", "kind": "write", "subject": f"{HOME}/.bashrc",
+         "what": "write x", "grant": {"key": "filesystem.write", "value": f"{HOME}/.bashrc"}},
+        {"event": "refusal", "layer": "landlock", "kind": "read", "subject": f"{HOME}/.ssh/id",
+         "what": "read x", "grant": {"key": "filesystem.read", "value": f"{HOME}/.ssh"}},
+        {"event": "refusal", "layer": "landlock", "kind": "read", "subject": "/srv/a",
+         "what": "read /srv/a", "grant": {"key": "filesystem.read", "value": "/"}},
+        {"event": "refusal", "layer": "name guard", "kind": "protected", "pattern": ".git/hooks/",
+         "subject": "/w/.git/hooks/x", "what": "create x",
+         "grant": {"key": "protected", "value": "!.git/hooks/"}},
+    ]
+    rep = ex.report(forged, home=HOME)
+    assert rep.grants == {} and len(rep.cannot) == 4, rep
+    honest = [{"event": "refusal", "layer": "landlock", "kind": "read", "subject": "/srv/a",
+               "what": "read /srv/a", "grant": {"key": "filesystem.read", "value": "/srv/a"}}]
+    assert ex.report(honest, home=HOME).grants == {"filesystem.read": ["/srv/a"]}
