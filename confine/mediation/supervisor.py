@@ -229,6 +229,11 @@ class Mediator:
                     self._landlock_refused(got.what, rep.err == errno.EROFS)
                 except Exception:  # noqa: BLE001 - a message, never the agent's answer
                     pass
+            elif rep.ret < 0 and rep.err == errno.EBUSY and got.what is not None:
+                try:
+                    self._busy(got.what)
+                except Exception:  # noqa: BLE001 - a message, never the agent's answer
+                    pass
             if fds and rep.ret >= 0:
                 try:
                     notify.addfd_send(self.fd, got.nid, fds[0], got.cloexec)
@@ -293,18 +298,19 @@ class Mediator:
             if not rofs:
                 self.events.connect_refused(what[0])
             return
-        tid, dfd, raw, creates = what
-        path = os.fsdecode(raw)
-        if not path.startswith("/"):
-            try:
-                base = os.readlink(f"/proc/{tid}/cwd" if dfd == AT_FDCWD
-                                   else f"/proc/{tid}/fd/{dfd}")
-            except OSError:
-                return
-            path = os.path.join(base, path)
-        path = os.path.normpath(path)
-        if not _dac_denies(path, creates, self.uid):
+        tid, dfd, raw, creates = what[:4]
+        path = _shown(tid, dfd, raw)
+        if path is not None and not _dac_denies(path, creates, self.uid):
             self.events.write_refused(path, creates, rofs)
+
+    def _busy(self, what: tuple) -> None:
+        """A rename's source is a mount point (EBUSY): a protected path bound
+        read-only for the run (events knows which)."""
+        if self.events is None or len(what) < 5 or what[4] is None:
+            return
+        path = _shown(what[0], *what[4])
+        if path is not None:
+            self.events.busy(path)
 
     def _deny(self, nid: int, what: str, quiet: bool = False) -> None:
         if not quiet:
@@ -493,7 +499,8 @@ class Mediator:
             made = 1 if call.op in (Op.RENAME, Op.LINK) else 0
             creates = (call.op not in (Op.OPEN, Op.TRUNCATE)
                        or (call.op == Op.OPEN and bool(call.flags & os.O_CREAT)))
-            what = (pid, _i32(call.paths[made][0]), strs[made], creates)
+            what = (pid, _i32(call.paths[made][0]), strs[made], creates,
+                    (_i32(call.paths[0][0]), strs[0]) if call.op == Op.RENAME else None)
             index += [-1] * (2 - len(index))
             strs += [b""] * (2 - len(strs))
             self._send(nid, lambda rid: FileRequest(
@@ -510,6 +517,19 @@ def _pathname(raw: bytes) -> bool:
     family: for those Landlock scopes and port rules decide)."""
     return (len(raw) > 2 and struct.unpack_from("<H", raw)[0] == socket.AF_UNIX
             and raw[2] != 0)
+
+
+def _shown(tid: int, dfd: int, raw: bytes) -> str | None:
+    """The absolute path a call named, for a message (the thread still waits
+    for its answer, so its cwd and descriptors are the ones it used)."""
+    path = os.fsdecode(raw)
+    if not path.startswith("/"):
+        try:
+            base = os.readlink(f"/proc/{tid}/cwd" if dfd == AT_FDCWD else f"/proc/{tid}/fd/{dfd}")
+        except OSError:
+            return None
+        path = os.path.join(base, path)
+    return os.path.normpath(path)
 
 
 def _dac_denies(path: str, creates: bool, uid: int) -> bool:

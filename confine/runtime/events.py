@@ -46,7 +46,8 @@ class Events:
         self.landlock_gap = ""
         # Workdir paths bound read-only for the run (outside git directories):
         # rm or mv of one fails with EBUSY, which no layer sees as a refusal.
-        self.read_only: list[str] = []
+        self.read_only: dict[str, str] = {}     # workdir-relative path -> its pattern
+        self.workdir = ""
         # Where the policy lets the agent write, and connect: a broker's EACCES
         # elsewhere is Landlock's (write_refused, connect_refused).
         self.writable: tuple[str, ...] = ()
@@ -127,6 +128,18 @@ class Events:
                                        else explain.LANDLOCK, where,
                                        f"{'create' if creates else 'write'} {path}"))
 
+    def busy(self, path: str) -> None:
+        """A rename of `path` failed with EBUSY: said when it is a protected
+        path bound read-only for the run."""
+        if not self.workdir or not is_under(path, self.workdir):
+            return
+        rel = os.path.relpath(path, self.workdir)
+        if rel not in self.read_only:
+            return
+        self.explained(explain.Refusal("protected", explain.READ_ONLY, path,
+                                       f"rename {path}: a protected path, bound read-only "
+                                       "for the run", self.read_only[rel]))
+
     def connect_refused(self, port: int) -> None:
         """The broker's connect() to TCP `port` got EACCES (as write_refused)."""
         if self.landlock_seen is not False or port in self.connect_ports:
@@ -162,11 +175,14 @@ class Events:
                            "binds (a 'Permission denied' or 'does not exist' may be one), "
                            + self.landlock_gap)
         if status != 0 and self.read_only:
-            shown = ", ".join(self.read_only[:5]) + (
-                f" and {len(self.read_only) - 5} more" if len(self.read_only) > 5 else "")
+            names = sorted(self.read_only)
+            shown = ", ".join(names[:5]) + (
+                f" and {len(names) - 5} more" if len(names) > 5 else "")
+            pats = sorted({p for p in self.read_only.values() if p})
+            lift = (", ".join(f"'!{p}'" for p in pats[:5]) if pats else "'!PATTERN'")
             out.append(f"protected paths bound read-only in this run: {shown} [read-only bind]: "
                        "removing or renaming one fails with 'Device or resource busy'; "
-                       "a profile's protected: ['!PATTERN'] lifts one")
+                       f"a profile's protected: [{lift}] lifts them")
         return out
 
     def close(self) -> None:

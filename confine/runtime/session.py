@@ -237,10 +237,11 @@ class Session:
         pol = plan.policy
         self.events.writable = tuple([pol.workdir, pol.tmp] + [w.path for w in pol.write])
         self.events.connect_ports = frozenset(pol.network.connect_tcp)
+        self.events.workdir = pol.workdir
         if plan.mount_ns:
-            self.events.read_only = sorted(
-                "/".join(m.rel) for m in self.snapshot.mount_plan.mounts
-                if m.readonly and ".git" not in m.rel)
+            self.events.read_only = {
+                "/".join(m.rel): self._pattern_of(m.rel) for m in self.snapshot.mount_plan.mounts
+                if m.readonly and ".git" not in m.rel}
         self._warn_enclosing_repo(plan, say)
         for port in unreachable_servers(plan.policy):
             say(f"network.bind_tcp lets the agent listen on port {port}, but not connect to it "
@@ -273,6 +274,13 @@ class Session:
             for line in self.events.summary(result.status):
                 say(line)
         return result
+
+    def _pattern_of(self, rel: tuple[str, ...]) -> str:
+        """The protected pattern that names a workdir path ("" if unknown)."""
+        if self.guard is None:
+            return ""
+        m = self.guard.match(self.guard.folded(rel))
+        return m[0].text if m is not None else ""
 
     def _warn_enclosing_repo(self, plan: Plan, say: Warn) -> None:
         """A workdir below a repository's root: git inside finds no repository

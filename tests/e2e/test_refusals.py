@@ -257,7 +257,13 @@ def test_rm_envrc_on_its_read_only_bind_is_named(sandbox):
     assert os.path.exists(envrc)
     got = _lines(p.stderr, "bound read-only")
     assert len(got) == 1 and ".envrc" in got[0] and "[read-only bind]" in got[0], p.stderr
-    assert "protected: ['!PATTERN']" in got[0]
+    assert "protected: ['!.envrc']" in got[0]
+    # mv is a mediated rename: said at the call, with the pattern
+    mv = sandbox.run(["mv", ".envrc", "moved"])
+    assert mv.returncode != 0 and "Device or resource busy" in mv.stderr, mv.stderr
+    assert os.path.exists(envrc) and not os.path.exists(os.path.join(sandbox.workdir, "moved"))
+    got = _lines(mv.stderr, f"denied: rename {envrc}: a protected path, bound read-only")
+    assert len(got) == 1 and "protected: ['!.envrc'] grants it" in got[0], mv.stderr
 
 
 def test_workdir_below_a_repository_root_is_warned(sandbox):

@@ -223,7 +223,7 @@ def test_summary_names_the_landlock_gap_only_beside_other_refusals(tmp_path):
     ev.mediated("create /w/.envrc: protected path (.envrc)")
     out = ev.summary(1)
     assert len(out) == 2 and "since audit is off" in out[1] and "reads" in out[1]
-    ev.read_only = [".envrc"]
+    ev.read_only = {".envrc": ".envrc"}
     assert len(ev.summary(0)) == 2 and "Device or resource busy" in ev.summary(1)[2]
     ev.close()
     rep = ex.report(json.loads(x) for x in (tmp_path / "log").read_text().splitlines())
