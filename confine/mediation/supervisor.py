@@ -62,8 +62,11 @@ class _Pending(NamedTuple):
     nid: int            # the notification to answer
     cloexec: bool       # install the descriptor in the reply with O_CLOEXEC
     lost: int           # errno the agent gets if the broker dies first
-    # what the call wrote or reached, should the broker's Landlock refuse it
-    # (EACCES without a reason): (tid, dirfd, path, creates) or (port,)
+    # what the call wrote or reached, for the message should it be refused with
+    # no reason from the guard (EACCES, EROFS, EBUSY): (tid, dirfd, path,
+    # creates, a rename's (dirfd, source) or None) for file calls, (port,) for
+    # a TCP connect
+
     what: tuple | None = None
 
 
@@ -398,7 +401,8 @@ class Mediator:
             if raw and is_stream and call.op != Op.CONNECT:
                 raw = b""  # a connected stream socket ignores the address
             resolve = _pathname(raw)
-            what = (_inet_port(raw),) if call.op == Op.CONNECT and _inet_port(raw) else None
+            port = _inet_port(raw) if call.op == Op.CONNECT else 0
+            what = (port,) if port else None
             tgid = tid = 0
             if resolve:
                 # The agent's cwd (its own, by its thread id: not a name it chose),

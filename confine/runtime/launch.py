@@ -91,7 +91,8 @@ def _mount_tmp(plan: Plan) -> str | None:
 
 def _landlock_watch(plan: Plan, events: Any) -> audit.LandlockWatch | None:
     """Landlock's own refusals for this run, where the kernel lets us read them
-    (kernel/audit.py); else events learns why not (said at exit if the agent fails)."""
+    (kernel/audit.py); else events learns why not (the log has it, the summary
+    says it beside any other refusal)."""
     if events is None or plan.abi == 0:
         return None
     gap = ""
