@@ -355,6 +355,7 @@ def profile_validate(profile_ref: str) -> None:
     click.echo(f"{profile_ref}: valid ({', '.join(policy.sources)})")
 
 
+from .explain import explain as _explain  # noqa: E402
 from .export import export as _export  # noqa: E402
 from .probe import audit as _audit  # noqa: E402
 from .probe import probe as _probe  # noqa: E402
@@ -362,6 +363,7 @@ from .probe import probe as _probe  # noqa: E402
 cli.add_command(_probe)
 cli.add_command(_audit)
 cli.add_command(_export)
+cli.add_command(_explain)
 
 
 if __name__ == "__main__":

@@ -113,6 +113,10 @@ def add(ruleset: landlockpy.Ruleset, path: str, access: AccessFS) -> None:
         ruleset.allow_path(path, access)
 
 
-def restrict(ruleset: landlockpy.Ruleset) -> None:
-    """Enforce in the calling (child) thread; no_new_privs is already set."""
-    ruleset.restrict(no_new_privs=True)
+def restrict(ruleset: landlockpy.Ruleset, log_new_exec: bool = False) -> None:
+    """Enforce in the calling (child) thread; no_new_privs is already set.
+    log_new_exec (ABI 7): the agent's refusals after its exec go to the audit
+    log too (kernel/audit.py reads them); without it only the refusals before
+    exec (confine's own steps, the broker) are logged."""
+    ruleset.restrict(landlockpy.RestrictFlag.LOG_NEW_EXEC_ON if log_new_exec
+                     else landlockpy.RestrictFlag.NONE, no_new_privs=True)

@@ -31,7 +31,7 @@ import select
 import socket
 import struct
 import threading
-from typing import Callable, NamedTuple, Sequence
+from typing import Any, Callable, NamedTuple, Sequence
 
 from confine.errors import default_warn
 from confine.kernel import notify
@@ -63,6 +63,12 @@ class _Pending(NamedTuple):
     nid: int            # the notification to answer
     cloexec: bool       # install the descriptor in the reply with O_CLOEXEC
     lost: int           # errno the agent gets if the broker dies first
+    # what the call wrote or reached, for the message should it be refused with
+    # no reason from the guard (EACCES, EROFS, EBUSY): (tid, dirfd, path,
+    # creates, a rename's (dirfd, source) or None) for file calls, (port,) for
+    # a TCP connect
+
+    what: tuple | None = None
 
 
 class _SocketCall(NamedTuple):
@@ -91,11 +97,14 @@ class Mediator:
     """Answers every notification of one agent's filter, on a thread of its
     own (start()); roots: where pathname unix sockets may be; files: the name
     guard is on (file calls go to the broker, else ENOSYS); warn: where each
-    distinct denial is reported."""
+    distinct denial is reported; events: the run's runtime.events.Events, which
+    says each refusal once with what would grant it and logs every one (else
+    `warn` says each distinct one)."""
 
     def __init__(self, notify_fd: int, broker: socket.socket, roots: Sequence[str],
                  agent_uid: int, warn: Callable[[str], None] = default_warn,
-                 files: bool = False, inet_routes: inet.InetRoutes | None = None):
+                 files: bool = False, inet_routes: inet.InetRoutes | None = None,
+                 events: Any = None):
         self.fd = notify_fd
         # The egress gateway's routes: every IPv4/IPv6 destination is rewritten
         # (mediation/inet.py); None: Landlock alone decides (no gateway).
@@ -114,6 +123,7 @@ class Mediator:
         self.unshown = 0
         self._send_roots(roots)
         self.warn = warn
+        self.events = events
         self.thread = threading.Thread(target=self._loop, name="confine-mediator", daemon=True)
         self.files = files
         # Syscall number -> handler; any other number is answered ENOSYS (file
@@ -222,6 +232,16 @@ class Mediator:
                 return True
             if rep.reason:
                 self._report(rep.reason)
+            elif rep.ret < 0 and rep.err in (errno.EACCES, errno.EROFS) and got.what is not None:
+                try:
+                    self._landlock_refused(got.what, rep.err == errno.EROFS)
+                except Exception:  # noqa: BLE001 - a message, never the agent's answer
+                    pass
+            elif rep.ret < 0 and rep.err == errno.EBUSY and got.what is not None:
+                try:
+                    self._busy(got.what)
+                except Exception:  # noqa: BLE001 - a message, never the agent's answer
+                    pass
             if fds and rep.ret >= 0:
                 try:
                     notify.addfd_send(self.fd, got.nid, fds[0], got.cloexec)
@@ -237,7 +257,7 @@ class Mediator:
                 os.close(f)
 
     def _send(self, nid: int, make: Callable[[int], bytes], fds: list[int], cloexec: bool,
-              lost: int) -> None:
+              lost: int, what: tuple | None = None) -> None:
         """Hand the request make(request id) to the broker; the agent gets
         `lost` if it cannot be sent or the broker dies before answering."""
         rid = self.next_id
@@ -246,13 +266,22 @@ class Mediator:
             socket.send_fds(self.broker, [make(rid)], fds)
         except OSError:
             return self._respond(nid, error=lost)
-        self.pending[rid] = _Pending(nid, cloexec, lost)
+        self.pending[rid] = _Pending(nid, cloexec, lost, what)
 
     # -- decisions
 
     def _report(self, what: str) -> None:
         """Each distinct denial once; a flood (a checkout full of refused files)
-        is cut short rather than burying the terminal."""
+        is cut short rather than burying the terminal (Events bounds its own)."""
+        if self.events is not None:
+            try:
+                self.events.mediated(what)
+            except Exception:  # noqa: BLE001 - saying it must never stop the mediator
+                try:
+                    self.warn(f"denied: {what}")
+                except Exception:  # noqa: BLE001
+                    pass
+            return
         if what in self.denied:
             return
         if len(self.denied) < MAX_REPORTED:
@@ -262,6 +291,34 @@ class Mediator:
         self.unshown += 1
         if self.unshown == 1:
             self.warn(f"more than {MAX_REPORTED} different denials: no more are shown")
+
+    def _landlock_refused(self, what: tuple, rofs: bool = False) -> None:
+        """The broker, in the agent's Landlock domain, got EACCES without the
+        guard refusing: Landlock's refusal, said even where its own records
+        cannot be read (events decides; only paths outside every write grant);
+        rofs: EROFS, the read-only view of the host refused a write.
+        The agent's thread still waits for this answer, so its cwd and
+        descriptors are the ones the call used; the path is for the message
+        only, never for a decision."""
+        if self.events is None:
+            return
+        if len(what) == 1:
+            if not rofs:
+                self.events.connect_refused(what[0])
+            return
+        tid, dfd, raw, creates = what[:4]
+        path = _shown(tid, dfd, raw)
+        if path is not None and not _dac_denies(path, creates, self.uid):
+            self.events.write_refused(path, creates, rofs)
+
+    def _busy(self, what: tuple) -> None:
+        """A rename's source is a mount point (EBUSY): a protected path bound
+        read-only for the run (events knows which)."""
+        if self.events is None or len(what) < 5 or what[4] is None:
+            return
+        path = _shown(what[0], *what[4])
+        if path is not None:
+            self.events.busy(path)
 
     def _deny(self, nid: int, what: str, quiet: bool = False) -> None:
         if not quiet:
@@ -355,6 +412,8 @@ class Mediator:
                     return
                 raw = got
             resolve = _pathname(raw)
+            port = _inet_port(raw) if call.op == Op.CONNECT else 0
+            what = (port,) if port else None
             tgid = tid = 0
             if resolve:
                 # The agent's cwd (its own, by its thread id: not a name it chose),
@@ -364,7 +423,7 @@ class Mediator:
             self._send(nid, lambda rid: SocketRequest(rid, call.op, call.flags, resolve,
                                                       raw, call.data, len(passed), tgid,
                                                       tid).pack(),
-                       fds + passed, False, errno.ECONNREFUSED)
+                       fds + passed, False, errno.ECONNREFUSED, what)
         finally:
             for f in fds + passed:
                 os.close(f)
@@ -548,12 +607,18 @@ class Mediator:
         try:
             if not notify.id_valid(self.fd, nid):
                 return
+            # the name a call makes (a rename's or link's destination), or writes
+            made = 1 if call.op in (Op.RENAME, Op.LINK) else 0
+            creates = (call.op not in (Op.OPEN, Op.TRUNCATE)
+                       or (call.op == Op.OPEN and bool(call.flags & os.O_CREAT)))
+            what = (pid, _i32(call.paths[made][0]), strs[made], creates,
+                    (_i32(call.paths[0][0]), strs[0]) if call.op == Op.RENAME else None)
             index += [-1] * (2 - len(index))
             strs += [b""] * (2 - len(strs))
             self._send(nid, lambda rid: FileRequest(
                 rid, call.op, call.flags, call.mode & 0xFFFFFFFF, call.arg, umask, tgid, tid,
                 (index[0], index[1]), (strs[0], strs[1]), call.target).pack(),
-                fds, call.op == Op.OPEN and bool(call.flags & os.O_CLOEXEC), errno.EIO)
+                fds, call.op == Op.OPEN and bool(call.flags & os.O_CLOEXEC), errno.EIO, what)
         finally:
             for f in fds:
                 os.close(f)
@@ -564,6 +629,51 @@ def _pathname(raw: bytes) -> bool:
     family: for those Landlock scopes and port rules decide)."""
     return (len(raw) > 2 and struct.unpack_from("<H", raw)[0] == socket.AF_UNIX
             and raw[2] != 0)
+
+
+def _shown(tid: int, dfd: int, raw: bytes) -> str | None:
+    """The absolute path a call named, for a message (the thread still waits
+    for its answer, so its cwd and descriptors are the ones it used)."""
+    path = os.fsdecode(raw)
+    if not path.startswith("/"):
+        try:
+            base = os.readlink(f"/proc/{tid}/cwd" if dfd == AT_FDCWD else f"/proc/{tid}/fd/{dfd}")
+        except OSError:
+            return None
+        path = os.path.join(base, path)
+    return os.path.normpath(path)
+
+
+def _dac_denies(path: str, creates: bool, uid: int) -> bool:
+    """The file's own permissions refuse `uid` writing (or creating) `path`
+    (as this process sees it): then no grant would help, and the EACCES is
+    not Landlock's to explain. Unknown, or allowed by the group bits (the
+    agent's groups are not known here): False."""
+    if uid == 0:
+        return False
+    try:
+        st = os.stat(path)
+        need = 0o2
+    except OSError:
+        st = None
+    if st is None or (creates and not os.path.exists(path)):
+        try:
+            st = os.stat(os.path.dirname(path) or "/")
+        except OSError:
+            return False
+        need = 0o3
+    if st.st_uid == uid:
+        return (st.st_mode >> 6) & need != need
+    if (st.st_mode >> 3) & need == need:
+        return False
+    return st.st_mode & need != need
+
+
+def _inet_port(raw: bytes) -> int:
+    """The port of an IPv4/IPv6 address (0 for anything else)."""
+    if len(raw) >= 4 and struct.unpack_from("<H", raw)[0] in (socket.AF_INET, socket.AF_INET6):
+        return int(struct.unpack_from(">H", raw, 2)[0])
+    return 0
 
 
 def _pidfd(tid: int) -> int:

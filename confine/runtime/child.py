@@ -36,6 +36,7 @@ class ChildContext:
     old_mask: Any                        # the signal mask to restore before exec
     mediation: MediationChannel | None
     cgroup: str | None = None            # the run's cgroup, made by the supervisor
+    landlock_log: bool = False           # the supervisor reads Landlock's audit records
     expect_parent: int = 0
     trace: list[str] = field(default_factory=list)
 
@@ -215,7 +216,7 @@ def _no_new_privs(ctx: ChildContext) -> None:
 def _landlock(ctx: ChildContext) -> None:
     if ctx.ruleset is None:
         raise OSError(errno.EINVAL, "no Landlock ruleset was built")
-    landlock.restrict(ctx.ruleset)
+    landlock.restrict(ctx.ruleset, log_new_exec=ctx.landlock_log)
 
 
 def _broker(ctx: ChildContext) -> None:

@@ -24,6 +24,9 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 
 from ..errors import ConfineError, default_warn
+from ..paths import is_under
+from ..policy import explain, runlater
+from ..protect.report import _safe
 
 Warn = Callable[[str], None]
 MAX_SHOWN = 100
@@ -32,6 +35,23 @@ MAX_SHOWN = 100
 class Events:
     def __init__(self, path: str | None = None, warn: Warn = default_warn):
         self.warn = warn
+        # What grant() needs to never suggest a secret or a run-later path (set
+        # by the session once the policy is known).
+        self.home = os.path.expanduser("~")
+        self.deny: tuple[str, ...] = ()
+        self._never: list[tuple[str, str]] | None = None
+        # Whether Landlock's own refusals reach this run (kernel/audit.py): None
+        # until the launch says; a reason string when they cannot.
+        self.landlock_seen: bool | None = None
+        self.landlock_gap = ""
+        # Workdir paths bound read-only for the run (outside git directories):
+        # rm or mv of one fails with EBUSY, which no layer sees as a refusal.
+        self.read_only: dict[str, str] = {}     # workdir-relative path -> its pattern
+        self.workdir = ""
+        # Where the policy lets the agent write, and connect: a broker's EACCES
+        # elsewhere is Landlock's (write_refused, connect_refused).
+        self.writable: tuple[str, ...] = ()
+        self.connect_ports: frozenset[int] = frozenset()
         self._lock = threading.Lock()
         self._fd: int | None = None
         self.path = path
@@ -66,23 +86,104 @@ class Events:
                 return
             if len(self.shown) < MAX_SHOWN:
                 self.shown.add(key)
-                show = line
+                # the agent chooses the names in it: no escape reaches the terminal
+                show = _safe(line)
             else:
                 self.hidden += 1
                 if self.hidden == 1:
-                    show = (f"more than {MAX_SHOWN} different refusals: no more are shown"
+                    show = (f"more than {MAX_SHOWN} different denials: no more are shown"
                             + (f" (all are in {self.path})" if self.path
                                else " (--log FILE records every one)"))
         if show is not None:
             self.warn(show)
 
-    def summary(self) -> list[str]:
-        """The lines said at exit: how many refusals, by layer."""
-        if not self.refusals:
-            return []
-        by = ", ".join(f"{n} by {layer}" for layer, n in self.refusals.most_common())
-        return [f"{sum(self.refusals.values())} refused during the run ({by})"
-                + (f"; every one is in {self.path}" if self.path else "")]
+    def context(self, home: str, deny: tuple[str, ...] = ()) -> None:
+        """The agent's home and the profile's secrets, for the suggestions."""
+        self.home, self.deny, self._never = home, deny, None
+
+    def explained(self, r: explain.Refusal) -> None:
+        """A refusal of any layer: said once with what would grant it, logged always."""
+        if self._never is None:
+            self._never = runlater.never_writable(self.home, "")
+        g = explain.grant(r, self.home, self.deny, self._never)
+        self.refused(explain.key(r, g), explain.line(r, g), explain.event(r, g), r.layer)
+
+    def mediated(self, reason: str) -> None:
+        """A refusal of the mediator or the name guard (its reason string)."""
+        self.explained(explain.from_reason(reason))
+
+    def write_refused(self, path: str, creates: bool, rofs: bool = False) -> None:
+        """The broker (in the agent's Landlock domain) got EACCES writing or
+        creating `path` for the agent, and the guard did not refuse it: said
+        here when Landlock's own records do not reach this run, and only for
+        paths outside every write grant (inside one, EACCES is the file's
+        permissions or a carved entry, which no grant changes). rofs: EROFS,
+        the read-only view of the host, said in every run (nothing else sees it)."""
+        if any(is_under(path, w) for w in self.writable):
+            return
+        if not rofs and self.landlock_seen is not False:
+            return
+        where = os.path.dirname(path) if creates else path
+        self.explained(explain.Refusal("write", explain.READ_ONLY_HOST if rofs
+                                       else explain.LANDLOCK, where,
+                                       f"{'create' if creates else 'write'} {path}"))
+
+    def busy(self, path: str) -> None:
+        """A rename of `path` failed with EBUSY: said when it is a protected
+        path bound read-only for the run."""
+        if not self.workdir or not is_under(path, self.workdir):
+            return
+        rel = os.path.relpath(path, self.workdir)
+        if rel not in self.read_only:
+            return
+        self.explained(explain.Refusal("protected", explain.READ_ONLY, path,
+                                       f"rename {path}: a protected path, bound read-only "
+                                       "for the run", self.read_only[rel]))
+
+    def connect_refused(self, port: int) -> None:
+        """The broker's connect() to TCP `port` got EACCES (as write_refused)."""
+        if self.landlock_seen is not False or port in self.connect_ports:
+            return
+        self.explained(explain.Refusal("connect_tcp", explain.LANDLOCK, str(port),
+                                       f"connect to TCP port {port}"))
+
+    def landlock(self, fields: Mapping[str, str]) -> None:
+        """A Landlock audit record of this run's domain (kernel/audit.py)."""
+        r = explain.from_landlock(fields)
+        if r is not None:
+            self.explained(r)
+
+    def unexplained(self, why: str) -> None:
+        """Landlock's own refusals cannot reach this run (kernel/audit.py): why."""
+        self.landlock_seen, self.landlock_gap = False, why
+        self.emit({"event": "notice", "what": "landlock refusals not shown", "why": why})
+
+    def summary(self, status: int = 0) -> list[str]:
+        """The lines said at exit: how many refusals, by layer, and that
+        Landlock's own were not among them when they could not be seen (only
+        when something was refused: a failing test run is not confine's to
+        comment on); for a run that failed, the paths bound read-only."""
+        out: list[str] = []
+        if self.refusals:
+            by = ", ".join(f"{n} by {layer}" for layer, n in self.refusals.most_common())
+            out.append(f"{sum(self.refusals.values())} refused during the run ({by})"
+                       + (f"; every one is in {self.path}" if self.path
+                          else "; --log FILE records each, `confine explain FILE` says "
+                               "what to add to a profile"))
+            if self.landlock_gap:
+                out.append("not shown: Landlock's own refusals of reads, executes and TCP "
+                           "binds (a 'Permission denied' or 'does not exist' may be one), "
+                           + self.landlock_gap)
+        if status != 0 and self.read_only:
+            names = sorted(self.read_only)
+            shown = ", ".join(names[:5]) + (
+                f" and {len(names) - 5} more" if len(names) > 5 else "")
+            pats = sorted({p for p in self.read_only.values() if p})
+            lift = (", ".join(f"'!{p}'" for p in pats[:5]) if pats else "'!PATTERN'")
+            out.append(f"protected paths bound read-only in this run: {shown} [read-only bind]: "
+                       "removing or renaming one fails with 'Device or resource busy'; "
+                       f"a profile's protected: [{lift}] lifts them")
+        return out
 
     def close(self) -> None:
         with self._lock:

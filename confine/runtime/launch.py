@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import CommandNotExecutable, CommandNotFound, ConfineError, default_warn
-from ..kernel import caps, cgroup, landlock, notify, seccomp, tmpfs
+from ..kernel import audit, caps, cgroup, landlock, notify, seccomp, tmpfs
 from ..mediation import Mediator
 from ..plan import Plan
 from . import child, status
@@ -53,11 +53,13 @@ def _filters(plan: Plan) -> list[Any]:
 def launch(plan: Plan, *, guard: Any = None,
            warn: Callable[[str], None] | None = None, stdio: Stdio | None = None,
            timeout: float | None = None, inet: Any = None,
-           on_sockets: Callable[[list[int]], None] | None = None) -> Outcome:
+           on_sockets: Callable[[list[int]], None] | None = None,
+           events: Any = None) -> Outcome:
     """Run the plan. Returns the command's status (128+N if killed by signal N);
     raises CommandNotFound/CommandNotExecutable/ConfineError for failures before exec.
     inet: the egress gateway's routes (mediation.InetRoutes), required when it runs;
-    on_sockets: starts it on the sockets the child made in the agent's network namespace."""
+    on_sockets: starts it on the sockets the child made in the agent's network namespace;
+    events: the run's runtime.events.Events (every refusal goes there)."""
     if plan.egress and plan.unix_mediation and inet is None:
         raise ConfineError("the egress gateway is not running: refusing to run")
     if plan.gateway_ports and on_sockets is None:
@@ -76,7 +78,8 @@ def launch(plan: Plan, *, guard: Any = None,
             except OSError as e:
                 raise ConfineError(f"cannot make the run's cgroup under {plan.cgroup}: "
                                    f"{e.strerror or e}") from None
-        return _launch(plan, guard, warn, cg, stdio, timeout, inet, on_sockets)
+        return _launch(plan, guard, warn, cg, stdio=stdio, timeout=timeout, inet=inet,
+                       on_sockets=on_sockets, events=events)
     finally:
         if cg is not None:
             try:
@@ -103,10 +106,41 @@ def _mount_tmp(plan: Plan) -> str | None:
     return plan.policy.tmp
 
 
+def _landlock_watch(plan: Plan, events: Any) -> audit.LandlockWatch | None:
+    """Landlock's own refusals for this run, where the kernel lets us read them
+    (kernel/audit.py); else events learns why not (the log has it, the summary
+    says it beside any other refusal)."""
+    if events is None or plan.abi == 0:
+        return None
+    gap = ""
+    if plan.abi < 7:
+        gap = f"since Landlock ABI {plan.abi} cannot report them (ABI 7, Linux 6.15, can)"
+    elif os.geteuid() != 0:
+        gap = ("since only a run started as root can read the kernel's audit records, "
+               "where Landlock reports them")
+    else:
+        on = audit.enabled()
+        if not on:
+            gap = ("since the kernel's audit is off on this host (`auditctl -e 1` turns it "
+                   "on; confine does not)" if on == 0
+                   else "since this kernel's audit cannot be read here")
+    if gap:
+        events.unexplained(gap)
+        return None
+    try:
+        watch = audit.LandlockWatch.open(events.landlock)
+    except OSError as e:
+        events.unexplained(f"cannot read the kernel's audit records: {e.strerror or e}")
+        return None
+    events.landlock_seen = True
+    return watch
+
+
 def _launch(plan: Plan, guard: Any, warn: Callable[[str], None] | None,
             cg: str | None, stdio: Stdio | None = None,
             timeout: float | None = None, inet: Any = None,
-            on_sockets: Callable[[list[int]], None] | None = None) -> Outcome:
+            on_sockets: Callable[[list[int]], None] | None = None,
+            events: Any = None) -> Outcome:
     ruleset = _ruleset(plan)
     filters = _filters(plan)
     status_r, status_w = os.pipe2(os.O_CLOEXEC)
@@ -122,6 +156,9 @@ def _launch(plan: Plan, guard: Any, warn: Callable[[str], None] | None,
     sys.stdout.flush()
     sys.stderr.flush()
     deadline = None if timeout is None else time.monotonic() + timeout
+    # Opened before the fork (records queue in its socket from the first one),
+    # its thread started after (nothing of it is copied into the child).
+    watch = _landlock_watch(plan, events)
     pid = os.fork()
     if pid == 0:
         try:
@@ -133,16 +170,21 @@ def _launch(plan: Plan, guard: Any, warn: Callable[[str], None] | None,
                 med.close_supervisor_ends_in_child()
             child.run(child.ChildContext(plan=plan, ruleset=ruleset, filters=filters,
                                          status_w=status_w, supervisor=supervisor,
-                                         old_mask=old_mask, mediation=med, cgroup=cg))
+                                         old_mask=old_mask, mediation=med, cgroup=cg,
+                                         landlock_log=watch is not None))
         finally:
             os._exit(125)
     try:
+        if watch is not None:
+            watch.add_pid(pid)
+            watch.start()
         os.close(status_w)
         if ruleset is not None:
             ruleset.close()
         if med is not None:
             med.close_child_ends()
-        outcome, failure = _read_status(status_r, pid, plan, med, warn, inet, on_sockets)
+        outcome, failure = _read_status(status_r, pid, plan, med, warn, inet, on_sockets,
+                                        events, watch.add_pid if watch is not None else None)
         os.close(status_r)
         if med is not None:
             os.close(med.sync_w)
@@ -163,6 +205,8 @@ def _launch(plan: Plan, guard: Any, warn: Callable[[str], None] | None,
             terminal.close()
             signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
             signal.signal(signal.SIGCHLD, old_chld)
+            if watch is not None:
+                watch.stop()        # every agent process is gone: drain what they caused
     if failure is not None:
         raise _error(failure, plan)
     return outcome
@@ -177,7 +221,8 @@ def _cgroup_kill(path: str) -> None:
 
 def _read_status(status_r: int, pid: int, plan: Plan, med: MediationChannel | None,
                  warn: Callable[[str], None] | None, inet: Any = None,
-                 on_sockets: Callable[[list[int]], None] | None = None
+                 on_sockets: Callable[[list[int]], None] | None = None,
+                 events: Any = None, on_init: Callable[[int], None] | None = None
                  ) -> tuple[Outcome, status.Message | None]:
     outcome = Outcome(status=125)
     failure: status.Message | None = None
@@ -199,6 +244,8 @@ def _read_status(status_r: int, pid: int, plan: Plan, med: MediationChannel | No
                 outcome.steps.append(msg.step)
             elif isinstance(msg, status.InitPid):
                 holder = msg.pid
+                if on_init is not None:
+                    on_init(msg.pid)      # pid 1 of the agent's namespace restricts itself
             elif isinstance(msg, status.Listener) and med is not None:
                 listener = msg.fd
             elif isinstance(msg, status.Sockets) and med is not None and on_sockets is not None:
@@ -215,7 +262,7 @@ def _read_status(status_r: int, pid: int, plan: Plan, med: MediationChannel | No
             if listener is not None and holder is not None:
                 assert med is not None
                 try:
-                    _start_mediator(holder, listener, med, plan, warn, inet)
+                    _start_mediator(holder, listener, med, plan, warn, inet, events)
                 except OSError as e:
                     os.kill(pid, signal.SIGKILL)
                     failure = status.SetupFailed(
@@ -246,14 +293,16 @@ def _take_sockets(pid: int, fds: list[int], on_sockets: Callable[[list[int]], No
 
 
 def _start_mediator(pid: int, child_fd: int, med: MediationChannel, plan: Plan,
-                    warn: Callable[[str], None] | None, inet: Any = None) -> None:
+                    warn: Callable[[str], None] | None, inet: Any = None,
+                    events: Any = None) -> None:
     pidfd = notify.pidfd_open(pid)
     try:
         nfd = notify.pidfd_getfd(pidfd, child_fd)
     finally:
         os.close(pidfd)
     Mediator(nfd, med.broker_sup, plan.unix_roots(), plan.identity.uid,
-             warn=warn or default_warn, files=plan.file_mediation, inet_routes=inet).start()
+             warn=warn or default_warn, files=plan.file_mediation, inet_routes=inet,
+             events=events).start()
 
 
 def _error(msg: status.Message, plan: Plan) -> ConfineError:

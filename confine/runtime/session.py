@@ -109,6 +109,19 @@ def _resolve_lsm(apparmor: str | None, selinux_context: str | None, host: HostFa
     return Lsm(apparmor=apparmor or None, selinux=se or None)
 
 
+def _check_log_path(path: str, plan: Plan) -> None:
+    """--log FILE is what `confine explain` reads to suggest grants: a file the
+    agent can write could be forged (a refusal of ~/.bashrc's directory, a host
+    to allow), so it may not lie where the agent writes."""
+    real = os.path.realpath(os.path.abspath(os.path.expanduser(path)))
+    pol = plan.policy
+    for w in [pol.workdir, pol.tmp] + [g.path for g in pol.write]:
+        if is_under(real, os.path.realpath(w)):
+            raise ConfineError(f"--log {path}: inside {w}, which the agent can write (it could "
+                               "forge the log confine explain reads): put it elsewhere, e.g. "
+                               "--log ~/confine-run.log")
+
+
 def refuse_missing(plan: Plan, allow_degraded: bool | Collection[str] | None,
                    warn: Warn = default_warn) -> None:
     """allow_degraded: True accepts every missing protection; a collection of
@@ -241,7 +254,19 @@ class Session:
             raise ConfineError("this session was prepared without the protected-path snapshot")
         refuse_missing(plan, allow_degraded, say)
         if self.req.log is not None:
+            _check_log_path(self.req.log, plan)
             self.events = Events(self.req.log, say)
+        self.events.context(os.path.realpath(plan.identity.home),
+                            tuple(d.path for d in plan.policy.deny))
+        pol = plan.policy
+        self.events.writable = tuple([pol.workdir, pol.tmp] + [w.path for w in pol.write])
+        self.events.connect_ports = frozenset(pol.network.connect_tcp)
+        self.events.workdir = pol.workdir
+        if plan.mount_ns:
+            self.events.read_only = {
+                "/".join(m.rel): self._pattern_of(m.rel) for m in self.snapshot.mount_plan.mounts
+                if m.readonly and ".git" not in m.rel}
+        self._warn_enclosing_repo(plan, say)
         for port in unreachable_servers(plan.policy):
             say(f"network.bind_tcp lets the agent listen on port {port}, but not connect to it "
                 f"(add {port} to network.connect_tcp to reach its own server)")
@@ -268,7 +293,7 @@ class Session:
             outcome = launch(plan, guard=self.guard, warn=say, stdio=stdio, timeout=timeout,
                              inet=eg.routes if eg is not None else None,
                              on_sockets=eg.start_on if eg is not None and plan.gateway_ports
-                             else None)
+                             else None, events=self.events)
             result.status, result.steps = outcome.status, outcome.steps
             result.timed_out = outcome.timed_out
         except OSError as e:
@@ -279,6 +304,8 @@ class Session:
             self._stop_egress()
             hold.also_stops()
             result.report = self._exit_check(plan.mount_ns, say)
+            for line in self.events.summary(result.status):
+                say(line)
         rep = result.report
         acted = rep is None or bool(rep.alerts or rep.failed)
         if acted and result.status == 0 and not self.req.agent_status:
@@ -303,6 +330,28 @@ class Session:
         eg, self.egress = self.egress, None
         if eg is not None:
             eg.stop()
+
+    def _pattern_of(self, rel: tuple[str, ...]) -> str:
+        """The protected pattern that names a workdir path ("" if unknown)."""
+        if self.guard is None:
+            return ""
+        m = self.guard.match(self.guard.folded(rel))
+        return m[0].text if m is not None else ""
+
+    def _warn_enclosing_repo(self, plan: Plan, say: Warn) -> None:
+        """A workdir below a repository's root: git inside finds no repository
+        ("fatal: not a git repository") unless it can read the root's .git."""
+        from ..policy.explain import enclosing_repo
+        top = enclosing_repo(plan.policy.workdir)
+        if top is None:
+            return
+        gitdir = os.path.join(top, ".git")
+        if any(is_under(gitdir, p) for p, _, _ in plan.path_rules):
+            return
+        say(f"the workdir lies inside the git repository {_safe(top)}, whose .git is not "
+            "readable here: git inside will say 'not a git repository'; run with "
+            f"-w {_safe(top)} to work in the repository, or --read {_safe(gitdir)} to let "
+            "git read it")
 
     def _exit_check(self, mount_ns: bool, say: Warn) -> Any:
         """verify_and_revert and its report.  A failure of the check is said
