@@ -339,12 +339,14 @@ def profile_validate(profile_ref: str) -> None:
 
 
 from .export import export as _export  # noqa: E402
+from .held import held as _held  # noqa: E402
 from .probe import audit as _audit  # noqa: E402
 from .probe import probe as _probe  # noqa: E402
 
 cli.add_command(_probe)
 cli.add_command(_audit)
 cli.add_command(_export)
+cli.add_command(_held)
 
 
 if __name__ == "__main__":

@@ -31,6 +31,18 @@ agent's view, and judged by descriptor against the roots the supervisor sent.
 
 The agent's umask is applied here (the broker's own is 0), its "self" in /proc
 is its own pid in its pid namespace.
+
+Held names (guard.hold_at, protect/held.py): a new protected file or directory
+of the working tree that would be refused is made in the run's held area
+instead, at the same workdir-relative path below it, and the agent's call
+succeeds (git's checkout, tar and unzip then go on). The held area is outside
+the workdir and never becomes part of it (a directory from outside is never
+renamed in: EXDEV). A path through a held directory (`.vscode/tasks.json`
+after `mkdir .vscode`) continues there; for everything else the name does not
+exist. When git installs an index (`index.lock` renamed onto `.git/index`),
+the entries of held paths get the skip-worktree bit, so git neither reports
+them deleted nor commits their deletion. If the hold cannot be made, the call
+is refused as before.
 """
 from __future__ import annotations
 
@@ -49,6 +61,7 @@ from confine.kernel.libc import check, libc, oserror
 # The guard's only runtime names here: its verdict "vet this git config" and
 # the prefix of the broker's own temporary names.
 from confine.protect.guard import INTERNAL, VET
+from confine.protect.held import mark_skip_worktree
 
 from .wire import FileRequest, Op, Reply, debug
 
@@ -66,6 +79,7 @@ AT_SYMLINK_FOLLOW = 0x400
 AT_EMPTY_PATH = 0x1000
 RENAME_NOREPLACE, RENAME_EXCHANGE, RENAME_WHITEOUT = 1, 2, 4
 CONFIG_CAP = 1 << 20
+INDEX_CAP = 256 << 20     # a bigger index is installed unchanged (held entries look deleted)
 _STATFS_SIZE = 128
 
 
@@ -170,6 +184,20 @@ class FileBroker:
         # appear or change type between a check and the call it guards.
         self.lock = threading.Lock()
         self.slow_only = False     # no openat2 here: walk every path component by component
+        # The held area, pinned by descriptor (the supervisor made it and sent
+        # its identity): without it nothing is held and protected names are refused.
+        self.held_fd: int | None = None
+        self.held: set[tuple[str, ...]] = set()    # raw workdir components held so far
+        if guard is not None and guard.held is not None:
+            try:
+                hfd = os.open(guard.held, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW
+                              | os.O_CLOEXEC)
+                if _ident(os.fstat(hfd)) == guard.held_ident:
+                    self.held_fd = hfd
+                else:
+                    os.close(hfd)
+            except OSError:
+                pass
         # The workdir by identity, as the broker sees it (every path it is
         # mounted at is the same directory): positions are judged by walking
         # ".." from the pinned parent until one of these, or the top, is met.
@@ -221,6 +249,8 @@ class FileBroker:
         except OSError as e:
             if e.errno == errno.ENOSYS:      # e.g. systemd's RestrictSUIDSGID= answers ENOSYS
                 self.slow_only = True
+            elif e.errno == errno.ENOENT and self.held:
+                return self._slow(task, dirfd, path)     # perhaps through a held directory
             elif e.errno != errno.ELOOP:
                 raise
             pfd = None
@@ -251,7 +281,10 @@ class FileBroker:
                         me += [b"task", str(task.tid).encode()]
                     todo.extend(reversed(me))
                     continue
-                nxt = os.open(c, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=cur)
+                try:
+                    nxt = os.open(c, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=cur)
+                except FileNotFoundError:
+                    nxt = self._held_dir(cur, c)
                 st = os.fstat(nxt)
                 if stat.S_ISLNK(st.st_mode):
                     links += 1
@@ -494,14 +527,156 @@ class FileBroker:
         finally:
             os.close(pfd)
 
-    def _check_create(self, pfd: int, base: bytes, kind: str) -> None:
+    def _check_create(self, pfd: int, base: bytes, kind: str, hold: bool = False) -> int | None:
+        """Refuses (Refused) a creation the guard does not allow; with hold,
+        one it may hold instead returns the held parent directory (the caller
+        makes `base` there and closes it). None: make it where asked."""
         if self.guard is None or base in (b".", b".."):
-            return
+            return None
         comps = self._position(pfd, base)
-        why = self.guard.create_at(self.guard.folded(comps), kind)
-        if why is not None:
-            assert comps is not None
-            raise Refused(errno.EACCES, f"{_verb(kind)} {self.guard.show(comps)}: {why}")
+        folded = self.guard.folded(comps)
+        why = self.guard.create_at(folded, kind)
+        if why is None:
+            return None
+        assert comps is not None
+        if hold and self.held_fd is not None and self.guard.hold_at(folded, kind):
+            try:
+                hfd = self._held_parent(comps)
+            except OSError as e:
+                raise Refused(errno.EACCES, f"{_verb(kind)} {self.guard.show(comps)}: {why} "
+                              f"(it could not be held: {e.strerror or e})") from None
+            self.held.add(comps)
+            return hfd
+        raise Refused(errno.EACCES, f"{_verb(kind)} {self.guard.show(comps)}: {why}")
+
+    # ------------------------------------------------------------ held names
+
+    def _held_parent(self, comps: tuple[str, ...]) -> int:
+        """The directory of the held area that mirrors comps[:-1], made as
+        needed, one component at a time and never through a symlink (the
+        agent can write the held area too). The caller closes it."""
+        assert self.held_fd is not None
+        cur = os.dup(self.held_fd)
+        try:
+            for c in comps[:-1]:
+                name = os.fsencode(c)
+                try:
+                    os.mkdir(name, 0o700, dir_fd=cur)
+                except FileExistsError:
+                    pass
+                nxt = os.open(name, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                              dir_fd=cur)
+                os.close(cur)
+                cur = nxt
+            return cur
+        except BaseException:
+            os.close(cur)
+            raise
+
+    def _held_dir(self, cur: int, name: bytes) -> int:
+        """The held directory that stands for the missing workdir name `name`
+        in directory cur, if one was held; FileNotFoundError otherwise."""
+        if self.held_fd is None or self.guard is None or name in (b".", b".."):
+            raise oserror(err=errno.ENOENT)
+        try:
+            comps = self._position(cur, name)
+        except Refused:
+            comps = None
+        if comps is None or not any(comps[:k] in self.held for k in range(1, len(comps) + 1)):
+            raise oserror(err=errno.ENOENT)
+        try:
+            hfd = self._held_parent(comps[:-1] + ("",))
+        except OSError:
+            raise oserror(err=errno.ENOENT) from None
+        try:
+            return os.open(name, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                           dir_fd=hfd)
+        except OSError:
+            raise oserror(err=errno.ENOENT) from None
+        finally:
+            os.close(hfd)
+
+    def _in_held(self, fd: int) -> bool:
+        """Whether directory fd lies in the held area, where names the agent
+        cannot see must behave as missing: git's O_EXCL creation and mkdir of
+        a path it found absent succeed there (a second checkout, a cherry-pick)."""
+        if self.held_fd is None or not self.held:
+            return False
+        want = _ident(os.fstat(self.held_fd))
+        cur = os.dup(fd)
+        try:
+            st = os.fstat(cur)
+            for _ in range(MAX_DEPTH):
+                if _ident(st) == want:
+                    return True
+                up = os.open(b"..", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=cur)
+                os.close(cur)
+                cur = up
+                ust = os.fstat(cur)
+                if _ident(ust) == _ident(st):
+                    return False
+                st = ust
+            return False
+        except OSError:
+            return False
+        finally:
+            os.close(cur)
+
+    def _held_open(self, hfd: int, base: bytes, flags: int, mode: int) -> int:
+        """A new file at `base` in the held directory hfd, replacing a held
+        one (for the agent the name does not exist, so every creation is new)."""
+        tmp = (INTERNAL + secrets.token_hex(8)).encode()
+        fd = os.open(tmp, (flags | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC)
+                     & ~os.O_TRUNC, mode, dir_fd=hfd)
+        try:
+            os.rename(tmp, base, src_dir_fd=hfd, dst_dir_fd=hfd)
+        except BaseException:
+            os.close(fd)
+            try:
+                os.unlink(tmp, dir_fd=hfd)
+            except OSError:
+                pass
+            raise
+        return fd
+
+    def _mark_index(self, opfd: int, obase: bytes, dc: tuple[str, ...]) -> None:
+        """git is about to install the index opfd/obase as dc (`W/.git/index`):
+        held paths below W get the skip-worktree bit (best effort: the agent's
+        view only, never a protection)."""
+        top = dc[:-2]
+        below = {h[len(top):] for h in self.held if h[:len(top)] == top and len(h) > len(top)}
+        if not below:
+            return
+
+        def held(path: bytes) -> bool:
+            comps = tuple(os.fsdecode(path).split("/"))
+            return any(comps[:k] in below for k in range(1, len(comps) + 1))
+        try:
+            fd = os.open(obase, os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                         dir_fd=opfd)
+        except OSError:
+            return
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_size > INDEX_CAP:
+                return
+            data = b""
+            while len(data) < st.st_size:
+                chunk = os.pread(fd, st.st_size - len(data), len(data))
+                if not chunk:
+                    break
+                data += chunk
+            new = mark_skip_worktree(data, held)
+            if new is None or new == data:
+                return
+            view, off = memoryview(new), 0
+            while off < len(new):
+                off += os.pwrite(fd, view[off:], off)
+            os.ftruncate(fd, len(new))
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
 
     def _check_write(self, fd: int, at: tuple[int, bytes] | None = None) -> None:
         """fd is about to be written; at: the pinned parent and name it was
@@ -550,7 +725,14 @@ class FileBroker:
                         return os.open(name, flags | os.O_CLOEXEC, mode, dir_fd=pfd)
                     if excl:
                         with self.lock:
-                            self._check_create(pfd, base, "file")
+                            hfd = self._check_create(pfd, base, "file", hold=True)
+                            if hfd is not None:
+                                try:
+                                    return self._held_open(hfd, base, flags, mode)
+                                finally:
+                                    os.close(hfd)
+                            if self._in_held(pfd):
+                                return self._held_open(pfd, base, flags, mode)
                             return os.open(base, flags | os.O_CLOEXEC | os.O_NOFOLLOW, mode,
                                            dir_fd=pfd)
                     proc = _fstype(pfd) == PROC_SUPER_MAGIC
@@ -564,7 +746,12 @@ class FileBroker:
                             raise
                         try:
                             with self.lock:
-                                self._check_create(pfd, base, "file")
+                                hfd = self._check_create(pfd, base, "file", hold=True)
+                                if hfd is not None:
+                                    try:
+                                        return self._held_open(hfd, base, flags, mode)
+                                    finally:
+                                        os.close(hfd)
                                 return os.open(base, flags | os.O_CLOEXEC | os.O_EXCL
                                                | os.O_NOFOLLOW, mode, dir_fd=pfd)
                         except FileExistsError:
@@ -609,8 +796,23 @@ class FileBroker:
     def mkdir(self, task: Task, dirfd: int, path: bytes, mode: int) -> int:
         pfd, base, _ = self._walk(task, dirfd, path)
         try:
-            self._check_create(pfd, base, "dir")
-            os.mkdir(base, mode & 0o1777 & ~task.umask, dir_fd=pfd)
+            hfd = self._check_create(pfd, base, "dir", hold=True)
+            if hfd is None:
+                try:
+                    os.mkdir(base, mode & 0o1777 & ~task.umask, dir_fd=pfd)
+                except FileExistsError:
+                    if not (_is_dir(pfd, base) and self._in_held(pfd)):
+                        raise
+                return 0
+            try:
+                # Made again (git's checkout asks once per file below it): the
+                # agent sees no directory there, so mkdir succeeds; what is held stays.
+                os.mkdir(base, (mode & 0o1777 & ~task.umask) | 0o700, dir_fd=hfd)
+            except FileExistsError:
+                if not _is_dir(hfd, base):
+                    raise
+            finally:
+                os.close(hfd)
         finally:
             os.close(pfd)
         return 0
@@ -684,6 +886,7 @@ class FileBroker:
                 g = self.guard
                 src: str | None = None
                 dst: str | None = None
+                dc: tuple[str, ...] | None = None
                 if g is not None and obase.startswith(INTERNAL.encode()):
                     raise Refused(errno.EACCES, f"rename {os.fsdecode(obase)}: a temporary name "
                                   "of confine's")
@@ -712,6 +915,9 @@ class FileBroker:
                     return self._vet_config(opfd, obase, npfd, nbase, flags, src, dst)
                 if verdict is not None:
                     raise Refused(errno.EACCES, f"rename {src} to {dst}: {verdict}")
+                if (self.held and dc is not None and len(dc) >= 2 and dc[-2:] == (".git", "index")
+                        and not flags & RENAME_EXCHANGE):
+                    self._mark_index(opfd, obase, dc)
                 check(libc.renameat2(opfd, obase + (b"/" if oslash else b""),
                                        npfd, nbase + (b"/" if nslash else b""), flags))
             finally:

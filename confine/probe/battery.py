@@ -1646,19 +1646,27 @@ def _plant(targets):
     """targets: (path, how) with how in create (makedirs + write), append (open an
     existing file for writing, write nothing), create_unlink (a new file, removed).
     Possible if any works; otherwise blocked with the first error."""
-    first, done = None, []
+    first, done, held = None, [], []
     for path, how in targets:
         try:
             if how == "create":
                 os.makedirs(os.path.dirname(path), exist_ok=True)
                 with open(path, "w") as f:
                     f.write("# written by confine probe (harmless)\n")
-                done.append("wrote " + path)
             elif how == "append":
                 _open_close(path, os.O_WRONLY | os.O_APPEND)
                 done.append("opened %s for writing (nothing written)" % path)
+                continue
             else:
                 _open_close(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+            # The name guard holds a new protected file outside the workdir
+            # (protect/held.py): the call works, the name never appears.
+            if not os.path.lexists(path):
+                held.append(path)
+                continue
+            if how == "create":
+                done.append("wrote " + path)
+            else:
                 os.unlink(path)
                 done.append("created %s (removed)" % path)
         except OSError as e:
@@ -1666,6 +1674,8 @@ def _plant(targets):
             continue
     if done:
         return possible("; ".join(done))
+    if held and first is None:
+        return blocked("held", "protected-path guard (held outside the workdir)", held[0])
     if first is None:
         raise Skip("nothing to try")
     return blocked(first[0], by_guard(first[0], first[1]), first[1])

@@ -44,10 +44,14 @@ def _filters(plan: Plan) -> list[Any]:
 
 
 def launch(plan: Plan, *, guard: Any = None,
-           warn: Callable[[str], None] | None = None) -> Outcome:
+           warn: Callable[[str], None] | None = None,
+           in_tmp: Callable[[], None] | None = None) -> Outcome:
     """Run the plan. Returns the command's status (128+N if killed by signal N);
-    raises CommandNotFound/CommandNotExecutable/ConfineError for failures before exec."""
+    raises CommandNotFound/CommandNotExecutable/ConfineError for failures before exec.
+    in_tmp: called once the TMPDIR is what the agent will see (its tmpfs mounted)."""
     tmp = _mount_tmp(plan)
+    if in_tmp is not None:
+        in_tmp()
     cg = None
     try:
         if plan.cgroup:

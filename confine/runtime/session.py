@@ -83,6 +83,7 @@ class Result:
     status: int
     steps: list[str] = field(default_factory=list)   # the child's steps, as it began them
     report: Any = None                                # protect Report of the exit check
+    held: Any = None                                  # protect.held.Held: kept at exit
 
 
 def _resolve_lsm(apparmor: str | None, selinux_context: str | None, host: HostFacts) -> Lsm:
@@ -238,15 +239,58 @@ class Session:
         # plants in place with nothing said.  While the agent runs, launch()
         # blocks and forwards them as before; the child resets the handlers.
         hold = self._hold = _SignalHold()
+        held_fd: list[int] = []
         try:
-            outcome = launch(plan, guard=self.guard, warn=say)
+            outcome = launch(plan, guard=self.guard, warn=say,
+                             in_tmp=lambda: held_fd.extend(self._prepare_held()))
             result.status, result.steps = outcome.status, outcome.steps
         except OSError as e:
             raise ConfineError(f"setup failed: {e.strerror or e}") from None
         finally:
             hold.also_stops()
             result.report = self._exit_check(plan.mount_ns, say)
+            result.held = self._collect_held(held_fd[0] if held_fd else None, say)
         return result
+
+    def _prepare_held(self) -> list[int]:
+        """The held area (protect/held.py) in the TMPDIR, when the name guard
+        runs: its descriptor, kept for the collection at exit (it also keeps
+        a TMPDIR tmpfs readable after launch detached it)."""
+        from ..protect import held
+        if self.guard is None or self.tmp is None:
+            return []
+        got = held.prepare(self.tmp, self.plan.policy.workdir, self.plan.identity.uid,
+                           self.plan.identity.gid)
+        if got is None:
+            return []
+        path, fd = got
+        st = os.fstat(fd)
+        self.guard.held, self.guard.held_ident = path, (st.st_dev, st.st_ino)
+        return [fd]
+
+    def _collect_held(self, fd: int | None, say: Warn) -> Any:
+        """Keep what was held in the run's state and list it (after the exit
+        check, before the TMPDIR goes)."""
+        import sys
+
+        from ..protect import held
+        if fd is None:
+            return None
+        try:
+            got = held.collect(fd, self.guard, self.snapshot.run_id)
+        except Exception as e:  # noqa: BLE001 - said, never silently lost
+            say(f"the held files of this run could not be kept ({_safe(f'{type(e).__name__}: {e}')}):"
+                " they were not put in the workdir and are gone")
+            return None
+        finally:
+            os.close(fd)
+        text = held.format_held(got)
+        if text:
+            try:
+                print(text, file=sys.stderr, flush=True)
+            except (OSError, ValueError):
+                pass
+        return got
 
     def _exit_check(self, mount_ns: bool, say: Warn) -> Any:
         """verify_and_revert and its report.  A failure of the check is said
