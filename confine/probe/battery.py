@@ -1675,7 +1675,8 @@ def _plant(targets):
     if done:
         return possible("; ".join(done))
     if held and first is None:
-        return blocked("held", "protected-path guard (held outside the workdir)", held[0])
+        return blocked("held", "protected-path guard",
+                       "%s: held outside the workdir (confine held)" % held[0])
     if first is None:
         raise Skip("nothing to try")
     return blocked(first[0], by_guard(first[0], first[1]), first[1])
@@ -1893,7 +1894,11 @@ def _l_long_path():
         except OSError as e:
             return blocked(e.errno, by_guard(e.errno, where), "%d directories deep" % len(rel))
         os.close(fd)
-        os.unlink(".envrc", dir_fd=d)
+        try:
+            os.unlink(".envrc", dir_fd=d)
+        except FileNotFoundError:       # held outside the workdir (protect/held.py)
+            return blocked("held", "protected-path guard", "%d directories deep: held outside "
+                           "the workdir" % len(rel))
         return possible("created .envrc %d directories deep (removed)" % len(rel))
     finally:
         os.close(d)

@@ -13,9 +13,26 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 
 import pytest
+
+HELD_BASES = ("/var/lib/confine/held",
+              os.path.expanduser("~confine-test/.local/state/confine/held"))
+
+
+@pytest.fixture(autouse=True)
+def _no_held_leftovers():
+    """Runs here hold protected names (protect/held.py): their state goes."""
+    def runs(b):
+        return set(os.listdir(b)) if os.path.isdir(b) else set()
+    before = {b: runs(b) for b in HELD_BASES}
+    yield
+    for b, old in before.items():
+        for n in runs(b) - old:
+            shutil.rmtree(os.path.join(b, n), ignore_errors=True)
+
 
 PLANT_BODY = r'''
 import stat, threading
