@@ -658,7 +658,10 @@ class FileBroker:
             return
         try:
             st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode) or st.st_size > INDEX_CAP:
+            # Only git's own fresh lock file, never another name of a file protected
+            # at start. (A vetted config renamed here never parses as an index.)
+            if (not stat.S_ISREG(st.st_mode) or st.st_size > INDEX_CAP or st.st_nlink != 1
+                    or (self.guard is not None and _ident(st) in self.guard.inodes)):
                 return
             data = b""
             while len(data) < st.st_size:

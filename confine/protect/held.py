@@ -49,6 +49,7 @@ HELD_NAME = "held"              # the held area's name in the run's TMPDIR
 COPY_CAP = 256 << 20            # bytes kept from a run's held area ...
 ENTRY_CAP = 10_000              # ... entries ...
 DEPTH_CAP = 64                  # ... and directory levels below a held path
+WALK_DEPTH = 256                # workdir levels looked at above a held path (a descriptor each)
 LIST_LIMIT = 50                 # held paths named at exit (the rest: `confine held list`)
 MANIFEST = "manifest.json"
 SHOWN = "shown.json"
@@ -308,10 +309,17 @@ class _Copier:
 
 
 def _entries(fd: int) -> list[str]:
+    """Names in directory fd, at most 2 * ENTRY_CAP (the rest is never kept anyway)."""
+    out: list[str] = []
     try:
-        return sorted(os.listdir(fd))
+        with os.scandir(fd) as it:
+            for e in it:
+                out.append(e.name)
+                if len(out) >= 2 * ENTRY_CAP:
+                    break
     except OSError:
-        return []
+        pass
+    return sorted(out)
 
 
 def collect(hfd: int, guard: Guard, run_id: str, *, base: str | None = None,
@@ -323,6 +331,10 @@ def collect(hfd: int, guard: Guard, run_id: str, *, base: str | None = None,
     cp = _Copier()
     dest_fd: int | None = None
     dest = os.path.join(base or held_base(home=home), run_id)
+    real, wd = os.path.realpath(dest), guard.workdir.rstrip("/")
+    if real == wd or real.startswith(wd + "/"):
+        # the next agent could rewrite what the person is about to apply
+        raise ValueError(f"the held state {dest} lies inside the workdir")
 
     def dest_dir() -> int:
         nonlocal dest_fd
@@ -451,7 +463,8 @@ def collect(hfd: int, guard: Guard, run_id: str, *, base: str | None = None,
                 except OSError as e:
                     cp.note("/".join(c), f"not kept ({e.strerror or e})")
                 continue
-            if len(walk) > 4096:
+            if len(walk) > WALK_DEPTH:
+                cp.note("/".join(c), f"deeper than {WALK_DEPTH} levels (not looked at)")
                 continue
             try:
                 nfd = os.open(n, _DIR, dir_fd=fd)

@@ -301,6 +301,27 @@ def test_tar_x_holds_protected_members(sandbox, cleanup):
                                                PROTECTED).values())
 
 
+def test_unzip_holds_protected_members(sandbox, cleanup):
+    import zipfile
+    arch = os.path.join(sandbox.workdir, "a.zip")
+    with zipfile.ZipFile(arch, "w") as z:
+        for rel, text in {**PROTECTED, **ORDINARY}.items():
+            z.writestr("z/" + rel, text)
+    os.chmod(arch, 0o644)
+    p = sandbox.run(["unzip", "-q", "a.zip"])
+    assert p.returncode == 0, p.stderr
+    z = os.path.join(sandbox.workdir, "z")
+    assert all(present(z, ORDINARY).values())
+    assert not any(present(z, PROTECTED).values())
+    rid = run_id(p.stderr)
+    cleanup.append((sandbox, rid))
+    for root in ROOTS:
+        assert f"confine:   held z/{root} (" in p.stderr, p.stderr
+    ctl = sandbox.outside(["unzip", "-q", "-d", "ctl", "a.zip"])
+    assert ctl.returncode == 0 and all(present(os.path.join(sandbox.workdir, "ctl", "z"),
+                                               PROTECTED).values())
+
+
 OWN_BODY = r'''
 O = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
 os.makedirs(".git/hooks")
