@@ -1788,6 +1788,9 @@ def _l_symlink():
             f.write("# written by confine probe (harmless)\n")
     except OSError as e:
         return blocked(e.errno, by_guard(e.errno, os.path.join(base, ".envrc")))
+    if not os.path.lexists(os.path.join(base, ".envrc")):
+        return blocked("held", "protected-path guard", "judged as %s/.envrc: held outside the "
+                       "workdir" % base)
     return possible("created %s through the symlink %s" % (os.path.join(base, ".envrc"), link))
 
 

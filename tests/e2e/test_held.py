@@ -43,7 +43,8 @@ def _no_held_leftovers():
 
 GIT_ENV = {"PATH": "/usr/bin:/bin", "HOME": "/nonexistent", "GIT_CONFIG_NOSYSTEM": "1",
            "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@e", "GIT_COMMITTER_NAME": "t",
-           "GIT_COMMITTER_EMAIL": "t@e"}
+           "GIT_COMMITTER_EMAIL": "t@e", "GIT_CONFIG_COUNT": "1",
+           "GIT_CONFIG_KEY_0": "safe.directory", "GIT_CONFIG_VALUE_0": "*"}
 PROTECTED = {".envrc": "export HELD=1\n", ".mcp.json": '{"mcpServers": {}}\n',
              ".vscode/tasks.json": '{"tasks": []}\n', ".vscode/settings.json": "{}\n",
              ".idea/workspace.xml": "<project/>\n", "sub/.envrc": "echo sub\n"}
@@ -273,6 +274,41 @@ def test_restore_checkout_stash_and_cherry_pick_succeed(sandbox, cleanup):
     assert not any(r["inside"].values()), r["inside"]
     assert not any(present(os.path.join(sandbox.workdir, "c"), PROTECTED).values())
     assert p.returncode == 0 and not denials(p.stderr), p.stderr
+
+
+def test_checkout_in_a_repository_that_existed_at_start(sandbox, cleanup):
+    """The repository is there before the run (its .git pinned, .git/config a
+    read-only bind); a branch that adds protected files is checked out inside."""
+    wd = sandbox.workdir
+    _git("init", "-q", "-b", "main", wd)
+    with open(os.path.join(wd, "a.txt"), "w") as f:
+        f.write("a\n")
+    _git("add", "-A", cwd=wd)
+    _git("commit", "-qm", "one", cwd=wd)
+    _git("checkout", "-qb", "other", cwd=wd)
+    for rel, text in PROTECTED.items():
+        os.makedirs(os.path.dirname(os.path.join(wd, rel)) or wd, exist_ok=True)
+        with open(os.path.join(wd, rel), "w") as f:
+            f.write(text)
+    _git("add", "-A", cwd=wd)
+    _git("commit", "-qm", "two", cwd=wd)
+    _git("checkout", "-q", "main", cwd=wd)
+    assert not any(present(wd, PROTECTED).values())
+    subprocess.run(["chown", "-R", f"{sandbox.pw.pw_uid}:{sandbox.pw.pw_gid}", wd], check=True)
+    body = (GIT_OPS_BODY.split("R[\"clone\"]")[0]
+            + 'R["checkout"] = sh("git", "checkout", "-q", "other")\n'
+            + 'R["status"] = sh("git", "status", "--porcelain")\n'
+            + 'R["back"] = sh("git", "checkout", "-q", "main")\n'
+            + 'R["again"] = sh("git", "checkout", "-q", "other")\n'
+            + 'R["inside"] = {p: os.path.lexists(p) for p in P["protected"]}\n')
+    p, r = sandbox.probe(body, {"protected": list(PROTECTED)})
+    assert r is not None, p.stderr
+    cleanup.append((sandbox, run_id(p.stderr)))
+    assert r["checkout"][0] == r["back"][0] == r["again"][0] == 0, (r, p.stderr)
+    assert r["status"] == [0, "", ""], r["status"]
+    assert not any(r["inside"].values()) and not any(present(wd, PROTECTED).values())
+    for root in ROOTS:
+        assert f"confine:   held {root} (" in p.stderr, p.stderr
 
 
 def test_tar_x_holds_protected_members(sandbox, cleanup):
