@@ -606,9 +606,13 @@ class FileBroker:
         cur = os.dup(fd)
         try:
             st = os.fstat(cur)
+            if st.st_dev != want[0]:
+                return False            # another filesystem (a TMPDIR tmpfs): at once
             for _ in range(MAX_DEPTH):
                 if _ident(st) == want:
                     return True
+                if _ident(st) in self.roots:
+                    return False        # the workdir (never below the held area)
                 up = os.open(b"..", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=cur)
                 os.close(cur)
                 cur = up
