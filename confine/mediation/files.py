@@ -62,6 +62,7 @@ from confine.kernel.libc import check, libc, oserror
 # the prefix of the broker's own temporary names.
 from confine.protect.guard import INTERNAL, VET
 from confine.protect.held import mark_skip_worktree
+from confine.protect.report import _safe
 
 from .wire import FileRequest, Op, Reply, debug
 
@@ -188,6 +189,7 @@ class FileBroker:
         # its identity): without it nothing is held and protected names are refused.
         self.held_fd: int | None = None
         self.held: set[tuple[str, ...]] = set()    # raw workdir components held so far
+        self._said = threading.local()              # the held line of this thread's call
         if guard is not None and guard.held is not None:
             try:
                 hfd = os.open(guard.held, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW
@@ -546,6 +548,9 @@ class FileBroker:
                 raise Refused(errno.EACCES, f"{_verb(kind)} {self.guard.show(comps)}: {why} "
                               f"(it could not be held: {e.strerror or e})") from None
             self.held.add(comps)
+            # escaped: the names come from the tree being checked out
+            self._said.line = (f"held {_safe(self.guard.show(comps))}: {why}: made in the run's "
+                               "held area, not in the workdir (listed at exit)")
             return hfd
         raise Refused(errno.EACCES, f"{_verb(kind)} {self.guard.show(comps)}: {why}")
 
@@ -996,9 +1001,11 @@ class FileBroker:
         task = Task(req.tgid, req.tid, req.umask)
         d1, d2 = (fds[i] if i >= 0 else self.root for i in req.dirs)
         (p1, p2), op = req.paths, req.op
+        self._said.line = ""
         try:
             if op == Op.OPEN:
-                return Reply(0, fd=self.open(task, d1, p1, req.flags, req.mode))
+                fd = self.open(task, d1, p1, req.flags, req.mode)
+                return Reply(0, reason=self._said.line, fd=fd)
             if op == Op.TRUNCATE:
                 ret = self.truncate(task, d1, p1, req.arg)
             elif op in _MAKES_NAMES:
@@ -1015,7 +1022,7 @@ class FileBroker:
                         ret = self.rename(task, d1, p1, d2, p2, req.flags)
             else:
                 return Reply(-1, errno.ENOSYS)
-            return Reply(ret)
+            return Reply(ret, reason=self._said.line)
         except Refused as r:
             return Reply(-1, r.errno, r.reason)
         except OSError as e:
