@@ -357,6 +357,7 @@ def profile_validate(profile_ref: str) -> None:
 
 from .explain import explain as _explain  # noqa: E402
 from .export import export as _export  # noqa: E402
+from .held import held as _held  # noqa: E402
 from .probe import audit as _audit  # noqa: E402
 from .probe import probe as _probe  # noqa: E402
 
@@ -364,6 +365,7 @@ cli.add_command(_probe)
 cli.add_command(_audit)
 cli.add_command(_export)
 cli.add_command(_explain)
+cli.add_command(_held)
 
 
 if __name__ == "__main__":

@@ -31,6 +31,18 @@ agent's view, and judged by descriptor against the roots the supervisor sent.
 
 The agent's umask is applied here (the broker's own is 0), its "self" in /proc
 is its own pid in its pid namespace.
+
+Held names (guard.hold_at, protect/held.py): a new protected file or directory
+of the working tree that would be refused is made in the run's held area
+instead, at the same workdir-relative path below it, and the agent's call
+succeeds (git's checkout, tar and unzip then go on). The held area is outside
+the workdir and never becomes part of it (a directory from outside is never
+renamed in: EXDEV). A path through a held directory (`.vscode/tasks.json`
+after `mkdir .vscode`) continues there; for everything else the name does not
+exist. When git installs an index (`index.lock` renamed onto `.git/index`),
+the entries of held paths get the skip-worktree bit, so git neither reports
+them deleted nor commits their deletion. If the hold cannot be made, the call
+is refused as before.
 """
 from __future__ import annotations
 
@@ -49,6 +61,8 @@ from confine.kernel.libc import check, libc, oserror
 # The guard's only runtime names here: its verdict "vet this git config" and
 # the prefix of the broker's own temporary names.
 from confine.protect.guard import INTERNAL, VET
+from confine.protect.held import mark_skip_worktree
+from confine.protect.report import _safe
 
 from .wire import FileRequest, Op, Reply, debug
 
@@ -75,6 +89,7 @@ VETTED_CAP = 256
 # Files protected at start the broker holds open (FileBroker.pinned); past
 # this a removed one's number may come back as a new file the guard refuses.
 PINNED_CAP = 256
+INDEX_CAP = 256 << 20     # a bigger index is installed unchanged (held entries look deleted)
 _STATFS_SIZE = 128
 
 
@@ -202,6 +217,21 @@ class FileBroker:
         # appear or change type between a check and the call it guards.
         self.lock = threading.Lock()
         self.slow_only = False     # no openat2 here: walk every path component by component
+        # The held area, pinned by descriptor (the supervisor made it and sent
+        # its identity): without it nothing is held and protected names are refused.
+        self.held_fd: int | None = None
+        self.held: set[tuple[str, ...]] = set()    # raw workdir components held so far
+        self._said = threading.local()              # the held line of this thread's call
+        if guard is not None and guard.held is not None:
+            try:
+                hfd = os.open(guard.held, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW
+                              | os.O_CLOEXEC)
+                if _ident(os.fstat(hfd)) == guard.held_ident:
+                    self.held_fd = hfd
+                else:
+                    os.close(hfd)
+            except OSError:
+                pass
         # The workdir by identity, as the broker sees it (every path it is
         # mounted at is the same directory): positions are judged by walking
         # ".." from the pinned parent until one of these, or the top, is met.
@@ -253,6 +283,8 @@ class FileBroker:
         except OSError as e:
             if e.errno == errno.ENOSYS:      # e.g. systemd's RestrictSUIDSGID= answers ENOSYS
                 self.slow_only = True
+            elif e.errno == errno.ENOENT and self.held:
+                return self._slow(task, dirfd, path)     # perhaps through a held directory
             elif e.errno != errno.ELOOP:
                 raise
             pfd = None
@@ -283,7 +315,10 @@ class FileBroker:
                         me += [b"task", str(task.tid).encode()]
                     todo.extend(reversed(me))
                     continue
-                nxt = os.open(c, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=cur)
+                try:
+                    nxt = os.open(c, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=cur)
+                except FileNotFoundError:
+                    nxt = self._held_dir(cur, c)
                 st = os.fstat(nxt)
                 if stat.S_ISLNK(st.st_mode):
                     links += 1
@@ -526,14 +561,166 @@ class FileBroker:
         finally:
             os.close(pfd)
 
-    def _check_create(self, pfd: int, base: bytes, kind: str) -> None:
+    def _check_create(self, pfd: int, base: bytes, kind: str, hold: bool = False) -> int | None:
+        """Refuses (Refused) a creation the guard does not allow; with hold,
+        one it may hold instead returns the held parent directory (the caller
+        makes `base` there and closes it). None: make it where asked."""
         if self.guard is None or base in (b".", b".."):
-            return
+            return None
         comps = self._position(pfd, base)
-        why = self.guard.create_at(self.guard.folded(comps), kind)
-        if why is not None:
-            assert comps is not None
-            raise Refused(errno.EACCES, f"{_verb(kind)} {self.guard.show(comps)}: {why}")
+        folded = self.guard.folded(comps)
+        why = self.guard.create_at(folded, kind)
+        if why is None:
+            return None
+        assert comps is not None
+        if hold and self.held_fd is not None and self.guard.hold_at(folded, kind):
+            try:
+                hfd = self._held_parent(comps)
+            except OSError as e:
+                raise Refused(errno.EACCES, f"{_verb(kind)} {self.guard.show(comps)}: {why} "
+                              f"(it could not be held: {e.strerror or e})") from None
+            self.held.add(comps)
+            # escaped: the names come from the tree being checked out
+            self._said.line = (f"held {_safe(self.guard.show(comps))}: {why}: made in the run's "
+                               "held area, not in the workdir (listed at exit)")
+            return hfd
+        raise Refused(errno.EACCES, f"{_verb(kind)} {self.guard.show(comps)}: {why}")
+
+    # ------------------------------------------------------------ held names
+
+    def _held_parent(self, comps: tuple[str, ...]) -> int:
+        """The directory of the held area that mirrors comps[:-1], made as
+        needed, one component at a time and never through a symlink (the
+        agent can write the held area too). The caller closes it."""
+        assert self.held_fd is not None
+        cur = os.dup(self.held_fd)
+        try:
+            for c in comps[:-1]:
+                name = os.fsencode(c)
+                try:
+                    os.mkdir(name, 0o700, dir_fd=cur)
+                except FileExistsError:
+                    pass
+                nxt = os.open(name, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                              dir_fd=cur)
+                os.close(cur)
+                cur = nxt
+            return cur
+        except BaseException:
+            os.close(cur)
+            raise
+
+    def _held_dir(self, cur: int, name: bytes) -> int:
+        """The held directory that stands for the missing workdir name `name`
+        in directory cur, if one was held; FileNotFoundError otherwise."""
+        if self.held_fd is None or self.guard is None or name in (b".", b".."):
+            raise oserror(err=errno.ENOENT)
+        try:
+            comps = self._position(cur, name)
+        except Refused:
+            comps = None
+        if comps is None or not any(comps[:k] in self.held for k in range(1, len(comps) + 1)):
+            raise oserror(err=errno.ENOENT)
+        try:
+            hfd = self._held_parent(comps[:-1] + ("",))
+        except OSError:
+            raise oserror(err=errno.ENOENT) from None
+        try:
+            return os.open(name, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                           dir_fd=hfd)
+        except OSError:
+            raise oserror(err=errno.ENOENT) from None
+        finally:
+            os.close(hfd)
+
+    def _in_held(self, fd: int) -> bool:
+        """Whether directory fd lies in the held area, where names the agent
+        cannot see must behave as missing: git's O_EXCL creation and mkdir of
+        a path it found absent succeed there (a second checkout, a cherry-pick)."""
+        if self.held_fd is None or not self.held:
+            return False
+        want = _ident(os.fstat(self.held_fd))
+        cur = os.dup(fd)
+        try:
+            st = os.fstat(cur)
+            if st.st_dev != want[0]:
+                return False            # another filesystem (a TMPDIR tmpfs): at once
+            for _ in range(MAX_DEPTH):
+                if _ident(st) == want:
+                    return True
+                if _ident(st) in self.roots:
+                    return False        # the workdir (never below the held area)
+                up = os.open(b"..", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=cur)
+                os.close(cur)
+                cur = up
+                ust = os.fstat(cur)
+                if _ident(ust) == _ident(st):
+                    return False
+                st = ust
+            return False
+        except OSError:
+            return False
+        finally:
+            os.close(cur)
+
+    def _held_open(self, hfd: int, base: bytes, flags: int, mode: int) -> int:
+        """A new file at `base` in the held directory hfd, replacing a held
+        one (for the agent the name does not exist, so every creation is new)."""
+        tmp = (INTERNAL + secrets.token_hex(8)).encode()
+        fd = os.open(tmp, (flags | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC)
+                     & ~os.O_TRUNC, mode, dir_fd=hfd)
+        try:
+            os.rename(tmp, base, src_dir_fd=hfd, dst_dir_fd=hfd)
+        except BaseException:
+            os.close(fd)
+            try:
+                os.unlink(tmp, dir_fd=hfd)
+            except OSError:
+                pass
+            raise
+        return fd
+
+    def _mark_index(self, opfd: int, obase: bytes, dc: tuple[str, ...]) -> None:
+        """git is about to install the index opfd/obase as dc (`W/.git/index`):
+        held paths below W get the skip-worktree bit (best effort: the agent's
+        view only, never a protection)."""
+        top = dc[:-2]
+        below = {h[len(top):] for h in self.held if h[:len(top)] == top and len(h) > len(top)}
+        if not below:
+            return
+
+        def held(path: bytes) -> bool:
+            comps = tuple(os.fsdecode(path).split("/"))
+            return any(comps[:k] in below for k in range(1, len(comps) + 1))
+        try:
+            fd = os.open(obase, os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                         dir_fd=opfd)
+        except OSError:
+            return
+        try:
+            st = os.fstat(fd)
+            # Only git's own fresh lock file, never another name of a file protected
+            # at start. (A vetted config renamed here never parses as an index.)
+            if (not stat.S_ISREG(st.st_mode) or st.st_size > INDEX_CAP or st.st_nlink != 1
+                    or (self.guard is not None and _ident(st) in self.guard.inodes)):
+                return
+            data = b""
+            while len(data) < st.st_size:
+                chunk = os.pread(fd, st.st_size - len(data), len(data))
+                if not chunk:
+                    break
+                data += chunk
+            new = mark_skip_worktree(data, held)
+            if new is None or new == data:
+                return
+            view, off = memoryview(new), 0
+            while off < len(new):
+                off += os.pwrite(fd, view[off:], off)
+            os.ftruncate(fd, len(new))
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
 
     def _check_write(self, fd: int, at: tuple[int, bytes] | None = None) -> None:
         """fd is about to be written; at: the pinned parent and name it was
@@ -582,7 +769,14 @@ class FileBroker:
                         return os.open(name, flags | os.O_CLOEXEC, mode, dir_fd=pfd)
                     if excl:
                         with self.lock:
-                            self._check_create(pfd, base, "file")
+                            hfd = self._check_create(pfd, base, "file", hold=True)
+                            if hfd is not None:
+                                try:
+                                    return self._held_open(hfd, base, flags, mode)
+                                finally:
+                                    os.close(hfd)
+                            if self._in_held(pfd):
+                                return self._held_open(pfd, base, flags, mode)
                             return os.open(base, flags | os.O_CLOEXEC | os.O_NOFOLLOW, mode,
                                            dir_fd=pfd)
                     proc = _fstype(pfd) == PROC_SUPER_MAGIC
@@ -596,7 +790,12 @@ class FileBroker:
                             raise
                         try:
                             with self.lock:
-                                self._check_create(pfd, base, "file")
+                                hfd = self._check_create(pfd, base, "file", hold=True)
+                                if hfd is not None:
+                                    try:
+                                        return self._held_open(hfd, base, flags, mode)
+                                    finally:
+                                        os.close(hfd)
                                 return os.open(base, flags | os.O_CLOEXEC | os.O_EXCL
                                                | os.O_NOFOLLOW, mode, dir_fd=pfd)
                         except FileExistsError:
@@ -641,8 +840,23 @@ class FileBroker:
     def mkdir(self, task: Task, dirfd: int, path: bytes, mode: int) -> int:
         pfd, base, _ = self._walk(task, dirfd, path)
         try:
-            self._check_create(pfd, base, "dir")
-            os.mkdir(base, mode & 0o1777 & ~task.umask, dir_fd=pfd)
+            hfd = self._check_create(pfd, base, "dir", hold=True)
+            if hfd is None:
+                try:
+                    os.mkdir(base, mode & 0o1777 & ~task.umask, dir_fd=pfd)
+                except FileExistsError:
+                    if not (_is_dir(pfd, base) and self._in_held(pfd)):
+                        raise
+                return 0
+            try:
+                # Made again (git's checkout asks once per file below it): the
+                # agent sees no directory there, so mkdir succeeds; what is held stays.
+                os.mkdir(base, (mode & 0o1777 & ~task.umask) | 0o700, dir_fd=hfd)
+            except FileExistsError:
+                if not _is_dir(hfd, base):
+                    raise
+            finally:
+                os.close(hfd)
         finally:
             os.close(pfd)
         return 0
@@ -716,6 +930,7 @@ class FileBroker:
                 g = self.guard
                 src: str | None = None
                 dst: str | None = None
+                dc: tuple[str, ...] | None = None
                 if g is not None and obase.startswith(INTERNAL.encode()):
                     raise Refused(errno.EACCES, f"rename {os.fsdecode(obase)}: a temporary name "
                                   "of confine's")
@@ -746,6 +961,9 @@ class FileBroker:
                                             g.trusted_config(df))
                 if verdict is not None:
                     raise Refused(errno.EACCES, f"rename {src} to {dst}: {verdict}")
+                if (self.held and dc is not None and len(dc) >= 2 and dc[-2:] == (".git", "index")
+                        and not flags & RENAME_EXCHANGE):
+                    self._mark_index(opfd, obase, dc)
                 check(libc.renameat2(opfd, obase + (b"/" if oslash else b""),
                                        npfd, nbase + (b"/" if nslash else b""), flags))
             finally:
@@ -855,9 +1073,11 @@ class FileBroker:
         task = Task(req.tgid, req.tid, req.umask)
         d1, d2 = (fds[i] if i >= 0 else self.root for i in req.dirs)
         (p1, p2), op = req.paths, req.op
+        self._said.line = ""
         try:
             if op == Op.OPEN:
-                return Reply(0, fd=self.open(task, d1, p1, req.flags, req.mode))
+                fd = self.open(task, d1, p1, req.flags, req.mode)
+                return Reply(0, reason=self._said.line, fd=fd)
             if op == Op.TRUNCATE:
                 ret = self.truncate(task, d1, p1, req.arg)
             elif op in _MAKES_NAMES:
@@ -874,7 +1094,7 @@ class FileBroker:
                         ret = self.rename(task, d1, p1, d2, p2, req.flags)
             else:
                 return Reply(-1, errno.ENOSYS)
-            return Reply(ret)
+            return Reply(ret, reason=self._said.line)
         except Refused as r:
             return Reply(-1, r.errno, r.reason)
         except OSError as e:

@@ -286,7 +286,7 @@ class Mediator:
             return
         if len(self.denied) < MAX_REPORTED:
             self.denied.add(what)
-            self.warn(f"denied: {what}")
+            self.warn(what if what.startswith("held ") else f"denied: {what}")
             return
         self.unshown += 1
         if self.unshown == 1:

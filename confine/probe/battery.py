@@ -1754,19 +1754,27 @@ def _plant(targets):
     """targets: (path, how) with how in create (makedirs + write), append (open an
     existing file for writing, write nothing), create_unlink (a new file, removed).
     Possible if any works; otherwise blocked with the first error."""
-    first, done = None, []
+    first, done, held = None, [], []
     for path, how in targets:
         try:
             if how == "create":
                 os.makedirs(os.path.dirname(path), exist_ok=True)
                 with open(path, "w") as f:
                     f.write("# written by confine probe (harmless)\n")
-                done.append("wrote " + path)
             elif how == "append":
                 _open_close(path, os.O_WRONLY | os.O_APPEND)
                 done.append("opened %s for writing (nothing written)" % path)
+                continue
             else:
                 _open_close(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+            # The name guard holds a new protected file outside the workdir
+            # (protect/held.py): the call works, the name never appears.
+            if not os.path.lexists(path):
+                held.append(path)
+                continue
+            if how == "create":
+                done.append("wrote " + path)
+            else:
                 os.unlink(path)
                 done.append("created %s (removed)" % path)
         except OSError as e:
@@ -1774,6 +1782,9 @@ def _plant(targets):
             continue
     if done:
         return possible("; ".join(done))
+    if held and first is None:
+        return blocked("held", "protected-path guard",
+                       "%s: held outside the workdir (confine held)" % held[0])
     if first is None:
         raise Skip("nothing to try")
     return blocked(first[0], by_guard(first[0], first[1]), first[1])
@@ -1885,6 +1896,9 @@ def _l_symlink():
             f.write("# written by confine probe (harmless)\n")
     except OSError as e:
         return blocked(e.errno, by_guard(e.errno, os.path.join(base, ".envrc")))
+    if not os.path.lexists(os.path.join(base, ".envrc")):
+        return blocked("held", "protected-path guard", "judged as %s/.envrc: held outside the "
+                       "workdir" % base)
     return possible("created %s through the symlink %s" % (os.path.join(base, ".envrc"), link))
 
 
@@ -1991,7 +2005,11 @@ def _l_long_path():
         except OSError as e:
             return blocked(e.errno, by_guard(e.errno, where), "%d directories deep" % len(rel))
         os.close(fd)
-        os.unlink(".envrc", dir_fd=d)
+        try:
+            os.unlink(".envrc", dir_fd=d)
+        except FileNotFoundError:       # held outside the workdir (protect/held.py)
+            return blocked("held", "protected-path guard", "%d directories deep: held outside "
+                           "the workdir" % len(rel))
         return possible("created .envrc %d directories deep (removed)" % len(rel))
     finally:
         os.close(d)

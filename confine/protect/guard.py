@@ -22,6 +22,14 @@ Rules (patterns as in confine/policy/patterns.py):
   the person had there may stay too (`trusted_config`);
 * files recorded as protected at start (by inode) are never opened for
   writing through any other name.
+
+HOLD: a protected name that arrives with content (a checkout, `tar x`, an
+editor's save) is created elsewhere instead of refused: the broker makes it in
+the run's held area (protect/held.py), outside the workdir, and the supervisor
+keeps it for the person at exit. Only a new regular file or directory made by
+open(O_CREAT)/mkdir in the working tree qualifies (hold_at); links, symlinks,
+device nodes, renames onto a protected name, writes to an existing one, and
+everything in a git directory or a path a trusted config names stay refused.
 """
 from __future__ import annotations
 
@@ -102,6 +110,11 @@ class Guard:
                         for rel, data in configs}
         self.files = tuple(dict.fromkeys([rel for rel, _ in configs] + list(files)))
         self._index()
+
+        # The run's held area (protect/held.py): set by the launcher when one
+        # could be made outside the workdir; None: nothing is held, all refused.
+        self.held: str | None = None
+        self.held_ident: tuple[int, int] | None = None
 
     @classmethod
     def from_snapshot(cls, snap: Snapshot) -> Guard:
@@ -256,6 +269,20 @@ class Guard:
             if a is not None:
                 return f"a link here would bring a tree protected by {a.text} along"
         return None
+
+    def hold_at(self, comps: tuple[str, ...] | None, kind: str) -> bool:
+        """Whether a creation create_at refuses may be held instead: a new
+        regular file or directory (kind file/dir) at a protected name of the
+        working tree, matched by a pattern (not a path a trusted config or the
+        snapshot named), nowhere inside a git directory and not a `.git`."""
+        if self.held is None or not comps or kind not in ("file", "dir"):
+            return False
+        if ".git" in comps or self._internal(comps) is not None:
+            return False
+        if any(comps[:k] in self.fixed for k in range(1, len(comps) + 1)):
+            return False
+        m = self.match(comps)
+        return m is not None and not m[0].git and self.create_at(comps, kind) is not None
 
     def rename_to_at(self, comps: tuple[str, ...] | None) -> str | None:
         why = self._internal(comps)

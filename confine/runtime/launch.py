@@ -54,17 +54,20 @@ def launch(plan: Plan, *, guard: Any = None,
            warn: Callable[[str], None] | None = None, stdio: Stdio | None = None,
            timeout: float | None = None, inet: Any = None,
            on_sockets: Callable[[list[int]], None] | None = None,
-           events: Any = None) -> Outcome:
+           events: Any = None, in_tmp: Callable[[], None] | None = None) -> Outcome:
     """Run the plan. Returns the command's status (128+N if killed by signal N);
     raises CommandNotFound/CommandNotExecutable/ConfineError for failures before exec.
     inet: the egress gateway's routes (mediation.InetRoutes), required when it runs;
     on_sockets: starts it on the sockets the child made in the agent's network namespace;
-    events: the run's runtime.events.Events (every refusal goes there)."""
+    events: the run's runtime.events.Events (every refusal goes there);
+    in_tmp: called once the TMPDIR is what the agent will see (its tmpfs mounted)."""
     if plan.egress and plan.unix_mediation and inet is None:
         raise ConfineError("the egress gateway is not running: refusing to run")
     if plan.gateway_ports and on_sockets is None:
         raise ConfineError("nothing takes the egress gateway's sockets: refusing to run")
     tmp = _mount_tmp(plan)
+    if in_tmp is not None:
+        in_tmp()
     cg = None
     try:
         if plan.cgroup:

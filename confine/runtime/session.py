@@ -85,6 +85,10 @@ class Request:
 # report something, or could not check, exits with this (unless agent_status):
 # CI and scripts must notice. A nonzero agent status is kept as it is.
 EXIT_CHECK_ACTED = 123
+# What the check did that counts: it undid, moved away or cleaned something, or
+# could not. A change only noted (a commit that adds a protected name; new files
+# held for the person) or left (made by the person under a read-only bind) does not.
+_ACTED = frozenset({"quarantined", "restored", "sanitized", "failed"})
 
 
 @dataclass
@@ -94,6 +98,7 @@ class Result:
     steps: list[str] = field(default_factory=list)   # the child's steps, as it began them
     report: Any = None                                # protect Report of the exit check
     timed_out: bool = False                           # killed at the caller's timeout
+    held: Any = None                                  # protect.held.Held: kept at exit
 
 
 def _resolve_lsm(apparmor: str | None, selinux_context: str | None, host: HostFacts) -> Lsm:
@@ -287,13 +292,15 @@ class Session:
         # plants in place with nothing said.  While the agent runs, launch()
         # blocks and forwards them as before; the child resets the handlers.
         hold = self._hold = _SignalHold()
+        held_fd: list[int] = []
         try:
             plan = self._start_egress(plan)
             eg = self.egress
             outcome = launch(plan, guard=self.guard, warn=say, stdio=stdio, timeout=timeout,
                              inet=eg.routes if eg is not None else None,
                              on_sockets=eg.start_on if eg is not None and plan.gateway_ports
-                             else None, events=self.events)
+                             else None, events=self.events,
+                             in_tmp=lambda: held_fd.extend(self._prepare_held()))
             result.status, result.steps = outcome.status, outcome.steps
             result.timed_out = outcome.timed_out
         except OSError as e:
@@ -304,10 +311,11 @@ class Session:
             self._stop_egress()
             hold.also_stops()
             result.report = self._exit_check(plan.mount_ns, say)
+            result.held = self._collect_held(held_fd[0] if held_fd else None, say)
             for line in self.events.summary(result.status):
                 say(line)
         rep = result.report
-        acted = rep is None or bool(rep.alerts or rep.failed)
+        acted = rep is None or any(c.alert and c.action in _ACTED for c in rep.changes)
         if acted and result.status == 0 and not self.req.agent_status:
             result.agent_status, result.status = 0, EXIT_CHECK_ACTED
             say(f"exit status {EXIT_CHECK_ACTED}: the agent exited 0, but the exit check "
@@ -352,6 +360,46 @@ class Session:
             "readable here: git inside will say 'not a git repository'; run with "
             f"-w {_safe(top)} to work in the repository, or --read {_safe(gitdir)} to let "
             "git read it")
+
+    def _prepare_held(self) -> list[int]:
+        """The held area (protect/held.py) in the TMPDIR, when the name guard
+        runs: its descriptor, kept for the collection at exit (it also keeps
+        a TMPDIR tmpfs readable after launch detached it)."""
+        from ..protect import held
+        if self.guard is None or self.tmp is None:
+            return []
+        got = held.prepare(self.tmp, self.plan.policy.workdir, self.plan.identity.uid,
+                           self.plan.identity.gid)
+        if got is None:
+            return []
+        path, fd = got
+        st = os.fstat(fd)
+        self.guard.held, self.guard.held_ident = path, (st.st_dev, st.st_ino)
+        return [fd]
+
+    def _collect_held(self, fd: int | None, say: Warn) -> Any:
+        """Keep what was held in the run's state and list it (after the exit
+        check, before the TMPDIR goes)."""
+        import sys
+
+        from ..protect import held
+        if fd is None:
+            return None
+        try:
+            got = held.collect(fd, self.guard, self.snapshot.run_id)
+        except Exception as e:  # noqa: BLE001 - said, never silently lost
+            say(f"the held files of this run could not be kept ({_safe(f'{type(e).__name__}: {e}')}):"
+                " they were not put in the workdir and are gone")
+            return None
+        finally:
+            os.close(fd)
+        text = held.format_held(got)
+        if text:
+            try:
+                print(text, file=sys.stderr, flush=True)
+            except (OSError, ValueError):
+                pass
+        return got
 
     def _exit_check(self, mount_ns: bool, say: Warn) -> Any:
         """verify_and_revert and its report.  A failure of the check is said

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 
 import pytest
@@ -83,13 +84,18 @@ def test_exec_and_exporters_protect_the_same_patterns(sandbox, tmp_path):
         want = effective(source.load_policy(prof))
         assert list(shown) == list(want)
         assert set(ADDED) <= set(shown)
-        p, r = sandbox.probe('attempt("added", lambda: (os.mkdir(".tool-hooks"), '
-                             'opened(".tool-hooks/x", os.O_WRONLY | os.O_CREAT))[-1])\n'
-                             'attempt("glob", lambda: opened(".tool-a.toml", os.O_WRONLY | os.O_CREAT))\n'
-                             'attempt("plain", lambda: opened("tool.toml", os.O_WRONLY | os.O_CREAT))',
+        # symlinks stay refused; a new file or directory is held (protect/held.py)
+        p, r = sandbox.probe('attempt("added", lambda: os.symlink("x", ".tool-hooks"))\n'
+                             'attempt("glob", lambda: os.symlink("x", ".tool-a.toml"))\n'
+                             'attempt("plain", lambda: opened("tool.toml", os.O_WRONLY | os.O_CREAT))\n'
+                             'attempt("held", lambda: opened(".tool-b.toml", os.O_WRONLY | os.O_CREAT))\n'
+                             'R["here"] = os.path.lexists(".tool-b.toml")',
                              None, "-p", prof)
         assert r is not None, p.stderr
         assert r["plain"] == "ok", r
         assert r["added"] in ("EACCES", "EPERM") and r["glob"] in ("EACCES", "EPERM"), r
+        assert r["held"] == "ok" and r["here"] is False, r
+        m = re.search(r"confine held discard (\S+)`", p.stderr)
+        assert m and sandbox.confine("held", "discard", m.group(1)).returncode == 0, p.stderr
     finally:
         os.unlink(prof)

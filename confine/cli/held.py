@@ -1,0 +1,147 @@
+"""click command `confine held`: the protected files a run held (protect/held.py).
+
+    confine held [list]                       every run with held files
+    confine held show [RUN-ID] [PATH...]      what they are, content included
+    confine held apply [RUN-ID] [PATH...]     put shown ones in place
+    confine held discard [RUN-ID] [PATH...]   remove them
+
+RUN-ID defaults to the newest run; PATH (workdir-relative or absolute) to
+all of its held paths. Run outside any sandbox, by the person who ran confine.
+Exit codes: 0 done, 125 refused (the line says why).
+"""
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import click
+
+from ..errors import ConfineError
+from ..protect import held as _held
+from ..protect.report import _safe
+
+_RUN = re.compile(r"\d{8}-\d{6}-\d+(\.[A-Za-z0-9_-]+)?")
+
+
+def _split(args: tuple[str, ...]) -> tuple[str | None, list[str]]:
+    """(run id, paths): the first argument is a run id when it looks like one."""
+    if args and _RUN.fullmatch(args[0]):
+        return args[0], list(args[1:])
+    return None, list(args)
+
+
+def _load(args: tuple[str, ...]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    run, paths = _split(args)
+    try:
+        m = _held.load(run)
+        return m, _held.select(m, paths)
+    except (_held.HeldError, OSError) as e:
+        raise ConfineError(str(e)) from None
+
+
+def _item_json(m: dict[str, Any], r: dict[str, Any]) -> dict[str, Any]:
+    files = [i for i in m["items"] if i["root"] == r["path"] and i["kind"] == "file"]
+    return {"path": r["path"], "kind": r["kind"], "files": len(files),
+            "bytes": sum(i["size"] for i in files), "shown": r["path"] in m["shown"]}
+
+
+@click.group("held", invoke_without_command=True)
+@click.pass_context
+def held(ctx: click.Context) -> None:
+    """Protected files that arrived with content (a clone, checkout, tar x) and
+    were held instead of written: list, show, apply or discard them."""
+    if ctx.invoked_subcommand is None:
+        ctx.invoke(held_list, as_json=False)
+
+
+@held.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def held_list(as_json: bool) -> None:
+    """Every run that holds files, with its held paths."""
+    out: list[dict[str, Any]] = []
+    for run in _held.runs():
+        try:
+            m = _held.load(run)
+        except _held.HeldError:
+            continue
+        out.append({"run": run, "workdir": m["workdir"], "dir": m["dir"],
+                    "held": [_item_json(m, r) for r in _held.iter_roots(m)],
+                    "left": m.get("left", [])})
+    if as_json:
+        click.echo(json.dumps(out, indent=2))
+        return
+    if not out:
+        click.echo(f"nothing is held ({_safe(_held.held_base())})")
+        return
+    for one in out:
+        click.echo(f"{one['run']}  {_safe(one['workdir'])}")
+        for r in one["held"]:
+            what = "dir " if r["kind"] == "dir" else "file"
+            seen = "shown" if r["shown"] else "not shown"
+            click.echo(f"  {what} {_safe(r['path'])}  ({r['files']} file(s), {r['bytes']} "
+                       f"bytes, {seen})")
+
+
+@held.command("show")
+@click.argument("args", nargs=-1, metavar="[RUN-ID] [PATH...]")
+@click.option("--json", "as_json", is_flag=True,
+              help="Machine-readable: paths, hashes and destinations (no content).")
+def held_show(args: tuple[str, ...], as_json: bool) -> None:
+    """Print held paths and their content (escaped); apply needs this first."""
+    m, roots = _load(args)
+    lines: list[str] = []
+    try:
+        _held.show(m, roots, lines.append, content=not as_json)
+    except (_held.HeldError, OSError) as e:
+        raise ConfineError(str(e)) from None
+    if as_json:
+        m = _held.load(m["run"])
+        click.echo(json.dumps({"run": m["run"], "workdir": m["workdir"],
+                               "held": [dict(_item_json(m, r), destination=m["shown"].get(
+                                   r["path"], {}).get("dest"), items=[
+                                       i for i in m["items"] if i["root"] == r["path"]])
+                                   for r in roots]}, indent=2))
+        return
+    for line in lines:
+        click.echo(line)
+    click.echo(f"confine: to put these in place: confine held apply {m['run']}"
+               + "".join(" " + _safe(r["path"]) for r in roots if len(roots) < 10))
+
+
+@held.command("apply")
+@click.argument("args", nargs=-1, metavar="[RUN-ID] [PATH...]")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def held_apply(args: tuple[str, ...], as_json: bool) -> None:
+    """Put shown held paths in place (never over an existing file)."""
+    m, roots = _load(args)
+    try:
+        done = _held.apply(m, roots)
+        notes = [n for n in (_held.unskip(m, p) for p in done) if n]
+        _held.discard(_held.load(m["run"]), [r for r in roots if r["path"] in done])
+    except (_held.HeldError, OSError) as e:
+        raise ConfineError(str(e)) from None
+    if as_json:
+        click.echo(json.dumps({"run": m["run"], "applied": done, "notes": notes}))
+        return
+    for p in done:
+        click.echo(f"applied {_safe(p)}")
+    for n in notes:
+        click.echo(f"confine: {_safe(n)}", err=True)
+
+
+@held.command("discard")
+@click.argument("args", nargs=-1, metavar="[RUN-ID] [PATH...]")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def held_discard(args: tuple[str, ...], as_json: bool) -> None:
+    """Remove held paths without putting them in place."""
+    m, roots = _load(args)
+    try:
+        gone = _held.discard(m, roots)
+    except (_held.HeldError, OSError) as e:
+        raise ConfineError(str(e)) from None
+    if as_json:
+        click.echo(json.dumps({"run": m["run"], "discarded": gone}))
+        return
+    for p in gone:
+        click.echo(f"discarded {_safe(p)}")
