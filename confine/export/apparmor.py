@@ -169,11 +169,15 @@ def _protected_lines(policy: Policy) -> list[str]:
 
 def _network_lines(policy: Policy) -> list[str]:
     out = ["  network unix,", "  network netlink raw,", "  network netlink dgram,"]
-    if policy.network.connect_tcp or policy.network.bind_tcp:
+    if policy.network.connect_tcp or policy.network.bind_tcp or policy.network.egress:
         ports = ", ".join(map(str, policy.network.connect_tcp)) or "none"
         binds = ", ".join(map(str, policy.network.bind_tcp)) or "none"
         out.append(f"  # TCP only; ports are Landlock's job (connect: {ports}; bind: {binds}).")
         out += ["  network inet stream,", "  network inet6 stream,"]
+        if policy.network.egress:
+            out += ["  # Other hosts by name through confine's egress gateway on loopback, and",
+                    "  # DNS to it over UDP (the gateway decides; this profile cannot by name).",
+                    "  network inet dgram,", "  network inet6 dgram,"]
     else:
         out.append("  # No TCP: the policy grants no ports.")
     out += ["  deny network inet raw,", "  deny network inet6 raw,", "  deny network packet,"]

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import posixpath
 import re
+from typing import Any
 
 import yaml
 
@@ -137,12 +138,17 @@ def manifest(policy: Policy, *, name: str, image: str, argv: list[str], workdir:
         "spec": {"podSelector": {"matchLabels": labels}, "policyTypes": ["Ingress", "Egress"],
                  "ingress": [], "egress": []},
     }
-    if policy.network.connect_tcp:
-        netpol["spec"]["egress"] = [{
-            "to": [{"ipBlock": {"cidr": "0.0.0.0/0", "except": [METADATA_V4]}},
-                   {"ipBlock": {"cidr": "::/0"}}],
-            "ports": [{"protocol": "TCP", "port": p} for p in policy.network.connect_tcp],
-        }]
+    out_ports = source.outbound_ports(policy)
+    if out_ports is None or out_ports:
+        # NetworkPolicy filters ports, not names: the allow list's ports for the
+        # pod as a whole (GATEWAY_NOTE: the names are the gateway's job).
+        rule: dict[str, Any] = {"to": [{"ipBlock": {"cidr": "0.0.0.0/0", "except": [METADATA_V4]}},
+                                       {"ipBlock": {"cidr": "::/0"}}]}
+        if out_ports is not None:
+            rule["ports"] = ([{"protocol": "TCP", "port": p} for p in out_ports]
+                             + ([{"protocol": "UDP", "port": 53}] if 53 in out_ports
+                                and policy.network.egress else []))
+        netpol["spec"]["egress"] = [rule]
     if policy.network.bind_tcp:
         netpol["spec"]["ingress"] = [{"ports": [{"protocol": "TCP", "port": p}
                                                 for p in policy.network.bind_tcp]}]

@@ -187,7 +187,7 @@ def _body(policy: Policy) -> tuple[list[str], dict[tuple[str, ...], list[str]], 
         f"allow {DOMAIN} self:sem {{ create destroy getattr setattr read write associate unix_read unix_write }};",
         f"allow {DOMAIN} self:shm {{ create destroy getattr setattr read write associate unix_read unix_write lock }};",
     ]
-    if policy.network.connect_tcp or policy.network.bind_tcp:
+    if policy.network.connect_tcp or policy.network.bind_tcp or policy.network.egress:
         ports = ", ".join(map(str, policy.network.connect_tcp)) or "none"
         binds = ", ".join(map(str, policy.network.bind_tcp)) or "none"
         b.core += [
@@ -197,8 +197,14 @@ def _body(policy: Policy) -> tuple[list[str], dict[tuple[str, ...], list[str]], 
             "bind connect getopt setopt shutdown listen accept };",
             f"allow {DOMAIN} node_t:tcp_socket node_bind;",
         ]
-        if policy.network.connect_tcp:
+        if policy.network.connect_tcp or policy.network.egress:
             b.core.append(f"allow {DOMAIN} port_type:tcp_socket name_connect;")
+        if policy.network.egress:
+            b.core += ["# Other hosts by name through confine's egress gateway on loopback; DNS",
+                       "# to it over UDP (the gateway decides names, SELinux cannot).",
+                       f"allow {DOMAIN} self:udp_socket {{ create ioctl read getattr write "
+                       "setattr append bind connect getopt setopt shutdown };",
+                       f"allow {DOMAIN} port_type:udp_socket name_bind;"]
         if policy.network.bind_tcp:
             b.core.append(f"allow {DOMAIN} port_type:tcp_socket name_bind;")
     notes = [f"# Not mapped to a type (read grant, relabel it to use it): {p}" for p in unmapped]

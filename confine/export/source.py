@@ -126,3 +126,37 @@ def check_workdir(workdir: str | None, required: bool = False) -> str | None:
         raise ConfineError(f"workdir {workdir}: not usable in a generated policy "
                            "(the root directory, or contains quotes, globs or variables)")
     return wd
+
+
+def outbound_ports(policy: Policy) -> tuple[int, ...] | None:
+    """The TCP ports the agent reaches other hosts on, for artefacts that filter
+    by port and cannot by name (AppArmor, SELinux, NetworkPolicy, the unit's
+    address families): the profile's connect_tcp, the port of each network.allow
+    entry (443 unless it names one; the shipped sets are all 443) and DNS (53)
+    when any host is allowed. None: an entry allows every port."""
+    net = policy.network
+    ports = set(net.connect_tcp)
+    entries = list(net.allow)
+    for e in entries:
+        port = _entry_port(e)
+        if port is None:
+            return None
+        ports.add(port)
+    if entries or net.include or net.default == "ask":
+        ports |= {443, 53}
+    return tuple(sorted(ports))
+
+
+def _entry_port(entry: str) -> int | None:
+    """'host' -> 443, 'host:8443' -> 8443, '[v6/net]:80' -> 80, 'host:*' -> None;
+    a bare IPv6 address or network (several colons, no brackets) -> 443."""
+    if entry.startswith("["):
+        _, _, tail = entry.partition("]")
+        spec = tail[1:] if tail.startswith(":") else ""
+    elif entry.count(":") == 1:
+        spec = entry.split(":", 1)[1]
+    else:
+        spec = ""
+    if spec == "*":
+        return None
+    return int(spec) if spec.isdigit() else 443

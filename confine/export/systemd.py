@@ -134,7 +134,10 @@ def unit(policy: Policy, *, name: str, workdir: str, argv: list[str], confine: s
         raise ConfineError("no command: confine export systemd NAME -p PROFILE -w DIR -- CMD")
     pw = account(user, workdir)
     home = pw.pw_dir
-    network = bool(policy.network.connect_tcp or policy.network.bind_tcp)
+    # The unit runs confine exec, whose gateway decides host names: the launcher
+    # (not the agent) needs the network whenever the agent reaches anything.
+    network = bool(policy.network.connect_tcp or policy.network.bind_tcp
+                   or policy.network.egress)
     # RestrictNamespaces= below forbids the launcher's own mount namespace; the
     # unit provides the read-only host itself (ProtectSystem=strict, PrivateDevices=,
     # ReadOnlyPaths= for the protected workdir paths), so that one protection is
@@ -207,7 +210,11 @@ def unit(policy: Policy, *, name: str, workdir: str, argv: list[str], confine: s
           "RestrictNamespaces=yes", "", "# Network"]
     if network:
         conn = ", ".join(map(str, policy.network.connect_tcp)) or "none"
-        L += [f"# TCP ports (connect: {conn}) are enforced by confine (Landlock).",
+        hosts = ", ".join(list(policy.network.allow) + [f"set {i}" for i in policy.network.include])
+        L += [f"# TCP ports of the agent's own loopback (connect: {conn}) are enforced by "
+              "confine (Landlock);"]
+        L += [f"# other hosts only through confine's gateway, by name: {hosts or 'none'}"
+              + (" (others asked)" if policy.network.default == "ask" else "") + ".",
               "RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6 AF_NETLINK"]
         if allow_ip:
             L += ["IPAddressDeny=any"] + [f"IPAddressAllow={ip}" for ip in allow_ip]

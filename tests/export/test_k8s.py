@@ -81,8 +81,10 @@ def test_network_policy(policies):
     assert np["spec"]["podSelector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
     _, np = docs(policies["claude-code"])
     [rule] = np["spec"]["egress"]
-    assert sorted(p["port"] for p in rule["ports"]) == [53, 443]
-    assert all(p["protocol"] == "TCP" for p in rule["ports"])
+    # claude-code's hosts are names (the gateway's job): the policy can only say their
+    # ports, 443 (every entry's) and DNS, TCP and UDP
+    assert sorted((p["protocol"], p["port"]) for p in rule["ports"]) == [
+        ("TCP", 53), ("TCP", 443), ("UDP", 53)]
     assert rule["to"][0]["ipBlock"] == {"cidr": "0.0.0.0/0", "except": ["169.254.169.254/32"]}
 
 

@@ -141,10 +141,13 @@ def test_linked_policy_lets_the_launcher_enter_the_domain(linked):
     assert "entrypoint" in allowed(linked, "confine_agent_t", "confine_agent_work_t", "file")
 
 
-def test_network_profile_gets_tcp_only(policies):
+def test_network_profile_gets_tcp_and_dns_only(policies):
+    """An agent profile reaches its hosts through confine's gateway on loopback:
+    TCP, and UDP for DNS to it; never raw sockets. No network: neither."""
     te = selinux.plain_te(policies["claude-code"])
     assert "self:tcp_socket" in te and "port_type:tcp_socket name_connect" in te
-    assert "udp_socket" not in te and "rawip_socket" not in te
+    assert "self:udp_socket" in te and "rawip_socket" not in te
+    assert "udp_socket" not in selinux.plain_te(policies["default"])
     assert "tcp_socket" not in selinux.plain_te(policies["default"])
 
 

@@ -150,6 +150,7 @@ HARMLESS: dict[str, list] = {
     "keyctl": [0xFFFF, 0, 0, 0, 0], "add_key": [0, 0, 0, 0, 0], "request_key": [0, 0, 0, 0],
     "userfaultfd": [U32],
     "io_uring_setup": [0, 0], "io_uring_enter": [-1, 0, 0, 0, 0, 0], "io_uring_register": [-1, 0, 0, 0],
+    "landlock_restrict_self": [-1, 0],
     "unshare": [0], "setns": [-1, 0],
     "clone": [CLONE_THREAD, 0, 0, 0, 0],         # CLONE_THREAD without CLONE_SIGHAND -> EINVAL
     "clone3": [0, 0],

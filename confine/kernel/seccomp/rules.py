@@ -314,6 +314,12 @@ def _default_rules() -> tuple[Rule, ...]:
     r += _deny("userfaultfd", "widens kernel race windows for exploits", "userfaultfd")
     r += _deny("io_uring", "io_uring operations bypass seccomp; large CVE history",
                "io_uring_setup", "io_uring_enter", "io_uring_register")
+    # A Landlock domain a program adds inside the run would hold only for the calls
+    # the kernel performs for it: the broker performs its mediated ones (opens for
+    # writing, creates, renames, connects) in the run's own domain. Refused, so the
+    # program knows its sandbox is not in place instead of trusting half of one.
+    r += _deny("landlock_nested", "a program's own Landlock domain would not hold for the "
+               "calls confine's broker performs for it", "landlock_restrict_self")
     r += _deny("namespaces",
                "new namespaces (user ns gives CAP_SYS_ADMIN over a big kernel surface)",
                "unshare", "setns")
