@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -82,6 +82,7 @@ class Plan:
     limits: Mapping[str, str] = field(default_factory=dict)   # limit -> how it is enforced
     cgroup: str | None = None            # parent of the run's cgroup (v2), made by launch
     steps: tuple[Step, ...] = ()
+    agent_home: str | None = None        # HOME inside: the agent's own (runtime/home.py)
 
     @property
     def lsm_apparmor(self) -> str | None:
@@ -110,6 +111,7 @@ class Plan:
             "sources": list(self.policy.sources),
             "workdir": self.policy.workdir,
             "tmpdir": self.policy.tmp,
+            "agent_home": self.agent_home,
             "steps": [s.to_dict() for s in self.steps],
             "identity": self.identity.to_dict(),
             "environment": dict(self.env),
@@ -293,7 +295,8 @@ def _drop_covered(rules: list[tuple[str, AccessFS, str]]) -> list[tuple[str, Acc
 
 def compile(policy: Policy, argv: Sequence[str], identity: Identity, host: HostFacts, *,
             parent_env: Mapping[str, str], cli_env: Sequence[str] = (),
-            lsm: Lsm = Lsm(), protected: Protected | None = None) -> Plan:
+            lsm: Lsm = Lsm(), protected: Protected | None = None,
+            agent_home: str | None = None) -> Plan:
     abi = host.landlock_abi
     handled_fs = landlock.fs_rights(abi)
     handled_net = landlock.net_rights(abi) & (AccessNet.BIND_TCP | AccessNet.CONNECT_TCP
@@ -336,6 +339,8 @@ def compile(policy: Policy, argv: Sequence[str], identity: Identity, host: HostF
                     binds.append(g.path)
             carved += c
             add(w, rights, f"{kind} ({g.source})")
+    if agent_home is not None:
+        _home_rules(agent_home, denied, add, binds, carved)
     rules = _drop_covered(rules)
     ports = [(p, AccessNet.CONNECT_TCP) for p in policy.network.connect_tcp]
     ports += [(p, AccessNet.BIND_TCP) for p in policy.network.bind_tcp]
@@ -343,8 +348,12 @@ def compile(policy: Policy, argv: Sequence[str], identity: Identity, host: HostF
 
     fixed = {"HOME": identity.home, "TMPDIR": policy.tmp, "USER": identity.user,
              "LOGNAME": identity.user}
+    if agent_home is not None:
+        fixed.update(_env.home_vars(agent_home, policy.tmp))
+        fixed.update(_env.tool_homes(((g.template, g.path) for g in policy.write), parent_env))
     env, env_notes = _env.build(dict(parent_env), passthrough=policy.env.passthrough,
                                 profile_set=policy.env.set, cli=cli_env, fixed=fixed)
+    env_notes += _env.drop_user_servers(env)
     notes = list(env_notes) + list(identity.notes)
     if not identity.started_as_root:
         notes.append(caps.BOUNDING_SET_NOTE)
@@ -411,5 +420,16 @@ def compile(policy: Policy, argv: Sequence[str], identity: Identity, host: HostF
                 lsm=lsm_kept, writable_binds=tuple(binds), child_rules=tuple(child_rules),
                 protected=protected, mechanisms=mechanisms(policy, host),
                 limits=limit_mechanisms(policy, identity, mount_ns, host.cgroup_controllers),
-                cgroup=host.cgroup)
+                cgroup=host.cgroup, agent_home=agent_home)
     return dataclasses.replace(plan, steps=tuple(child_steps(plan)))
+
+
+def _home_rules(home: str, denied: list[str], add: Callable[[list[str], AccessFS, str], None],
+                binds: list[str],
+                carved: list[str]) -> None:
+    """The agent home: every write right (its own rc files, history, caches), like
+    the workdir, secrets carved out; writable in the read-only host view."""
+    w, c = _carve.carve(home, denied)
+    carved += c
+    add(w, landlock.WRITE, "write (agent home)")
+    binds.append(home)

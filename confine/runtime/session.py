@@ -10,6 +10,7 @@ the protected paths after the agent exits; leaving removes the TMPDIR.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import signal
@@ -76,6 +77,7 @@ class Request:
     apparmor: str | None = None
     selinux_context: str | None = None
     log: str | None = None              # --log FILE: every decision as a JSON line (events.py)
+    agent_home: bool = True             # HOME inside is the agent's own (runtime/home.py)
 
 
 @dataclass
@@ -192,11 +194,30 @@ class Session:
             facts = host if host is not None else HostFacts.read(ident.started_as_root)
             lsm = _resolve_lsm(req.apparmor, req.selinux_context, facts)
             protected = self._snapshot(policy, ident.home, facts) if protect else None
-            return compile(policy, req.argv, ident, facts, parent_env=parent_env,
-                           cli_env=req.env, lsm=lsm, protected=protected)
+            home, home_notes = self._agent_home(policy, ident, parent_env)
+            plan = compile(policy, req.argv, ident, facts, parent_env=parent_env,
+                           cli_env=req.env, lsm=lsm, protected=protected, agent_home=home)
+            return dataclasses.replace(plan, notes=plan.notes + tuple(home_notes))
         except BaseException:
             self.close()
             raise
+
+    def _agent_home(self, policy: Any, ident: Any,
+                    parent_env: dict[str, str]) -> tuple[str | None, list[str]]:
+        """The agent's own HOME: located always, made and checked for a run only
+        (--dry-run changes nothing)."""
+        from . import home as _home
+        if not self.req.agent_home:
+            return None, ["agent home: off (--no-agent-home): HOME is the account's own, "
+                          "where only the profile's grants are reachable"]
+        path = _home.locate(ident, self.req.profile, policy.workdir, parent_env)
+        if is_under(path, policy.workdir) or is_under(policy.workdir, path):
+            raise ConfineError(f"agent home {path} and the workdir {policy.workdir} overlap; "
+                               "refusing to run (choose another workdir)")
+        if not self.create_state:
+            return path, []
+        links = _home.links_for(policy, ident.home, path)
+        return path, _home.prepare(path, ident, links)
 
     def _snapshot(self, policy: Any, home: str, facts: HostFacts) -> Protected:
         from .. import protect
