@@ -286,29 +286,30 @@ def _walk(hfd: int, parts: list[str], *, make: bool, close: bool) -> int:
 
 
 def _place_link(dfd: int, name: str, target: str) -> str | None:
-    """Make `name` a symlink to `target`, replacing what the agent left there; a
-    directory with content is moved aside, never deleted. A note when it did that."""
-    note = None
+    """Make `name` a symlink to `target`. What the agent left there instead is moved
+    aside (a tool that replaced the link by renaming a new file over it kept its
+    writes there), never deleted; a note says so."""
     try:
         st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
     except FileNotFoundError:
         st = None
+    note = None
     if st is not None:
-        if stat.S_ISLNK(st.st_mode) and os.readlink(name, dir_fd=dfd) == target:
-            return None
-        if stat.S_ISDIR(st.st_mode):
+        if stat.S_ISLNK(st.st_mode):
+            if os.readlink(name, dir_fd=dfd) == target:
+                return None
+            os.unlink(name, dir_fd=dfd)
+        else:
             try:
+                if not stat.S_ISDIR(st.st_mode):
+                    raise OSError(errno.ENOTEMPTY, "not a directory")
                 os.rmdir(name, dir_fd=dfd)
             except OSError:
                 aside = f"{name}.confine-displaced"
                 try:
-                    os.stat(aside, dir_fd=dfd, follow_symlinks=False)
-                    return "something else is there; not linked to the granted path"
-                except FileNotFoundError:
-                    pass
-                os.rename(name, aside, src_dir_fd=dfd, dst_dir_fd=dfd)
-                note = f"a directory was there, moved to {aside}"
-        else:
-            os.unlink(name, dir_fd=dfd)
+                    os.rename(name, aside, src_dir_fd=dfd, dst_dir_fd=dfd)
+                except OSError as e:
+                    return f"something else is there ({e.strerror}); not linked"
+                note = f"what was there instead of the link is now {aside}"
     os.symlink(target, name, dir_fd=dfd)
     return note

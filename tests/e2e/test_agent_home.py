@@ -456,3 +456,38 @@ def test_codex_app_server_socket(sandbox, agent_files, homes, layers):
     assert r["codex_home"] == os.path.join(agent_files, ".codex")
     assert r["deny:other_socket"] in DENIED, r
     assert not os.path.exists(os.path.join(agent_files, ".codex", "other.sock"))
+
+
+def test_links_put_back_and_planted_symlinks_never_followed(sandbox, planted_home, homes,
+                                                           test_user, outside_dir):
+    """What the agent leaves in its home between runs cannot turn confine's own
+    preparation (which runs unconfined, as the agent's uid) against the user: a
+    symlink planted where confine makes a directory is replaced, not followed; a
+    file put where a grant's link belongs is moved aside and the link comes back."""
+    gitdir = os.path.join(planted_home, ".config", "git")
+    os.makedirs(gitdir, exist_ok=True)
+    made_cfg = not os.path.exists(os.path.join(gitdir, "config"))
+    if made_cfg:
+        with open(os.path.join(gitdir, "config"), "w") as f:
+            f.write("[color]\n\tui = auto\n")
+    for p in (os.path.dirname(gitdir), gitdir, os.path.join(gitdir, "config")):
+        os.lchown(p, test_user.pw_uid, test_user.pw_gid)
+    try:
+        h = _home(sandbox, homes)
+        script = (f"rm -rf ~/.config && ln -s {outside_dir} ~/.config && "
+                  "rm ~/.gitconfig && echo '[user]' > ~/.gitconfig && echo planted")
+        p = sandbox.run(["sh", "-c", script])
+        assert p.stdout.strip() == "planted", p.stderr          # control: its own home
+        assert os.readlink(os.path.join(h, ".config")) == outside_dir
+        p = sandbox.run(["sh", "-c", "cat ~/.config/git/config ~/.gitconfig"])
+        assert p.returncode == 0, p.stderr
+        assert "ui = auto" in p.stdout and "Confine Test" in p.stdout, p.stdout
+        assert os.listdir(outside_dir) == [], "confine followed the planted symlink"
+        assert not os.path.islink(os.path.join(h, ".config"))
+        assert os.readlink(os.path.join(h, ".gitconfig")) == os.path.join(planted_home,
+                                                                          ".gitconfig")
+        with open(os.path.join(h, ".gitconfig.confine-displaced")) as f:
+            assert f.read() == "[user]\n"
+    finally:
+        if made_cfg:
+            os.unlink(os.path.join(gitdir, "config"))
