@@ -38,6 +38,7 @@ from collections.abc import Iterable, Mapping
 from ..errors import ConfineError
 from ..paths import is_under
 from ..plan.identity import Identity
+from ..policy import runlater
 from ..policy.model import Policy
 
 # Made if missing, never overwritten: the agent may change them (they run only inside).
@@ -89,6 +90,23 @@ def locate(identity: Identity, profile: str, workdir: str,
            parent_env: Mapping[str, str]) -> str:
     return os.path.join(state_base(identity, parent_env), "confine", "homes",
                         name_for(profile, workdir))
+
+
+def refusal(path: str, policy: Policy) -> str | None:
+    """Why `path` cannot be the agent home (its place comes from $XDG_STATE_HOME,
+    which the caller sets), or None."""
+    real = os.path.realpath(path)
+    for p in dict.fromkeys((path, real)):
+        if is_under(p, policy.workdir) or is_under(policy.workdir, p):
+            return f"it overlaps the workdir {policy.workdir} (set XDG_STATE_HOME elsewhere)"
+        if is_under(p, policy.tmp) or is_under(policy.tmp, p):
+            return "it overlaps the run's TMPDIR"
+        if runlater.system_reason(p):
+            return "it lies in a system directory (set XDG_STATE_HOME elsewhere)"
+        for d in policy.deny:
+            if is_under(p, d.path):
+                return f"it lies inside the protected secret {d.path}"
+    return None
 
 
 def links_for(policy: Policy, real_home: str, agent_home: str) -> list[tuple[str, str]]:
@@ -186,11 +204,20 @@ def _open_or_make(dfd: int, name: str, where: str, uid: int) -> int:
     except FileExistsError:
         pass
     try:
+        st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+    except OSError as e:
+        raise _refuse(where, f"cannot look at {where}: {e.strerror}") from None
+    if stat.S_ISLNK(st.st_mode):
+        raise _refuse(where, f"{where} is a symbolic link")
+    if not stat.S_ISDIR(st.st_mode):
+        raise _refuse(where, f"{where} is not a directory")
+    if st.st_uid != uid:
+        raise _refuse(where, f"{where} is owned by uid {st.st_uid}, not the agent's uid {uid}")
+    try:
+        # the check above named the problem; this open is the one that holds (a swap
+        # in between meets O_NOFOLLOW and the fstat below)
         fd = os.open(name, _NOFOLLOW_DIR, dir_fd=dfd)
     except OSError as e:
-        if e.errno in (errno.ELOOP, errno.ENOTDIR):
-            what = "a symbolic link" if e.errno == errno.ELOOP else "not a directory"
-            raise _refuse(where, f"{where} is {what}") from None
         raise _refuse(where, f"cannot open {where}: {e.strerror}") from None
     try:
         _check_dir(fd, where, uid)
@@ -209,7 +236,8 @@ def _prepare(path: str, uid: int, links: list[tuple[str, str]]) -> list[str]:
         base = os.path.realpath(top)
         bfd = os.open(base, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError as e:
-        raise _refuse(path, f"cannot make {top}: {e.strerror}") from None
+        raise ConfineError(f"agent home {path}: cannot make {top}: {e.strerror}; refusing to "
+                           "run (--no-agent-home keeps the account's own HOME)") from None
     try:
         st = os.fstat(bfd)
         if st.st_uid not in (uid, 0) or st.st_mode & 0o022:

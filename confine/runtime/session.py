@@ -211,9 +211,9 @@ class Session:
             return None, ["agent home: off (--no-agent-home): HOME is the account's own, "
                           "where only the profile's grants are reachable"]
         path = _home.locate(ident, self.req.profile, policy.workdir, parent_env)
-        if is_under(path, policy.workdir) or is_under(policy.workdir, path):
-            raise ConfineError(f"agent home {path} and the workdir {policy.workdir} overlap; "
-                               "refusing to run (choose another workdir)")
+        why = _home.refusal(path, policy)
+        if why:
+            raise ConfineError(f"agent home {path}: {why}; refusing to run")
         if not self.create_state:
             return path, []
         links = _home.links_for(policy, ident.home, path)

@@ -312,6 +312,9 @@ def test_suspicious_home_refused(sandbox, homes, test_user, outside_dir, how):
         p = sandbox.run(["true"])
         assert p.returncode == 125, (p.returncode, p.stderr)
         assert "agent home" in p.stderr and "refusing to run" in p.stderr, p.stderr
+        assert {"symlink": "is a symbolic link", "parent_symlink": "is a symbolic link",
+                "world_writable": "writable by other users",
+                "other_owner": "owned by uid 0"}[how] in p.stderr, p.stderr
         assert os.listdir(target) == [], "confine wrote through the planted path"
     finally:
         if moved:
@@ -491,3 +494,41 @@ def test_links_put_back_and_planted_symlinks_never_followed(sandbox, planted_hom
     finally:
         if made_cfg:
             os.unlink(os.path.join(gitdir, "config"))
+
+
+def test_odd_workdir_name_and_concurrent_runs(sandbox, homes, test_user):
+    """A workdir name with spaces, a newline, non-ASCII and 200 more characters gives
+    a plain, bounded home name; two runs starting at once on the same home both work
+    (one of them makes it, the other finds it made)."""
+    odd = os.path.join(sandbox.workdir, "we ird\nname-\u00fc-" + "x" * 200)
+    os.mkdir(odd)
+    os.chown(odd, test_user.pw_uid, test_user.pw_gid)
+    import copy
+    sb = copy.copy(sandbox)
+    sb.workdir = odd
+    h = _home(sb, homes)
+    name = os.path.basename(h)
+    assert len(name) < 100 and name.isascii() and "\n" not in name and " " not in name, name
+    procs = [sb.popen(["sh", "-c", "echo x >> ~/.bash_history && cat ~/.bashrc >/dev/null "
+                       "&& echo $HOME"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                      text=True) for _ in range(3)]
+    outs = [p.communicate(timeout=60) for p in procs]
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0 and out.strip() == h, (out, err)
+    assert open(os.path.join(h, ".bash_history")).read() == "x\nx\nx\n"
+
+
+def test_xdg_state_home_honoured_and_never_in_the_workdir(user_sandbox, homes, outside_dir):
+    """Started by the account itself, its own XDG_STATE_HOME places the home; one
+    that would put the home in the workdir is refused (control: elsewhere, it works)."""
+    sb = user_sandbox
+    inside = os.path.join(sb.workdir, "state")
+    p = sb.run(["true"], env_extra=[f"XDG_STATE_HOME={inside}"])
+    assert p.returncode == 125 and "overlaps the workdir" in p.stderr, p.stderr
+    assert not os.path.exists(inside)
+    p = sb.run(["sh", "-c", "echo $HOME"], env_extra=[f"XDG_STATE_HOME={outside_dir}"])
+    assert p.returncode == 0, p.stderr
+    homes.append(p.stdout.strip())
+    assert p.stdout.strip().startswith(os.path.join(outside_dir, "confine", "homes") + "/")
+    p = sb.run(["true"], env_extra=["XDG_STATE_HOME=/etc/x"])
+    assert p.returncode == 125 and "system directory" in p.stderr, p.stderr
