@@ -93,8 +93,12 @@ class Plan:
         return self.lsm.selinux
 
     def unix_roots(self) -> list[str]:
-        """Where pathname unix sockets may be connected: workdir, tmp, profile allows."""
-        return [self.policy.workdir, self.policy.tmp] + [g.path for g in self.policy.unix_sockets]
+        """Where pathname unix sockets may be connected: workdir, tmp, the agent home
+        (servers the agent starts there: gpg-agent in ~/.gnupg, ...; a link in it to a
+        socket elsewhere resolves outside and stays refused), profile allows."""
+        home = [self.agent_home] if self.agent_home else []
+        return ([self.policy.workdir, self.policy.tmp] + home
+                + [g.path for g in self.policy.unix_sockets])
 
     def writable_paths(self) -> list[str]:
         """What stays writable in the read-only host view, as shown to people."""

@@ -192,13 +192,14 @@ def test_tmux_inside_has_its_own_server(sandbox, homes, test_user, layers):
         sock = f"/tmp/tmux-{test_user.pw_uid}/{label}"
         assert stat.S_ISSOCK(os.stat(sock).st_mode)
         script = (f"tmux new -d -s agents 'sleep 60' && tmux ls; echo TMUX=${{TMUX-unset}}; "
-                  f"tmux -L {label} ls; echo by-name=$?; tmux -S {sock} ls; echo by-path=$?")
+                  f"tmux -L {label} ls; echo by-name=$?; tmux -S {sock} ls; echo by-path=$?; "
+                  f"ln -s {sock} ~/users.sock && tmux -S ~/users.sock ls; echo by-link=$?")
         p = sb.run(["sh", "-c", script], "--env", f"TMUX={sock},1,0", timeout=60)
         out = p.stdout
         assert "agents:" in out, (out, p.stderr)          # its own server works
         assert "users-own" not in out, out
         assert "TMUX=unset" in out, out                    # the user's TMUX never passes
-        assert "by-name=1" in out and "by-path=1" in out, (out, p.stderr)
+        assert "by-name=1" in out and "by-path=1" in out and "by-link=1" in out, (out, p.stderr)
         assert "no server running" in p.stderr or "error connecting" in p.stderr, p.stderr
     finally:
         subprocess.run(user_tmux + ["kill-server"], timeout=30)
@@ -532,3 +533,89 @@ def test_xdg_state_home_honoured_and_never_in_the_workdir(user_sandbox, homes, o
     assert p.stdout.strip().startswith(os.path.join(outside_dir, "confine", "homes") + "/")
     p = sb.run(["true"], env_extra=["XDG_STATE_HOME=/etc/x"])
     assert p.returncode == 125 and "system directory" in p.stderr, p.stderr
+
+
+BODY_OWN_SOCKET = r'''
+H = os.environ["HOME"]
+def serve(path):
+    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind(path)
+    srv.listen(1)
+    c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    c.connect(path)
+    conn, _ = srv.accept()
+    c.sendall(b"x")
+    return "ok" if conn.recv(1) == b"x" else "bad"
+attempt("own_agent_socket", lambda: serve(os.path.join(H, ".gnupg", "S.gpg-agent")))
+def via_link():
+    os.symlink(P["outside"], os.path.join(H, "outside.sock"))
+    c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    c.connect(os.path.join(H, "outside.sock"))
+attempt("deny:link_to_outside_socket", via_link)
+'''
+
+
+@pytest.mark.parametrize("layers", ["all", "landlock"])
+def test_servers_in_the_agent_home_reachable_links_out_of_it_not(sandbox, homes, test_user,
+                                                                 outside_dir, layers):
+    """A per-user server the agent starts with its socket in its home (gpg-agent's
+    ~/.gnupg) can be reached; a link in the home to a socket outside cannot (the
+    mediation judges the resolved path). Control: the outside socket accepts the
+    same identity outside."""
+    import socket
+    sb = _layers(sandbox, layers)
+    _home(sb, homes)
+    path = os.path.join(outside_dir, "srv.sock")
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind(path)
+    os.chown(path, test_user.pw_uid, test_user.pw_gid)
+    srv.listen(8)
+    try:
+        p, r = sb.probe(BODY_OWN_SOCKET, {"outside": path})
+        assert r is not None, p.stderr
+        assert r["own_agent_socket"] == "ok", (r, p.stderr)
+        assert r["deny:link_to_outside_socket"] in DENIED, r
+        _, o = sb.outside_probe(r'''
+c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+attempt("connect", lambda: c.connect(P["outside"]))
+''', {"outside": path})
+        assert o == {"connect": "ok"}, o
+    finally:
+        srv.close()
+
+
+def test_no_agent_home_keeps_the_accounts_home(sandbox, homes):
+    h = _home(sandbox, homes)
+    p = sandbox.run(["sh", "-c", "echo $HOME ${XDG_CACHE_HOME-unset}"], "--no-agent-home")
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.split() == [sandbox.agent.pw_dir, "unset"]
+    assert not os.path.exists(h)
+
+
+def test_claude_json_saved_like_claude_code_reaches_the_real_file(sandbox, agent_files, homes):
+    """Claude Code saves ~/.claude.json by resolving the link one hop, writing a
+    temporary file beside the target and renaming it; where that fails it writes in
+    place. Through the agent home's link that lands in the real file, as before."""
+    _home(sandbox, homes, "-p", "claude-code")
+    code = r'''
+import os, json
+p = os.path.expanduser("~/.claude.json")
+target = os.path.join(os.path.dirname(p), os.readlink(p)) if os.path.islink(p) else p
+data = json.dumps({"numStartups": 2})
+try:
+    tmp = target + ".tmp.1"
+    with open(tmp, "w") as f:
+        f.write(data)
+    os.rename(tmp, target)
+    how = "atomic"
+except OSError:
+    with open(target, "w") as f:
+        f.write(data)
+    how = "in place"
+print(json.dumps({"how": how, "islink": os.path.islink(p)}))
+'''
+    p, r = sandbox.py(code, "-p", "claude-code")
+    assert r == {"how": "in place", "islink": True}, (r, p.stderr)
+    with open(os.path.join(agent_files, ".claude.json")) as f:
+        assert json.load(f) == {"numStartups": 2}
