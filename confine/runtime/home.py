@@ -40,6 +40,7 @@ from ..paths import is_under
 from ..plan.identity import Identity
 from ..policy import runlater
 from ..policy.model import Policy
+from ..protect.revert import remove_at
 
 # Made if missing, never overwritten: the agent may change them (they run only inside).
 BASHRC = """\
@@ -61,6 +62,7 @@ FILES = ((".bashrc", BASHRC), (".profile", PROFILE))
 # The XDG directories (env.home_vars points at them).
 DIRS = (".cache", ".config", ".local", ".local/share", ".local/state")
 
+_COLLECT_AT_MOST = 20     # homes of vanished workdirs removed per run: bounded work
 _NOFOLLOW_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
@@ -69,7 +71,7 @@ def name_for(profile: str, workdir: str) -> str:
     both (a profile given as a file is keyed by its real path)."""
     key = profile if "/" not in profile and not profile.endswith((".yaml", ".yml")) \
         else os.path.realpath(profile)
-    digest = hashlib.sha256(f"{key}\0{os.path.realpath(workdir)}".encode()).hexdigest()[:12]
+    digest = hashlib.sha256(os.fsencode(f"{key}\0{os.path.realpath(workdir)}")).hexdigest()[:12]
     stem = os.path.basename(key).removesuffix(".yaml").removesuffix(".yml")
 
     def clean(s: str) -> str:
@@ -140,12 +142,13 @@ def _expand(template: str, home: str) -> str:
     return template.replace("{home}", home)
 
 
-def prepare(path: str, identity: Identity, links: Iterable[tuple[str, str]]) -> list[str]:
+def prepare(path: str, identity: Identity, links: Iterable[tuple[str, str]],
+            workdir: str) -> list[str]:
     """Make or check the agent home at `path` and place the grant links; returns notes.
     Runs as the agent's uid: started as root, in a forked helper that drops to it."""
     links = list(links)
     if os.geteuid() != 0 or identity.uid == 0:
-        return _prepare(path, identity.uid, links)
+        return _prepare(path, identity.uid, links, workdir)
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:  # the helper: never returns into the caller
@@ -155,7 +158,7 @@ def prepare(path: str, identity: Identity, links: Iterable[tuple[str, str]]) -> 
             os.setgroups([])
             os.setresgid(identity.gid, identity.gid, identity.gid)
             os.setresuid(identity.uid, identity.uid, identity.uid)
-            out: dict[str, object] = {"notes": _prepare(path, identity.uid, links)}
+            out: dict[str, object] = {"notes": _prepare(path, identity.uid, links, workdir)}
         except ConfineError as e:
             out = {"error": str(e)}
         except BaseException as e:  # noqa: BLE001 - reported to the parent, which refuses
@@ -227,7 +230,7 @@ def _open_or_make(dfd: int, name: str, where: str, uid: int) -> int:
     return fd
 
 
-def _prepare(path: str, uid: int, links: list[tuple[str, str]]) -> list[str]:
+def _prepare(path: str, uid: int, links: list[tuple[str, str]], workdir: str) -> list[str]:
     top = os.path.dirname(os.path.dirname(os.path.dirname(path)))   # the state base
     try:
         # the account's own ~/.local/state: the user's layout (a symlinked ~/.local) is
@@ -243,20 +246,63 @@ def _prepare(path: str, uid: int, links: list[tuple[str, str]]) -> list[str]:
         if st.st_uid not in (uid, 0) or st.st_mode & 0o022:
             raise _refuse(path, f"{base} is not the agent's own directory (uid {st.st_uid}, "
                           f"mode {stat.S_IMODE(st.st_mode):o})")
-        fd = bfd
-        where = base
-        for name in ("confine", "homes", os.path.basename(path)):
-            where = os.path.join(where, name)
-            nfd = _open_or_make(fd, name, where, uid)
-            if fd != bfd:
-                os.close(fd)
-            fd = nfd
+        cfd = _open_or_make(bfd, "confine", os.path.join(base, "confine"), uid)
     finally:
         os.close(bfd)
     try:
-        return _fill(fd, path, links)
+        homes = os.path.join(base, "confine", "homes")
+        sfd = _open_or_make(cfd, "homes", homes, uid)
     finally:
-        os.close(fd)
+        os.close(cfd)
+    try:
+        name = os.path.basename(path)
+        fd = _open_or_make(sfd, name, os.path.join(homes, name), uid)
+        try:
+            notes = _fill(fd, path, links)
+        finally:
+            os.close(fd)
+        return notes + _record_and_collect(sfd, name, workdir)
+    finally:
+        os.close(sfd)
+
+
+def _record_and_collect(sfd: int, name: str, workdir: str) -> list[str]:
+    """Note which workdir a home serves (`.NAME.workdir`, beside it: the agent cannot
+    write there), and remove a few homes whose workdir is gone (temporary workdirs of
+    an agent framework would otherwise leave one home each, forever)."""
+    notes: list[str] = []
+    rec = f".{name}.workdir"
+    try:
+        fd = os.open(rec + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
+                     | os.O_CLOEXEC, 0o600, dir_fd=sfd)
+        with os.fdopen(fd, "wb") as f:
+            f.write(os.fsencode(workdir))
+        os.rename(rec + ".tmp", rec, src_dir_fd=sfd, dst_dir_fd=sfd)
+    except OSError as e:
+        return [f"agent home: could not record its workdir: {e.strerror}"]
+    removed = 0
+    for entry in sorted(os.listdir(sfd)):
+        if removed >= _COLLECT_AT_MOST:
+            break
+        if not (entry.startswith(".") and entry.endswith(".workdir")) or entry == rec:
+            continue
+        other = entry[1:-len(".workdir")]
+        try:
+            fd = os.open(entry, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=sfd)
+            with os.fdopen(fd, "rb") as f:
+                wd = os.fsdecode(f.read(8192))
+            if not os.path.isabs(wd) or os.path.lexists(wd) \
+                    or not os.path.isdir(os.path.dirname(wd)):
+                continue      # still there, or its file system is not mounted: keep
+            try:
+                remove_at(sfd, other)
+            except FileNotFoundError:
+                pass
+            os.unlink(entry, dir_fd=sfd)
+            removed += 1
+        except OSError as e:
+            notes.append(f"agent home {other}: not removed ({e.strerror})")
+    return notes
 
 
 def _fill(hfd: int, path: str, links: list[tuple[str, str]]) -> list[str]:

@@ -217,7 +217,7 @@ class Session:
         if not self.create_state:
             return path, []
         links = _home.links_for(policy, ident.home, path)
-        return path, _home.prepare(path, ident, links)
+        return path, _home.prepare(path, ident, links, policy.workdir)
 
     def _snapshot(self, policy: Any, home: str, facts: HostFacts) -> Protected:
         from .. import protect

@@ -619,3 +619,25 @@ print(json.dumps({"how": how, "islink": os.path.islink(p)}))
     assert r == {"how": "in place", "islink": True}, (r, p.stderr)
     with open(os.path.join(agent_files, ".claude.json")) as f:
         assert json.load(f) == {"numStartups": 2}
+
+
+def test_home_of_a_vanished_workdir_is_removed(sandbox, homes, test_user):
+    """An agent framework's temporary workdirs would leave one home each: the next
+    run removes the homes whose workdir is gone (control: one whose workdir is there
+    stays)."""
+    import copy
+    boxes = []
+    for n in ("gone", "kept"):
+        d = os.path.join(sandbox.workdir, n)
+        os.mkdir(d)
+        os.chown(d, test_user.pw_uid, test_user.pw_gid)
+        sb = copy.copy(sandbox)
+        sb.workdir = d
+        boxes.append((sb, _home(sb, homes)))
+    for sb, _ in boxes:
+        assert sb.run(["true"]).returncode == 0
+    os.rmdir(boxes[0][0].workdir)
+    p = sandbox.run(["true"])
+    assert p.returncode == 0, p.stderr
+    homes.append(home_of(sandbox))
+    assert not os.path.exists(boxes[0][1]) and os.path.isdir(boxes[1][1])

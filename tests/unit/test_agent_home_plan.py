@@ -106,7 +106,9 @@ def test_no_agent_home_keeps_the_accounts_home(home):
 def test_prepare_makes_a_private_home_and_refuses_a_symlink(home, tmp_path):
     ah = _home.locate(_ident(home), "default", str(tmp_path / "wd"), {})
     assert ah.startswith(os.path.join(home, ".local/state/confine/homes/"))
-    notes = _home.prepare(ah, _ident(home), [(".gitconfig", os.path.join(home, ".gitconfig"))])
+    wd = str(tmp_path / "wd")
+    notes = _home.prepare(ah, _ident(home), [(".gitconfig", os.path.join(home, ".gitconfig"))],
+                          wd)
     assert notes == []
     assert stat.S_IMODE(os.stat(ah).st_mode) == 0o700
     assert os.readlink(os.path.join(ah, ".gitconfig")) == os.path.join(home, ".gitconfig")
@@ -114,10 +116,34 @@ def test_prepare_makes_a_private_home_and_refuses_a_symlink(home, tmp_path):
     os.rename(ah, ah + ".old")
     os.symlink(ah + ".old", ah)
     with pytest.raises(ConfineError, match="symbolic link"):
-        _home.prepare(ah, _ident(home), [])
+        _home.prepare(ah, _ident(home), [], wd)
 
 
 def test_user_server_variables_dropped_even_when_named():
     env = {"TMUX": "x", "PATH": "/bin"}
     notes = _env.drop_user_servers(env)
     assert env == {"PATH": "/bin"} and notes and "tmux" in notes[0]
+
+
+def test_homes_of_vanished_workdirs_are_collected(home, tmp_path):
+    ident = _ident(home)
+    gone, kept, odd = (tmp_path / "gone", tmp_path / "kept", tmp_path / b"o\xffdd\n".decode(
+        "utf-8", "surrogateescape"))
+    for d in (gone, kept, odd):
+        d.mkdir()
+    homes = {}
+    for d in (gone, kept, odd):
+        homes[d] = _home.locate(ident, "default", str(d), {})
+        _home.prepare(homes[d], ident, [], str(d))
+    gone.rmdir()
+    unmounted = tmp_path / "mnt" / "proj"       # parent missing: a file system not mounted
+    h = _home.locate(ident, "default", str(unmounted), {})
+    os.makedirs(tmp_path / "mnt" / "proj")
+    _home.prepare(h, ident, [], str(unmounted))
+    os.rmdir(tmp_path / "mnt" / "proj")
+    os.rmdir(tmp_path / "mnt")
+    _home.prepare(homes[kept], ident, [], str(kept))
+    assert not os.path.exists(homes[gone])
+    assert not os.path.exists(os.path.join(os.path.dirname(homes[gone]),
+                                           "." + os.path.basename(homes[gone]) + ".workdir"))
+    assert os.path.isdir(homes[kept]) and os.path.isdir(homes[odd]) and os.path.isdir(h)
