@@ -148,7 +148,11 @@ def prepare(path: str, identity: Identity, links: Iterable[tuple[str, str]],
     Runs as the agent's uid: started as root, in a forked helper that drops to it."""
     links = list(links)
     if os.geteuid() != 0 or identity.uid == 0:
-        return _prepare(path, identity.uid, links, workdir)
+        try:
+            return _prepare(path, identity.uid, links, workdir)
+        except OSError as e:
+            raise _refuse(path, f"{e.strerror or e}"
+                          + (f" ({e.filename})" if e.filename else "")) from None
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:  # the helper: never returns into the caller
@@ -287,6 +291,8 @@ def _record_and_collect(sfd: int, name: str, workdir: str) -> list[str]:
         if not (entry.startswith(".") and entry.endswith(".workdir")) or entry == rec:
             continue
         other = entry[1:-len(".workdir")]
+        if not re.fullmatch(r"[A-Za-z0-9_-][A-Za-z0-9._-]*", other):
+            continue          # not a name confine makes (name_for): never "." or ".."
         try:
             fd = os.open(entry, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=sfd)
             with os.fdopen(fd, "rb") as f:
@@ -307,13 +313,21 @@ def _record_and_collect(sfd: int, name: str, workdir: str) -> list[str]:
 
 def _fill(hfd: int, path: str, links: list[tuple[str, str]]) -> list[str]:
     notes: list[str] = []
+    # The agent may have taken permissions away in its own home: what cannot be
+    # made is said, not fatal (it is the agent's own home, not a protection).
     for d in DIRS:
-        _walk(hfd, d.split("/"), make=True, close=True)
+        try:
+            _walk(hfd, d.split("/"), make=True, close=True)
+        except OSError as e:
+            notes.append(f"agent home {path}: {d}: {e.strerror}")
     for name, text in FILES:
         try:
             fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
                          | os.O_CLOEXEC, 0o600, dir_fd=hfd)
         except FileExistsError:
+            continue
+        except OSError as e:
+            notes.append(f"agent home {path}: {name}: {e.strerror}")
             continue
         with os.fdopen(fd, "w") as f:
             f.write(text)

@@ -641,3 +641,22 @@ def test_home_of_a_vanished_workdir_is_removed(sandbox, homes, test_user):
     assert p.returncode == 0, p.stderr
     homes.append(home_of(sandbox))
     assert not os.path.exists(boxes[0][1]) and os.path.isdir(boxes[1][1])
+
+
+def test_home_the_agent_vandalised_still_runs_and_is_never_written_through(
+        sandbox, planted_home, homes):
+    """The agent takes permissions away in its home and points its rc files at the
+    user's: the next run still starts (confine only says what it could not make) and
+    confine writes nothing through those links."""
+    h = _home(sandbox, homes)
+    real = os.path.join(planted_home, ".bashrc")
+    before = open(real, "rb").read()
+    p = sandbox.run(["sh", "-c", f"chmod 000 ~/.cache ~/.config && rm ~/.bashrc ~/.profile && "
+                                 f"ln -s {real} ~/.bashrc && ln -s {real} ~/.profile && echo done"])
+    assert p.stdout.strip() == "done", p.stderr
+    p = sandbox.run(["sh", "-c", "echo $HOME"])
+    assert p.returncode == 0 and p.stdout.strip() == h, p.stderr
+    assert open(real, "rb").read() == before
+    assert os.readlink(os.path.join(h, ".bashrc")) == real      # left as the agent made it
+    p = sandbox.run(["cat", os.path.expanduser(os.path.join(h, ".bashrc"))])
+    assert p.returncode != 0 and "Permission denied" in p.stderr  # and it reaches nothing
