@@ -100,7 +100,8 @@ def refusal(path: str, policy: Policy) -> str | None:
     real = os.path.realpath(path)
     for p in dict.fromkeys((path, real)):
         if is_under(p, policy.workdir) or is_under(policy.workdir, p):
-            return f"it overlaps the workdir {policy.workdir} (set XDG_STATE_HOME elsewhere)"
+            return (f"it overlaps the workdir {policy.workdir} (set XDG_STATE_HOME elsewhere, "
+                    "or run with --no-agent-home)")
         if is_under(p, policy.tmp) or is_under(policy.tmp, p):
             return "it overlaps the run's TMPDIR"
         if runlater.system_reason(p):

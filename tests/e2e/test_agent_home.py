@@ -65,10 +65,11 @@ def test_interactive_bash_starts_with_nothing_on_stderr(sandbox, planted_home, h
     sb = _layers(sandbox, layers)
     h = _home(sb, homes)
     assert not os.path.exists(h), "--dry-run made the agent home"
-    status, out = pty_run(sb.exec_cmd(["bash", "-i", "-c", "true"]), timeout=60)
-    if layers == "landlock":     # confine's own notice that the namespaces were given up
-        out = b"".join(ln for ln in out.splitlines(True) if not ln.startswith(b"confine: "))
-    assert (status, out) == (0, b""), out.decode(errors="replace")
+    for argv in (["bash", "-i", "-c", "true"], ["bash", "-l", "-i", "-c", "true"]):
+        status, out = pty_run(sb.exec_cmd(argv), timeout=60)
+        if layers == "landlock":     # confine's own notice that the namespaces were given up
+            out = b"".join(ln for ln in out.splitlines(True) if not ln.startswith(b"confine: "))
+        assert (status, out) == (0, b""), (argv, out.decode(errors="replace"))
     # without a terminal too
     p = sb.run(["bash", "-c", "echo $HOME; . ~/.bashrc; . ~/.profile; echo sourced"])
     assert p.returncode == 0, p.stderr
