@@ -33,7 +33,9 @@ import json
 import os
 import re
 import stat
-from collections.abc import Iterable, Mapping
+import tempfile
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 from ..errors import ConfineError
 from ..paths import is_under
@@ -41,6 +43,7 @@ from ..plan.identity import Identity
 from ..policy import runlater
 from ..policy.model import Policy
 from ..protect.revert import remove_at
+from .workdir import remove_tree
 
 # Made if missing, never overwritten: the agent may change them (they run only inside).
 BASHRC = """\
@@ -143,14 +146,38 @@ def _expand(template: str, home: str) -> str:
     return template.replace("{home}", home)
 
 
+class Unavailable(ConfineError):
+    """The account has no place for a persistent agent home (no writable HOME, a
+    read-only file system): the run gets a fresh one in its TMPDIR instead."""
+
+
 def prepare(path: str, identity: Identity, links: Iterable[tuple[str, str]],
             workdir: str) -> list[str]:
     """Make or check the agent home at `path` and place the grant links; returns notes.
     Runs as the agent's uid: started as root, in a forked helper that drops to it."""
-    links = list(links)
+    return _as_agent(identity, _prepare, path, identity.uid, list(links), workdir)
+
+
+def prepare_temporary(identity: Identity, links: Iterable[tuple[str, str]]) -> tuple[str, list[str]]:
+    """A fresh agent home for one run, beside its TMPDIR (not in it: a tmpfs is
+    mounted there at launch); the caller removes it afterwards."""
+    path = tempfile.mkdtemp(prefix="confine-home-", dir="/tmp")
+    try:
+        os.chmod(path, 0o700)
+        if os.geteuid() == 0:
+            os.chown(path, identity.uid, identity.gid)
+        return path, _as_agent(identity, _prepare_temp, path, identity.uid, list(links))
+    except BaseException:
+        remove_tree(path)
+        raise
+
+
+def _as_agent(identity: Identity, fn: Callable[..., list[str]], path: str,
+              *args: Any) -> list[str]:
+    """fn(path, *args) with the agent's uid, gid and no supplementary groups."""
     if os.geteuid() != 0 or identity.uid == 0:
         try:
-            return _prepare(path, identity.uid, links, workdir)
+            return fn(path, *args)
         except OSError as e:
             raise _refuse(path, f"{e.strerror or e}"
                           + (f" ({e.filename})" if e.filename else "")) from None
@@ -163,9 +190,9 @@ def prepare(path: str, identity: Identity, links: Iterable[tuple[str, str]],
             os.setgroups([])
             os.setresgid(identity.gid, identity.gid, identity.gid)
             os.setresuid(identity.uid, identity.uid, identity.uid)
-            out: dict[str, object] = {"notes": _prepare(path, identity.uid, links, workdir)}
+            out: dict[str, object] = {"notes": fn(path, *args)}
         except ConfineError as e:
-            out = {"error": str(e)}
+            out = {"error": str(e), "unavailable": isinstance(e, Unavailable)}
         except BaseException as e:  # noqa: BLE001 - reported to the parent, which refuses
             out = {"error": f"{type(e).__name__}: {e}"}
         try:
@@ -186,7 +213,7 @@ def prepare(path: str, identity: Identity, links: Iterable[tuple[str, str]],
     except ValueError:
         raise ConfineError(f"agent home {path}: the helper that makes it failed") from None
     if "error" in got:
-        raise ConfineError(str(got["error"]))
+        raise (Unavailable if got.get("unavailable") else ConfineError)(str(got["error"]))
     return [str(n) for n in got.get("notes", ())]
 
 
@@ -211,6 +238,10 @@ def _open_or_make(dfd: int, name: str, where: str, uid: int) -> int:
         os.mkdir(name, 0o700, dir_fd=dfd)
     except FileExistsError:
         pass
+    except OSError as e:
+        if e.errno in (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT):
+            raise Unavailable(f"agent home: cannot make {where}: {e.strerror}") from None
+        raise
     try:
         st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
     except OSError as e:
@@ -244,8 +275,7 @@ def _prepare(path: str, uid: int, links: list[tuple[str, str]], workdir: str) ->
         base = os.path.realpath(top)
         bfd = os.open(base, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError as e:
-        raise ConfineError(f"agent home {path}: cannot make {top}: {e.strerror}; refusing to "
-                           "run (--no-agent-home keeps the account's own HOME)") from None
+        raise Unavailable(f"agent home {path}: cannot make {top}: {e.strerror}") from None
     try:
         st = os.fstat(bfd)
         if st.st_uid not in (uid, 0) or st.st_mode & 0o022:
@@ -269,6 +299,15 @@ def _prepare(path: str, uid: int, links: list[tuple[str, str]], workdir: str) ->
         return notes + _record_and_collect(sfd, name, workdir)
     finally:
         os.close(sfd)
+
+
+def _prepare_temp(path: str, uid: int, links: list[tuple[str, str]]) -> list[str]:
+    fd = os.open(path, _NOFOLLOW_DIR)
+    try:
+        _check_dir(fd, path, uid)
+        return _fill(fd, path, links)
+    finally:
+        os.close(fd)
 
 
 def _record_and_collect(sfd: int, name: str, workdir: str) -> list[str]:

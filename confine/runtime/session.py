@@ -133,6 +133,7 @@ class Session:
         self.create_state = create_state   # make the profile's missing `state:` (a run)
         self.warn = warn
         self.tmp: str | None = None
+        self.tmp_home: str | None = None   # the agent home of this run alone (home.py)
         self._hold: _SignalHold | None = None
         self.snapshot: Any = None
         self.guard: Any = None
@@ -154,6 +155,11 @@ class Session:
                     self.warn(f"could not remove the run's TMPDIR {_safe(self.tmp)}: remove it "
                               "by hand")
                 self.tmp = None
+            if self.tmp_home is not None:
+                if not remove_tree(self.tmp_home):
+                    self.warn(f"could not remove the run's HOME {_safe(self.tmp_home)}: "
+                              "remove it by hand")
+                self.tmp_home = None
         finally:
             # held through the removal of the TMPDIR too: it is the agent's
             if self._hold is not None:
@@ -217,7 +223,15 @@ class Session:
         if not self.create_state:
             return path, []
         links = _home.links_for(policy, ident.home, path)
-        return path, _home.prepare(path, ident, links, policy.workdir)
+        try:
+            return path, _home.prepare(path, ident, links, policy.workdir)
+        except _home.Unavailable as e:
+            # no place for a persistent one (HOME missing or read-only): a fresh home
+            # for this run alone, never the account's own HOME
+            self.tmp_home, notes = _home.prepare_temporary(ident, links)
+            self.warn(f"{e}; this run's HOME is a fresh one ({self.tmp_home}), removed "
+                      "afterwards (--no-agent-home keeps the account's own)")
+            return self.tmp_home, notes
 
     def _snapshot(self, policy: Any, home: str, facts: HostFacts) -> Protected:
         from .. import protect

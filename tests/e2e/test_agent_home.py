@@ -661,3 +661,29 @@ def test_home_the_agent_vandalised_still_runs_and_is_never_written_through(
     assert os.readlink(os.path.join(h, ".bashrc")) == real      # left as the agent made it
     p = sandbox.run(["cat", os.path.expanduser(os.path.join(h, ".bashrc"))])
     assert p.returncode != 0 and "Permission denied" in p.stderr  # and it reaches nothing
+
+
+def test_no_place_for_a_home_gives_a_fresh_one_for_the_run(user_sandbox):
+    """An account whose HOME cannot hold one (HOME=/nonexistent, as on CI systems)
+    gets a fresh agent home in the run's TMPDIR, said on stderr, never its own HOME;
+    a suspicious home stays refused (test_suspicious_home_refused)."""
+    sb = user_sandbox
+    p = sb.run(["sh", "-c", "echo $HOME $TMPDIR; test -f ~/.bashrc && echo rc; "
+                            "echo x > ~/f && echo wrote"], env_extra=["HOME=/nonexistent"])
+    assert p.returncode == 0, p.stderr
+    home, tmp, *rest = p.stdout.split()
+    assert home.startswith("/tmp/confine-home-") and rest == ["rc", "wrote"], p.stdout
+    assert "HOME is a fresh one" in p.stderr and "/nonexistent" in p.stderr, p.stderr
+    assert not os.path.exists(home) and not os.path.exists(tmp), "left behind"
+
+
+def test_account_without_a_home_gets_a_fresh_one(root_sandbox):
+    """Started as root for an account whose home does not exist (nobody's
+    /nonexistent): a fresh home for the run, removed afterwards."""
+    sb = root_sandbox
+    os.chmod(sb.workdir, 0o777)
+    p = sb.run(["sh", "-c", "echo $HOME; echo x > ~/f && id -un"], "--user", "nobody")
+    assert p.returncode == 0, p.stderr
+    home, user = p.stdout.split()
+    assert home.startswith("/tmp/confine-home-") and user == "nobody", p.stdout
+    assert not os.path.exists(home)
