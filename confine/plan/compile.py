@@ -352,8 +352,9 @@ def compile(policy: Policy, argv: Sequence[str], identity: Identity, host: HostF
 
     fixed = {"HOME": identity.home, "TMPDIR": policy.tmp, "USER": identity.user,
              "LOGNAME": identity.user}
+    fixed.update(_env.server_vars(policy.tmp))
     if agent_home is not None:
-        fixed.update(_env.home_vars(agent_home, policy.tmp))
+        fixed.update(_env.home_vars(agent_home))
         fixed.update(_env.tool_homes(((g.template, g.path) for g in policy.write), parent_env))
     env, env_notes = _env.build(dict(parent_env), passthrough=policy.env.passthrough,
                                 profile_set=policy.env.set, cli=cli_env, fixed=fixed)
@@ -429,8 +430,7 @@ def compile(policy: Policy, argv: Sequence[str], identity: Identity, host: HostF
 
 
 def _home_rules(home: str, denied: list[str], add: Callable[[list[str], AccessFS, str], None],
-                binds: list[str],
-                carved: list[str]) -> None:
+                binds: list[str], carved: list[str]) -> None:
     """The agent home: every write right (its own rc files, history, caches), like
     the workdir, secrets carved out; writable in the read-only host view."""
     w, c = _carve.carve(home, denied)

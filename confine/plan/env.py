@@ -84,16 +84,20 @@ def build(parent: Mapping[str, str], *, passthrough: Iterable[str] = (),
 USER_SERVERS = {"TMUX": "tmux", "TMUX_PANE": "tmux", "STY": "screen"}
 
 
-def home_vars(home: str, tmp: str) -> dict[str, str]:
+def home_vars(home: str) -> dict[str, str]:
     """HOME and what tools derive their state from, all in the agent's own home
     (runtime/home.py): pip and pnpm (XDG_CACHE_HOME), npm (~/.npm), cargo (~/.cargo),
-    go (~/go, XDG_CACHE_HOME/go-build), yarn, shell history. tmux and screen put
-    their sockets in the run's private TMPDIR: a server started inside is the
-    agent's, and `tmux ls` inside never finds the user's."""
+    go (~/go, XDG_CACHE_HOME/go-build), yarn, shell history."""
     return {"HOME": home,
             "XDG_CONFIG_HOME": f"{home}/.config", "XDG_CACHE_HOME": f"{home}/.cache",
-            "XDG_DATA_HOME": f"{home}/.local/share", "XDG_STATE_HOME": f"{home}/.local/state",
-            "TMUX_TMPDIR": tmp, "SCREENDIR": f"{tmp}/screen"}
+            "XDG_DATA_HOME": f"{home}/.local/share", "XDG_STATE_HOME": f"{home}/.local/state"}
+
+
+def server_vars(tmp: str) -> dict[str, str]:
+    """tmux and screen put their sockets in the run's private TMPDIR (with or without
+    an agent home): a server started inside is the agent's, and `tmux ls` inside
+    never goes looking for the user's in /tmp/tmux-UID."""
+    return {"TMUX_TMPDIR": tmp, "SCREENDIR": f"{tmp}/screen"}
 
 
 # Tools that find their own directory from a variable, when the profile grants that

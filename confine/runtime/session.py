@@ -23,9 +23,12 @@ from ..errors import ConfineError, default_warn
 from ..paths import is_under
 from ..plan import HostFacts, Lsm, Plan, Protected, compile, features
 from ..plan.compile import unreachable_servers
+from ..plan.identity import Identity
 from ..plan.identity import resolve as resolve_identity
 from ..policy import load as _load
+from ..policy.model import Policy
 from ..protect.report import _safe
+from . import home as _home
 from .events import Events
 from .workdir import check_workdir, make_tmp, remove_tree
 
@@ -208,11 +211,11 @@ class Session:
             self.close()
             raise
 
-    def _agent_home(self, policy: Any, ident: Any,
+    def _agent_home(self, policy: Policy, ident: Identity,
                     parent_env: dict[str, str]) -> tuple[str | None, list[str]]:
         """The agent's own HOME: located always, made and checked for a run only
-        (--dry-run changes nothing)."""
-        from . import home as _home
+        (--dry-run changes nothing). What a run had to note is said on stderr: it is
+        rare (something the agent left in its home, a race with another run)."""
         if not self.req.agent_home:
             return None, ["agent home: off (--no-agent-home): HOME is the account's own, "
                           "where only the profile's grants are reachable"]
@@ -224,14 +227,17 @@ class Session:
             return path, []
         links = _home.links_for(policy, ident.home, path)
         try:
-            return path, _home.prepare(path, ident, links, policy.workdir)
+            notes = _home.prepare(path, ident, links, policy.workdir)
         except _home.Unavailable as e:
             # no place for a persistent one (HOME missing or read-only): a fresh home
             # for this run alone, never the account's own HOME
             self.tmp_home, notes = _home.prepare_temporary(ident, links)
             self.warn(f"{e}; this run's HOME is a fresh one ({self.tmp_home}), removed "
                       "afterwards (--no-agent-home keeps the account's own)")
-            return self.tmp_home, notes
+            path = self.tmp_home
+        for n in notes:
+            self.warn(_safe(n))
+        return path, notes
 
     def _snapshot(self, policy: Any, home: str, facts: HostFacts) -> Protected:
         from .. import protect

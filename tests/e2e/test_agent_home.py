@@ -588,9 +588,12 @@ attempt("connect", lambda: c.connect(P["outside"]))
 
 def test_no_agent_home_keeps_the_accounts_home(sandbox, homes):
     h = _home(sandbox, homes)
-    p = sandbox.run(["sh", "-c", "echo $HOME ${XDG_CACHE_HOME-unset}"], "--no-agent-home")
+    p = sandbox.run(["sh", "-c", "echo $HOME ${XDG_CACHE_HOME-unset} $TMUX_TMPDIR $TMPDIR"],
+                    "--no-agent-home")
     assert p.returncode == 0, p.stderr
-    assert p.stdout.split() == [sandbox.agent.pw_dir, "unset"]
+    home, xdg, tmux, tmp = p.stdout.split()
+    assert (home, xdg) == (sandbox.agent.pw_dir, "unset")
+    assert tmux == tmp and tmp.startswith("/tmp/confine-")   # tmux inside: its own server
     assert not os.path.exists(h)
 
 

@@ -101,6 +101,7 @@ def test_no_agent_home_keeps_the_accounts_home(home):
     plan = compile(_policy(home), ["true"], _ident(home), FULL, parent_env={})
     assert plan.env["HOME"] == home and plan.agent_home is None
     assert "XDG_CACHE_HOME" not in plan.env
+    assert plan.env["TMUX_TMPDIR"] == plan.policy.tmp          # tmux inside is still its own
 
 
 def test_prepare_makes_a_private_home_and_refuses_a_symlink(home, tmp_path):
