@@ -287,6 +287,8 @@ def test_home_made_private_and_owned_by_the_agent(sandbox, homes, test_user):
         assert st.st_uid == test_user.pw_uid
     # a different workdir or profile gets a different home
     assert home_of(sandbox, "-p", "strict") != h
+    p = sandbox.run(["true"], "--dry-run")
+    assert f"home:     {h} " in p.stdout, p.stdout
 
 
 @pytest.mark.parametrize("how", ["symlink", "world_writable", "other_owner", "parent_symlink"])
