@@ -136,6 +136,9 @@ def cli():
               help="Under network.default: ask, put each question to CMD instead of the terminal "
                    "(one JSON event on stdin, one JSON answer on stdout; a timeout or anything "
                    "but an explicit allow denies). CMD runs outside the sandbox as you.")
+@click.option("--agent-home/--no-agent-home", default=True, show_default=True,
+              help="HOME inside is the agent's own persistent home (rc files, history, "
+                   "caches), kept per profile and workdir; never your real HOME.")
 @click.option("--dry-run", is_flag=True, help="Print the effective policy and exit.")
 @click.option("--json", "as_json", is_flag=True, help="With --dry-run: machine-readable output.")
 @click.argument("command", nargs=-1, required=False, type=click.UNPROCESSED)
@@ -172,6 +175,9 @@ def _print_plan(d: dict) -> None:
     e(f"profile:  {d['profile']} ({', '.join(d['sources'])})")
     e(f"workdir:  {d['workdir']}")
     e(f"tmpdir:   {d['tmpdir']} (private, removed afterwards)")
+    if d.get("agent_home"):
+        e(f"home:     {d['agent_home']} (the agent's own HOME, kept for this profile and "
+          "workdir)")
     e(f"identity: {ident['user']} uid={ident['uid']} gid={ident['gid']}, no supplementary groups"
       + (f" (dropping {ident['dropped_groups']})" if ident['dropped_groups'] else ""))
     e("steps (the child runs these, in this order):")

@@ -21,6 +21,7 @@ import glob
 import grp
 import os
 import pwd
+import re
 
 from ..errors import ConfineError
 from ..policy.model import Policy
@@ -176,6 +177,11 @@ def unit(policy: Policy, *, name: str, workdir: str, argv: list[str], confine: s
           f"Group={grp.getgrgid(pw.pw_gid).gr_name}",
           f"WorkingDirectory={_path_value(workdir)}",
           "ExecStart=" + " ".join(quote(w) for w in exec_words)]
+    # ProtectHome=tmpfs leaves no HOME to keep the agent's own home in: a state
+    # directory of the unit's own holds it (runtime/home.py, via XDG_STATE_HOME).
+    state = "confine-agent-" + re.sub(r"[^A-Za-z0-9_.-]", "_", name).lstrip(".")
+    L += [f"StateDirectory={state}", "StateDirectoryMode=0700",
+          f"Environment=XDG_STATE_HOME=/var/lib/{state}"]
     if env_file:
         L.append(f"EnvironmentFile={_path_value(env_file)}")
     elif policy.env.passthrough:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -88,6 +88,7 @@ class Plan:
     # (proxy, redirect, DNS) ports of the gateway's sockets in the agent's own network
     # namespace (the child makes them, the supervisor takes them); () without it
     gateway_ports: tuple[int, ...] = ()
+    agent_home: str | None = None        # HOME inside: the agent's own (runtime/home.py)
 
     @property
     def lsm_apparmor(self) -> str | None:
@@ -98,8 +99,12 @@ class Plan:
         return self.lsm.selinux
 
     def unix_roots(self) -> list[str]:
-        """Where pathname unix sockets may be connected: workdir, tmp, profile allows."""
-        return [self.policy.workdir, self.policy.tmp] + [g.path for g in self.policy.unix_sockets]
+        """Where pathname unix sockets may be connected: workdir, tmp, the agent home
+        (servers the agent starts there: gpg-agent in ~/.gnupg, ...; a link in it to a
+        socket elsewhere resolves outside and stays refused), profile allows."""
+        home = [self.agent_home] if self.agent_home else []
+        return ([self.policy.workdir, self.policy.tmp] + home
+                + [g.path for g in self.policy.unix_sockets])
 
     def writable_paths(self) -> list[str]:
         """What stays writable in the read-only host view, as shown to people."""
@@ -116,6 +121,7 @@ class Plan:
             "sources": list(self.policy.sources),
             "workdir": self.policy.workdir,
             "tmpdir": self.policy.tmp,
+            "agent_home": self.agent_home,
             "steps": [s.to_dict() for s in self.steps],
             "identity": self.identity.to_dict(),
             "environment": dict(self.env),
@@ -338,7 +344,8 @@ def _drop_covered(rules: list[tuple[str, AccessFS, str]]) -> list[tuple[str, Acc
 
 def compile(policy: Policy, argv: Sequence[str], identity: Identity, host: HostFacts, *,
             parent_env: Mapping[str, str], cli_env: Sequence[str] = (),
-            lsm: Lsm = Lsm(), protected: Protected | None = None) -> Plan:
+            lsm: Lsm = Lsm(), protected: Protected | None = None,
+            agent_home: str | None = None) -> Plan:
     abi = host.landlock_abi
     handled_fs = landlock.fs_rights(abi)
     handled_net = landlock.net_rights(abi) & (AccessNet.BIND_TCP | AccessNet.CONNECT_TCP
@@ -381,6 +388,8 @@ def compile(policy: Policy, argv: Sequence[str], identity: Identity, host: HostF
                     binds.append(g.path)
             carved += c
             add(w, rights, f"{kind} ({g.source})")
+    if agent_home is not None:
+        _home_rules(agent_home, denied, add, binds, carved)
     rules = _drop_covered(rules)
     ports = [(p, AccessNet.CONNECT_TCP) for p in policy.network.connect_tcp]
     ports += [(p, AccessNet.BIND_TCP) for p in policy.network.bind_tcp]
@@ -391,8 +400,13 @@ def compile(policy: Policy, argv: Sequence[str], identity: Identity, host: HostF
 
     fixed = {"HOME": identity.home, "TMPDIR": policy.tmp, "USER": identity.user,
              "LOGNAME": identity.user}
+    fixed.update(_env.server_vars(policy.tmp))
+    if agent_home is not None:
+        fixed.update(_env.home_vars(agent_home))
+        fixed.update(_env.tool_homes(((g.template, g.path) for g in policy.write), parent_env))
     env, env_notes = _env.build(dict(parent_env), passthrough=policy.env.passthrough,
                                 profile_set=policy.env.set, cli=cli_env, fixed=fixed)
+    env_notes += _env.drop_user_servers(env)
     notes = list(env_notes) + list(identity.notes)
     if not identity.started_as_root:
         notes.append(caps.BOUNDING_SET_NOTE)
@@ -463,7 +477,7 @@ def compile(policy: Policy, argv: Sequence[str], identity: Identity, host: HostF
                 protected=protected, mechanisms=mechanisms(policy, host),
                 limits=limit_mechanisms(policy, identity, mount_ns, host.cgroup_controllers,
                                         host.root_mounts),
-                cgroup=host.cgroup, egress=policy.network.egress)
+                cgroup=host.cgroup, egress=policy.network.egress, agent_home=agent_home)
     return dataclasses.replace(plan, steps=tuple(child_steps(plan)))
 
 
@@ -509,3 +523,13 @@ def egress_notes(policy: Policy, host: HostFacts) -> list[str]:
                    "notification): programs that ignore the proxy variables are refused by "
                    "Landlock only on ports outside the gateway's")
     return out
+
+
+def _home_rules(home: str, denied: list[str], add: Callable[[list[str], AccessFS, str], None],
+                binds: list[str], carved: list[str]) -> None:
+    """The agent home: every write right (its own rc files, history, caches), like
+    the workdir, secrets carved out; writable in the read-only host view."""
+    w, c = _carve.carve(home, denied)
+    carved += c
+    add(w, landlock.WRITE, "write (agent home)")
+    binds.append(home)

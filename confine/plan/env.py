@@ -91,3 +91,52 @@ NO_PROXY = "localhost,127.0.0.1,::1"     # the agent's own loopback only
 def proxy_env(host: str, port: int) -> dict[str, str]:
     url = f"http://{host}:{port}"
     return {**{k: url for k in PROXY_VARS}, **{k: NO_PROXY for k in NO_PROXY_VARS}}
+
+
+# Per-user servers the agent must not reach through the user's own session: their
+# variables name the user's server (tmux, screen), never the agent's.
+USER_SERVERS = {"TMUX": "tmux", "TMUX_PANE": "tmux", "STY": "screen"}
+
+
+def home_vars(home: str) -> dict[str, str]:
+    """HOME and what tools derive their state from, all in the agent's own home
+    (runtime/home.py): pip and pnpm (XDG_CACHE_HOME), npm (~/.npm), cargo (~/.cargo),
+    go (~/go, XDG_CACHE_HOME/go-build), yarn, shell history."""
+    return {"HOME": home,
+            "XDG_CONFIG_HOME": f"{home}/.config", "XDG_CACHE_HOME": f"{home}/.cache",
+            "XDG_DATA_HOME": f"{home}/.local/share", "XDG_STATE_HOME": f"{home}/.local/state"}
+
+
+def server_vars(tmp: str) -> dict[str, str]:
+    """tmux and screen put their sockets in the run's private TMPDIR (with or without
+    an agent home): a server started inside is the agent's, and `tmux ls` inside
+    never goes looking for the user's in /tmp/tmux-UID."""
+    return {"TMUX_TMPDIR": tmp, "SCREENDIR": f"{tmp}/screen"}
+
+
+# Tools that find their own directory from a variable, when the profile grants that
+# directory in the real HOME: pointed at it directly rather than through the agent
+# home's link (Codex binds its app-server socket there, and the path through the
+# agent home is longer than a socket address may be).
+TOOL_HOMES = {"~/.codex": "CODEX_HOME"}
+
+
+def tool_homes(granted: Iterable[tuple[str, str]], parent: Mapping[str, str]) -> dict[str, str]:
+    """granted: (template, real path) of the write grants. The caller's own value wins."""
+    out = {}
+    for template, path in granted:
+        var = TOOL_HOMES.get(template)
+        if var and var not in parent:
+            out[var] = path
+    return out
+
+
+def drop_user_servers(env: dict[str, str]) -> list[str]:
+    """Remove the user's tmux/screen session variables, even when named: inside, the
+    agent starts servers of its own. Returns notes."""
+    notes = []
+    for name, server in USER_SERVERS.items():
+        if env.pop(name, None) is not None:
+            notes.append(f"{name} not passed: it names your own {server} server, outside "
+                         "the sandbox")
+    return notes

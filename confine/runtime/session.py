@@ -10,6 +10,7 @@ the protected paths after the agent exits; leaving removes the TMPDIR.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import signal
@@ -22,9 +23,12 @@ from ..errors import ConfineError, default_warn
 from ..paths import is_under
 from ..plan import HostFacts, Lsm, Plan, Protected, compile, features
 from ..plan.compile import unreachable_servers
+from ..plan.identity import Identity
 from ..plan.identity import resolve as resolve_identity
 from ..policy import load as _load
+from ..policy.model import Policy
 from ..protect.report import _safe
+from . import home as _home
 from .events import Events
 from .workdir import check_workdir, make_tmp, remove_tree
 
@@ -79,6 +83,7 @@ class Request:
     agent_status: bool = False          # keep the agent's 0 even when the exit check acted
     allow_host: Sequence[str] = ()      # --allow-host HOST[:PORT]: added to network.allow
     approver: str | None = None         # --approver CMD: answers network.default: ask (gateway/approve.py)
+    agent_home: bool = True             # HOME inside is the agent's own (runtime/home.py)
 
 
 # A run whose agent exited 0 but whose exit check had to revert, quarantine or
@@ -160,6 +165,7 @@ class Session:
         self.create_state = create_state   # make the profile's missing `state:` (a run)
         self.warn = warn
         self.tmp: str | None = None
+        self.tmp_home: str | None = None   # the agent home of this run alone (home.py)
         self._hold: _SignalHold | None = None
         self.snapshot: Any = None
         self.guard: Any = None
@@ -184,6 +190,11 @@ class Session:
                     self.warn(f"could not remove the run's TMPDIR {_safe(self.tmp)}: remove it "
                               "by hand")
                 self.tmp = None
+            if self.tmp_home is not None:
+                if not remove_tree(self.tmp_home):
+                    self.warn(f"could not remove the run's HOME {_safe(self.tmp_home)}: "
+                              "remove it by hand")
+                self.tmp_home = None
         finally:
             # held through the removal of the TMPDIR too: it is the agent's
             if self._hold is not None:
@@ -229,11 +240,41 @@ class Session:
             self.host = facts
             lsm = _resolve_lsm(req.apparmor, req.selinux_context, facts)
             protected = self._snapshot(policy, ident.home, facts) if protect else None
-            return compile(policy, req.argv, ident, facts, parent_env=parent_env,
-                           cli_env=req.env, lsm=lsm, protected=protected)
+            home, home_notes = self._agent_home(policy, ident, parent_env)
+            plan = compile(policy, req.argv, ident, facts, parent_env=parent_env,
+                           cli_env=req.env, lsm=lsm, protected=protected, agent_home=home)
+            return dataclasses.replace(plan, notes=plan.notes + tuple(home_notes))
         except BaseException:
             self.close()
             raise
+
+    def _agent_home(self, policy: Policy, ident: Identity,
+                    parent_env: dict[str, str]) -> tuple[str | None, list[str]]:
+        """The agent's own HOME: located always, made and checked for a run only
+        (--dry-run changes nothing). What a run had to note is said on stderr: it is
+        rare (something the agent left in its home, a race with another run)."""
+        if not self.req.agent_home:
+            return None, ["agent home: off (--no-agent-home): HOME is the account's own, "
+                          "where only the profile's grants are reachable"]
+        path = _home.locate(ident, self.req.profile, policy.workdir, parent_env)
+        why = _home.refusal(path, policy)
+        if why:
+            raise ConfineError(f"agent home {path}: {why}; refusing to run")
+        if not self.create_state:
+            return path, []
+        links = _home.links_for(policy, ident.home, path)
+        try:
+            notes = _home.prepare(path, ident, links, policy.workdir)
+        except _home.Unavailable as e:
+            # no place for a persistent one (HOME missing or read-only): a fresh home
+            # for this run alone, never the account's own HOME
+            self.tmp_home, notes = _home.prepare_temporary(ident, links)
+            self.warn(f"{e}; this run's HOME is a fresh one ({self.tmp_home}), removed "
+                      "afterwards (--no-agent-home keeps the account's own)")
+            path = self.tmp_home
+        for n in notes:
+            self.warn(_safe(n))
+        return path, notes
 
     def _snapshot(self, policy: Any, home: str, facts: HostFacts) -> Protected:
         from .. import protect

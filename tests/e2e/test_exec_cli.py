@@ -288,7 +288,8 @@ def test_dry_run_json(sandbox, planted_home):
     assert {"read_file", "execute"} <= rules["/usr"] and "write_file" not in rules["/usr"]
     for path, acc in rules.items():
         if "write_file" in acc:
-            assert path in (sandbox.workdir, d["tmpdir"]) or path.startswith("/dev/"), path
+            assert path in (sandbox.workdir, d["tmpdir"], d["agent_home"]) \
+                or path.startswith("/dev/"), path
     assert not any(p.startswith(planted_home + "/.ssh") for p in rules)
     assert "/etc/shadow" not in rules and "/etc" not in rules   # carved out of /etc
     assert planted_home + "/.ssh" in ll["secrets"] and "/etc/shadow" in ll["secrets"]
@@ -307,7 +308,9 @@ def test_dry_run_json(sandbox, planted_home):
         assert r["errno"] in ("EPERM", "ENOSYS", "EACCES"), r
     # environment: exactly what the agent gets
     env = d["environment"]
-    assert env["HOME"] == sandbox.agent.pw_dir and env["TMPDIR"] == d["tmpdir"]
+    # HOME is the agent's own home (tests/e2e/test_agent_home.py), in the agent account's
+    assert env["HOME"] == d["agent_home"] and env["TMPDIR"] == d["tmpdir"]
+    assert d["agent_home"].startswith(sandbox.agent.pw_dir + "/.local/state/confine/homes/")
     assert env["TZ"] == "UTC" and "PATH" in env
     assert "AWS_SECRET_ACCESS_KEY" not in env
     assert d["missing"] == []
@@ -323,6 +326,8 @@ def test_dry_run_matches_what_runs(sandbox):
     real.pop("PWD", None)
     plan = dict(d["environment"])
     assert real.pop("TMPDIR").startswith("/tmp/confine-") and plan.pop("TMPDIR")
+    for k in ("TMUX_TMPDIR", "SCREENDIR"):       # in the run's TMPDIR, made for each run
+        assert real.pop(k).startswith("/tmp/confine-") and plan.pop(k)
     assert real == plan
 
 
@@ -409,7 +414,7 @@ def test_environment_scrubbed(sandbox):
     assert not leaked, f"leaked into the sandbox: {leaked}"
     for k, v in PLAIN_ENV.items():
         assert inside.get(k) == v, f"{k} should pass (allowlist): {inside.get(k)}"
-    assert inside["HOME"] == sandbox.agent.pw_dir
+    assert inside["HOME"].startswith(sandbox.agent.pw_dir + "/.local/state/confine/homes/")
     assert inside["USER"] == inside["LOGNAME"] == sandbox.agent.pw_name
     assert inside["TMPDIR"].startswith("/tmp/confine-")
 

@@ -207,10 +207,10 @@ def test_interactive_shell_on_a_pty(sandbox):
 ACCEPT_SCRIPT = """\
 t() {{ name=$1; shift; out=$("$@" 2>&1); rc=$?; echo "$name rc=$rc" $out; }}
 t pwd pwd
-t bashrc sh -c 'echo x >> ~/.bashrc'
+t bashrc sh -c 'echo x >> {home}/.bashrc'
 t tmpx sh -c 'echo x > /tmp/x-confine-accept'
 t etc sh -c 'echo x > /etc/confine-accept'
-t sshkey cat ~/.ssh/id_rsa
+t sshkey cat {home}/.ssh/id_rsa
 t mount mount -t tmpfs none mnt
 t vda python3 -c "import os; os.open('/dev/vda', os.O_WRONLY)"
 t unshare unshare -U true
@@ -230,7 +230,8 @@ def test_acceptance_shell_session(sandbox, planted_home, outside_sleeper):
     namespace ("No such process"); with Landlock alone (no namespaces) the same
     actions fail with "Permission denied" / "not permitted"."""
     os.mkdir(os.path.join(sandbox.workdir, "mnt"))
-    script = ACCEPT_SCRIPT.format(pid=outside_sleeper)
+    # the user's real ~/.bashrc: ~ inside is the agent's own home (test_agent_home.py)
+    script = ACCEPT_SCRIPT.format(pid=outside_sleeper, home=planted_home)
     for box, write_err, kill_err in (
             (sandbox, "Read-only file system", "No such process"),
             (sandbox.without_namespaces(), "Permission denied", "ermitted")):
