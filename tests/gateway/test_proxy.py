@@ -302,8 +302,12 @@ def test_transparent_refuses_hard_addresses(make_stack, dialled):
 
 
 # --- bounds --------------------------------------------------------------------------------------
-def test_200_concurrent_connections(https_stack, https_origin, tls_files):
-    st, p = https_stack, https_origin.port
+def test_200_concurrent_connections(make_stack, https_origin, tls_files):
+    # All 200 tunnels wait at the barrier before their ClientHello: the handshake
+    # deadline must outlast the slowest CONNECT on a loaded machine (speed is bench/'s).
+    p = https_origin.port
+    st = make_stack([f"allowed.test:{p}", f"127.0.0.1:{p}"],
+                    limits=Limits(handshake_timeout=120, idle_timeout=120))
     n = 200
     barrier = threading.Barrier(n, timeout=30)
 
@@ -313,11 +317,9 @@ def test_200_concurrent_connections(https_stack, https_origin, tls_files):
         barrier.wait()                       # all 200 tunnels are open at the same time
         return tls_get(s, "allowed.test", tls_files[0], f"/{i}")
 
-    t0 = time.monotonic()
     with ThreadPoolExecutor(n) as pool:
         bodies = list(pool.map(one, range(n)))
     assert sorted(bodies) == sorted(f"sni=allowed.test host=allowed.test path=/{i}" for i in range(n))
-    assert time.monotonic() - t0 < 60
     assert len([e for e in st.wait_connects(n) if e["decision"] == "allow"]) == n
 
 
