@@ -29,6 +29,9 @@ class HostFacts:
     selinux: bool = False     # SELinux enabled
     cgroup: str | None = None                 # where a run's cgroup (v2) can be made
     cgroup_controllers: tuple[str, ...] = ()  # of pids, memory: usable by that cgroup
+    pidfd_getfd: bool = True  # the supervisor may take a child's descriptors (container
+                              # runtimes refuse it without CAP_SYS_PTRACE)
+    tmpfs: bool = True        # root may mount a tmpfs (tmp_size; containers refuse mounts)
 
     @classmethod
     def read(cls, as_root: bool) -> HostFacts:
@@ -40,7 +43,9 @@ class HostFacts:
                    namespaces=namespaces_available(as_root),
                    net_namespace=net_namespace_available(as_root),
                    apparmor=lsm.apparmor_enabled(), selinux=lsm.selinux_enabled(),
-                   cgroup=cg, cgroup_controllers=cgroup.controllers(cg) if cg else ())
+                   cgroup=cg, cgroup_controllers=cgroup.controllers(cg) if cg else (),
+                   pidfd_getfd=pidfd_getfd_available(),
+                   tmpfs=tmpfs_available() if as_root else False)
 
 
 _NS_CACHE: dict[bool, tuple[bool, bool]] = {}
@@ -86,3 +91,48 @@ def _probe(as_root: bool) -> tuple[bool, bool]:
         code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
         _NS_CACHE[as_root] = (code in (0, 2), code == 0)
     return _NS_CACHE[as_root]
+
+
+def tmpfs_available() -> bool:
+    """Whether this (root) process may mount a tmpfs: tried in a throw-away child,
+    in a mount namespace of its own (not the test knob's business: TMPDIR's
+    tmpfs is mounted in the host's namespace)."""
+    from ..kernel import mounts, namespaces
+    pid = os.fork()
+    if pid == 0:
+        try:
+            namespaces.unshare(namespaces.CLONE_NEWNS)
+            namespaces.make_private()
+            mounts.mount("confine-probe", "/tmp", "tmpfs", mounts.MS_NOSUID | mounts.MS_NODEV,
+                         "size=4096", "probe")
+            os._exit(0)
+        except BaseException:
+            os._exit(1)
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
+
+
+def pidfd_getfd_available() -> bool:
+    """Whether this process may take a descriptor of its own child with
+    pidfd_getfd (a seccomp filter above us, Yama or an LSM may refuse it)."""
+    from ..kernel import notify
+    r, w = os.pipe2(os.O_CLOEXEC)
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(w)
+            os.read(r, 1)
+        finally:
+            os._exit(0)
+    try:
+        pidfd = notify.pidfd_open(pid)
+        try:
+            os.close(notify.pidfd_getfd(pidfd, r))
+            return True
+        finally:
+            os.close(pidfd)
+    except OSError:
+        return False
+    finally:
+        os.close(w)
+        os.close(r)
+        os.waitpid(pid, 0)

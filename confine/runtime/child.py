@@ -12,6 +12,7 @@ import errno
 import os
 import resource
 import signal
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -205,7 +206,25 @@ def _seccomp(ctx: ChildContext) -> None:
 def _seccomp_notify(ctx: ChildContext) -> None:
     med = ctx.mediation
     assert med is not None
-    nfd = seccomp.load_notify(med.notify_program)
+    # The listener goes to the supervisor as SCM_RIGHTS (container runtimes refuse
+    # pidfd_getfd). The filter would hold this very sendmsg for the supervisor that
+    # waits for the listener, so a thread started before it is loaded sends it:
+    # seccomp filters are per thread (no TSYNC), the descriptor table is shared.
+    got: list[int] = []
+    ready = threading.Event()
+
+    def hand() -> None:
+        ready.wait()
+        if got:
+            med.hand_over(got[0])
+    helper = threading.Thread(target=hand, daemon=True)
+    helper.start()
+    try:
+        nfd = seccomp.load_notify(med.notify_program)
+        got.append(nfd)
+    finally:
+        ready.set()
+        helper.join()
     os.set_inheritable(nfd, False)
     status.send(ctx.status_w, status.Listener(nfd))
     # The supervisor copies the listener; the agent must never hold it.

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import CommandNotExecutable, CommandNotFound, ConfineError, default_warn
-from ..kernel import caps, cgroup, landlock, notify, seccomp, tmpfs
+from ..kernel import caps, cgroup, landlock, seccomp, tmpfs
 from ..mediation import Mediator
 from ..plan import Plan
 from . import child, status
@@ -79,7 +79,7 @@ def _mount_tmp(plan: Plan) -> str | None:
     """The TMPDIR's size limit, before the Landlock rules name its directory (they
     must name the tmpfs). Refuses to run if the plan said it would be enforced."""
     size = plan.policy.limits.tmp_size
-    if size is None or not plan.identity.started_as_root:
+    if size is None or not plan.limits.get("tmp_size", "").startswith("size of a tmpfs"):
         return None
     try:
         tmpfs.mount_tmp(plan.policy.tmp, size, plan.identity.uid, plan.identity.gid)
@@ -93,7 +93,8 @@ def _launch(plan: Plan, guard: Any, warn: Callable[[str], None] | None,
     ruleset = _ruleset(plan)
     filters = _filters(plan)
     status_r, status_w = os.pipe2(os.O_CLOEXEC)
-    med = MediationChannel.open(guard, files=plan.file_mediation) if plan.unix_mediation else None
+    med = (MediationChannel.open(guard, files=plan.file_mediation, meta=plan.meta_mediation)
+           if plan.unix_mediation else None)
     sigset = set(FORWARD) | {signal.SIGCHLD}
     # SIGCHLD is ignored by default, which could discard it before sigwaitinfo.
     old_chld = signal.signal(signal.SIGCHLD, lambda *_: None)
@@ -199,13 +200,10 @@ def _read_status(status_r: int, pid: int, plan: Plan, med: MediationChannel | No
 
 def _start_mediator(pid: int, child_fd: int, med: MediationChannel, plan: Plan,
                     warn: Callable[[str], None] | None) -> None:
-    pidfd = notify.pidfd_open(pid)
-    try:
-        nfd = notify.pidfd_getfd(pidfd, child_fd)
-    finally:
-        os.close(pidfd)
+    nfd = med.take_listener()
     Mediator(nfd, med.broker_sup, plan.unix_roots(), plan.identity.uid,
-             warn=warn or default_warn, files=plan.file_mediation).start()
+             warn=warn or default_warn, files=plan.file_mediation,
+             meta=plan.meta_roots() if plan.meta_mediation else None).start()
 
 
 def _error(msg: status.Message, plan: Plan) -> ConfineError:

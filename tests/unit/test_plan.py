@@ -56,19 +56,29 @@ def test_full_host_misses_nothing(dirs):
     (6, set()),
 ])
 def test_missing_follows_the_feature_table(dirs, abi, expect):
-    # without namespaces no other layer replaces a Landlock feature
+    # without namespaces no other layer replaces a Landlock feature; the mount
+    # namespace's parts are replaced (broker mediation, Landlock) where Landlock is
     plan = _plan(dirs, dataclasses.replace(FULL, landlock_abi=abi, namespaces=False))
-    expect = expect | {"mount_namespace"}
+    if abi == 0:
+        expect = expect | set(features.MOUNT_PARTS)
     got = {m.feature for m in plan.missing}
     assert got == expect
-    for name in got - {"mount_namespace"}:
+    for name in got - set(features.MOUNT_PARTS):
         assert features.get(name).min_abi > abi
     assert ("landlock" in plan.step_names()) == (abi > 0)
 
 
 def test_no_namespaces_removes_their_steps_and_is_missing(dirs):
     plan = _plan(dirs, dataclasses.replace(FULL, namespaces=False))
-    assert "mount_namespace" in {m.feature for m in plan.missing}
+    assert not {m.feature for m in plan.missing} & set(features.MOUNT_PARTS)
+    assert plan.meta_mediation and not plan.mount_ns
+    for part in features.MOUNT_PARTS:
+        assert "replaces the mount namespace" in plan.mechanisms[part], part
+    # the broker is the replacement: without user notification nothing is
+    bare = _plan(dirs, dataclasses.replace(FULL, namespaces=False, seccomp_user_notif=False))
+    assert {m.feature for m in bare.missing} >= {"mount_namespace.read_only_host",
+                                                   "mount_namespace.protected_paths"}
+    assert not bare.meta_mediation
     names = plan.step_names()
     for step in ("mount_namespace", "readonly_host", "private_dev", "pid_namespace",
                  "fork_agent"):
