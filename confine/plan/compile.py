@@ -444,6 +444,10 @@ def compile(policy: Policy, argv: Sequence[str], identity: Identity, host: HostF
     for g in policy.devices:
         if g.path in ("/dev/pts", "/dev/ptmx") and mount_ns:
             child_rules.append((g.path, landlock.DEVICE & handled_fs))
+    if not mount_ns and any(g.path == "/dev/pts" for g in policy.devices):
+        notes.append("/dev/pts: only the agent's own terminal is granted (no mount namespace: "
+                     "it is the host's); new pseudo-terminals (openpty, script, node-pty) fail "
+                     "with EACCES, their other end lying in the same /dev/pts")
     if shm and not mount_ns:
         notes.append("/dev/shm is not granted (no mount namespace: it is the host's, shared "
                      "with every process of the user): POSIX shared memory and semaphores "

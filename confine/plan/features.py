@@ -73,7 +73,8 @@ REPLACEMENTS: dict[str, tuple[str, str]] = {
         "memory and semaphores (shm_open, sem_open) are refused with EACCES"),
     "mount_namespace.private_pts": (
         "Landlock device rules", "in the host's /dev/pts only the agent's own terminal is "
-        "granted (new pseudo-terminals through /dev/ptmx still work)"),
+        "granted (so new pseudo-terminals cannot be opened either: their other end lies in "
+        "the same /dev/pts, EACCES)"),
     "mount_namespace.protected_paths": (
         "name guard", "writes, chmod/chown/utime/xattr changes and new protected names are "
         "refused by the broker while the agent runs; deleting or renaming one away is reverted "
