@@ -305,3 +305,98 @@ def _tidy(sandbox):
             shutil.rmtree(p, ignore_errors=True)
         elif os.path.lexists(p):
             os.unlink(p)
+
+
+GUARD_BODY = r'''
+attempt("chmod .envrc", lambda: os.chmod(".envrc", 0o777))
+attempt("utime .envrc", lambda: os.utime(".envrc", (0, 0)))
+attempt("setxattr .envrc", lambda: os.setxattr(".envrc", b"user.x", b"1"))
+attempt("fchmod .envrc", lambda: os.chmod(os.open(".envrc", os.O_RDONLY), 0o777))
+os.rename(".envrc", "moved")      # allowed (the exit check puts it back)
+attempt("chmod it renamed away", lambda: os.chmod("moved", 0o777))
+attempt("chmod via /proc/self/root", lambda: os.chmod("/proc/self/root" + P["f"], 0o777))
+attempt("chmod via /proc/self/cwd/..", lambda: os.chmod("/proc/self/cwd/../" + os.path.relpath(P["f"], ".."), 0o777))
+open("plain", "w").close()
+attempt("xattr name too long", lambda: os.setxattr("plain", b"user." + b"n" * 300, b"1"))
+attempt("xattr value too large", lambda: os.setxattr("plain", b"user.big", b"v" * 70000))
+attempt("xattr trusted", lambda: os.setxattr("plain", b"trusted.x", b"1"))
+attempt("chmod plain", lambda: os.chmod("plain", 0o600))
+attempt("chmod missing", lambda: os.chmod("nope", 0o600))
+attempt("chmod empty", lambda: os.chmod("", 0o600))
+attempt("chmod setuid own", lambda: os.chmod("plain", 0o4755))
+'''
+
+
+def test_protected_names_and_odd_calls(sandbox, outside_dir):
+    """No mount namespace: a protected workdir name (.envrc, present at start)
+    keeps its mode, times and xattrs (name guard; by inode once renamed away);
+    paths through /proc reach the same judgment; the kernel's own limits hold
+    (ERANGE, E2BIG, EPERM for trusted.*, ENOENT) and a plain file of the
+    agent's changes (control)."""
+    envrc = write_owned(os.path.join(sandbox.workdir, ".envrc"), "echo hi\n", sandbox.agent)
+    f = write_owned(os.path.join(outside_dir, "victim"), "keep", sandbox.agent, mode=0o600)
+    before = (os.stat(envrc).st_mode, os.stat(f).st_mode)
+    try:
+        p, r = sandbox.probe(GUARD_BODY, {"f": f}, "--read", outside_dir,
+                             env_extra=[NO_NAMESPACES])
+        assert r is not None, p.stderr[-3000:]
+        assert (os.stat(envrc).st_mode, os.stat(f).st_mode) == before
+    finally:
+        for n in (".envrc", "plain", "moved"):
+            if os.path.lexists(os.path.join(sandbox.workdir, n)):
+                os.unlink(os.path.join(sandbox.workdir, n))
+    assert {k: r[k] for k in ("chmod .envrc", "utime .envrc", "setxattr .envrc", "fchmod .envrc",
+                              "chmod it renamed away")} == dict.fromkeys(
+        ("chmod .envrc", "utime .envrc", "setxattr .envrc", "fchmod .envrc",
+         "chmod it renamed away"), "EACCES"), r
+    assert r["chmod via /proc/self/root"] == "EROFS", r
+    assert r["chmod via /proc/self/cwd/.."] == "EROFS", r
+    assert r["xattr name too long"] == "ERANGE" and r["xattr value too large"] == "E2BIG", r
+    assert r["xattr trusted"] == "EPERM" and r["chmod missing"] == "ENOENT", r
+    assert r["chmod empty"] == "ENOENT", r
+    assert r["chmod plain"] == "ok" and r["chmod setuid own"] == "ok", r
+
+
+GRANT_BODY = r'''
+d = P["dir"]
+attempt("chmod granted", lambda: os.chmod(d + "/w", 0o640))
+attempt("utime granted", lambda: os.utime(d + "/w", (3, 3)))
+attempt("chmod granted dir", lambda: os.chmod(d, 0o750))
+attempt("chmod read_only entry", lambda: os.chmod(d + "/ro.sh", 0o777))
+attempt("setxattr read_only entry", lambda: os.setxattr(d + "/ro.sh", b"user.x", b"1"))
+attempt("chmod in read_only dir", lambda: os.chmod(d + "/rodir/f", 0o777))
+attempt("chmod secret", lambda: os.chmod(d + "/secret", 0o777))
+'''
+
+
+def test_write_grants_minus_read_only_entries_and_secrets(sandbox, outside_dir):
+    """No mount namespace: a write grant outside the workdir allows metadata
+    changes, except on its read-only entries (a file, a directory's contents)
+    and secrets carved out of it. Control: the granted file changes."""
+    for n in ("w", "ro.sh", "secret"):
+        write_owned(os.path.join(outside_dir, n), "x", sandbox.agent, mode=0o600)
+    os.mkdir(os.path.join(outside_dir, "rodir"))
+    os.chown(os.path.join(outside_dir, "rodir"), sandbox.agent.pw_uid, sandbox.agent.pw_gid)
+    write_owned(os.path.join(outside_dir, "rodir", "f"), "x", sandbox.agent, mode=0o600)
+    prof = os.path.join(sandbox.workdir, "mine.yaml")
+    with open(prof, "w") as f:
+        f.write(f"extends: default\nfilesystem:\n  write:\n    - {outside_dir}\n"
+                f"  read_only:\n    - {outside_dir}/ro.sh\n    - {outside_dir}/rodir\n"
+                f"  deny:\n    - {outside_dir}/secret\n")
+    os.chmod(prof, 0o644)
+    try:
+        p, r = sandbox.probe(GRANT_BODY, {"dir": outside_dir}, "-p", prof,
+                             env_extra=[NO_NAMESPACES])
+    finally:
+        os.unlink(prof)
+    assert r is not None, p.stderr[-3000:]
+    assert r["chmod granted"] == r["utime granted"] == "ok", r
+    # the grant is carved around its read-only entries: the directory itself is not
+    # writable then (as on the read-only host view of a mount namespace)
+    assert r["chmod granted dir"] == "EROFS", r
+    assert stat.S_IMODE(os.stat(os.path.join(outside_dir, "w")).st_mode) == 0o640
+    assert r["chmod read_only entry"] == r["setxattr read_only entry"] == "EROFS", r
+    assert r["chmod in read_only dir"] == "EROFS", r
+    assert r["chmod secret"] in ("EROFS", "EACCES"), r
+    for n in ("ro.sh", "secret", "rodir/f"):
+        assert stat.S_IMODE(os.stat(os.path.join(outside_dir, n)).st_mode) == 0o600, n
