@@ -400,3 +400,33 @@ def test_write_grants_minus_read_only_entries_and_secrets(sandbox, outside_dir):
     assert r["chmod secret"] in ("EROFS", "EACCES"), r
     for n in ("ro.sh", "secret", "rodir/f"):
         assert stat.S_IMODE(os.stat(os.path.join(outside_dir, n)).st_mode) == 0o600, n
+
+
+ATTR_BODY = r'''
+open("flags", "w").close()
+fd = os.open("flags", os.O_RDONLY)
+flags = ctypes.c_long(0)
+R["getflags"] = "ok" if libc.ioctl(fd, 0x80086601, ctypes.byref(flags)) == 0 else en(ctypes.get_errno())
+R["setflags"] = "ok" if libc.ioctl(fd, 0x40086602, ctypes.byref(flags)) == 0 else en(ctypes.get_errno())
+R["setflags high bits"] = ("ok" if libc.ioctl(fd, 0x40086602 | (1 << 32), ctypes.byref(flags)) == 0
+                           else en(ctypes.get_errno()))
+attr = ctypes.create_string_buffer(32)
+R["file_setattr"] = sysc(469, -100, b"flags", attr, 32, 0)
+'''
+
+
+def test_inode_flag_calls_refused(sandbox):
+    """No mount namespace: FS_IOC_SETFLAGS (chattr) and file_setattr are refused
+    (EPERM), even on the agent's own file and with high bits set in the request
+    (the kernel reads 32 bits). Control: outside the sandbox the same calls are
+    answered by the filesystem."""
+    try:
+        p, r = sandbox.probe(ATTR_BODY, {}, env_extra=[NO_NAMESPACES])
+        assert r is not None, p.stderr[-2000:]
+        _, out = sandbox.outside_probe(ATTR_BODY, {})
+    finally:
+        if os.path.exists(os.path.join(sandbox.workdir, "flags")):
+            os.unlink(os.path.join(sandbox.workdir, "flags"))
+    assert r["setflags"] == r["setflags high bits"] == r["file_setattr"] == "EPERM", r
+    assert out["file_setattr"] != "EPERM" or out["setflags"] != "EPERM", out
+    assert r["getflags"] == out["getflags"], (r, out)
