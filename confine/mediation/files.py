@@ -850,7 +850,13 @@ class FileBroker:
                 raise outside
             if self.guard is not None:
                 comps = self._position(start, base)
-                why = self.guard.write_at(self.guard.folded(comps), st.st_dev, st.st_ino)
+                # The guard's creation verdict: what may be made there may have its
+                # metadata changed (git init's .git/hooks and *.sample hooks, which git
+                # never runs); a file protected at start never, by any name.
+                kind = ("dir" if stat.S_ISDIR(st.st_mode) else "file" if stat.S_ISREG(st.st_mode)
+                        else "symlink" if stat.S_ISLNK(st.st_mode) else "node")
+                why = (self.guard.write_at(None, st.st_dev, st.st_ino)
+                       or self.guard.create_at(self.guard.folded(comps), kind))
                 if why is not None:
                     shown = self.guard.show(comps) if comps is not None else where
                     raise Refused(errno.EACCES, f"{verb} {shown}: {why}")

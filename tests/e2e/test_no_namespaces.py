@@ -324,6 +324,12 @@ attempt("chmod plain", lambda: os.chmod("plain", 0o600))
 attempt("chmod missing", lambda: os.chmod("nope", 0o600))
 attempt("chmod empty", lambda: os.chmod("", 0o600))
 attempt("chmod setuid own", lambda: os.chmod("plain", 0o4755))
+attempt("chmod +x a hook", lambda: os.chmod(".git/hooks/pre-commit", 0o755))
+attempt("utime hooks dir", lambda: os.utime(".git/hooks", (9, 9)))
+os.makedirs("n/.git/hooks")        # a repository made inside, as git init does
+open("n/.git/hooks/new.sample", "w").close()
+attempt("chmod +x a sample", lambda: os.chmod("n/.git/hooks/new.sample", 0o755))
+attempt("utime new hooks dir", lambda: os.utime("n/.git/hooks", (9, 9)))
 '''
 
 
@@ -334,6 +340,11 @@ def test_protected_names_and_odd_calls(sandbox, outside_dir):
     (ERANGE, E2BIG, EPERM for trusted.*, ENOENT) and a plain file of the
     agent's changes (control)."""
     envrc = write_owned(os.path.join(sandbox.workdir, ".envrc"), "echo hi\n", sandbox.agent)
+    hooks = os.path.join(sandbox.workdir, ".git", "hooks")
+    os.makedirs(hooks)
+    for d in (os.path.dirname(hooks), hooks):
+        os.chown(d, sandbox.agent.pw_uid, sandbox.agent.pw_gid)
+    hook = write_owned(os.path.join(hooks, "pre-commit"), "#!/bin/sh\n", sandbox.agent)
     f = write_owned(os.path.join(outside_dir, "victim"), "keep", sandbox.agent, mode=0o600)
     before = (os.stat(envrc).st_mode, os.stat(f).st_mode)
     try:
@@ -341,10 +352,13 @@ def test_protected_names_and_odd_calls(sandbox, outside_dir):
                              env_extra=[NO_NAMESPACES])
         assert r is not None, p.stderr[-3000:]
         assert (os.stat(envrc).st_mode, os.stat(f).st_mode) == before
+        assert stat.S_IMODE(os.stat(hook).st_mode) == 0o644
     finally:
         for n in (".envrc", "plain", "moved"):
             if os.path.lexists(os.path.join(sandbox.workdir, n)):
                 os.unlink(os.path.join(sandbox.workdir, n))
+        for n in (".git", "n"):
+            shutil.rmtree(os.path.join(sandbox.workdir, n), ignore_errors=True)
     assert {k: r[k] for k in ("chmod .envrc", "utime .envrc", "setxattr .envrc", "fchmod .envrc",
                               "chmod it renamed away")} == dict.fromkeys(
         ("chmod .envrc", "utime .envrc", "setxattr .envrc", "fchmod .envrc",
@@ -355,6 +369,10 @@ def test_protected_names_and_odd_calls(sandbox, outside_dir):
     assert r["xattr trusted"] == "EPERM" and r["chmod missing"] == "ENOENT", r
     assert r["chmod empty"] == "ENOENT", r
     assert r["chmod plain"] == "ok" and r["chmod setuid own"] == "ok", r
+    # a hook present at start may not become executable, nor its directory change;
+    # what git init may make may (inert *.sample hooks, a new hooks directory)
+    assert r["chmod +x a hook"] == r["utime hooks dir"] == "EACCES", r
+    assert r["chmod +x a sample"] == "ok" and r["utime new hooks dir"] == "ok", r
 
 
 GRANT_BODY = r'''
