@@ -215,7 +215,9 @@ def mechanisms(policy: Policy, host: HostFacts) -> dict[str, str]:
     if host.seccomp_filter:
         out["seccomp"] = "seccomp filter"
     if host.seccomp_user_notif:
-        out["seccomp_notify"] = "seccomp user notification"
+        out["seccomp_notify"] = "seccomp user notification" + (
+            "" if host.pidfd_getfd else " (pidfd_getfd refused here: the agent's directories "
+            "are taken through /proc; mediated socket calls are refused)")
     if host.namespaces:
         out["mount_namespace"] = "mount and pid namespaces"
     for name in features.MOUNT_PARTS:

@@ -256,6 +256,7 @@ class _DockerLike:
 
     def __init__(self, box):
         self.box = box
+        self.last: subprocess.CompletedProcess | None = None
 
     def probe(self, body, params, *opts, env_extra=()):
         cmd = self.box.exec_cmd([PY, "-c", probe_code(body, params)], *opts, env_extra=env_extra)
@@ -263,6 +264,7 @@ class _DockerLike:
         cmd[i:i] = [os.path.join(PREFIX, "bin", "python"), "-c", DOCKER_LIKE,
                     os.path.join(PREFIX, "bin", "python")]
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=60, cwd=self.box.workdir)
+        self.last = p
         return p, last_json(p.stdout)
 
 
@@ -292,6 +294,11 @@ def test_under_a_docker_like_parent_filter(sandbox, outside_dir):
     assert r["protected via dirfd"] == "EACCES", r
     assert r["connect"] == "EACCES" and "pidfd_getfd" in p.stderr, (r, p.stderr)
     assert "cannot enforce" not in p.stderr, p.stderr
+    box.probe("", {}, "--dry-run", "--json")          # the plan, under the same filter
+    d = json.loads(box.last.stdout)
+    assert "pidfd_getfd refused" in d["mechanisms"]["seccomp_notify"], d["mechanisms"]
+    assert not d["missing"] or not [m for m in d["missing"]
+                                    if m["feature"].startswith("mount_namespace")], d["missing"]
     _clean(sandbox.workdir)
     _meta_check(box, sandbox, outside_dir)
 
