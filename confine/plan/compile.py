@@ -73,6 +73,7 @@ class Plan:
     file_mediation: bool                 # ... and of file calls that can make protected names
     mount_ns: bool                       # private mount namespace: read-only host, own shm/pts
     meta_mediation: bool                 # no mount namespace: chmod/chown/utime/xattr by the broker
+    pidfd_getfd: bool                    # the supervisor may take the child's descriptors
     pid_ns: bool                         # own pid namespace and /proc (needs mount_ns)
     net_ns: bool                         # own network namespace (profiles with no TCP port)
     lsm: Lsm
@@ -476,6 +477,7 @@ def compile(policy: Policy, argv: Sequence[str], identity: Identity, host: HostF
                 seccomp_extra=tuple(sc_extra), missing=tuple(missing), notes=tuple(notes),
                 carved=tuple(sorted(set(carved))), unix_mediation=unix_mediation,
                 file_mediation=file_mediation, mount_ns=mount_ns, meta_mediation=meta_mediation,
+                pidfd_getfd=host.pidfd_getfd,
                 pid_ns=mount_ns,
                 net_ns=uses_net_namespace(policy, host),
                 lsm=lsm_kept, writable_binds=tuple(binds), child_rules=tuple(child_rules),

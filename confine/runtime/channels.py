@@ -24,23 +24,31 @@ class MediationChannel:
     sync_w: int
     guard: Any                     # the name guard (protect.guard.Guard) or None
     notify_program: bytes          # the notifying filter, raw BPF
-    # The listener travels to the supervisor as SCM_RIGHTS, not by pidfd_getfd,
-    # which container runtimes refuse without CAP_SYS_PTRACE (Docker's default).
+    # Where the host refuses pidfd_getfd (container runtimes without
+    # CAP_SYS_PTRACE, Docker's default), the listener travels to the supervisor
+    # as SCM_RIGHTS instead (hand_over/take_listener).
     hand_sup: socket.socket | None = None
     hand_child: int = -1
 
     @classmethod
-    def open(cls, guard: Any, files: bool, meta: bool = False) -> MediationChannel:
+    def open(cls, guard: Any, files: bool, meta: bool = False,
+             handoff: bool = False) -> MediationChannel:
         sup, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         sync_r, sync_w = os.pipe2(os.O_CLOEXEC)
-        hsup, hchild = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        hsup, hchild = (socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET) if handoff
+                        else (None, None))
         return cls(broker_sup=sup, broker_fd=child.detach(), sync_r=sync_r, sync_w=sync_w,
-                   guard=guard, hand_sup=hsup, hand_child=hchild.detach(),
+                   guard=guard, hand_sup=hsup,
+                   hand_child=hchild.detach() if hchild is not None else -1,
                    notify_program=seccomp.notify_program(seccomp.build_notify(files=files,
                                                                              meta=meta)))
 
+    @property
+    def handoff(self) -> bool:
+        return self.hand_sup is not None
+
     def child_fds(self) -> tuple[int, ...]:
-        return (self.sync_r, self.broker_fd, self.hand_child)
+        return (self.sync_r, self.broker_fd) + ((self.hand_child,) if self.handoff else ())
 
     def close_supervisor_ends_in_child(self) -> None:
         self.broker_sup.close()
@@ -51,11 +59,13 @@ class MediationChannel:
     def close_child_ends(self) -> None:
         os.close(self.sync_r)
         os.close(self.broker_fd)
-        os.close(self.hand_child)
+        if self.handoff:
+            os.close(self.hand_child)
 
     def close_sync(self) -> None:
         os.close(self.sync_r)
-        os.close(self.hand_child)
+        if self.handoff:
+            os.close(self.hand_child)
 
     def hand_over(self, listener: int) -> None:
         """The child's side: pass the notify listener to the supervisor."""
@@ -88,7 +98,8 @@ class MediationChannel:
                     os._exit(0)
                 os.close(status_w)
                 os.close(self.sync_r)
-                os.close(self.hand_child)
+                if self.handoff:
+                    os.close(self.hand_child)
                 for _ in range(2000):
                     if os.getppid() == supervisor:
                         break

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import CommandNotExecutable, CommandNotFound, ConfineError, default_warn
-from ..kernel import caps, cgroup, landlock, seccomp, tmpfs
+from ..kernel import caps, cgroup, landlock, notify, seccomp, tmpfs
 from ..mediation import Mediator
 from ..plan import Plan
 from . import child, status
@@ -93,7 +93,8 @@ def _launch(plan: Plan, guard: Any, warn: Callable[[str], None] | None,
     ruleset = _ruleset(plan)
     filters = _filters(plan)
     status_r, status_w = os.pipe2(os.O_CLOEXEC)
-    med = (MediationChannel.open(guard, files=plan.file_mediation, meta=plan.meta_mediation)
+    med = (MediationChannel.open(guard, files=plan.file_mediation, meta=plan.meta_mediation,
+                                 handoff=not plan.pidfd_getfd)
            if plan.unix_mediation else None)
     sigset = set(FORWARD) | {signal.SIGCHLD}
     # SIGCHLD is ignored by default, which could discard it before sigwaitinfo.
@@ -200,7 +201,14 @@ def _read_status(status_r: int, pid: int, plan: Plan, med: MediationChannel | No
 
 def _start_mediator(pid: int, child_fd: int, med: MediationChannel, plan: Plan,
                     warn: Callable[[str], None] | None) -> None:
-    nfd = med.take_listener()
+    if med.handoff:
+        nfd = med.take_listener()
+    else:
+        pidfd = notify.pidfd_open(pid)
+        try:
+            nfd = notify.pidfd_getfd(pidfd, child_fd)
+        finally:
+            os.close(pidfd)
     Mediator(nfd, med.broker_sup, plan.unix_roots(), plan.identity.uid,
              warn=warn or default_warn, files=plan.file_mediation,
              meta=plan.meta_roots() if plan.meta_mediation else None).start()
