@@ -245,3 +245,25 @@ def test_find_library_shortcut_serves_only_confines_own_libraries():
     for name in ("m", "z", "no-such-library-anywhere"):
         assert libc.find_library(name) == libc._original_find_library(name)
     assert libc.find_library("c") == "libc.so.6"
+
+
+def test_no_mount_namespace_grants_no_shared_dev_shm_nor_pts(dirs, monkeypatch):
+    """The host's /dev/shm and /dev/pts are shared with every process of the
+    user: without the namespace no rule names them (but the agent's own
+    terminal), no child rule re-grants them, and the plan says so."""
+    import importlib
+    monkeypatch.setattr(importlib.import_module("confine.plan.compile"), "own_terminals",
+                        lambda: ["/dev/pts/77"])
+    with_ns = _plan(dirs)
+    bare = _plan(dirs, dataclasses.replace(FULL, namespaces=False))
+    shared = ("/dev/shm", "/dev/pts")
+    if os.path.isdir("/dev/shm") and os.path.isdir("/dev/pts"):
+        assert {p for p, _, _ in with_ns.path_rules} >= set(shared)
+    rules = {p for p, _, _ in bare.path_rules}
+    assert not {p for p in rules if p.startswith(shared)} - {"/dev/pts/77"}, rules
+    assert not bare.child_rules or all(not p.startswith(shared) for p, _ in bare.child_rules)
+    assert any("/dev/shm is not granted" in n for n in bare.notes)
+    assert bare.meta_mediation and not with_ns.meta_mediation
+    roots, holes = bare.meta_roots()
+    assert roots[:2] == [bare.policy.workdir, bare.policy.tmp]
+    assert "/dev/shm" not in roots
