@@ -18,7 +18,7 @@ address or the descriptor. Instead:
   Landlock domain, listen() too (see _listen);
 * without a mount namespace, chmod/chown/utime/xattr calls (META_CALLS) are
   copied the same way and judged by the broker against the writable paths
-  (files.FileBroker.meta), on the very file it resolved.
+  (files.FileBroker.handle_meta), on the very file it resolved.
 
 Where the host refuses pidfd_getfd (Docker without CAP_SYS_PTRACE), an
 agent's directory or file is taken by opening /proc/TID/fd/N (O_PATH: the same
