@@ -102,6 +102,25 @@ for i in range(300):
 stop.append(1)
 t.join()
 R["race"] = sorted(seen)
+# the same with a directory on the way: "dswap" flips between the agent's own
+# directory and a symlink to the directory outside, while "dswap/victim" is chmodded
+os.mkdir("dswap")
+open("dswap/victim", "w").close()
+os.symlink(d, "dlink")
+stop.clear()
+t = threading.Thread(target=lambda: [libc.renameat2(AT_FDCWD, b"dswap", AT_FDCWD, b"dlink", 2)
+                                     for _ in iter(lambda: bool(stop), True)])
+t.start()
+seen = set()
+for i in range(300):
+    try:
+        os.chmod("dswap/victim", 0o666)
+        seen.add("ok")
+    except OSError as e:
+        seen.add(en(e.errno))
+stop.append(1)
+t.join()
+R["dir race"] = sorted(seen)
 '''
 
 
@@ -128,9 +147,11 @@ def _facts(f):
 
 
 def _clean(workdir):
-    for n in ("link-out", "hard", "mine", "evil", "swap"):
+    for n in ("link-out", "hard", "mine", "evil", "swap", "dlink", "dswap"):
         p = os.path.join(workdir, n)
-        if os.path.lexists(p):
+        if os.path.isdir(p) and not os.path.islink(p):
+            shutil.rmtree(p, ignore_errors=True)
+        elif os.path.lexists(p):
             os.unlink(p)
 
 
@@ -164,6 +185,7 @@ def _meta_check(box, sandbox, outside_dir, env=()):
     assert r["in mode"] == "0o640" and r["in mtime"] == 7, r
     assert r["symlink lchown itself"] == "ok" and r["symlink lutime itself"] == "ok", r
     assert "ok" in r["race"] and set(r["race"]) <= {"ok", "EROFS", "ENOENT"}, r["race"]
+    assert set(r["dir race"]) <= {"ok", "EROFS", "ENOENT", "ENOTDIR"}, r["dir race"]
     return f
 
 
