@@ -45,7 +45,8 @@ class HostFacts:
                    apparmor=lsm.apparmor_enabled(), selinux=lsm.selinux_enabled(),
                    cgroup=cg, cgroup_controllers=cgroup.controllers(cg) if cg else (),
                    pidfd_getfd=pidfd_getfd_available(),
-                   tmpfs=tmpfs_available() if as_root else False)
+                   # a root that could make the mount namespace may mount
+                   tmpfs=as_root and (_probe(as_root)[0] or tmpfs_available()))
 
 
 _NS_CACHE: dict[bool, tuple[bool, bool]] = {}
