@@ -238,6 +238,8 @@ def missing_features(policy: Policy, host: HostFacts, as_root: bool = True) -> l
     if not host.namespaces:
         why = ("" if as_root else " (unprivileged user namespaces are disabled or restricted, "
                "e.g. by AppArmor)")
+        out.append(Missing("pid_namespace", features.get("pid_namespace").protects
+                           + " could not be created" + why))
         for name in features.MOUNT_PARTS:
             if _replacement(name, policy, host) is None:
                 out.append(Missing(name, features.get(name).protects + ": no mount namespace"

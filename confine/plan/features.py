@@ -45,6 +45,11 @@ FEATURES: tuple[Feature, ...] = (
             "user reachable"),
     Feature("mount_namespace.protected_paths", None, "protected workdir paths (.git/hooks, "
             ".git/config, .envrc, ...) bound read-only"),
+    # Placeholder, so that a host without namespaces still refuses what only the pid
+    # namespace gives until its replacements exist (the pid-namespace work adds them
+    # and removes this entry). --degrade mount_namespace accepts it, as before.
+    Feature("pid_namespace", None, "private pid namespace and /proc (every agent process "
+            "ends with the run; other processes' command lines hidden)"),
     Feature("apparmor", None, "the AppArmor profile named by --apparmor"),
     Feature("selinux", None, "the SELinux context named by --selinux-context"),
 )

@@ -113,7 +113,8 @@ def refuse_missing(plan: Plan, allow_degraded: bool | Collection[str] | None,
                if not (allow_degraded is True
                        or (allow_degraded and not isinstance(allow_degraded, bool)
                            and (m.feature in allow_degraded
-                                or (m.feature.startswith("mount_namespace.")
+                                or ((m.feature.startswith("mount_namespace.")
+                                     or m.feature == "pid_namespace")
                                     and "mount_namespace" in allow_degraded))))]
     if refused:
         first = refused[0]
