@@ -26,14 +26,17 @@ from .files import FileBroker, Refused, Task
 from .wire import (
     FILE_OPS,
     MAX_FDS,
+    META_OPS,
     REQUEST_MAX,
     SOCKET_OPS,
     FileRequest,
+    MetaRequest,
     MsgHdr,
     Op,
     Reply,
     RootsRequest,
     SocketRequest,
+    WritableRequest,
     request_head,
     rights_control,
 )
@@ -67,6 +70,12 @@ def broker_main(sock: socket.socket, guard: Guard | None = None) -> NoReturn:
         finally:
             _close(fds + ([answer.fd] if answer is not None and answer.fd is not None else []))
 
+    def meta_call(rid: int, body: bytes, fds: list[int]) -> None:
+        try:
+            reply(rid, files.handle_meta(MetaRequest.unpack(body), fds))
+        finally:
+            _close(fds)
+
     def socket_call(rid: int, body: bytes, fds: list[int]) -> None:
         try:
             reply(rid, _socket_call(files, SocketRequest.unpack(body), fds))
@@ -79,6 +88,8 @@ def broker_main(sock: socket.socket, guard: Guard | None = None) -> NoReturn:
             socket_call(rid, body, fds)
         elif op in FILE_OPS:
             file_call(rid, body, fds)
+        elif op in META_OPS:
+            meta_call(rid, body, fds)
         else:
             _close(fds)
             reply(rid, Reply(-1, errno.ENOSYS))
@@ -113,6 +124,14 @@ def broker_main(sock: socket.socket, guard: Guard | None = None) -> NoReturn:
                 files.set_socket_roots(fds, RootsRequest.unpack(body).names)
             except (OSError, ValueError):
                 pass       # no roots: every pathname connect is refused
+            _close(fds)
+            continue
+        if request_head(body)[1] == Op.WRITABLE:
+            try:
+                w = WritableRequest.unpack(body)
+                files.set_writable(fds[:w.nroots], fds[w.nroots:w.nroots + w.nholes])
+            except (OSError, ValueError):
+                pass       # no roots: every metadata call is refused
             _close(fds)
             continue
         with idle_lock:

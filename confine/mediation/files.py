@@ -29,6 +29,17 @@ is refused (EACCES), never allowed.
 Pathname unix socket addresses are resolved here too (unix_target), in the
 agent's view, and judged by descriptor against the roots the supervisor sent.
 
+Without a mount namespace the host's mounts are writable, and Landlock does
+not restrict chmod, chown, utime or extended attributes: those calls come here
+(handle_meta). The path is resolved to an O_PATH descriptor as the kernel
+would (following the last symlink or not), that very file is judged by
+descriptor (walking ".." to a writable root the supervisor sent, never past a
+read-only entry or secret; the name guard for workdir names) and the call is
+made on the descriptor, so a rename or symlink swapped in meanwhile changes
+nothing. A file with more than one name is refused: another name may lie
+outside the writable paths (a hard link made before the run), and no
+descriptor can tell where.
+
 The agent's umask is applied here (the broker's own is 0), its "self" in /proc
 is its own pid in its pid namespace.
 
@@ -64,7 +75,7 @@ from confine.protect.guard import INTERNAL, VET
 from confine.protect.held import mark_skip_worktree
 from confine.protect.report import _safe
 
-from .wire import FileRequest, Op, Reply, debug
+from .wire import FileRequest, MetaRequest, Op, Reply, debug
 
 if TYPE_CHECKING:
     from confine.protect.guard import Guard
@@ -79,6 +90,7 @@ RESOLVE_BENEATH = 0x08
 AT_SYMLINK_FOLLOW = 0x400
 AT_EMPTY_PATH = 0x1000
 RENAME_NOREPLACE, RENAME_EXCHANGE, RENAME_WHITEOUT = 1, 2, 4
+AT_SYMLINK_NOFOLLOW = 0x100
 CONFIG_CAP = 1 << 20
 # Checked git configs the broker holds open at once (see FileBroker.vetted):
 # one per repository git config ran in; more only if the agent keeps
@@ -238,6 +250,9 @@ class FileBroker:
         # The descriptors pin the inodes, so their numbers are not reused.
         self.roots: dict[tuple[int, int], int] = {}
         self.socket_dirs: set[tuple[int, int]] = set()
+        # Where metadata calls may act without a mount namespace (set_writable).
+        self.meta_roots: set[tuple[int, int]] = set()
+        self.meta_holes: set[tuple[int, int]] = set()
         self.socket_entries: set[tuple[tuple[int, int], bytes]] = set()
         for r in (guard.roots if guard is not None else ()):
             try:
@@ -1064,6 +1079,130 @@ class FileBroker:
                           "in use at once (renamed away and kept)")
         held = os.open(f"/proc/self/fd/{fd}", os.O_PATH | os.O_CLOEXEC)
         self.vetted[_ident(os.fstat(held))] = held
+
+    # ------------------------------------------------------------ metadata (no mount namespace)
+
+    def set_writable(self, roots: list[int], holes: list[int]) -> None:
+        """The writable paths and the read-only entries and secrets below them
+        (wire.WritableRequest), by identity."""
+        self.meta_roots = {_ident(os.fstat(fd)) for fd in roots}
+        self.meta_holes = {_ident(os.fstat(fd)) for fd in holes}
+
+    def _writable_dir(self, fd: int) -> bool:
+        """Whether walking ".." from directory fd meets a writable root before a
+        read-only entry, a secret or the top of this view."""
+        cur = os.dup(fd)
+        try:
+            st = os.fstat(cur)
+            for _ in range(MAX_DEPTH):
+                here = _ident(st)
+                if here in self.meta_holes:
+                    return False
+                if here in self.meta_roots:
+                    return True
+                up = os.open(b"..", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=cur)
+                os.close(cur)
+                cur = up
+                st = os.fstat(cur)
+                if _ident(st) == here:
+                    return False
+        finally:
+            os.close(cur)
+        raise Refused(errno.EACCES, f"more than {MAX_DEPTH} directories deep: too deep to judge")
+
+    def meta_check(self, fd: int, verb: str) -> None:
+        """May the file fd (O_PATH) have its metadata changed? Refused (EROFS,
+        as a read-only host view would) outside the writable paths, EACCES
+        for what cannot be judged or the name guard refuses."""
+        st = os.fstat(fd)
+        where = path_of(fd) or "a file"
+        outside = Refused(errno.EROFS, f"{verb} {where}: outside the writable paths (no mount "
+                          "namespace: refused as the read-only host view would)")
+        if not self.meta_roots or _ident(st) in self.meta_holes:
+            raise outside
+        if stat.S_ISDIR(st.st_mode):
+            start, base = os.dup(fd), b"."
+        else:
+            if st.st_nlink > 1:
+                raise Refused(errno.EACCES, f"{verb} {where}: the file has {st.st_nlink} names "
+                              "(hard links) and another may lie outside the writable paths")
+            if st.st_nlink == 0:        # no name left: nothing on the host's paths changes
+                if self.guard is not None and _ident(st) in self.guard.inodes:
+                    raise Refused(errno.EACCES, f"{verb} {where}: a file protected at start")
+                return
+            placed = self._placed(fd, st)
+            if placed is None:
+                raise Refused(errno.EACCES, f"{verb} {where}: cannot tell where this file is")
+            start, base = placed
+        try:
+            # a carved write grant may name the file itself
+            if _ident(st) not in self.meta_roots and not self._writable_dir(start):
+                raise outside
+            if self.guard is not None:
+                comps = self._position(start, base)
+                # The guard's creation verdict: what may be made there may have its
+                # metadata changed (git init's .git/hooks and *.sample hooks, which git
+                # never runs); a file protected at start never, by any name.
+                kind = ("dir" if stat.S_ISDIR(st.st_mode) else "file" if stat.S_ISREG(st.st_mode)
+                        else "symlink" if stat.S_ISLNK(st.st_mode) else "node")
+                why = (self.guard.write_at(None, st.st_dev, st.st_ino)
+                       or self.guard.create_at(self.guard.folded(comps), kind))
+                if why is not None:
+                    shown = self.guard.show(comps) if comps is not None else where
+                    raise Refused(errno.EACCES, f"{verb} {shown}: {why}")
+        except OSError as e:
+            raise Refused(errno.EACCES, f"{verb} {where}: cannot tell where this file is "
+                          f"({e.strerror})") from None
+        finally:
+            os.close(start)
+
+    def handle_meta(self, req: MetaRequest, fds: list[int]) -> Reply:
+        """Resolve, judge and perform one metadata call; fds[req.dir] is the
+        directory (or, with no path, the descriptor's own file)."""
+        task = Task(req.tgid, req.tid, 0)
+        d = fds[req.dir] if req.dir >= 0 else self.root
+        verb = {Op.CHMOD: "chmod", Op.CHOWN: "chown", Op.UTIMES: "utime",
+                Op.SETXATTR: "setxattr", Op.REMOVEXATTR: "removexattr"}[req.op]
+        try:
+            if req.path:
+                nofollow = os.O_NOFOLLOW if req.flags & AT_SYMLINK_NOFOLLOW else 0
+                obj = self.open(task, d, req.path, os.O_PATH | nofollow, 0)
+            else:
+                obj = os.dup(d)
+            try:
+                with self.lock:
+                    self.meta_check(obj, verb)
+                self._meta_perform(req, obj)
+            finally:
+                os.close(obj)
+            return Reply(0)
+        except Refused as r:
+            return Reply(-1, r.errno, r.reason)
+        except OSError as e:
+            return Reply(-1, e.errno or errno.EIO)
+
+    @staticmethod
+    def _meta_perform(req: MetaRequest, obj: int) -> None:
+        """The call on the judged file itself: AT_EMPTY_PATH on its descriptor,
+        or its /proc/self/fd magic link, which reaches exactly that file."""
+        link = stat.S_ISLNK(os.fstat(obj).st_mode)
+        proc = f"/proc/self/fd/{obj}"
+        if req.op == Op.CHMOD:
+            if link:
+                raise oserror(err=errno.EOPNOTSUPP)   # fchmodat2's answer for a symlink
+            os.chmod(proc, req.mode & 0o7777)
+        elif req.op == Op.CHOWN:
+            check(libc.fchownat(ctypes.c_int(obj), b"", ctypes.c_uint(req.uid),
+                                ctypes.c_uint(req.gid), ctypes.c_int(AT_EMPTY_PATH)))
+        elif req.op == Op.UTIMES:
+            times = ctypes.create_string_buffer(req.value, 32) if req.value else None
+            check(libc.utimensat(ctypes.c_int(obj), b"", times, ctypes.c_int(AT_EMPTY_PATH)))
+        elif link:
+            raise oserror(err=errno.EPERM)   # user.* xattrs never sit on symlinks
+        elif req.op == Op.SETXATTR:
+            os.setxattr(proc, req.name, req.value, req.mode)
+        else:
+            os.removexattr(proc, req.name)
 
     # ------------------------------------------------------------ dispatch
 

@@ -15,7 +15,15 @@ address or the descriptor. Instead:
 * a file call's paths are copied and its directories taken (pidfd_getfd, or
   the agent's cwd); the broker judges and performs it (files.py);
 * the call itself is performed by the broker (broker.py), in the agent's
-  Landlock domain, listen() too (see _listen).
+  Landlock domain, listen() too (see _listen);
+* without a mount namespace, chmod/chown/utime/xattr calls (META_CALLS) are
+  copied the same way and judged by the broker against the writable paths
+  (files.FileBroker.handle_meta), on the very file it resolved.
+
+Where the host refuses pidfd_getfd (Docker without CAP_SYS_PTRACE), an
+agent's directory or file is taken by opening /proc/TID/fd/N (O_PATH: the same
+file, checked by id_valid afterwards like the cwd); a socket cannot be taken
+that way, so socket calls that must be mediated are refused, with a reason.
 
 Fail closed: a call the supervisor cannot decode or copy is answered with an
 error (EPERM on a bug), a call handed to a broker that dies gets EIO (file
@@ -35,7 +43,13 @@ from typing import Any, Callable, NamedTuple, Sequence
 
 from confine.errors import default_warn
 from confine.kernel import notify
-from confine.kernel.seccomp import FILE_CALLS, OPEN_CALLS, SOCKET_CALLS, syscall_number
+from confine.kernel.seccomp import (
+    FILE_CALLS,
+    META_CALLS,
+    OPEN_CALLS,
+    SOCKET_CALLS,
+    syscall_number,
+)
 
 from . import inet
 from .wire import (
@@ -43,11 +57,15 @@ from .wire import (
     IOVEC,
     MSGHDR_SIZE,
     REPLY_MAX,
+    XATTR_NAME_MAX,
+    XATTR_SIZE_MAX,
     FileRequest,
+    MetaRequest,
     MsgHdr,
     Op,
     RootsRequest,
     SocketRequest,
+    WritableRequest,
     debug,
     decode_reply,
     parse_rights,
@@ -56,6 +74,10 @@ from .wire import (
 MAX_REPORTED = 100
 MAX_ADDR = 128          # a sockaddr longer than sockaddr_storage is EINVAL
 AT_FDCWD = -100
+AT_SYMLINK_NOFOLLOW = 0x100
+AT_EMPTY_PATH = 0x1000
+O_PATH_FLAG = 0o10000000
+U32 = 0xFFFFFFFF
 
 
 class _Pending(NamedTuple):
@@ -90,6 +112,19 @@ class _FileCall(NamedTuple):
     target: bytes = b""
 
 
+class _MetaCall(NamedTuple):
+    op: Op
+    dfd: int                  # the agent's dirfd, or the descriptor itself (path None)
+    path: int | None          # address of the path; None: the descriptor's own file
+    flags: int = 0            # AT_SYMLINK_NOFOLLOW, AT_EMPTY_PATH
+    mode: int = 0
+    uid: int = U32
+    gid: int = U32
+    name: int = 0             # address of the xattr name
+    value: tuple[int, int] = (0, 0)       # address and size of the xattr value
+    times: tuple[str, int] | None = None  # ("utimbuf"|"timeval"|"timespec", address)
+
+
 Handler = Callable[[notify.Notif], None]
 
 
@@ -104,7 +139,7 @@ class Mediator:
     def __init__(self, notify_fd: int, broker: socket.socket, roots: Sequence[str],
                  agent_uid: int, warn: Callable[[str], None] = default_warn,
                  files: bool = False, inet_routes: inet.InetRoutes | None = None,
-                 events: Any = None):
+                 events: Any = None, meta: tuple[Sequence[str], Sequence[str]] | None = None):
         self.fd = notify_fd
         # The egress gateway's routes: every IPv4/IPv6 destination is rewritten
         # (mediation/inet.py); None: Landlock alone decides (no gateway).
@@ -122,6 +157,9 @@ class Mediator:
         self.denied: set[str] = set()
         self.unshown = 0
         self._send_roots(roots)
+        if meta is not None:
+            self._send_writable(*meta)
+        self.getfd = True          # pidfd_getfd works here (False once the host refused it)
         self.warn = warn
         self.events = events
         self.thread = threading.Thread(target=self._loop, name="confine-mediator", daemon=True)
@@ -133,6 +171,9 @@ class Mediator:
         if files:
             self.handlers.update({nr: functools.partial(Mediator._file, self, decode)
                                   for nr, decode in _FILE_NR.items()})
+        if meta is not None:
+            self.handlers.update({nr: functools.partial(Mediator._meta, self, decode)
+                                  for nr, decode in _META_NR.items()})
 
     def start(self) -> None:
         self.thread.start()
@@ -166,6 +207,64 @@ class Mediator:
         finally:
             for f in fds:
                 os.close(f)
+
+    def _send_writable(self, roots: Sequence[str], holes: Sequence[str]) -> None:
+        """Where metadata calls may act (wire.WritableRequest), by descriptor: the
+        supervisor's view is the agent's here (no mount namespace). A path that
+        cannot be opened is left out: a root then allows nothing, a hole that
+        does not exist holds nothing."""
+        rfds: list[int] = []
+        hfds: list[int] = []
+        try:
+            for paths, out in ((roots, rfds), (holes, hfds)):
+                for p in paths:
+                    try:
+                        out.append(os.open(os.path.realpath(p), os.O_PATH | os.O_CLOEXEC))
+                    except OSError:
+                        continue
+            try:
+                socket.send_fds(self.broker, [WritableRequest(0, len(rfds), len(hfds)).pack()],
+                                rfds + hfds)
+            except OSError:
+                pass       # no broker: every mediated call fails anyway
+        finally:
+            for f in rfds + hfds:
+                os.close(f)
+
+    def _take(self, pid: int, fd: int) -> int:
+        """A descriptor for the agent's fd: pidfd_getfd, or where the host refuses
+        it, /proc/TID/fd/N opened O_PATH (the same file; the caller proves with
+        id_valid that the thread still waits). EBADF for no such descriptor."""
+        if fd < 0:
+            raise OSError(errno.EBADF, "bad descriptor")
+        if self.getfd:
+            pidfd = _pidfd(pid)
+            try:
+                return notify.pidfd_getfd(pidfd, fd)
+            except OSError as e:
+                if e.errno not in (errno.EPERM, errno.ENOSYS, errno.EACCES):
+                    raise
+                self.getfd = False
+            finally:
+                os.close(pidfd)
+        try:
+            return os.open(f"/proc/{pid}/fd/{fd}", os.O_PATH | os.O_CLOEXEC)
+        except FileNotFoundError:
+            raise OSError(errno.EBADF, "bad descriptor") from None
+
+    def _take_socket(self, pidfd: int, fd: int) -> int:
+        """The agent's socket itself (a /proc open cannot give one): refused,
+        with the reason reported once, where the host refuses pidfd_getfd."""
+        try:
+            return notify.pidfd_getfd(pidfd, fd)
+        except OSError as e:
+            if e.errno not in (errno.EPERM, errno.ENOSYS, errno.EACCES):
+                raise
+            self._report("socket call (connect, sendto or sendmsg with an address, listen) "
+                         "refused: this host refuses pidfd_getfd (a container without "
+                         "CAP_SYS_PTRACE?), so the supervisor cannot take the agent's socket "
+                         "to perform the call for it")
+            raise OSError(errno.EACCES, "pidfd_getfd refused") from None
 
     def _loop(self) -> None:
         poller = select.poll()
@@ -377,11 +476,11 @@ class Mediator:
         passed: list[int] = []
         pidfd = _pidfd(pid)
         try:
-            fds.append(notify.pidfd_getfd(pidfd, call.fd & 0xFFFFFFFF))
+            fds.append(self._take_socket(pidfd, call.fd & 0xFFFFFFFF))
             sockfd = fds[0]
             try:
                 for afd in call.passed:
-                    passed.append(notify.pidfd_getfd(pidfd, afd))
+                    passed.append(self._take_socket(pidfd, afd))
             except OSError:
                 for f in fds + passed:
                     os.close(f)
@@ -553,7 +652,7 @@ class Mediator:
         fd, backlog = n.data.args[0] & 0xFFFFFFFF, n.data.args[1] & 0xFFFFFFFF
         pidfd = _pidfd(n.pid)
         try:
-            sfd = notify.pidfd_getfd(pidfd, fd)
+            sfd = self._take_socket(pidfd, fd)
         finally:
             os.close(pidfd)
         try:
@@ -586,7 +685,6 @@ class Mediator:
         umask, tgid, tid = _task_facts(pid)
         fds: list[int] = []
         index: list[int] = []
-        pidfd = _pidfd(pid)
         try:
             for (dfd, _), path in zip(call.paths, strs, strict=True):
                 if path.startswith(b"/"):
@@ -596,14 +694,12 @@ class Mediator:
                 if dfd == AT_FDCWD:
                     fds.append(os.open(f"/proc/{pid}/cwd", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC))
                 else:
-                    fds.append(notify.pidfd_getfd(pidfd, dfd))
+                    fds.append(self._take(pid, dfd))
                 index.append(len(fds) - 1)
         except OSError:
             for f in fds:
                 os.close(f)
             raise
-        finally:
-            os.close(pidfd)
         try:
             if not notify.id_valid(self.fd, nid):
                 return
@@ -622,6 +718,108 @@ class Mediator:
         finally:
             for f in fds:
                 os.close(f)
+
+
+    # -- metadata calls (no mount namespace)
+
+    def _meta(self, decode: Callable[[list[int], int], _MetaCall | None],
+              n: notify.Notif) -> None:
+        """chmod/chown/utime/xattr: copy the path, name, value and times, take
+        the directory (or the descriptor itself), and let the broker judge the
+        very file against the writable paths and perform the call."""
+        pid, nid = n.pid, n.id
+        call = decode([int(x) for x in n.data.args], pid)
+        if call is None:
+            return self._respond(nid, error=errno.EINVAL)
+        flags = call.flags
+        if call.path is None:
+            path = b""
+            flags |= AT_EMPTY_PATH
+            if _fd_flags(pid, _i32(call.dfd)) & O_PATH_FLAG:
+                return self._respond(nid, error=errno.EBADF)   # as the kernel: no O_PATH
+        else:
+            path = notify.read_cstr(pid, call.path) if call.path else b""
+            if not call.path and not flags & AT_EMPTY_PATH:
+                return self._respond(nid, error=errno.EFAULT)
+        if not path and not flags & AT_EMPTY_PATH:
+            return self._respond(nid, error=errno.ENOENT)
+        name = value = b""
+        if call.op in (Op.SETXATTR, Op.REMOVEXATTR):
+            try:
+                name = notify.read_cstr(pid, call.name, XATTR_NAME_MAX + 1)
+            except OSError as e:
+                if e.errno == errno.ENAMETOOLONG:
+                    return self._respond(nid, error=errno.ERANGE)
+                raise
+            if not name:
+                return self._respond(nid, error=errno.ERANGE)
+            addr, size = call.value
+            if size > XATTR_SIZE_MAX:
+                return self._respond(nid, error=errno.E2BIG)
+            value = notify.read_mem(pid, addr, size) if size else b""
+        elif call.op == Op.UTIMES and call.times is not None:
+            got = _times(pid, *call.times)
+            if got is None:
+                return self._respond(nid, error=errno.EINVAL)
+            value = got
+        _, tgid, tid = _task_facts(pid)
+        fds: list[int] = []
+        index = -1
+        if not path.startswith(b"/"):
+            dfd = _i32(call.dfd)
+            if dfd == AT_FDCWD:
+                fds.append(os.open(f"/proc/{pid}/cwd", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC))
+            else:
+                fds.append(self._take(pid, dfd))
+            index = 0
+        try:
+            if not notify.id_valid(self.fd, nid):
+                return
+            self._send(nid, lambda rid: MetaRequest(
+                rid, call.op, flags, index, path, call.mode & U32, call.uid & U32,
+                call.gid & U32, name, value, tgid, tid).pack(), fds, False, errno.EIO)
+        finally:
+            for f in fds:
+                os.close(f)
+
+
+def _fd_flags(pid: int, fd: int) -> int:
+    """The open flags of the agent's descriptor (its fdinfo); 0 if unreadable
+    (the broker then meets the file as it is)."""
+    try:
+        with open(f"/proc/{pid}/fdinfo/{fd}") as f:
+            for line in f:
+                if line.startswith("flags:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+_TIMESPEC2 = struct.Struct("<qqqq")
+
+
+def _times(pid: int, kind: str, addr: int) -> bytes | None:
+    """Two struct timespec from utime's utimbuf, utimes' timeval or utimensat's
+    timespec (b"": the current time); None: invalid (EINVAL)."""
+    if not addr:
+        return b""
+    if kind == "utimbuf":
+        a, m = struct.unpack("<qq", notify.read_mem(pid, addr, 16))
+        return _TIMESPEC2.pack(a, 0, m, 0)
+    raw = notify.read_mem(pid, addr, 32)
+    if kind == "timespec":
+        return raw
+    s1, u1, s2, u2 = _TIMESPEC2.unpack(raw)
+    if not (0 <= u1 < 1_000_000 and 0 <= u2 < 1_000_000):
+        return None
+    return _TIMESPEC2.pack(s1, u1 * 1000, s2, u2 * 1000)
+
+
+def _at(flags: int) -> int | None:
+    """An *at call's flags, if only the ones these calls know are set."""
+    flags = _i32(flags)
+    return None if flags & ~(AT_SYMLINK_NOFOLLOW | AT_EMPTY_PATH) else flags
 
 
 def _pathname(raw: bytes) -> bool:
@@ -737,6 +935,59 @@ _FILE_DECODERS: dict[str, Callable[[list[int], int], _FileCall | None]] = {
     "renameat": lambda a, pid: _FileCall(Op.RENAME, [(a[0], a[1]), (a[2], a[3])]),
     "renameat2": lambda a, pid: _FileCall(Op.RENAME, [(a[0], a[1]), (a[2], a[3])], _i32(a[4])),
 }
+def _meta_at(op: Op, dfd: int, path: int, flags: int, **kw: Any) -> _MetaCall | None:
+    """An *at form: a NULL path is the descriptor's own file with AT_EMPTY_PATH,
+    EFAULT without (as the kernel)."""
+    f = _at(flags)
+    if f is None:
+        return None
+    if not path and not f & AT_EMPTY_PATH:
+        raise OSError(errno.EFAULT, "bad address")
+    return _MetaCall(op, dfd, path, f, **kw)
+
+
+_NOFOLLOW = AT_SYMLINK_NOFOLLOW
+_META_DECODERS: dict[str, Callable[[list[int], int], _MetaCall | None]] = {
+    "chmod": lambda a, pid: _MetaCall(Op.CHMOD, AT_FDCWD, a[0], mode=a[1]),
+    "fchmod": lambda a, pid: _MetaCall(Op.CHMOD, a[0], None, mode=a[1]),
+    "fchmodat": lambda a, pid: _MetaCall(Op.CHMOD, a[0], a[1], mode=a[2]),
+    "fchmodat2": lambda a, pid: _meta_at(Op.CHMOD, a[0], a[1], a[3], mode=a[2]),
+    "chown": lambda a, pid: _MetaCall(Op.CHOWN, AT_FDCWD, a[0], uid=a[1], gid=a[2]),
+    "lchown": lambda a, pid: _MetaCall(Op.CHOWN, AT_FDCWD, a[0], _NOFOLLOW, uid=a[1], gid=a[2]),
+    "fchown": lambda a, pid: _MetaCall(Op.CHOWN, a[0], None, uid=a[1], gid=a[2]),
+    "fchownat": lambda a, pid: _meta_at(Op.CHOWN, a[0], a[1], a[4], uid=a[2], gid=a[3]),
+    "utime": lambda a, pid: _MetaCall(Op.UTIMES, AT_FDCWD, a[0], times=("utimbuf", a[1])),
+    "utimes": lambda a, pid: _MetaCall(Op.UTIMES, AT_FDCWD, a[0], times=("timeval", a[1])),
+    # a NULL path acts on the descriptor (what glibc's futimens is)
+    "futimesat": lambda a, pid: _MetaCall(Op.UTIMES, a[0], a[1] or None,
+                                          times=("timeval", a[2])),
+    "utimensat": lambda a, pid: (None if _at(a[3]) is None or (not a[1] and _at(a[3]) & _NOFOLLOW)
+                                 else _MetaCall(Op.UTIMES, a[0], a[1] or None, _at(a[3]) or 0,
+                                                times=("timespec", a[2]))),
+    "setxattr": lambda a, pid: _MetaCall(Op.SETXATTR, AT_FDCWD, a[0], mode=a[4], name=a[1],
+                                         value=(a[2], a[3])),
+    "lsetxattr": lambda a, pid: _MetaCall(Op.SETXATTR, AT_FDCWD, a[0], _NOFOLLOW, mode=a[4],
+                                          name=a[1], value=(a[2], a[3])),
+    "fsetxattr": lambda a, pid: _MetaCall(Op.SETXATTR, a[0], None, mode=a[4], name=a[1],
+                                          value=(a[2], a[3])),
+    "removexattr": lambda a, pid: _MetaCall(Op.REMOVEXATTR, AT_FDCWD, a[0], name=a[1]),
+    "lremovexattr": lambda a, pid: _MetaCall(Op.REMOVEXATTR, AT_FDCWD, a[0], _NOFOLLOW,
+                                             name=a[1]),
+    "fremovexattr": lambda a, pid: _MetaCall(Op.REMOVEXATTR, a[0], None, name=a[1]),
+    "setxattrat": lambda a, pid: _setxattrat(a, pid),
+    "removexattrat": lambda a, pid: _meta_at(Op.REMOVEXATTR, a[0], a[1], a[2], name=a[3]),
+}
+
+
+def _setxattrat(a: list[int], pid: int) -> _MetaCall | None:
+    """setxattrat(dfd, path, at_flags, name, struct xattr_args *, size): the
+    value's address, size and flags sit in the struct."""
+    if (a[5] & U32) < 16 or not a[4]:
+        return None
+    value, size, flags = struct.unpack("<QII", notify.read_mem(pid, a[4], 16))
+    return _meta_at(Op.SETXATTR, a[0], a[1], a[2], mode=flags, name=a[3], value=(value, size))
+
+
 _SOCKET_HANDLERS: dict[str, Callable[[Mediator, notify.Notif], None]] = {
     "connect": Mediator._connect, "sendto": Mediator._sendto,
     "sendmsg": Mediator._sendmsg, "listen": Mediator._listen,
@@ -745,7 +996,8 @@ _SOCKET_HANDLERS: dict[str, Callable[[Mediator, notify.Notif], None]] = {
 # kernel.seccomp decides which calls notify; a call it adds without a handler
 # here must fail the import, not be answered ENOSYS at run time.
 if set(_SOCKET_HANDLERS) != set(SOCKET_CALLS) \
-        or set(_FILE_DECODERS) != set(OPEN_CALLS) | set(FILE_CALLS):
+        or set(_FILE_DECODERS) != set(OPEN_CALLS) | set(FILE_CALLS) \
+        or set(_META_DECODERS) != set(META_CALLS):
     raise ImportError("confine.mediation.supervisor: handlers do not match kernel.seccomp's "
                       "SOCKET_CALLS, OPEN_CALLS, FILE_CALLS")
 
@@ -757,3 +1009,4 @@ def _numbers(table: dict) -> dict:
 
 _SOCKET_NR: dict[int, Callable[[Mediator, notify.Notif], None]] = _numbers(_SOCKET_HANDLERS)
 _FILE_NR: dict[int, Callable[[list[int], int], _FileCall | None]] = _numbers(_FILE_DECODERS)
+_META_NR: dict[int, Callable[[list[int], int], _MetaCall | None]] = _numbers(_META_DECODERS)

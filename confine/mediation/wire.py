@@ -37,10 +37,19 @@ class Op(enum.IntEnum):
     SYMLINK = 14
     LINK = 15
     RENAME = 16
+    CHMOD = 20      # metadata calls, without a mount namespace (see MetaRequest)
+    CHOWN = 21
+    UTIMES = 22
+    SETXATTR = 23
+    REMOVEXATTR = 24
+    WRITABLE = 25   # once, before any metadata call: the writable paths (see WritableRequest)
 
 
 SOCKET_OPS = frozenset({Op.CONNECT, Op.SENDTO, Op.SENDMSG, Op.LISTEN, Op.ROOTS})
 FILE_OPS = frozenset({Op.OPEN, Op.TRUNCATE, Op.MKDIR, Op.MKNOD, Op.SYMLINK, Op.LINK, Op.RENAME})
+META_OPS = frozenset({Op.CHMOD, Op.CHOWN, Op.UTIMES, Op.SETXATTR, Op.REMOVEXATTR})
+XATTR_SIZE_MAX = 65536             # the kernel's own limits, checked before copying
+XATTR_NAME_MAX = 255
 
 # Largest payload copied for one mediated send: a stream socket gets a short
 # write (legal, callers loop), a datagram larger than this gets EMSGSIZE.
@@ -55,6 +64,9 @@ _SOCKET = struct.Struct("<QBiiIiii")           # id, op, flags, resolve, namelen
 _ROOTS = struct.Struct("<QBI")                 # id, op, number of roots
 _FILE = struct.Struct("<QBqQQIiiii")           # id, op, flags, mode, dev/length, umask,
                                                # tgid, tid, fd index for path 1, for path 2
+_META = struct.Struct("<QBiiIIIiiIII")         # id, op, at-flags, fd index, mode/xattr flags,
+                                               # uid, gid, tgid, tid, path, name, value lengths
+_WRITABLE = struct.Struct("<QBII")             # id, op, writable roots, holes
 _REPLY = struct.Struct("<Qqi")                 # id, return value, errno
 REPLY_MAX = _REPLY.size + 4096                 # the supervisor's receive buffer
 _U64 = 0xFFFFFFFFFFFFFFFF
@@ -136,6 +148,55 @@ class FileRequest(NamedTuple):
         rid, op, flags, mode, arg, umask, tgid, tid, d1, d2 = _FILE.unpack_from(body)
         p1, p2, target = (body[_FILE.size:].split(b"\0") + [b"", b""])[:3]
         return cls(rid, Op(op), flags, mode, arg, umask, tgid, tid, (d1, d2), (p1, p2), target)
+
+
+class MetaRequest(NamedTuple):
+    """chmod/chown/utimes/setxattr/removexattr on a path (relative to the
+    descriptor at index `dir`, -1: absolute) or, with AT_EMPTY_PATH and no
+    path, on that descriptor itself. value: the xattr value, or for UTIMES the
+    two struct timespec (b"": now)."""
+    rid: int
+    op: Op
+    flags: int                  # AT_SYMLINK_NOFOLLOW, AT_EMPTY_PATH
+    dir: int
+    path: bytes
+    mode: int = 0               # chmod's mode; setxattr's XATTR_CREATE/XATTR_REPLACE
+    uid: int = 0xFFFFFFFF
+    gid: int = 0xFFFFFFFF
+    name: bytes = b""           # the attribute's name
+    value: bytes = b""
+    tgid: int = 0
+    tid: int = 0
+
+    def pack(self) -> bytes:
+        return (_META.pack(self.rid, self.op, self.flags, self.dir, self.mode, self.uid, self.gid,
+                           self.tgid, self.tid, len(self.path), len(self.name), len(self.value))
+                + self.path + self.name + self.value)
+
+    @classmethod
+    def unpack(cls, body: bytes) -> "MetaRequest":
+        rid, op, flags, d, mode, uid, gid, tgid, tid, lp, ln, lv = _META.unpack_from(body)
+        rest = body[_META.size:]
+        return cls(rid, Op(op), flags, d, rest[:lp], mode, uid, gid, rest[lp:lp + ln],
+                   rest[lp + ln:lp + ln + lv], tgid, tid)
+
+
+class WritableRequest(NamedTuple):
+    """Where metadata calls may act, by descriptor (confine's own
+    configuration, opened by the supervisor before the agent runs): the first
+    `nroots` descriptors are writable trees, the rest read-only entries or
+    secrets below them that stay refused."""
+    rid: int
+    nroots: int
+    nholes: int
+
+    def pack(self) -> bytes:
+        return _WRITABLE.pack(self.rid, Op.WRITABLE, self.nroots, self.nholes)
+
+    @classmethod
+    def unpack(cls, body: bytes) -> "WritableRequest":
+        rid, _, nroots, nholes = _WRITABLE.unpack_from(body)
+        return cls(rid, nroots, nholes)
 
 
 class Reply(NamedTuple):

@@ -72,6 +72,8 @@ class Plan:
     unix_mediation: bool                 # seccomp-notify mediation of connect/send/listen
     file_mediation: bool                 # ... and of file calls that can make protected names
     mount_ns: bool                       # private mount namespace: read-only host, own shm/pts
+    meta_mediation: bool                 # no mount namespace: chmod/chown/utime/xattr by the broker
+    pidfd_getfd: bool                    # the supervisor may take the child's descriptors
     pid_ns: bool                         # own pid namespace and /proc (needs mount_ns)
     net_ns: bool                         # own network namespace (profiles with no TCP port)
     lsm: Lsm
@@ -110,6 +112,14 @@ class Plan:
         """What stays writable in the read-only host view, as shown to people."""
         first = [self.policy.workdir, self.policy.tmp]
         return first + [p for p in self.writable_binds if p not in first]
+
+    def meta_roots(self) -> tuple[list[str], list[str]]:
+        """Where the broker lets chmod, chown, utime and xattr calls act without a
+        mount namespace: the writable paths, and below them the read-only entries
+        and secrets that stay refused (judged by identity, mediation/files.py)."""
+        roots = self.writable_paths()
+        holes = sorted({g.path for g in self.policy.read_only} | {d.path for d in self.policy.deny})
+        return roots, [h for h in holes if any(is_under(h, r) for r in roots)]
 
     def step_names(self) -> list[str]:
         return [s.name for s in self.steps]
@@ -177,6 +187,13 @@ class Plan:
 def _replacement(name: str, policy: Policy, host: HostFacts) -> str | None:
     """The mechanism that gives feature `name` where its primary is missing, if
     one does here (features.REPLACEMENTS)."""
+    if name in features.MOUNT_PARTS:
+        if name.endswith((".read_only_host", ".protected_paths")) \
+                and not (host.seccomp_filter and host.seccomp_user_notif):
+            return None        # the broker is reached through user notification only
+        if host.landlock_abi < 1:
+            return None
+        return features.REPLACEMENTS[name][0]
     if name not in features.REPLACEMENTS or not host.namespaces:
         return None
     if name == "landlock.truncate" and any(is_under(d.path, w.path)
@@ -219,10 +236,19 @@ def mechanisms(policy: Policy, host: HostFacts) -> dict[str, str]:
     if host.seccomp_filter:
         out["seccomp"] = "seccomp filter"
     if host.seccomp_user_notif:
-        out["seccomp_notify"] = "seccomp user notification"
+        out["seccomp_notify"] = "seccomp user notification" + (
+            "" if host.pidfd_getfd else " (pidfd_getfd refused here: the agent's directories "
+            "are taken through /proc; mediated socket calls are refused)")
     if host.namespaces:
         out["mount_namespace"] = "mount and pid namespaces"
     out.update(pid_mechanisms(host))
+    for name in features.MOUNT_PARTS:
+        if host.namespaces:
+            out[name] = "mount namespace"
+        elif (rep := _replacement(name, policy, host)) is not None:
+            out[name] = f"{rep} (replaces the mount namespace)"
+    if not host.namespaces and all(n in out for n in features.MOUNT_PARTS):
+        out["mount_namespace"] = "each part by its replacement (replaces the mount namespace)"
     if uses_net_namespace(policy, host):
         out["network_namespace"] = "network namespace (no host network, sockets or tables)"
     return out
@@ -249,10 +275,15 @@ def missing_features(policy: Policy, host: HostFacts, as_root: bool = True) -> l
     minus those another layer replaces here (features.REPLACEMENTS)."""
     out = []
     if not host.namespaces:
-        out.append(Missing("mount_namespace", features.get("mount_namespace").protects
-                           + " could not be created"
-                           + ("" if as_root else " (unprivileged user namespaces are disabled "
-                              "or restricted, e.g. by AppArmor)")))
+        why = ("" if as_root else " (unprivileged user namespaces are disabled or restricted, "
+               "e.g. by AppArmor)")
+        for name in features.MOUNT_PARTS:
+            if _replacement(name, policy, host) is None:
+                out.append(Missing(name, features.get(name).protects + ": no mount namespace"
+                                   + why + ", and its replacement ("
+                                   + features.REPLACEMENTS[name][0] + ") needs "
+                                   + ("seccomp user notification" if name.endswith(
+                                       (".read_only_host", ".protected_paths")) else "Landlock")))
     needed = ["landlock", "landlock.truncate", "landlock.ioctl_dev"]
     if policy.network.connect_tcp or policy.network.bind_tcp or policy.network.egress:
         # no port granted: seccomp refuses IPv4/IPv6 sockets instead (no_inet_rules);
@@ -321,6 +352,21 @@ def limit_mechanisms(policy: Policy, identity: Identity, mount_ns: bool,
     return out
 
 
+def own_terminals() -> list[str]:
+    """The pseudo-terminals of the launcher's standard descriptors (the agent's
+    own terminal): the only entries of the host's /dev/pts granted without a
+    mount namespace."""
+    out: list[str] = []
+    for fd in (0, 1, 2):
+        try:
+            t = os.path.realpath(os.ttyname(fd))
+        except OSError:
+            continue
+        if is_under(t, "/dev/pts") and t != "/dev/pts" and t not in out:
+            out.append(t)
+    return out
+
+
 def _drop_covered(rules: list[tuple[str, AccessFS, str]]) -> list[tuple[str, AccessFS, str]]:
     """A rule beneath another rule that already grants all its rights adds nothing.
     Linear in rules x path depth: only a rule on the path itself or one of its
@@ -372,9 +418,19 @@ def compile(policy: Policy, argv: Sequence[str], identity: Identity, host: HostF
             if r:
                 rules.append((p, r, why))
 
+    mount_ns = host.namespaces
+    writes, devices = policy.write, policy.devices
+    if not mount_ns:
+        # The host's /dev/shm and /dev/pts are shared with every process of the
+        # user: nothing of /dev/shm, and of /dev/pts only the agent's own terminal.
+        writes = tuple(g for g in writes if not is_under(g.path, "/dev/shm"))
+        devices = tuple(g for g in devices if not is_under(g.path, "/dev/pts"))
+        if len(devices) < len(policy.devices):
+            devices += tuple(dataclasses.replace(g, path=t) for g in policy.devices
+                             if g.path == "/dev/pts" for t in own_terminals())
     for grants, rights, kind in ((policy.read, landlock.READ, "read"),
-                                 (policy.write, landlock.WRITE, "write"),
-                                 (policy.devices, landlock.DEVICE, "device"),
+                                 (writes, landlock.WRITE, "write"),
+                                 (devices, landlock.DEVICE, "device"),
                                  (tuple(g for g in policy.unix_sockets if os.path.exists(g.path)),
                                   AccessFS.RESOLVE_UNIX, "unix socket")):
         for g in grants:
@@ -447,13 +503,21 @@ def compile(policy: Policy, argv: Sequence[str], identity: Identity, host: HostF
         else:
             missing.append(Missing("selinux", f"--selinux-context {lsm.selinux}: SELinux is "
                                    "not enabled on this kernel"))
-    mount_ns = host.namespaces
     shm = [g.path for g in policy.write if g.path == "/dev/shm"]
     binds = [p for p in dict.fromkeys(binds) if p != "/dev/shm" and os.path.exists(p)]
-    child_rules = [("/dev/shm", landlock.WRITE & handled_fs)] if shm else []
+    # New /dev/shm and /dev/pts exist only in a mount namespace (private_dev).
+    child_rules = [("/dev/shm", landlock.WRITE & handled_fs)] if shm and mount_ns else []
     for g in policy.devices:
-        if g.path in ("/dev/pts", "/dev/ptmx"):
+        if g.path in ("/dev/pts", "/dev/ptmx") and mount_ns:
             child_rules.append((g.path, landlock.DEVICE & handled_fs))
+    if not mount_ns and any(g.path == "/dev/pts" for g in policy.devices):
+        notes.append("/dev/pts: only the agent's own terminal is granted (no mount namespace: "
+                     "it is the host's); new pseudo-terminals (openpty, script, node-pty) fail "
+                     "with EACCES, their other end lying in the same /dev/pts")
+    if shm and not mount_ns:
+        notes.append("/dev/shm is not granted (no mount namespace: it is the host's, shared "
+                     "with every process of the user): POSIX shared memory and semaphores "
+                     "(shm_open, sem_open, Python multiprocessing locks) fail with EACCES")
     for g in policy.read:
         if g.path == "/proc" or g.path.startswith("/proc/"):
             child_rules.append((g.path, landlock.READ & handled_fs))
@@ -466,12 +530,19 @@ def compile(policy: Policy, argv: Sequence[str], identity: Identity, host: HostF
         notes.append(f"Landlock ABI {abi} cannot filter TCP: IPv4/IPv6 sockets refused by seccomp")
     unix_mediation = host.seccomp_user_notif
     file_mediation = unix_mediation and protected is not None and protected.guard
+    meta_mediation = unix_mediation and not mount_ns
+    if unix_mediation and not host.pidfd_getfd:
+        notes.append("pidfd_getfd is refused on this host (a container without CAP_SYS_PTRACE?): "
+                     "mediated file calls take the agent's directories through /proc; mediated "
+                     "socket calls (connect, sendto/sendmsg with an address, sendmsg, listen) "
+                     "are refused, since the agent's socket cannot be taken")
     plan = Plan(policy=policy, argv=tuple(argv), identity=identity, env=env, abi=abi,
                 handled_fs=handled_fs, handled_net=handled_net, scoped=scoped,
                 path_rules=tuple(rules), port_rules=tuple(ports), seccomp_rules=tuple(sc_rules),
                 seccomp_extra=tuple(sc_extra), missing=tuple(missing), notes=tuple(notes),
                 carved=tuple(sorted(set(carved))), unix_mediation=unix_mediation,
-                file_mediation=file_mediation, mount_ns=mount_ns, pid_ns=mount_ns,
+                file_mediation=file_mediation, mount_ns=mount_ns, meta_mediation=meta_mediation,
+                pidfd_getfd=host.pidfd_getfd, pid_ns=mount_ns,
                 net_ns=net_ns, gateway_ports=gw_ports,
                 lsm=lsm_kept, writable_binds=tuple(binds), child_rules=tuple(child_rules),
                 protected=protected, mechanisms=mechanisms(policy, host),

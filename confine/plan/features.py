@@ -31,9 +31,20 @@ FEATURES: tuple[Feature, ...] = (
     Feature("seccomp_notify", None, "seccomp user notification (refuses new protected workdir "
             "names while the agent runs; mediates listen() on unbound TCP sockets and pathname "
             "unix sockets)"),
-    Feature("mount_namespace", None, "private mount and pid namespaces (read-only host: chmod, "
-            "chown and utime outside the workdir; private /dev/shm, /dev/pts and /proc; "
-            "read-only protected workdir paths; every agent process ends with the run)"),
+    Feature("mount_namespace", None, "private mount namespace: every mount_namespace.* "
+            "guarantee below by its primary mechanism (accepting this name with --degrade "
+            "accepts all of them)"),
+    # The guarantees of the private mount namespace, each with a replacement
+    # (REPLACEMENTS) for hosts where the namespace cannot be made (containers,
+    # Ubuntu's user-namespace restriction, confine inside confine).
+    Feature("mount_namespace.read_only_host", None, "read-only host view: chmod, chown, utime "
+            "and extended attributes of files outside the writable paths refused"),
+    Feature("mount_namespace.private_shm", None, "private /dev/shm: no POSIX shared memory or "
+            "semaphore of the user's other processes reachable"),
+    Feature("mount_namespace.private_pts", None, "private /dev/pts: no other terminal of the "
+            "user reachable"),
+    Feature("mount_namespace.protected_paths", None, "protected workdir paths (.git/hooks, "
+            ".git/config, .envrc, ...) bound read-only"),
     Feature("pid_namespace.lifetime", None, "every agent process ends with the run (setsid, "
             "double fork and daemons included)"),
     Feature("pid_namespace.visibility", None, "no view of processes outside the run (their "
@@ -60,6 +71,22 @@ REPLACEMENTS: dict[str, tuple[str, str]] = {
     "landlock.truncate": (
         "read-only host view", "every mount but the writable paths is read-only, so truncate "
         "fails with EROFS outside them (used only when no secret lies under a write grant)"),
+    "mount_namespace.read_only_host": (
+        "broker mediation", "chmod, chown, utime and xattr calls (path and descriptor forms) are "
+        "notified and performed by the broker on the very file it judged against the writable "
+        "paths; other names of a hard-linked file, file-attribute ioctls and file_setattr are "
+        "refused (needs seccomp user notification)"),
+    "mount_namespace.private_shm": (
+        "no /dev/shm grant", "Landlock grants nothing in the shared /dev/shm: POSIX shared "
+        "memory and semaphores (shm_open, sem_open) are refused with EACCES"),
+    "mount_namespace.private_pts": (
+        "Landlock device rules", "in the host's /dev/pts only the agent's own terminal is "
+        "granted (so new pseudo-terminals cannot be opened either: their other end lies in "
+        "the same /dev/pts, EACCES)"),
+    "mount_namespace.protected_paths": (
+        "name guard", "writes, chmod/chown/utime/xattr changes and new protected names are "
+        "refused by the broker while the agent runs; deleting or renaming one away is reverted "
+        "by the exit check (needs seccomp user notification)"),
 }
 
 # The pid namespace's guarantees where it is missing (no user namespaces: containers,
@@ -79,6 +106,10 @@ PID_REPLACEMENTS: dict[str, tuple[str, str]] = {
         "the Landlock domain); their pids, command lines and status stay readable in /proc "
         "(a named difference, not refused)"),
 }
+
+# The parts of the mount namespace, in the order they are shown.
+MOUNT_PARTS: tuple[str, ...] = ("mount_namespace.read_only_host", "mount_namespace.private_shm",
+                                "mount_namespace.private_pts", "mount_namespace.protected_paths")
 
 BY_NAME: dict[str, Feature] = {f.name: f for f in FEATURES}
 NAMES: frozenset[str] = frozenset(BY_NAME)

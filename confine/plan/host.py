@@ -31,6 +31,8 @@ class HostFacts:
     cgroup_controllers: tuple[str, ...] = ()  # of pids, memory: usable by that cgroup
     seccomp_listener_busy: bool = False       # an inherited filter holds the one listener
     root_mounts: bool = True                  # started as root, confine may mount (tmp_size)
+    pidfd_getfd: bool = True  # the supervisor may take a child's descriptors (container
+                              # runtimes refuse it without CAP_SYS_PTRACE)
 
     @classmethod
     def read(cls, as_root: bool) -> HostFacts:
@@ -44,7 +46,8 @@ class HostFacts:
                    apparmor=lsm.apparmor_enabled(), selinux=lsm.selinux_enabled(),
                    cgroup=cg, cgroup_controllers=cgroup.controllers(cg) if cg else (),
                    seccomp_listener_busy=seccomp.listener_busy(),
-                   root_mounts=as_root and root_mounts_available())
+                   root_mounts=as_root and root_mounts_available(),
+                   pidfd_getfd=pidfd_getfd_available())
 
 
 _NS_CACHE: dict[bool, tuple[bool, bool]] = {}
@@ -105,3 +108,30 @@ def _probe(as_root: bool) -> tuple[bool, bool]:
         code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
         _NS_CACHE[as_root] = (code in (0, 2), code == 0)
     return _NS_CACHE[as_root]
+
+
+def pidfd_getfd_available() -> bool:
+    """Whether this process may take a descriptor of its own child with
+    pidfd_getfd (a seccomp filter above us, Yama or an LSM may refuse it)."""
+    from ..kernel import notify
+    r, w = os.pipe2(os.O_CLOEXEC)
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(w)
+            os.read(r, 1)
+        finally:
+            os._exit(0)
+    try:
+        pidfd = notify.pidfd_open(pid)
+        try:
+            os.close(notify.pidfd_getfd(pidfd, r))
+            return True
+        finally:
+            os.close(pidfd)
+    except OSError:
+        return False
+    finally:
+        os.close(w)
+        os.close(r)
+        os.waitpid(pid, 0)

@@ -132,6 +132,8 @@ def child_steps(plan: Plan) -> list[Step]:
         calls = list(seccomp.SOCKET_CALLS)
         if plan.file_mediation:
             calls += list(seccomp.OPEN_CALLS) + list(seccomp.FILE_CALLS)
+        if plan.meta_mediation:
+            calls += list(seccomp.META_CALLS)
         out.append(Step("seccomp_notify", "load the notifying filter and hand its listener to "
                         "the supervisor", {"calls": calls}))
     if plan.pid_ns:

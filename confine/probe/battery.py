@@ -41,6 +41,7 @@ LL_ABI = int(CFG.get("landlock_abi", 0)) if CONFINED else 0
 LL = LL_ABI > 0
 SCOPED = set(CFG.get("scoped", [])) if CONFINED else set()
 MEDIATION = bool(CFG.get("unix_mediation")) and CONFINED
+META = bool(CFG.get("meta_mediation")) and CONFINED   # no mount namespace: the broker judges
 RULES = CFG.get("seccomp", []) if CONFINED else []
 ARCH = CFG.get("arch", os.uname().machine)
 OUT = CFG.get("outside", {})
@@ -552,9 +553,64 @@ def _w_chmod():
     try:
         os.chmod(p, mode)  # to its own mode: no change if it works
     except OSError as e:
-        return blocked(e.errno, by_fs(e.errno, p))
+        return blocked(e.errno, by_meta(e.errno, p))
     return possible("chmod(%s, %o) succeeded: modes (and times) of the user's files outside "
                     "can be changed" % (p, mode))
+
+
+def by_meta(err, path):
+    """Without a mount namespace the broker refuses metadata calls (EROFS, as the
+    read-only view would; EACCES for what it cannot judge)."""
+    if META and err in (errno.EROFS, errno.EACCES):
+        return "broker (metadata mediation)"
+    return by_fs(err, path)
+
+
+@attempt("writes.utime", "set the times of a file outside the workdir (utime)")
+def _w_utime():
+    p = OUT["file"]
+    st = os.stat(p)
+    try:
+        os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns))  # to its own times
+    except OSError as e:
+        return blocked(e.errno, by_meta(e.errno, p))
+    return possible("utime(%s) succeeded: times of the user's files outside can be changed" % p)
+
+
+@attempt("writes.setxattr", "set an extended attribute on a file outside the workdir")
+def _w_setxattr():
+    p = OUT["file"]
+    try:
+        os.setxattr(p, "user.confine-probe", b"1")
+    except OSError as e:
+        if e.errno in (errno.ENOTSUP, errno.EOPNOTSUPP):
+            raise Skip("the filesystem has no user xattrs") from None
+        return blocked(e.errno, by_meta(e.errno, p))
+    try:
+        os.removexattr(p, "user.confine-probe")
+    except OSError:
+        pass
+    return possible("setxattr(%s) succeeded: extended attributes of the user's files outside "
+                    "can be changed" % p)
+
+
+@attempt("writes.chattr", "set inode flags of a file outside the workdir (FS_IOC_SETFLAGS)")
+def _w_chattr():
+    p = OUT["file"]
+    try:
+        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as e:
+        return blocked(e.errno, by_fs(e.errno, p, os.R_OK), "cannot even open it")
+    try:
+        flags = ctypes.c_long(0)
+        if libc.ioctl(fd, ctypes.c_ulong(0x80086601), ctypes.byref(flags)) != 0:  # GETFLAGS
+            raise Skip("the filesystem has no inode flags")
+        if libc.ioctl(fd, ctypes.c_ulong(0x40086602), ctypes.byref(flags)) != 0:  # SETFLAGS
+            err = ctypes.get_errno()
+            return blocked(err, "seccomp" if META and err == errno.EPERM else by_fs(err, p))
+    finally:
+        os.close(fd)
+    return possible("FS_IOC_SETFLAGS on %s succeeded (to its own flags)" % p)
 
 
 @attempt("writes.file_size", "write a file larger than the profile's file-size limit (sparse)")

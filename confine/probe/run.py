@@ -443,6 +443,7 @@ def probe(*, profile="default", workdir=None, read=(), write=(), env=(), user=No
             "landlock_abi": plan.abi,
             "scoped": landlock.names(plan.scoped),
             "unix_mediation": plan.unix_mediation,
+            "meta_mediation": plan.meta_mediation and not unconfined,
             "net_namespace": plan.net_ns and not unconfined,
             "seccomp": _rules(plan),
             "nr": _syscall_numbers(),

@@ -2,6 +2,7 @@
 for seccomp user notification, and the broker's fork."""
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import socket
@@ -23,28 +24,65 @@ class MediationChannel:
     sync_w: int
     guard: Any                     # the name guard (protect.guard.Guard) or None
     notify_program: bytes          # the notifying filter, raw BPF
+    # Where the host refuses pidfd_getfd (container runtimes without
+    # CAP_SYS_PTRACE, Docker's default), the listener travels to the supervisor
+    # as SCM_RIGHTS instead (hand_over/take_listener).
+    hand_sup: socket.socket | None = None
+    hand_child: int = -1
 
     @classmethod
-    def open(cls, guard: Any, files: bool) -> MediationChannel:
+    def open(cls, guard: Any, files: bool, meta: bool = False,
+             handoff: bool = False) -> MediationChannel:
         sup, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         sync_r, sync_w = os.pipe2(os.O_CLOEXEC)
+        hsup, hchild = (socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET) if handoff
+                        else (None, None))
         return cls(broker_sup=sup, broker_fd=child.detach(), sync_r=sync_r, sync_w=sync_w,
-                   guard=guard,
-                   notify_program=seccomp.notify_program(seccomp.build_notify(files=files)))
+                   guard=guard, hand_sup=hsup,
+                   hand_child=hchild.detach() if hchild is not None else -1,
+                   notify_program=seccomp.notify_program(seccomp.build_notify(files=files,
+                                                                             meta=meta)))
 
-    def child_fds(self) -> tuple[int, int]:
-        return (self.sync_r, self.broker_fd)
+    @property
+    def handoff(self) -> bool:
+        return self.hand_sup is not None
+
+    def child_fds(self) -> tuple[int, ...]:
+        return (self.sync_r, self.broker_fd) + ((self.hand_child,) if self.handoff else ())
 
     def close_supervisor_ends_in_child(self) -> None:
         self.broker_sup.close()
         os.close(self.sync_w)
+        if self.hand_sup is not None:
+            self.hand_sup.close()
 
     def close_child_ends(self) -> None:
         os.close(self.sync_r)
         os.close(self.broker_fd)
+        if self.handoff:
+            os.close(self.hand_child)
 
     def close_sync(self) -> None:
         os.close(self.sync_r)
+        if self.handoff:
+            os.close(self.hand_child)
+
+    def hand_over(self, listener: int) -> None:
+        """The child's side: pass the notify listener to the supervisor."""
+        with socket.socket(fileno=os.dup(self.hand_child)) as s:
+            socket.send_fds(s, [b"L"], [listener])
+
+    def take_listener(self) -> int:
+        """The supervisor's side: the listener the child passed (sent before the
+        status message that announces it, so it is already queued)."""
+        assert self.hand_sup is not None
+        self.hand_sup.setblocking(False)
+        _, fds, _, _ = socket.recv_fds(self.hand_sup, 16, 1)
+        if len(fds) != 1:
+            for f in fds:
+                os.close(f)
+            raise OSError(errno.EBADMSG, "no seccomp listener received from the child")
+        return fds[0]
 
     def start_broker(self, filters: list[Any], status_w: int, supervisor: int,
                      in_pid_ns: bool = False) -> None:
@@ -60,6 +98,8 @@ class MediationChannel:
                     os._exit(0)
                 os.close(status_w)
                 os.close(self.sync_r)
+                if self.handoff:
+                    os.close(self.hand_child)
                 for _ in range(2000):
                     if os.getppid() == supervisor:
                         break

@@ -12,6 +12,7 @@ import errno
 import os
 import resource
 import signal
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -233,9 +234,37 @@ def _seccomp(ctx: ChildContext) -> None:
 def _seccomp_notify(ctx: ChildContext) -> None:
     med = ctx.mediation
     assert med is not None
-    nfd = seccomp.load_notify(med.notify_program)
+    if not med.handoff:
+        nfd = seccomp.load_notify(med.notify_program)
+        os.set_inheritable(nfd, False)
+        status.send(ctx.status_w, status.Listener(nfd))
+        return _await_go(med, nfd)
+    # The listener goes to the supervisor as SCM_RIGHTS (this host refuses
+    # pidfd_getfd). The filter would hold this very sendmsg for the supervisor that
+    # waits for the listener, so a thread started before it is loaded sends it:
+    # seccomp filters are per thread (no TSYNC), the descriptor table is shared.
+    # (The thread takes a pid: in a pid namespace the agent is then pid 4, not 3.)
+    got: list[int] = []
+    ready = threading.Event()
+
+    def hand() -> None:
+        ready.wait()
+        if got:
+            med.hand_over(got[0])
+    helper = threading.Thread(target=hand, daemon=True)
+    helper.start()
+    try:
+        nfd = seccomp.load_notify(med.notify_program)
+        got.append(nfd)
+    finally:
+        ready.set()
+        helper.join()
     os.set_inheritable(nfd, False)
     status.send(ctx.status_w, status.Listener(nfd))
+    _await_go(med, nfd)
+
+
+def _await_go(med: MediationChannel, nfd: int) -> None:
     # The supervisor copies the listener; the agent must never hold it.
     if os.read(med.sync_r, 1) != b"g":
         os._exit(125)

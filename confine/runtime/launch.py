@@ -147,7 +147,9 @@ def _launch(plan: Plan, guard: Any, warn: Callable[[str], None] | None,
     ruleset = _ruleset(plan)
     filters = _filters(plan)
     status_r, status_w = os.pipe2(os.O_CLOEXEC)
-    med = MediationChannel.open(guard, files=plan.file_mediation) if plan.unix_mediation else None
+    med = (MediationChannel.open(guard, files=plan.file_mediation, meta=plan.meta_mediation,
+                                 handoff=not plan.pidfd_getfd)
+           if plan.unix_mediation else None)
     sigset = set(FORWARD) | {signal.SIGCHLD}
     # SIGCHLD is ignored by default, which could discard it before sigwaitinfo.
     old_chld = signal.signal(signal.SIGCHLD, lambda *_: None)
@@ -298,14 +300,17 @@ def _take_sockets(pid: int, fds: list[int], on_sockets: Callable[[list[int]], No
 def _start_mediator(pid: int, child_fd: int, med: MediationChannel, plan: Plan,
                     warn: Callable[[str], None] | None, inet: Any = None,
                     events: Any = None) -> None:
-    pidfd = notify.pidfd_open(pid)
-    try:
-        nfd = notify.pidfd_getfd(pidfd, child_fd)
-    finally:
-        os.close(pidfd)
+    if med.handoff:
+        nfd = med.take_listener()
+    else:
+        pidfd = notify.pidfd_open(pid)
+        try:
+            nfd = notify.pidfd_getfd(pidfd, child_fd)
+        finally:
+            os.close(pidfd)
     Mediator(nfd, med.broker_sup, plan.unix_roots(), plan.identity.uid,
              warn=warn or default_warn, files=plan.file_mediation, inet_routes=inet,
-             events=events).start()
+             events=events, meta=plan.meta_roots() if plan.meta_mediation else None).start()
 
 
 def _error(msg: status.Message, plan: Plan) -> ConfineError:

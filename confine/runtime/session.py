@@ -146,7 +146,9 @@ def refuse_missing(plan: Plan, allow_degraded: bool | Collection[str] | None,
     refused = [m for m in plan.missing
                if not (allow_degraded is True
                        or (allow_degraded and not isinstance(allow_degraded, bool)
-                           and m.feature in allow_degraded))]
+                           and (m.feature in allow_degraded
+                                or (m.feature.startswith("mount_namespace.")
+                                    and "mount_namespace" in allow_degraded))))]
     if refused:
         first = refused[0]
         more = f" (and {len(refused) - 1} more)" if len(refused) > 1 else ""

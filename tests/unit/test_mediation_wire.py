@@ -8,8 +8,18 @@ from confine.mediation.wire import FileRequest, Op, Reply, SocketRequest
 
 
 def test_every_op_is_a_socket_or_a_file_op():
-    assert wire.SOCKET_OPS | wire.FILE_OPS == set(Op)
+    assert wire.SOCKET_OPS | wire.FILE_OPS | wire.META_OPS | {Op.WRITABLE} == set(Op)
     assert not wire.SOCKET_OPS & wire.FILE_OPS
+    assert not (wire.SOCKET_OPS | wire.FILE_OPS) & wire.META_OPS
+
+
+def test_meta_requests_round_trip():
+    m = wire.MetaRequest(4, Op.SETXATTR, 0x100, 0, b"a/b", 1, 0xFFFFFFFF, 7, b"user.x",
+                         b"\0bin\0ary", 3, 9)
+    assert wire.MetaRequest.unpack(m.pack()) == m
+    w = wire.WritableRequest(0, 3, 2)
+    assert wire.WritableRequest.unpack(w.pack()) == w
+    assert wire.request_head(w.pack()) == (0, Op.WRITABLE)
 
 
 def test_requests_and_replies_round_trip():

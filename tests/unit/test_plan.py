@@ -56,19 +56,30 @@ def test_full_host_misses_nothing(dirs):
     (6, set()),
 ])
 def test_missing_follows_the_feature_table(dirs, abi, expect):
-    # without namespaces no other layer replaces a Landlock feature
+    # without namespaces no other layer replaces a Landlock feature; the mount
+    # namespace's parts are replaced (broker mediation, Landlock) where Landlock is
     plan = _plan(dirs, dataclasses.replace(FULL, landlock_abi=abi, namespaces=False))
-    expect = expect | {"mount_namespace"}
+    # the pid namespace's guarantees are replaced or a named difference: never refused
+    if abi == 0:
+        expect = expect | set(features.MOUNT_PARTS)
     got = {m.feature for m in plan.missing}
     assert got == expect
-    for name in got - {"mount_namespace"}:
+    for name in got - set(features.MOUNT_PARTS):
         assert features.get(name).min_abi > abi
     assert ("landlock" in plan.step_names()) == (abi > 0)
 
 
 def test_no_namespaces_removes_their_steps_and_is_missing(dirs):
     plan = _plan(dirs, dataclasses.replace(FULL, namespaces=False))
-    assert "mount_namespace" in {m.feature for m in plan.missing}
+    assert not {m.feature for m in plan.missing} & set(features.MOUNT_PARTS)
+    assert plan.meta_mediation and not plan.mount_ns
+    for part in features.MOUNT_PARTS:
+        assert "replaces the mount namespace" in plan.mechanisms[part], part
+    # the broker is the replacement: without user notification nothing is
+    bare = _plan(dirs, dataclasses.replace(FULL, namespaces=False, seccomp_user_notif=False))
+    assert {m.feature for m in bare.missing} >= {"mount_namespace.read_only_host",
+                                                   "mount_namespace.protected_paths"}
+    assert not bare.meta_mediation
     names = plan.step_names()
     for step in ("mount_namespace", "readonly_host", "private_dev", "pid_namespace",
                  "fork_agent"):
@@ -242,3 +253,25 @@ def test_find_library_shortcut_serves_only_confines_own_libraries():
     for name in ("m", "z", "no-such-library-anywhere"):
         assert libc.find_library(name) == libc._original_find_library(name)
     assert libc.find_library("c") == "libc.so.6"
+
+
+def test_no_mount_namespace_grants_no_shared_dev_shm_nor_pts(dirs, monkeypatch):
+    """The host's /dev/shm and /dev/pts are shared with every process of the
+    user: without the namespace no rule names them (but the agent's own
+    terminal), no child rule re-grants them, and the plan says so."""
+    import importlib
+    monkeypatch.setattr(importlib.import_module("confine.plan.compile"), "own_terminals",
+                        lambda: ["/dev/pts/77"])
+    with_ns = _plan(dirs)
+    bare = _plan(dirs, dataclasses.replace(FULL, namespaces=False))
+    shared = ("/dev/shm", "/dev/pts")
+    if os.path.isdir("/dev/shm") and os.path.isdir("/dev/pts"):
+        assert {p for p, _, _ in with_ns.path_rules} >= set(shared)
+    rules = {p for p, _, _ in bare.path_rules}
+    assert not {p for p in rules if p.startswith(shared)} - {"/dev/pts/77"}, rules
+    assert not bare.child_rules or all(not p.startswith(shared) for p, _ in bare.child_rules)
+    assert any("/dev/shm is not granted" in n for n in bare.notes)
+    assert bare.meta_mediation and not with_ns.meta_mediation
+    roots, holes = bare.meta_roots()
+    assert roots[:2] == [bare.policy.workdir, bare.policy.tmp]
+    assert "/dev/shm" not in roots

@@ -25,7 +25,17 @@ import sys
 from typing import TYPE_CHECKING, Any, Iterable, NamedTuple, Sequence
 
 from ..libc import libc, oserror
-from .rules import FILE_CALLS, OPEN_CALLS, OPEN_WRITE_BITS, SOCKET_CALLS, Rule, describe_rule
+from .rules import (
+    FILE_CALLS,
+    META_CALLS,
+    META_IOCTLS,
+    META_REFUSED,
+    OPEN_CALLS,
+    OPEN_WRITE_BITS,
+    SOCKET_CALLS,
+    Rule,
+    describe_rule,
+)
 from .syscalls import libseccomp, native_arch, resolve, syscall_number
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -310,15 +320,26 @@ def status() -> dict[str, Any]:
 
 # --- the unix-socket notifier (Landlock ABI < 9) ---------------------------------
 
-def build_notify(files: bool = False) -> "pyseccomp.SyscallFilter":
+def build_notify(files: bool = False, meta: bool = False) -> "pyseccomp.SyscallFilter":
     """The notifying filter, loaded after the deny filter. The kernel runs every
     filter and the most restrictive answer wins, so a denial is never turned
     into a notification. See confine/mediation/ for who answers.
     files: mediate FILE_CALLS and writing opens; openat2 (its flags sit in a
-    struct seccomp cannot read) answers ENOSYS, and callers fall back to openat."""
+    struct seccomp cannot read) answers ENOSYS, and callers fall back to openat.
+    meta: mediate META_CALLS, refuse META_REFUSED and META_IOCTLS (no mount
+    namespace: nothing else stops them outside the writable paths)."""
     sc = libseccomp()
     flt = sc.SyscallFilter(sc.ALLOW)
     flt.set_attr(sc.Attr.ACT_BADARCH, sc.KILL_PROCESS)
+    if meta:
+        for name in META_CALLS:
+            if syscall_number(name) is not None:
+                flt.add_rule(sc.NOTIFY, syscall_number(name))
+        for name in META_REFUSED:
+            if syscall_number(name) is not None:
+                flt.add_rule(sc.ERRNO(_errno.EPERM), syscall_number(name))
+        for _, num in META_IOCTLS:
+            flt.add_rule(sc.ERRNO(_errno.EPERM), "ioctl", sc.Arg(1, sc.MASKED_EQ, 0xFFFFFFFF, num))
     if files:
         for name in FILE_CALLS:
             if syscall_number(name) is not None:

@@ -35,7 +35,8 @@ from .syscalls import native_arch, syscall_number
 
 __all__ = ["ArgMatch", "Rule", "DEFAULT_RULES", "rules_for", "udp_rules", "no_inet_rules", "describe",
            "describe_rule", "SOCKET_CALLS", "FILE_CALLS", "OPEN_CALLS", "OPEN_WRITE_BITS",
-           "IOCTLS", "IOCTL_NAMES", "PERSONA_FLAGS"]
+           "IOCTLS", "IOCTL_NAMES", "PERSONA_FLAGS", "META_CALLS", "META_REFUSED",
+           "META_IOCTLS"]
 
 U32 = 0xFFFFFFFF
 U64 = 0xFFFFFFFFFFFFFFFF
@@ -555,3 +556,26 @@ FILE_CALLS = ("creat", "truncate", "mkdir", "mkdirat", "mknod", "mknodat", "syml
 # opens run at full speed.
 OPEN_CALLS = {"open": 1, "openat": 2}
 OPEN_WRITE_BITS = (0o1, 0o2, 0o100, 0o1000, 0o20000000)   # WRONLY RDWR CREAT TRUNC __O_TMPFILE
+
+# Calls that change a file's metadata (mode, owner, times, extended attributes),
+# which Landlock does not restrict. With a mount namespace the read-only host
+# view refuses them outside the writable paths; without one they are notified
+# and the broker judges the very file and performs them (mediation/files.py).
+META_CALLS = ("chmod", "fchmod", "fchmodat", "fchmodat2", "chown", "fchown", "lchown",
+              "fchownat", "utime", "utimes", "utimensat", "futimesat", "setxattr", "lsetxattr",
+              "fsetxattr", "removexattr", "lremovexattr", "fremovexattr", "setxattrat",
+              "removexattrat")
+# ... and the ones refused outright there (EPERM): file_setattr sets inode flags
+# and project ids, which nothing an agent builds needs.
+META_REFUSED = ("file_setattr",)
+# ioctls that change a file's attributes with only a read-only descriptor and
+# ownership (chattr; fs-verity makes a file immutable for good): refused (EPERM)
+# without a mount namespace, where the host's mounts are writable.
+META_IOCTLS: tuple[tuple[str, int], ...] = (
+    ("FS_IOC_SETFLAGS", 0x40086602), ("FS_IOC32_SETFLAGS", 0x40046602),
+    ("FS_IOC_SETVERSION", 0x40087602), ("FS_IOC32_SETVERSION", 0x40047602),
+    ("FS_IOC_FSSETXATTR", 0x401C5820), ("FS_IOC_ENABLE_VERITY", 0x40806685),
+    ("FS_IOC_SET_ENCRYPTION_POLICY", 0x800C6613),
+    ("EXT4_IOC_SETVERSION", 0x40086604), ("EXT4_IOC32_SETVERSION", 0x40046604),
+    ("BTRFS_IOC_SUBVOL_SETFLAGS", 0x4008941A),     # a subvolume read-only, by its owner
+)
