@@ -371,7 +371,16 @@ class Mediator:
 
     def _report(self, what: str) -> None:
         """Each distinct denial once; a flood (a checkout full of refused files)
-        is cut short rather than burying the terminal (Events bounds its own)."""
+        is cut short rather than burying the terminal (Events bounds its own).
+        A held name (protect/held.py) is no refusal: the call succeeded, the file
+        went to the held area; said once per path, logged as such."""
+        if what.startswith("held "):
+            if self.events is not None:
+                self.events.emit({"event": "held", "what": what})
+            if what not in self.denied and len(self.denied) < MAX_REPORTED:
+                self.denied.add(what)
+                self.warn(what)
+            return
         if self.events is not None:
             try:
                 self.events.mediated(what)
