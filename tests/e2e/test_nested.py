@@ -26,7 +26,9 @@ pytestmark = pytest.mark.e2e
 
 # What nons' replacements take over (the mount namespace's guarantees); until
 # they land the inner must be told to run without them.
-NAMESPACE_FEATURES = {"mount_namespace"}
+NAMESPACE_FEATURES = {"mount_namespace", "mount_namespace.read_only_host",
+                      "mount_namespace.private_shm", "mount_namespace.private_pts",
+                      "mount_namespace.protected_paths"}
 
 WRITE_BODY = r'''
 attempt("outer workdir", lambda: opened(P["outer"] + "/from-inner", os.O_WRONLY | os.O_CREAT))
