@@ -2,7 +2,7 @@
 """Benchmark: the egress gateway against a direct connection, on loopback (issue 14 item 11).
 
 Run with a Python that can import confine (the install's own):
-    /opt/confine/bin/python bench/gateway.py [--quick] [--json]
+    /opt/confine/bin/python bench/gateway.py [--quick] [--json] [--link=1gbit]
 Three processes: an HTTP origin on 127.0.0.1, the gateway (as the supervisor would run it:
 its own process, an address rule allowing the origin), and the client. Measured:
 - bulk: one download of 1 GiB (quick: 256 MiB), direct and through the proxy (absolute-URI
@@ -12,7 +12,9 @@ its own process, an address rule allowing the origin), and the client. Measured:
   byte; median and p90, and the median added by the gateway;
 - 200 concurrent connections, each a 64 KiB body: wall time, all must succeed.
 Loopback only: nothing leaves the machine. On loopback both paths are CPU-bound and the
-gateway's crosses loopback twice, so the ratio is a floor for a real network path.
+gateway's crosses loopback twice, so the ratio is a floor for a real network path;
+--link=RATE (root) puts the origin behind a veth shaped to RATE in a network namespace of
+its own, which is what a download over a real link looks like (still this machine only).
 bench/run.py imports `measure`.
 """
 from __future__ import annotations
@@ -49,7 +51,7 @@ def one(c):
     finally:
         c.close()
 s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind(("127.0.0.1", 0)); s.listen(1024)
+s.bind((sys.argv[1] if len(sys.argv) > 1 else "127.0.0.1", 0)); s.listen(1024)
 print(s.getsockname()[1], flush=True)
 while True:
     c, _ = s.accept()
@@ -60,7 +62,8 @@ GATEWAY = r"""
 import sys, time
 from confine.gateway import Gateway, Limits, Pins, Resolver, Rules
 port = int(sys.argv[1])
-rules = Rules.parse([f"127.0.0.1:{port}"])
+host = sys.argv[2] if len(sys.argv) > 2 else "127.0.0.1"
+rules = Rules.parse([f"{host}:{port}"])
 # literals only: the resolver is never asked (its upstream is a closed local port)
 res = Resolver([("127.0.0.1", 9)], rules, Pins())
 gw = Gateway(rules, res, limits=Limits(max_conns=512)).start()
@@ -84,7 +87,7 @@ def _get(addr: tuple[str, int], target: str, buf: bytearray) -> int:
     """One GET; the body's length. `target` is a path (direct) or an absolute URI (proxy)."""
     s = socket.create_connection(addr, timeout=60)
     try:
-        s.sendall(f"GET {target} HTTP/1.1\r\nHost: 127.0.0.1:{ORIGIN_PORT[0]}\r\n\r\n".encode())
+        s.sendall(f"GET {target} HTTP/1.1\r\nHost: {ORIGIN_HOST[0]}:{ORIGIN_PORT[0]}\r\n\r\n".encode())
         got, head = 0, b""
         view = memoryview(buf)
         while True:
@@ -108,6 +111,32 @@ def _get(addr: tuple[str, int], target: str, buf: bytearray) -> int:
 
 
 ORIGIN_PORT = [0]
+ORIGIN_HOST = ["127.0.0.1"]
+NS, HOST_IP, NS_IP = "confine-bench-origin", "10.231.0.1", "10.231.0.2"
+
+
+def _sh(*argv: str) -> None:
+    subprocess.run(argv, check=True, capture_output=True, timeout=30)
+
+
+def _link_up(rate: str) -> None:
+    """A network namespace on the other end of a veth whose sending side is shaped
+    to `rate` (tc tbf): a network path of that speed, on this machine only."""
+    _link_down()
+    _sh("ip", "netns", "add", NS)
+    _sh("ip", "link", "add", "cbh", "type", "veth", "peer", "name", "cbn", "netns", NS)
+    _sh("ip", "addr", "add", f"{HOST_IP}/30", "dev", "cbh")
+    _sh("ip", "link", "set", "cbh", "up")
+    _sh("ip", "-n", NS, "addr", "add", f"{NS_IP}/30", "dev", "cbn")
+    _sh("ip", "-n", NS, "link", "set", "cbn", "up")
+    _sh("ip", "-n", NS, "link", "set", "lo", "up")
+    _sh("ip", "netns", "exec", NS, "tc", "qdisc", "add", "dev", "cbn", "root", "tbf",
+        "rate", rate, "burst", "1mb", "latency", "50ms")
+
+
+def _link_down() -> None:
+    subprocess.run(["ip", "netns", "del", NS], capture_output=True, timeout=30)
+    subprocess.run(["ip", "link", "del", "cbh"], capture_output=True, timeout=30)
 
 
 def _concurrent(addr: tuple[str, int], tgt: Callable[[int], str], conns: int) -> dict:
@@ -137,17 +166,32 @@ def _concurrent(addr: tuple[str, int], tgt: Callable[[int], str], conns: int) ->
     return {"wall_ms": round((time.perf_counter() - t) * 1000, 1), "ok": done[0], "errors": len(errors)}
 
 
-def measure(python: str = sys.executable, quick: bool = False) -> dict:
+def measure(python: str = sys.executable, quick: bool = False, link: str | None = None) -> dict:
+    """link: a rate for tc (e.g. "1gbit"): the origin sits behind a shaped veth in a
+    network namespace of its own (root only), as a real network path would, instead
+    of on loopback, where both paths are CPU-bound."""
     size = (256 if quick else 1024) << 20
     conns = 200
     reqs = 200 if quick else 1000
-    origin, oport = _start([python, "-c", ORIGIN])
-    ORIGIN_PORT[0] = oport
-    gw, gport = _start([python, "-c", GATEWAY, str(oport)])
-    out: dict = {"size_mib": size >> 20, "requests": reqs, "concurrent": conns, "reps": 1 if quick else 3}
+    host = "127.0.0.1"
+    pre: list[str] = []
+    if link:
+        _link_up(link)
+        host, pre = NS_IP, ["ip", "netns", "exec", NS]
+    ORIGIN_HOST[0] = host
     try:
-        direct = (("127.0.0.1", oport), lambda n: f"/size/{n}")
-        proxy = (("127.0.0.1", gport), lambda n: f"http://127.0.0.1:{oport}/size/{n}")
+        origin, oport = _start(pre + [python, "-c", ORIGIN, host])
+    except BaseException:
+        if link:
+            _link_down()
+        raise
+    ORIGIN_PORT[0] = oport
+    gw, gport = _start([python, "-c", GATEWAY, str(oport), host])
+    out: dict = {"size_mib": size >> 20, "requests": reqs, "concurrent": conns, "reps": 1 if quick else 3,
+                 "path": f"veth shaped to {link}" if link else "loopback"}
+    try:
+        direct = ((host, oport), lambda n: f"/size/{n}")
+        proxy = (("127.0.0.1", gport), lambda n: f"http://{host}:{oport}/size/{n}")
         buf = bytearray(1 << 20)
         for name, (addr, tgt) in (("direct", direct), ("gateway", proxy)):
             best = 0.0
@@ -186,6 +230,8 @@ def measure(python: str = sys.executable, quick: bool = False) -> dict:
                 pass
             p.kill()
             p.wait()
+        if link:
+            _link_down()
     return out
 
 
@@ -206,11 +252,12 @@ def render(r: dict) -> list[tuple[str, str, str, str]]:
 
 def main() -> int:
     quick = "--quick" in sys.argv
-    r = measure(sys.executable, quick)
+    link = next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--link=")), None)
+    r = measure(sys.executable, quick, link)
     if "--json" in sys.argv:
         print(json.dumps(r, indent=1))
         return 0
-    print(f"gateway vs direct on loopback ({r['cores']} cores, load {r['load']}):")
+    print(f"gateway vs direct over {r['path']} ({r['cores']} cores, load {r['load']}):")
     for row in render(r):
         print(f"  {row[0]:<58} direct {row[1]:>10}  gateway {row[2]:>10}  {row[3]}")
     return 0
