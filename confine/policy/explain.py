@@ -237,7 +237,11 @@ def grant(r: Refusal, home: str, deny: Sequence[str] = (),
                                     "confine does not suggest it")
         return Grant("unix_sockets.allow", r.subject, "")
     if r.kind == "protected" and r.pattern:
-        if r.pattern.startswith(".git/") or r.pattern == ".gitmodules":
+        comps = r.pattern.strip("/").split("/")
+        # git's own files at any depth (a repository's literal from the snapshot,
+        # old/.git/hooks, as much as the .git/hooks/ pattern): never suggested
+        if ".git" in comps or comps[-1] == ".gitmodules" or any(
+                c.endswith(".git") and len(c) > 4 for c in comps):
             return Grant(cannot=f"{r.pattern} is git's own (git runs it later, as you, "
                                 "outside the sandbox): make that change outside confine")
         return Grant("protected", "!" + r.pattern, "",

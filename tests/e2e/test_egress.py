@@ -234,7 +234,10 @@ def urllib_get(url):
 @pytest.mark.parametrize("mode", ["root", "user"])
 def test_allowed_name_by_proxy_and_by_direct_connect(mode, net, test_user, confine_bin, tmp_path):
     sb = Sandbox(mode, test_user, make_workdir(test_user))
-    logf = os.path.join(sb.workdir, "decisions.jsonl")
+    # outside every path the agent can write (confine refuses a --log it could forge)
+    logdir = tempfile.mkdtemp(prefix="confine-egress-log-")
+    os.chown(logdir, sb.pw.pw_uid, sb.pw.pw_gid)
+    logf = os.path.join(logdir, "decisions.jsonl")
     try:
         m = net.mark()
         p = inside(sb, net, ["curl", "-sS", "--cacert", "ca.pem", "https://allowed.test/"],
@@ -281,6 +284,7 @@ print(json.dumps(R))
                                                   "answers", "upstream", "client", "proto"))
     finally:
         shutil.rmtree(sb.workdir, ignore_errors=True)
+        shutil.rmtree(logdir, ignore_errors=True)
 
 
 @pytest.mark.parametrize("mode", ["root", "user"])

@@ -132,7 +132,8 @@ def test_http_server_bind_names_bind_tcp(root_sandbox, kernel_audit):
 
 
 def test_unprivileged_run_says_where_the_gap_is(user_sandbox, upstream):
-    p = user_sandbox.run(["sh", "-c", f"git clone {upstream} x; echo > .envrc"])
+    # a symlink at a protected name is refused by the name guard (a new file would be held)
+    p = user_sandbox.run(["sh", "-c", f"git clone {upstream} x; ln -s x .envrc"])
     assert "does not exist" in p.stderr
     assert not _lines(p.stderr, f"--read {upstream}")
     assert _lines(p.stderr, "protected: ['!.envrc']")
@@ -147,7 +148,7 @@ def test_root_run_with_audit_off_says_so(root_sandbox):
         pytest.skip("the kernel's audit is on here")
     if landlock_abi() < 7:
         pytest.skip("Landlock ABI below 7")
-    p = root_sandbox.run(["sh", "-c", "cat /root/nothing-here; echo > .envrc"])
+    p = root_sandbox.run(["sh", "-c", "cat /root/nothing-here; ln -s x .envrc"])
     assert p.returncode != 0
     assert GAP in p.stderr and "auditctl -e 1" in p.stderr, p.stderr
 
@@ -184,8 +185,9 @@ def test_protected_write_names_the_pattern_and_the_log_explains(sandbox, tmp_pat
     os.chown(logdir, sandbox.pw.pw_uid, sandbox.pw.pw_gid)
     log = os.path.join(logdir, "run.log")
     try:
-        p = sandbox.run(["sh", "-c", "echo a > envrc; echo b > .envrc; echo c > .envrc; "
-                                     "echo d > sub.mcp.json; echo e > .mcp.json"],
+        # symlinks at protected names: refused by the name guard (new files are held)
+        p = sandbox.run(["sh", "-c", "echo a > envrc; ln -s b .envrc; ln -s c .envrc; "
+                                     "echo d > sub.mcp.json; ln -s e .mcp.json"],
                         "--log", log)
         assert os.path.exists(os.path.join(sandbox.workdir, "envrc"))    # the control
         assert not os.path.exists(os.path.join(sandbox.workdir, ".envrc"))
@@ -212,10 +214,10 @@ def test_names_with_terminal_escapes_and_long_paths_are_shown_safely(sandbox):
     body = r"""
 odd = "e\x1b]0;pwned\x07\x1b[2J"
 os.mkdir(odd)
-attempt("odd", lambda: opened(odd + "/.envrc", os.O_WRONLY | os.O_CREAT))
+attempt("odd", lambda: os.symlink("x", odd + "/.envrc"))
 deep = "/".join(["d" * 200] * 15)
 os.makedirs(deep)
-attempt("deep", lambda: opened(deep + "/.envrc", os.O_WRONLY | os.O_CREAT))
+attempt("deep", lambda: os.symlink("x", deep + "/.envrc"))
 attempt("control", lambda: opened(odd + "/envrc", os.O_WRONLY | os.O_CREAT))
 """
     p, r = sandbox.probe(body)

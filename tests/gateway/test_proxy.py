@@ -20,9 +20,9 @@ from confine.gateway import Limits
 CLEAN_ENV = {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}
 
 
-def tunnel(gw, target, extra=b""):
+def tunnel(gw, target, extra=b"", timeout=5.0):
     """CONNECT through the gateway: (socket, status line)."""
-    s = socket.create_connection(gw.address, timeout=5)
+    s = socket.create_connection(gw.address, timeout=timeout)
     s.sendall(f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n".encode() + extra)
     buf = b""
     while b"\r\n\r\n" not in buf:
@@ -309,10 +309,10 @@ def test_200_concurrent_connections(make_stack, https_origin, tls_files):
     st = make_stack([f"allowed.test:{p}", f"127.0.0.1:{p}"],
                     limits=Limits(handshake_timeout=120, idle_timeout=120))
     n = 200
-    barrier = threading.Barrier(n, timeout=30)
+    barrier = threading.Barrier(n, timeout=120)
 
     def one(i):
-        s, status = tunnel(st.gw, f"allowed.test:{p}")
+        s, status = tunnel(st.gw, f"allowed.test:{p}", timeout=120)
         assert status.startswith("HTTP/1.1 200")
         barrier.wait()                       # all 200 tunnels are open at the same time
         return tls_get(s, "allowed.test", tls_files[0], f"/{i}")

@@ -378,3 +378,12 @@ def test_explain_judges_each_line_again():
     honest = [{"event": "refusal", "layer": "landlock", "kind": "read", "subject": "/srv/a",
                "what": "read /srv/a", "grant": {"key": "filesystem.read", "value": "/srv/a"}}]
     assert ex.report(honest, home=HOME).grants == {"filesystem.read": ["/srv/a"]}
+
+
+def test_git_internals_of_an_existing_repository_are_never_suggested():
+    """The snapshot names an existing repository's hooks literally (old/.git/hooks):
+    as git's own as the .git/hooks/ pattern, so never offered as a grant."""
+    for pat in ("old/.git/hooks", "a/b/.git/config", "sub/.gitmodules", "bare.git/hooks"):
+        r = ex.Refusal("protected", ex.GUARD, "x", "create x: protected path", pat)
+        g = ex.grant(r, "/home/u", (), [])
+        assert g.cannot and "git's own" in g.cannot, (pat, g)
