@@ -46,7 +46,9 @@ class HostFacts:
                    apparmor=lsm.apparmor_enabled(), selinux=lsm.selinux_enabled(),
                    cgroup=cg, cgroup_controllers=cgroup.controllers(cg) if cg else (),
                    seccomp_listener_busy=seccomp.listener_busy(),
-                   root_mounts=as_root and root_mounts_available(),
+                   # a root that could make the mount namespace may mount: no second fork
+                   root_mounts=as_root and (namespaces_available(as_root)
+                                            or root_mounts_available()),
                    pidfd_getfd=pidfd_getfd_available())
 
 
@@ -112,8 +114,23 @@ def _probe(as_root: bool) -> tuple[bool, bool]:
 
 def pidfd_getfd_available() -> bool:
     """Whether this process may take a descriptor of its own child with
-    pidfd_getfd (a seccomp filter above us, Yama or an LSM may refuse it)."""
+    pidfd_getfd (a seccomp filter above us, Yama or an LSM may refuse it).
+    Asked of this process itself first (no fork on the start-up path): that
+    answers for a seccomp filter, the usual refuser (Docker's profile). Only
+    where Yama restricts ptrace beyond descendants (ptrace_scope >= 2), which
+    a self-probe cannot see, is a child tried. An LSM refusal the probe missed
+    fails the run at the listener's hand-off, with its reason (never a pass)."""
     from ..kernel import notify
+    try:
+        me = notify.pidfd_open(os.getpid())
+        try:
+            os.close(notify.pidfd_getfd(me, me))
+        finally:
+            os.close(me)
+    except OSError:
+        return False
+    if _yama_scope() < 2:
+        return True
     r, w = os.pipe2(os.O_CLOEXEC)
     pid = os.fork()
     if pid == 0:
@@ -135,3 +152,11 @@ def pidfd_getfd_available() -> bool:
         os.close(w)
         os.close(r)
         os.waitpid(pid, 0)
+
+
+def _yama_scope() -> int:
+    try:
+        with open("/proc/sys/kernel/yama/ptrace_scope") as f:
+            return int(f.read().strip() or 0)
+    except (OSError, ValueError):
+        return 0

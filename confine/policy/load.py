@@ -8,6 +8,7 @@ from __future__ import annotations
 import difflib
 import os
 import re
+import stat
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from importlib import resources
@@ -91,8 +92,14 @@ def find_profile(ref: str, relative_to: Path | None = None) -> Path:
         p = Path(ref)
         if not p.is_absolute() and relative_to is not None:
             p = relative_to / p
-        if not p.is_file():
-            raise ProfileError(f"profile file {ref} does not exist")
+        try:
+            st = os.stat(p)
+        except FileNotFoundError:
+            raise ProfileError(f"profile file {ref} does not exist") from None
+        except OSError as e:
+            raise ProfileError(f"cannot read profile {ref}: {e.strerror}") from None
+        if not stat.S_ISREG(st.st_mode):
+            raise ProfileError(f"profile file {ref} is not a regular file")
         return p
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", ref):
         raise ProfileError(f"invalid profile name {ref!r}")

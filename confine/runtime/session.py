@@ -159,6 +159,25 @@ def refuse_missing(plan: Plan, allow_degraded: bool | Collection[str] | None,
         warn(f"degraded: NOT enforced: {m.feature}: {m.detail}")
 
 
+def _check_approver(approver: str | None, default: str) -> None:
+    """--approver is bad input unless something will be asked, and unless its
+    program exists: said before the run, not as every question denied."""
+    if approver is None:
+        return
+    import shlex
+    import shutil
+    if default != "ask":
+        raise ConfineError("--approver only applies under network.default: ask (this "
+                           "profile refuses every host no rule allows)")
+    try:
+        argv = shlex.split(approver)
+    except ValueError as e:
+        raise ConfineError(f"--approver {approver!r}: {e}") from None
+    if not argv or shutil.which(argv[0]) is None:
+        raise ConfineError(f"--approver {approver!r}: {argv[0] if argv else 'no command'}: "
+                           "command not found")
+
+
 class Session:
     def __init__(self, req: Request, *, warn: Warn = default_warn, protect: bool = True,
                  host: HostFacts | None = None, parent_env: dict[str, str] | None = None,
@@ -238,6 +257,7 @@ class Session:
                 if is_under(self.tmp, d.path):
                     raise ConfineError(f"refusing TMPDIR {self.tmp}: it lies inside the "
                                        f"protected secret {d.path}; set TMPDIR elsewhere")
+            _check_approver(req.approver, policy.network.default)
             facts = host if host is not None else HostFacts.read(ident.started_as_root)
             self.host = facts
             lsm = _resolve_lsm(req.apparmor, req.selinux_context, facts)

@@ -705,3 +705,31 @@ def test_degraded_still_enforces_what_it_can(sandbox):
         # the mount namespace's parts have replacements (broker, Landlock) at ABI 3
         assert "degraded: NOT enforced: mount_namespace" not in p.stderr, p.stderr
         assert not os.path.exists("/tmp/x-confine-degraded")
+
+
+def test_approver_that_cannot_be_used_is_refused_before_the_run(sandbox, tmp_path):
+    """--approver with a profile that never asks, or naming a program that does not
+    exist: one line, exit 125, the command never runs (its marker file stays absent).
+    Control: an existing program under network.default: ask is accepted (--dry-run)."""
+    marker = os.path.join(sandbox.workdir, "ran")
+    p = sandbox.run(["touch", marker], "--approver", "/bin/true")
+    assert p.returncode == 125 and "network.default: ask" in p.stderr, p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1 and not os.path.exists(marker)
+    d = tempfile.mkdtemp(prefix="confine-ask-")
+    os.chmod(d, 0o755)
+    prof = os.path.join(d, "ask.yaml")
+    with open(prof, "w") as f:
+        f.write("extends: default\nnetwork:\n  default: ask\n")
+    os.chmod(prof, 0o644)
+    p = sandbox.run(["touch", marker], "-p", prof, "--approver", "no-such-approver-x --json")
+    assert p.returncode == 125 and "command not found" in p.stderr, p.stderr
+    assert not os.path.exists(marker)
+    ok = sandbox.run(["true"], "-p", prof, "--approver", "/bin/true", "--dry-run")
+    assert ok.returncode == 0, ok.stderr
+    # a profile the launcher cannot read: one line, not an internal error
+    os.chmod(d, 0o700)
+    if sandbox.mode == "user":
+        p = sandbox.run(["true"], "-p", prof)
+        assert p.returncode == 125 and "cannot read profile" in p.stderr, p.stderr
+        assert "internal error" not in p.stderr and len(p.stderr.strip().splitlines()) == 1
+    shutil.rmtree(d, ignore_errors=True)
