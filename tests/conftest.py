@@ -21,6 +21,7 @@ import select
 import shutil
 import signal
 import subprocess
+import tarfile
 import tempfile
 import textwrap
 import time
@@ -517,3 +518,41 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.root)
         if "export" in parts:
             item.add_marker(pytest.mark.tools)
+
+
+HELD_BASES = ("/var/lib/confine/held",
+              os.path.expanduser("~confine-test/.local/state/confine/held"))
+
+
+@pytest.fixture(autouse=True)
+def _no_held_leftovers():
+    """Runs that hold protected names (protect/held.py) leave state for the
+    person; what a test's runs left goes with the test."""
+    def runs(b):
+        return set(os.listdir(b)) if os.path.isdir(b) else set()
+    before = {b: runs(b) for b in HELD_BASES}
+    yield
+    for b, old in before.items():
+        for n in runs(b) - old:
+            shutil.rmtree(os.path.join(b, n), ignore_errors=True)
+
+
+def make_sdist(where: str, pw) -> str:
+    """A local source distribution: pip builds a wheel from it and keeps that wheel
+    in its cache (the second install says "Using cached")."""
+    src = os.path.join(where, "src")
+    os.makedirs(src)
+    with open(os.path.join(src, "setup.py"), "w") as f:
+        f.write('from setuptools import setup\n'
+                'setup(name="confdemo", version="1.0", py_modules=["confdemo"])\n')
+    with open(os.path.join(src, "confdemo.py"), "w") as f:
+        f.write("X = 1\n")
+    wh = os.path.join(where, "wh")
+    os.makedirs(wh)
+    with tarfile.open(os.path.join(wh, "confdemo-1.0.tar.gz"), "w:gz") as t:
+        for n in ("setup.py", "confdemo.py"):
+            t.add(os.path.join(src, n), arcname=f"confdemo-1.0/{n}")
+    for dirpath, dirnames, filenames in os.walk(where):
+        for n in dirnames + filenames:
+            os.lchown(os.path.join(dirpath, n), pw.pw_uid, pw.pw_gid)
+    return wh

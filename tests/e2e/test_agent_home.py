@@ -18,15 +18,14 @@ import os
 import shutil
 import stat
 import subprocess
-import tarfile
 import uuid
 
 import pytest
 
 try:  # tests/ as a package or as a plain directory
-    from .conftest import PY, pty_run
+    from .conftest import PY, make_sdist, pty_run
 except ImportError:
-    from conftest import PY, pty_run
+    from conftest import PY, make_sdist, pty_run
 
 pytestmark = pytest.mark.usefixtures("confine_bin")
 
@@ -97,27 +96,6 @@ def test_shell_history_persists_between_runs(sandbox, homes, layers):
     assert status == 0 and f"echo {marker}".encode() in out, out
 
 
-def _sdist(where: str, pw) -> str:
-    """A local source distribution: pip builds a wheel from it and keeps that wheel
-    in its cache (the second install says "Using cached")."""
-    src = os.path.join(where, "src")
-    os.makedirs(src)
-    with open(os.path.join(src, "setup.py"), "w") as f:
-        f.write('from setuptools import setup\n'
-                'setup(name="confdemo", version="1.0", py_modules=["confdemo"])\n')
-    with open(os.path.join(src, "confdemo.py"), "w") as f:
-        f.write("X = 1\n")
-    wh = os.path.join(where, "wh")
-    os.makedirs(wh)
-    with tarfile.open(os.path.join(wh, "confdemo-1.0.tar.gz"), "w:gz") as t:
-        for n in ("setup.py", "confdemo.py"):
-            t.add(os.path.join(src, n), arcname=f"confdemo-1.0/{n}")
-    for dirpath, dirnames, filenames in os.walk(where):
-        for n in dirnames + filenames:
-            os.lchown(os.path.join(dirpath, n), pw.pw_uid, pw.pw_gid)
-    return wh
-
-
 def _wheels(h: str) -> dict[str, int]:
     out = {}
     for dirpath, _, filenames in os.walk(os.path.join(h, ".cache", "pip", "wheels")):
@@ -130,7 +108,7 @@ def _wheels(h: str) -> dict[str, int]:
 def test_second_pip_install_uses_the_first_ones_cache(sandbox, homes, test_user):
     sb = sandbox
     h = _home(sb, homes)
-    wh = _sdist(os.path.join(sb.workdir, "in"), test_user)
+    wh = make_sdist(os.path.join(sb.workdir, "in"), test_user)
     cmd = [PY, "-m", "pip", "install", "--no-index", "--find-links", wh,
            "--no-build-isolation", "--disable-pip-version-check", "confdemo"]
     p = sb.run(cmd + ["--target", "t1"], timeout=120)

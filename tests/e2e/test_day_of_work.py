@@ -19,10 +19,9 @@ import os
 import re
 import shutil
 import subprocess
-import tarfile
 
 import pytest
-from conftest import write_owned
+from conftest import make_sdist, write_owned
 
 pytestmark = pytest.mark.e2e
 
@@ -77,22 +76,6 @@ echo DONE
 """
 
 
-def _sdist(where: str) -> None:
-    src = os.path.join(where, "sdist-src")
-    os.makedirs(src)
-    with open(os.path.join(src, "setup.py"), "w") as f:
-        f.write('from setuptools import setup\nsetup(name="confdemo", version="1.0", '
-                'py_modules=["confdemo"])\n')
-    with open(os.path.join(src, "confdemo.py"), "w") as f:
-        f.write("X = 1\n")
-    wh = os.path.join(where, "wh")
-    os.makedirs(wh)
-    with tarfile.open(os.path.join(wh, "confdemo-1.0.tar.gz"), "w:gz") as t:
-        for n in ("setup.py", "confdemo.py"):
-            t.add(os.path.join(src, n), arcname=f"confdemo-1.0/{n}")
-    shutil.rmtree(src)
-
-
 def _setup(sb) -> None:
     wd, pw = sb.workdir, sb.pw
     ident = ["-c", "user.name=Setup", "-c", "user.email=setup@example.test"]
@@ -119,7 +102,7 @@ def _setup(sb) -> None:
     subprocess.run(["git", "-C", old, "add", "a"], check=True)
     subprocess.run(["git", "-C", old, *ident, "commit", "-qm", "a"], check=True,
                    capture_output=True)
-    _sdist(wd)
+    make_sdist(wd, pw)          # wd/wh: pip builds and caches a wheel from it
     os.makedirs(os.path.join(wd, "pkg"))
     write_owned(os.path.join(wd, "pkg", "package.json"),
                 json.dumps({"name": "confdemo", "version": "1.0.0", "main": "i.js"}), pw)

@@ -14,28 +14,11 @@ from __future__ import annotations
 
 import os
 import random
-import shutil
 
 import pytest
 
 from confine import protect
 from confine.protect.guard import Guard
-
-HELD_BASES = ("/var/lib/confine/held",
-              os.path.expanduser("~confine-test/.local/state/confine/held"))
-
-
-@pytest.fixture(autouse=True)
-def _no_held_leftovers():
-    """Runs here hold protected names (protect/held.py): their state goes."""
-    def runs(b):
-        return set(os.listdir(b)) if os.path.isdir(b) else set()
-    before = {b: runs(b) for b in HELD_BASES}
-    yield
-    for b, old in before.items():
-        for n in runs(b) - old:
-            shutil.rmtree(os.path.join(b, n), ignore_errors=True)
-
 
 SEED = int(os.environ.get("CONFINE_GUARD_SEED", "1010"))
 CASES = 160

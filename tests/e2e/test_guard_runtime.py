@@ -18,22 +18,6 @@ import subprocess
 
 import pytest
 
-HELD_BASES = ("/var/lib/confine/held",
-              os.path.expanduser("~confine-test/.local/state/confine/held"))
-
-
-@pytest.fixture(autouse=True)
-def _no_held_leftovers():
-    """Runs here hold protected names (protect/held.py): their state goes."""
-    def runs(b):
-        return set(os.listdir(b)) if os.path.isdir(b) else set()
-    before = {b: runs(b) for b in HELD_BASES}
-    yield
-    for b, old in before.items():
-        for n in runs(b) - old:
-            shutil.rmtree(os.path.join(b, n), ignore_errors=True)
-
-
 PLANT_BODY = r'''
 import stat, threading
 O = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
@@ -539,7 +523,6 @@ def test_move_in_rule_where_landlock_allows_the_rename(confine_bin, test_user):
     the kernel let a rename from beside the workdir into it succeed (the file
     control), so the EXDEV for a directory is the broker's own rule; without
     it the directory's unjudged .envrc would land in the workdir."""
-    import shutil
     import tempfile
 
     from conftest import Sandbox, make_workdir
@@ -571,7 +554,6 @@ def test_another_mount_of_the_workdir_is_guarded_too(confine_bin, test_user):
     """The workdir also reachable through a bind mount elsewhere, no mount
     namespace: Landlock rules follow inodes, so the other path is writable;
     the guard judges names under every path to the workdir."""
-    import shutil
     import tempfile
 
     from conftest import Sandbox, make_workdir

@@ -25,22 +25,6 @@ import tarfile
 import pytest
 from conftest import PY
 
-HELD_BASES = ("/var/lib/confine/held",
-              os.path.expanduser("~confine-test/.local/state/confine/held"))
-
-
-@pytest.fixture(autouse=True)
-def _no_held_leftovers():
-    """Runs here hold protected names (protect/held.py): their state goes."""
-    def runs(b):
-        return set(os.listdir(b)) if os.path.isdir(b) else set()
-    before = {b: runs(b) for b in HELD_BASES}
-    yield
-    for b, old in before.items():
-        for n in runs(b) - old:
-            shutil.rmtree(os.path.join(b, n), ignore_errors=True)
-
-
 GIT_ENV = {"PATH": "/usr/bin:/bin", "HOME": "/nonexistent", "GIT_CONFIG_NOSYSTEM": "1",
            "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@e", "GIT_COMMITTER_NAME": "t",
            "GIT_COMMITTER_EMAIL": "t@e", "GIT_CONFIG_COUNT": "1",
