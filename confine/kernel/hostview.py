@@ -6,7 +6,8 @@ namespaces.enter() and make_private(), the child:
 
 * binds each writable path (workdir, private tmp, profile `write`) onto
   itself, then remounts every other mount read-only: attribute changes
-  outside the writable paths fail with EROFS;
+  outside the writable paths fail with EROFS (below Landlock ABI 5, nodev too,
+  but for the device grants: Landlock cannot restrict ioctls on devices there);
 * mounts a private tmpfs on /dev/shm (POSIX shared memory and semaphores of
   the agent only);
 * mounts a new devpts instance on /dev/pts (and its ptmx on /dev/ptmx): the
@@ -80,24 +81,45 @@ def _mounts() -> list[tuple[str, str]]:
     return out
 
 
-def readonly_except(writable: list[str]) -> None:
-    """Bind each writable path onto itself, then remount every other mount read-only."""
+def readonly_except(writable: list[str], devices: list[str] | None = None) -> None:
+    """Bind each writable path onto itself, then remount every other mount read-only.
+
+    With `devices` (Landlock below ABI 5, which cannot restrict device ioctls), every
+    mount is made nodev as well except binds of those device grants: a device node
+    anywhere else (a copied root filesystem in the workdir, a node under a read
+    grant) cannot be opened at all, so no ioctl can reach its driver."""
     for w in writable:
         mount(w, w, None, MS_BIND | MS_REC, None, f"bind {w} read-write")
+    kept: list[str] = []
+    for d in devices or ():
+        if os.path.exists(d):
+            mount(d, d, None, MS_BIND | MS_REC, None, f"bind device {d}")
+            kept.append(d)
     for mp, fstype in sorted(set(_mounts()), key=lambda m: len(m[0])):
-        if any(is_under(mp, w) for w in writable):
-            continue
+        rw = any(is_under(mp, w) for w in writable)
         try:
+            have = os.statvfs(mp).f_flag
             flags = _keep_flags(mp)
         except OSError:
             continue  # hidden under another mount or gone: not reachable
-        if os.statvfs(mp).f_flag & ST_RDONLY:
+        add = 0
+        if not rw and not have & ST_RDONLY:
+            add |= MS_RDONLY
+        if devices is not None and not have & ST_NODEV and not any(is_under(mp, d) for d in kept):
+            add |= MS_NODEV
+        if not add:
             continue
+        if have & ST_RDONLY:
+            flags |= MS_RDONLY
         try:
-            mount(None, mp, None, MS_REMOUNT | MS_BIND | MS_RDONLY | flags, None,
-                  f"remount {mp} read-only")
+            mount(None, mp, None, MS_REMOUNT | MS_BIND | flags | add, None,
+                  f"remount {mp} {'nodev' if rw else 'read-only'}")
         except OSError:
-            if fstype not in PSEUDO and not os.statvfs(mp).f_flag & ST_RDONLY:
+            if fstype in PSEUDO:
+                continue
+            now = os.statvfs(mp).f_flag
+            if (add & MS_RDONLY and not now & ST_RDONLY) or (add & MS_NODEV
+                                                            and not now & ST_NODEV):
                 raise
     for w in writable:
         if os.statvfs(w).f_flag & ST_RDONLY:

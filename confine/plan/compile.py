@@ -91,6 +91,9 @@ class Plan:
     # namespace (the child makes them, the supervisor takes them); () without it
     gateway_ports: tuple[int, ...] = ()
     agent_home: str | None = None        # HOME inside: the agent's own (runtime/home.py)
+    # Below Landlock ABI 5 (no IOCTL_DEV) with a mount namespace: the device grants
+    # that stay openable; every other mount of the agent's view is nodev. None: no pass.
+    device_binds: tuple[str, ...] | None = None
 
     @property
     def lsm_apparmor(self) -> str | None:
@@ -536,6 +539,12 @@ def compile(policy: Policy, argv: Sequence[str], identity: Identity, host: HostF
                      "mediated file calls take the agent's directories through /proc; mediated "
                      "socket calls (connect, sendto/sendmsg with an address, sendmsg, listen) "
                      "are refused, since the agent's socket cannot be taken")
+    device_binds = None
+    if mount_ns and abi < landlock.FS_MIN_ABI[AccessFS.IOCTL_DEV]:
+        # /dev/pts and /dev/ptmx are a new devpts instance of the agent's (private_dev)
+        device_binds = tuple(g.path for g in policy.devices
+                             if not is_under(g.path, "/dev/pts") and g.path != "/dev/ptmx"
+                             and os.path.exists(g.path))
     plan = Plan(policy=policy, argv=tuple(argv), identity=identity, env=env, abi=abi,
                 handled_fs=handled_fs, handled_net=handled_net, scoped=scoped,
                 path_rules=tuple(rules), port_rules=tuple(ports), seccomp_rules=tuple(sc_rules),
@@ -548,7 +557,8 @@ def compile(policy: Policy, argv: Sequence[str], identity: Identity, host: HostF
                 protected=protected, mechanisms=mechanisms(policy, host),
                 limits=limit_mechanisms(policy, identity, mount_ns, host.cgroup_controllers,
                                         host.root_mounts),
-                cgroup=host.cgroup, egress=policy.network.egress, agent_home=agent_home)
+                cgroup=host.cgroup, egress=policy.network.egress, agent_home=agent_home,
+                device_binds=device_binds)
     return dataclasses.replace(plan, steps=tuple(child_steps(plan)))
 
 

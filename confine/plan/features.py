@@ -68,6 +68,10 @@ REPLACEMENTS: dict[str, tuple[str, str]] = {
     "landlock.scope_abstract_unix": (
         "network namespace", "abstract unix sockets live in a network namespace, and the "
         "agent's has none but its own (used only when the profile grants no TCP port)"),
+    "landlock.ioctl_dev": (
+        "nodev host view", "every mount of the agent's view is nodev except binds of the "
+        "profile's `devices`, so no other device node can be opened, and no ioctl reaches "
+        "its driver (stricter than Landlock: reading such a node fails too)"),
     "landlock.truncate": (
         "read-only host view", "every mount but the writable paths is read-only, so truncate "
         "fails with EROFS outside them (used only when no secret lies under a write grant)"),

@@ -133,7 +133,8 @@ def _gateway_sockets(ctx: ChildContext) -> None:
 
 
 def _readonly_host(ctx: ChildContext) -> None:
-    hostview.readonly_except(list(ctx.plan.writable_binds))
+    db = ctx.plan.device_binds
+    hostview.readonly_except(list(ctx.plan.writable_binds), None if db is None else list(db))
 
 
 def _protected_binds(ctx: ChildContext) -> None:

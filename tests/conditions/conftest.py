@@ -11,8 +11,9 @@ set ./test.sh runs: measured 1 min 55 s on 2 shared cores, 144 tests; all 13
 conditions: 3 min 25 s, 312 tests).
 
 EXPECTED_MISSING is what confine refuses under each condition TODAY (the
-protections with no replacement yet: landlock.ioctl_dev below ABI 5 has none;
-without user namespaces, what only a namespace replaces below its Landlock ABI). test_matrix asserts it exactly, and every other
+protections with no replacement yet: without user namespaces, what only a
+namespace replaces below its Landlock ABI, device ioctls below ABI 5 included).
+test_matrix asserts it exactly, and every other
 test under a condition with a non-empty entry is a strict xfail naming it: when a
 replacement lands, the entry must shrink and those tests must pass.
 """
@@ -38,11 +39,10 @@ _LOW = {"landlock.scope_abstract_unix", "landlock.scope_signal"}
 # Without user namespaces the mount namespace's parts are replaced (broker
 # mediation, Landlock device rules, the name guard) and the pid namespace's too;
 # what stays refused is what only a namespace replaces below its Landlock ABI
-# (signals and abstract sockets below 6, truncate below 3) and device ioctls
-# below ABI 5 (no replacement yet).
+# (signals and abstract sockets below 6, truncate below 3, device ioctls below 5:
+# the nodev host view).
 EXPECTED_MISSING: dict[str, frozenset[str]] = {
-    **{f"abi{n}": frozenset({"landlock.ioctl_dev"}) for n in range(1, 5)},
-    "abi5": frozenset(), "abi6": frozenset(),
+    **{f"abi{n}": frozenset() for n in range(1, 7)},
     "no-userns": frozenset(),
     **{f"no-userns+abi{n}": frozenset({"landlock.ioctl_dev", "landlock.truncate"} | _LOW)
        for n in (1, 2)},

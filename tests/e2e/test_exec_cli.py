@@ -660,22 +660,27 @@ ABI3 = ["CONFINE_TEST_LANDLOCK_ABI_MAX=3"]
 
 def test_degraded_refused_then_allowed(sandbox):
     d = json.loads(sandbox.run(["true"], "--dry-run", "--json", env_extra=ABI3).stdout)
-    missing = [m["feature"] for m in d["missing"]]
-    # the right of ABI 5 that the default profile needs and no other layer replaces
-    assert "landlock.ioctl_dev" in missing
-    # ...while the pid namespace replaces signal scoping, the network namespace abstract
-    # socket scoping (the profile grants no TCP port) and the read-only host TRUNCATE
-    assert "landlock.scope_signal" not in missing and "landlock.scope_abstract_unix" not in missing
+    # at ABI 3 every right the default profile needs is replaced here: the pid namespace
+    # replaces signal scoping, the network namespace abstract socket scoping (the profile
+    # grants no TCP port), the nodev host view device ioctls
+    assert [m["feature"] for m in d["missing"]] == [], d["missing"]
     assert d["mechanisms"]["landlock.scope_signal"].startswith("pid namespace")
     assert d["mechanisms"]["landlock.scope_abstract_unix"].startswith("network namespace")
+    assert d["mechanisms"]["landlock.ioctl_dev"].startswith("nodev host view")
+    p = sandbox.run(RAN, env_extra=ABI3)
+    assert p.returncode == 0 and p.stdout == "RAN\n" and "degraded" not in p.stderr, p
+    # no Landlock at all has no replacement: refused, naming it
+    no_ll = ["CONFINE_TEST_LANDLOCK_ABI_MAX=0"]
+    d = json.loads(sandbox.run(["true"], "--dry-run", "--json", env_extra=no_ll).stdout)
+    missing = [m["feature"] for m in d["missing"]]
+    assert "landlock" in missing, missing
     # control: on the real kernel nothing is missing and it runs quietly
     ok = sandbox.run(RAN)
     assert ok.returncode == 0 and ok.stdout == "RAN\n" and "degraded" not in ok.stderr
-    # refused, naming the missing right
-    p = sandbox.run(RAN, env_extra=ABI3)
+    p = sandbox.run(RAN, env_extra=no_ll)
     _refused(p, missing[0], "--allow-degraded")
     # allowed explicitly: runs, and names every missing protection on stderr
-    p = sandbox.run(RAN, "--allow-degraded", env_extra=ABI3)
+    p = sandbox.run(RAN, "--allow-degraded", env_extra=no_ll)
     assert p.returncode == 0 and p.stdout == "RAN\n", p
     for m in missing:
         assert m in p.stderr, f"{m} not named on stderr:\n{p.stderr}"

@@ -76,6 +76,7 @@ def test_tmp_size_only_where_root_can_mount(policy):
             "pid_namespace.visibility": "primary", "mount_namespace": "primary"}),
     (dataclasses.replace(FULL, landlock_abi=5),
      {"landlock.scope_signal": "replacement", "landlock.scope_abstract_unix": "replacement"}),
+    (dataclasses.replace(FULL, landlock_abi=4), {"landlock.ioctl_dev": "replacement"}),
     (dataclasses.replace(NO_NS, landlock_abi=4),
      {"landlock.ioctl_dev": "refused", "mount_namespace": "replacement",
       "mount_namespace.read_only_host": "replacement", "mount_namespace.private_shm": "replacement",
