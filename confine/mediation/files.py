@@ -253,6 +253,7 @@ class FileBroker:
         # Where metadata calls may act without a mount namespace (set_writable).
         self.meta_roots: set[tuple[int, int]] = set()
         self.meta_holes: set[tuple[int, int]] = set()
+        self.judge_truncate = False
         self.socket_entries: set[tuple[tuple[int, int], bytes]] = set()
         for r in (guard.roots if guard is not None else ()):
             try:
@@ -829,6 +830,10 @@ class FileBroker:
                             continue
                         if writing:
                             self._check_write(opath, None if proc or slash else (pfd, base))
+                        if flags & os.O_TRUNC and acc == os.O_RDONLY:
+                            # O_RDONLY|O_TRUNC truncates with no write access that
+                            # Landlock below ABI 3 would check
+                            self._check_truncate(opath)
                         # The very file judged, opened the way the agent asked (O_TRUNC,
                         # permissions, read-only mounts: the kernel's own order).
                         return os.open(f"/proc/self/fd/{opath}", (flags | os.O_CLOEXEC)
@@ -847,6 +852,7 @@ class FileBroker:
         opath = self.open(task, dirfd, path, os.O_PATH, 0)
         try:
             self._check_write(opath)
+            self._check_truncate(opath)
             os.truncate(f"/proc/self/fd/{opath}", length)
         finally:
             os.close(opath)
@@ -1087,6 +1093,15 @@ class FileBroker:
         (wire.WritableRequest), by identity."""
         self.meta_roots = {_ident(os.fstat(fd)) for fd in roots}
         self.meta_holes = {_ident(os.fstat(fd)) for fd in holes}
+        self.judge_truncate = True
+
+    def _check_truncate(self, fd: int) -> None:
+        """Without a mount namespace (set_writable) truncation is judged like a
+        metadata change: the host's mounts are writable, and Landlock below ABI 3
+        has no TRUNCATE right (features.NO_NS_REPLACEMENTS)."""
+        if self.judge_truncate:
+            with self.lock:
+                self.meta_check(fd, "truncate")
 
     def _writable_dir(self, fd: int) -> bool:
         """Whether walking ".." from directory fd meets a writable root before a

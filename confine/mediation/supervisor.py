@@ -38,6 +38,7 @@ import os
 import select
 import socket
 import struct
+import sys
 import threading
 from typing import Any, Callable, NamedTuple, Sequence
 
@@ -135,6 +136,10 @@ class Mediator:
     distinct denial is reported; events: the run's runtime.events.Events, which
     says each refusal once with what would grant it and logs every one (else
     `warn` says each distinct one)."""
+
+    # Below Landlock ABI 6 without a network namespace (features.NO_NS_REPLACEMENTS):
+    # every connect/send to an abstract address is refused; set by launch.
+    refuse_abstract = False
 
     def __init__(self, notify_fd: int, broker: socket.socket, roots: Sequence[str],
                  agent_uid: int, warn: Callable[[str], None] = default_warn,
@@ -481,6 +486,11 @@ class Mediator:
         """Take the agent's socket (and the descriptors it passes), decide on
         the address, and hand the call to the broker."""
         pid, nid = n.pid, n.id
+        if self.refuse_abstract and _abstract(call.raw):
+            name = call.raw[3:].split(b"\0", 1)[0].decode("utf-8", "backslashreplace")
+            self._report(f"abstract unix socket @{name[:80]}: refused (no network namespace, "
+                         "and Landlock below ABI 6 cannot scope abstract sockets)")
+            return self._respond(nid, error=errno.EPERM)
         fds: list[int] = []
         passed: list[int] = []
         pidfd = _pidfd(pid)
@@ -829,6 +839,12 @@ def _at(flags: int) -> int | None:
     """An *at call's flags, if only the ones these calls know are set."""
     flags = _i32(flags)
     return None if flags & ~(AT_SYMLINK_NOFOLLOW | AT_EMPTY_PATH) else flags
+
+
+def _abstract(raw: bytes) -> bool:
+    """raw is an abstract unix address (family AF_UNIX, sun_path[0] NUL, a name)."""
+    return len(raw) > 2 and int.from_bytes(raw[:2], sys.byteorder) == socket.AF_UNIX \
+        and raw[2] == 0
 
 
 def _pathname(raw: bytes) -> bool:

@@ -22,6 +22,7 @@ from typing import Any
 from landlockpy import AccessFS, AccessNet, Scope
 
 from ..kernel import caps, landlock, seccomp
+from ..kernel.seccomp import ioctls as seccomp_ioctls
 from ..paths import is_under
 from ..policy.model import Policy
 from . import carve as _carve
@@ -94,6 +95,10 @@ class Plan:
     # Below Landlock ABI 5 (no IOCTL_DEV) with a mount namespace: the device grants
     # that stay openable; every other mount of the agent's view is nodev. None: no pass.
     device_binds: tuple[str, ...] | None = None
+    # Below ABI 5 without a mount namespace: seccomp's ioctl allowlist (kernel/seccomp/ioctls.py)
+    ioctl_allowlist: bool = False
+    # Below ABI 6 without a network namespace: abstract unix addresses refused by the mediator
+    refuse_abstract: bool = False
 
     @property
     def lsm_apparmor(self) -> str | None:
@@ -197,14 +202,31 @@ def _replacement(name: str, policy: Policy, host: HostFacts) -> str | None:
         if host.landlock_abi < 1:
             return None
         return features.REPLACEMENTS[name][0]
-    if name not in features.REPLACEMENTS or not host.namespaces:
+    if host.namespaces and name in features.REPLACEMENTS:
+        if name == "landlock.truncate" and not any(is_under(d.path, w.path)
+                                                   for d in policy.deny for w in policy.write):
+            return features.REPLACEMENTS[name][0]
+        if name == "landlock.scope_abstract_unix" and uses_net_namespace(policy, host):
+            return features.REPLACEMENTS[name][0]
+        if name not in ("landlock.truncate", "landlock.scope_abstract_unix"):
+            return features.REPLACEMENTS[name][0]
+    # a secret inside a writable bind: only Landlock could refuse its truncation
+    # (the broker judges truncation only where there is no mount namespace)
+    if name == "landlock.truncate" and host.namespaces:
         return None
-    if name == "landlock.truncate" and any(is_under(d.path, w.path)
-                                           for d in policy.deny for w in policy.write):
-        return None      # a secret inside a writable bind: only Landlock could refuse it
-    if name == "landlock.scope_abstract_unix" and not uses_net_namespace(policy, host):
+    return _by_seccomp(name, host)
+
+
+def _by_seccomp(name: str, host: HostFacts) -> str | None:
+    """The replacement of a Landlock right by seccomp (and the broker) where no
+    namespace gives it (features.NO_NS_REPLACEMENTS)."""
+    if name not in features.NO_NS_REPLACEMENTS or not host.seccomp_filter:
         return None
-    return features.REPLACEMENTS[name][0]
+    if name == "landlock.ioctl_dev":
+        return features.NO_NS_REPLACEMENTS[name][0] if seccomp_ioctls.available() else None
+    if not host.seccomp_user_notif:
+        return None
+    return features.NO_NS_REPLACEMENTS[name][0]
 
 
 def unreachable_servers(policy: Policy) -> list[int]:
@@ -532,7 +554,14 @@ def compile(policy: Policy, argv: Sequence[str], identity: Identity, host: HostF
         sc_extra = seccomp.no_inet_rules()
         notes.append(f"Landlock ABI {abi} cannot filter TCP: IPv4/IPv6 sockets refused by seccomp")
     unix_mediation = host.seccomp_user_notif
-    file_mediation = unix_mediation and protected is not None and protected.guard
+    # Without a mount namespace the broker judges truncation too (NO_NS_REPLACEMENTS),
+    # so file calls are mediated even where the guard has no name to protect.
+    file_mediation = unix_mediation and ((protected is not None and protected.guard)
+                                         or not mount_ns)
+    ioctl_allowlist = (not mount_ns and abi < landlock.FS_MIN_ABI[AccessFS.IOCTL_DEV]
+                       and host.seccomp_filter and seccomp_ioctls.available())
+    refuse_abstract = (unix_mediation and policy.scope.abstract_unix and not net_ns
+                       and abi < landlock.SCOPE_MIN_ABI[Scope.ABSTRACT_UNIX_SOCKET])
     meta_mediation = unix_mediation and not mount_ns
     if unix_mediation and not host.pidfd_getfd:
         notes.append("pidfd_getfd is refused on this host (a container without CAP_SYS_PTRACE?): "
@@ -558,7 +587,8 @@ def compile(policy: Policy, argv: Sequence[str], identity: Identity, host: HostF
                 limits=limit_mechanisms(policy, identity, mount_ns, host.cgroup_controllers,
                                         host.root_mounts),
                 cgroup=host.cgroup, egress=policy.network.egress, agent_home=agent_home,
-                device_binds=device_binds)
+                device_binds=device_binds, ioctl_allowlist=ioctl_allowlist,
+                refuse_abstract=refuse_abstract)
     return dataclasses.replace(plan, steps=tuple(child_steps(plan)))
 
 

@@ -93,6 +93,26 @@ REPLACEMENTS: dict[str, tuple[str, str]] = {
         "by the exit check (needs seccomp user notification)"),
 }
 
+# Where the namespaces that replace a Landlock right are missing too (a container
+# on a kernel before Landlock ABI 6), seccomp and the broker give the guarantee:
+# feature -> (mechanism, why it is equivalent). compile._replacement uses one only
+# where seccomp (and user notification, where it says so) is there.
+NO_NS_REPLACEMENTS: dict[str, tuple[str, str]] = {
+    "landlock.ioctl_dev": (
+        "seccomp ioctl allowlist", "only generic, terminal and socket-query ioctl requests "
+        "pass, on every descriptor; any other request is refused (EACCES), regular files "
+        "included (stricter than Landlock)"),
+    "landlock.truncate": (
+        "broker mediation", "truncate(2) and opens with O_TRUNC are notified and performed by "
+        "the broker on the very file it judged against the writable paths (EROFS outside); "
+        "ftruncate needs a descriptor opened for writing, which Landlock grants only there "
+        "(needs seccomp user notification)"),
+    "landlock.scope_abstract_unix": (
+        "abstract sockets refused", "every connect and send to an abstract unix address is "
+        "notified and refused (EPERM), the run's own included: a named difference (needs "
+        "seccomp user notification)"),
+}
+
 # The pid namespace's guarantees where it is missing (no user namespaces: containers,
 # Ubuntu's restriction, confine inside confine). They never refuse a run: lifetime has
 # a full replacement; visibility has a partial one and the rest is a named difference

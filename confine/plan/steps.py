@@ -126,8 +126,9 @@ def child_steps(plan: Plan) -> list[Step]:
     if not any(m.feature == "seccomp" for m in plan.missing):
         filters = [r for r in (plan.seccomp_rules, plan.seccomp_extra) if r]
         out.append(Step("seccomp", "load the deny filters (a foreign architecture kills the "
-                        "process)", {"filters": len(filters),
-                                     "rules": sum(len(r) for r in filters)}))
+                        "process)" + ("; the ioctl allowlist" if plan.ioctl_allowlist else ""),
+                        {"filters": len(filters) + plan.ioctl_allowlist,
+                         "rules": sum(len(r) for r in filters)}))
     if plan.unix_mediation:
         calls = list(seccomp.SOCKET_CALLS)
         if plan.file_mediation:

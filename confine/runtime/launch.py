@@ -18,6 +18,7 @@ from typing import Any
 
 from ..errors import CommandNotExecutable, CommandNotFound, ConfineError, default_warn
 from ..kernel import audit, caps, cgroup, landlock, notify, seccomp, tmpfs
+from ..kernel.seccomp import ioctls as seccomp_ioctls
 from ..mediation import Mediator
 from ..plan import Plan
 from . import child, status
@@ -47,7 +48,10 @@ def _ruleset(plan: Plan) -> Any:
 def _filters(plan: Plan) -> list[Any]:
     if any(m.feature == "seccomp" for m in plan.missing):
         return []
-    return [seccomp.compiled(r) for r in (plan.seccomp_rules, plan.seccomp_extra) if r]
+    out = [seccomp.compiled(r) for r in (plan.seccomp_rules, plan.seccomp_extra) if r]
+    if plan.ioctl_allowlist:
+        out.append(seccomp_ioctls.program())
+    return out
 
 
 def launch(plan: Plan, *, guard: Any = None,
@@ -308,9 +312,11 @@ def _start_mediator(pid: int, child_fd: int, med: MediationChannel, plan: Plan,
             nfd = notify.pidfd_getfd(pidfd, child_fd)
         finally:
             os.close(pidfd)
-    Mediator(nfd, med.broker_sup, plan.unix_roots(), plan.identity.uid,
-             warn=warn or default_warn, files=plan.file_mediation, inet_routes=inet,
-             events=events, meta=plan.meta_roots() if plan.meta_mediation else None).start()
+    m = Mediator(nfd, med.broker_sup, plan.unix_roots(), plan.identity.uid,
+                 warn=warn or default_warn, files=plan.file_mediation, inet_routes=inet,
+                 events=events, meta=plan.meta_roots() if plan.meta_mediation else None)
+    m.refuse_abstract = plan.refuse_abstract
+    m.start()
 
 
 def _error(msg: status.Message, plan: Plan) -> ConfineError:
