@@ -53,6 +53,7 @@ from confine.kernel.seccomp import (
 )
 
 from . import inet
+from .signals import CALLS as _SIGNAL_CALLS
 from .wire import (
     DATA_CAP,
     IOVEC,
@@ -182,6 +183,26 @@ class Mediator:
 
     def start(self) -> None:
         self.thread.start()
+
+    def mediate_signals(self, judge: Any) -> None:
+        """Below Landlock ABI 6 without a pid namespace: the kill family and
+        fcntl F_SETOWN, judged by mediation/signals.py."""
+        for name in (*_SIGNAL_CALLS, "fcntl"):
+            nr = syscall_number(name)
+            if nr is not None:
+                self.handlers[nr] = functools.partial(Mediator._signal, self, judge, name)
+
+    def _signal(self, judge: Any, name: str, n: notify.Notif) -> None:
+        v = judge.decide(name, list(n.data.args), n.pid)
+        if v.refused:
+            self._report(v.refused)
+        if v.cont:
+            try:
+                notify.respond(self.fd, n.id, cont=True)
+            except OSError:
+                pass       # interrupted: nothing to resume
+            return
+        self._respond(n.id, error=v.error)
 
     def _send_roots(self, roots: Sequence[str]) -> None:
         """The broker's first request: the allowed socket roots by descriptor.

@@ -99,6 +99,8 @@ class Plan:
     ioctl_allowlist: bool = False
     # Below ABI 6 without a network namespace: abstract unix addresses refused by the mediator
     refuse_abstract: bool = False
+    # Below ABI 6 without a pid namespace: the kill family judged by the mediator
+    signal_mediation: bool = False
 
     @property
     def lsm_apparmor(self) -> str | None:
@@ -562,6 +564,8 @@ def compile(policy: Policy, argv: Sequence[str], identity: Identity, host: HostF
                        and host.seccomp_filter and seccomp_ioctls.available())
     refuse_abstract = (unix_mediation and policy.scope.abstract_unix and not net_ns
                        and abi < landlock.SCOPE_MIN_ABI[Scope.ABSTRACT_UNIX_SOCKET])
+    signal_mediation = (unix_mediation and policy.scope.signals and not mount_ns
+                        and abi < landlock.SCOPE_MIN_ABI[Scope.SIGNAL])
     meta_mediation = unix_mediation and not mount_ns
     if unix_mediation and not host.pidfd_getfd:
         notes.append("pidfd_getfd is refused on this host (a container without CAP_SYS_PTRACE?): "
@@ -588,7 +592,7 @@ def compile(policy: Policy, argv: Sequence[str], identity: Identity, host: HostF
                                         host.root_mounts),
                 cgroup=host.cgroup, egress=policy.network.egress, agent_home=agent_home,
                 device_binds=device_binds, ioctl_allowlist=ioctl_allowlist,
-                refuse_abstract=refuse_abstract)
+                refuse_abstract=refuse_abstract, signal_mediation=signal_mediation)
     return dataclasses.replace(plan, steps=tuple(child_steps(plan)))
 
 

@@ -107,6 +107,12 @@ NO_NS_REPLACEMENTS: dict[str, tuple[str, str]] = {
         "the broker on the very file it judged against the writable paths (EROFS outside); "
         "ftruncate needs a descriptor opened for writing, which Landlock grants only there "
         "(needs seccomp user notification)"),
+    "landlock.scope_signal": (
+        "mediated signals", "kill, tkill, tgkill, rt_(tg)sigqueueinfo, pidfd_send_signal and "
+        "fcntl F_SETOWN are notified: a process may signal itself, any other target must be a "
+        "process of the run, checked and signalled by the supervisor through its own pidfd "
+        "(the sender shown is the supervisor); F_SETOWN_EX and SIGIO to other processes are "
+        "refused (needs seccomp user notification)"),
     "landlock.scope_abstract_unix": (
         "abstract sockets refused", "every connect and send to an abstract unix address is "
         "notified and refused (EPERM), the run's own included: a named difference (needs "

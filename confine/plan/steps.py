@@ -133,6 +133,9 @@ def child_steps(plan: Plan) -> list[Step]:
         calls = list(seccomp.SOCKET_CALLS)
         if plan.file_mediation:
             calls += list(seccomp.OPEN_CALLS) + list(seccomp.FILE_CALLS)
+        if plan.signal_mediation:
+            calls += ["kill", "tkill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo",
+                      "pidfd_send_signal", "fcntl(F_SETOWN)"]
         if plan.meta_mediation:
             calls += list(seccomp.META_CALLS)
         out.append(Step("seccomp_notify", "load the notifying filter and hand its listener to "

@@ -32,7 +32,7 @@ class MediationChannel:
 
     @classmethod
     def open(cls, guard: Any, files: bool, meta: bool = False,
-             handoff: bool = False) -> MediationChannel:
+             handoff: bool = False, signals: bool = False) -> MediationChannel:
         sup, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         sync_r, sync_w = os.pipe2(os.O_CLOEXEC)
         hsup, hchild = (socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET) if handoff
@@ -40,8 +40,8 @@ class MediationChannel:
         return cls(broker_sup=sup, broker_fd=child.detach(), sync_r=sync_r, sync_w=sync_w,
                    guard=guard, hand_sup=hsup,
                    hand_child=hchild.detach() if hchild is not None else -1,
-                   notify_program=seccomp.notify_program(seccomp.build_notify(files=files,
-                                                                             meta=meta)))
+                   notify_program=seccomp.notify_program(seccomp.build_notify(
+                       files=files, meta=meta, signals=signals)))
 
     @property
     def handoff(self) -> bool:

@@ -20,6 +20,7 @@ from ..errors import CommandNotExecutable, CommandNotFound, ConfineError, defaul
 from ..kernel import audit, caps, cgroup, landlock, notify, seccomp, tmpfs
 from ..kernel.seccomp import ioctls as seccomp_ioctls
 from ..mediation import Mediator
+from ..mediation import signals as signal_judge
 from ..plan import Plan
 from . import child, status
 from .channels import MediationChannel
@@ -50,7 +51,9 @@ def _filters(plan: Plan) -> list[Any]:
         return []
     out = [seccomp.compiled(r) for r in (plan.seccomp_rules, plan.seccomp_extra) if r]
     if plan.ioctl_allowlist:
-        out.append(seccomp_ioctls.program())
+        # loaded first, so evaluated last: the deny filter's own answer (EPERM for
+        # TIOCSTI, the disk ioctls) wins over the allowlist's EACCES
+        out.insert(0, seccomp_ioctls.program())
     return out
 
 
@@ -152,7 +155,7 @@ def _launch(plan: Plan, guard: Any, warn: Callable[[str], None] | None,
     filters = _filters(plan)
     status_r, status_w = os.pipe2(os.O_CLOEXEC)
     med = (MediationChannel.open(guard, files=plan.file_mediation, meta=plan.meta_mediation,
-                                 handoff=not plan.pidfd_getfd)
+                                 handoff=not plan.pidfd_getfd, signals=plan.signal_mediation)
            if plan.unix_mediation else None)
     sigset = set(FORWARD) | {signal.SIGCHLD}
     # SIGCHLD is ignored by default, which could discard it before sigwaitinfo.
@@ -316,6 +319,11 @@ def _start_mediator(pid: int, child_fd: int, med: MediationChannel, plan: Plan,
                  warn=warn or default_warn, files=plan.file_mediation, inet_routes=inet,
                  events=events, meta=plan.meta_roots() if plan.meta_mediation else None)
     m.refuse_abstract = plan.refuse_abstract
+    if plan.signal_mediation:
+        # the supervisor's children now but the agent's: an embedding program's own
+        # (and the broker, re-parented here), never targets (mediation/signals.py)
+        spare = frozenset(c for c in own_children() if c[0] != pid)
+        m.mediate_signals(signal_judge.Judge(signal_judge.Members(os.getpid(), spare)))
     m.start()
 
 

@@ -10,9 +10,8 @@ Which conditions: CONFINE_TEST_CONDITIONS=all|NAME,NAME... (default: BOUNDED, th
 set ./test.sh runs: measured 1 min 55 s on 2 shared cores, 144 tests; all 13
 conditions: 3 min 25 s, 312 tests).
 
-EXPECTED_MISSING is what confine refuses under each condition TODAY (the
-protections with no replacement yet: without user namespaces, what only a
-namespace replaces below its Landlock ABI, device ioctls below ABI 5 included).
+EXPECTED_MISSING is what confine refuses under each condition TODAY (nothing:
+each protection has a replacement under every condition here).
 test_matrix asserts it exactly, and every other
 test under a condition with a non-empty entry is a strict xfail naming it: when a
 replacement lands, the entry must shrink and those tests must pass.
@@ -35,21 +34,11 @@ CONDITIONS.update({f"no-userns+abi{n}": (True, n) for n in range(1, 7)})
 BOUNDED = ("abi1", "abi4", "abi5", "no-userns", "no-userns+abi1", "no-userns+abi5")
 
 _NS = "mount_namespace"
-_LOW = {"landlock.scope_abstract_unix", "landlock.scope_signal"}
-# Without user namespaces the mount namespace's parts are replaced (broker
-# mediation, Landlock device rules, the name guard) and the pid namespace's too;
-# what stays refused is what only a namespace replaces below its Landlock ABI
-# (signals and abstract sockets below 6, truncate below 3, device ioctls below 5:
-# the nodev host view).
-EXPECTED_MISSING: dict[str, frozenset[str]] = {
-    **{f"abi{n}": frozenset() for n in range(1, 7)},
-    "no-userns": frozenset(),
-    **{f"no-userns+abi{n}": frozenset({"landlock.ioctl_dev", "landlock.truncate"} | _LOW)
-       for n in (1, 2)},
-    **{f"no-userns+abi{n}": frozenset({"landlock.ioctl_dev"} | _LOW) for n in (3, 4)},
-    "no-userns+abi5": frozenset(_LOW),
-    "no-userns+abi6": frozenset(),
-}
+# Every protection has a mechanism under every condition: with namespaces the
+# mount/pid/network namespaces and the nodev host view replace what Landlock
+# lacks; without them the broker, seccomp's ioctl allowlist, the mediated kill
+# family and the refusal of abstract addresses do (plan/features.py).
+EXPECTED_MISSING: dict[str, frozenset[str]] = {name: frozenset() for name in CONDITIONS}
 # Refused at run time although the plan is complete: none left (without
 # pidfd_getfd the listener reaches the supervisor by SCM_RIGHTS).
 RUNTIME_GAPS: dict[str, str] = {}

@@ -47,17 +47,16 @@ def test_full_host_misses_nothing(dirs):
 
 
 @pytest.mark.parametrize("abi,expect", [
-    (0, {"landlock", "landlock.truncate", "landlock.ioctl_dev", "landlock.scope_signal",
-         "landlock.scope_abstract_unix"}),
-    (2, {"landlock.truncate", "landlock.ioctl_dev", "landlock.scope_signal",
-         "landlock.scope_abstract_unix"}),
-    (4, {"landlock.ioctl_dev", "landlock.scope_signal", "landlock.scope_abstract_unix"}),
-    (5, {"landlock.scope_signal", "landlock.scope_abstract_unix"}),
+    (0, {"landlock"}),
+    (2, set()),
+    (4, set()),
+    (5, set()),
     (6, set()),
 ])
 def test_missing_follows_the_feature_table(dirs, abi, expect):
-    # without namespaces no other layer replaces a Landlock feature; the mount
-    # namespace's parts are replaced (broker mediation, Landlock) where Landlock is
+    # without namespaces seccomp and the broker replace the Landlock rights below
+    # ABI 6 (features.NO_NS_REPLACEMENTS); the mount namespace's parts are replaced
+    # (broker mediation, Landlock) where Landlock is
     plan = _plan(dirs, dataclasses.replace(FULL, landlock_abi=abi, namespaces=False))
     # the pid namespace's guarantees are replaced or a named difference: never refused
     if abi == 0:
@@ -195,16 +194,26 @@ def test_a_rule_path_that_vanished_before_launch_is_skipped(tmp_path):
 
 def test_replacements_where_the_primary_is_missing(dirs):
     """Below ABI 6 the pid namespace replaces signal scoping; below ABI 3 the
-    read-only host view replaces TRUNCATE. Without namespaces neither does."""
+    read-only host view replaces TRUNCATE. Without namespaces seccomp and the
+    broker do (mediated signals, broker-judged truncation)."""
     plan = _plan(dirs, dataclasses.replace(FULL, landlock_abi=5))
-    assert {m.feature for m in plan.missing} == {"landlock.scope_abstract_unix"}
+    assert plan.missing == ()
     assert plan.mechanisms["landlock.scope_signal"].startswith("pid namespace")
+    # no network namespace on this host: abstract addresses are refused instead
+    assert plan.mechanisms["landlock.scope_abstract_unix"].startswith("abstract sockets refused")
+    assert plan.refuse_abstract and not plan.signal_mediation
     plan = _plan(dirs, dataclasses.replace(FULL, landlock_abi=2))
     assert "landlock.truncate" not in {m.feature for m in plan.missing}
     assert plan.mechanisms["landlock.truncate"].startswith("read-only host view")
     assert plan.mechanisms["landlock"] == "Landlock ABI 2"
     bare = _plan(dirs, dataclasses.replace(FULL, landlock_abi=2, namespaces=False))
-    assert {"landlock.truncate", "landlock.scope_signal"} <= {m.feature for m in bare.missing}
+    assert bare.missing == ()
+    assert bare.mechanisms["landlock.truncate"].startswith("broker mediation")
+    assert bare.mechanisms["landlock.scope_signal"].startswith("mediated signals")
+    assert bare.mechanisms["landlock.ioctl_dev"].startswith("seccomp ioctl allowlist")
+    assert bare.signal_mediation and bare.refuse_abstract and bare.ioctl_allowlist
+    assert bare.file_mediation and bare.device_binds is None
+    assert plan.device_binds is not None and not plan.ioctl_allowlist
 
 
 def test_truncate_replacement_not_used_with_a_secret_under_a_write_grant(dirs, tmp_path):
@@ -239,7 +248,8 @@ def test_a_profile_without_tcp_gets_its_own_network_namespace(dirs):
         f.write("extends: default\nnetwork:\n  connect_tcp: [8080]\n")
     net = _plan(dirs, dataclasses.replace(host, landlock_abi=5), profile=prof)
     assert not net.net_ns and "net_namespace" not in net.step_names()
-    assert "landlock.scope_abstract_unix" in {m.feature for m in net.missing}
+    assert net.missing == () and net.refuse_abstract
+    assert net.mechanisms["landlock.scope_abstract_unix"].startswith("abstract sockets refused")
     assert not _plan(dirs, dataclasses.replace(host, namespaces=False)).net_ns
 
 

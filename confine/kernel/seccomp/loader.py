@@ -320,14 +320,25 @@ def status() -> dict[str, Any]:
 
 # --- the unix-socket notifier (Landlock ABI < 9) ---------------------------------
 
-def build_notify(files: bool = False, meta: bool = False) -> "pyseccomp.SyscallFilter":
+# The calls that send a signal to a process named by number or pidfd (Landlock's
+# signal scoping), and the fcntl/ioctl requests that aim SIGIO/SIGURG at one.
+SIGNAL_CALLS = ("kill", "tkill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo",
+                "pidfd_send_signal")
+F_SETOWN, F_SETOWN_EX = 8, 15
+FIOSETOWN, SIOCSPGRP = 0x8901, 0x8902
+
+
+def build_notify(files: bool = False, meta: bool = False,
+                 signals: bool = False) -> "pyseccomp.SyscallFilter":
     """The notifying filter, loaded after the deny filter. The kernel runs every
     filter and the most restrictive answer wins, so a denial is never turned
     into a notification. See confine/mediation/ for who answers.
     files: mediate FILE_CALLS and writing opens; openat2 (its flags sit in a
     struct seccomp cannot read) answers ENOSYS, and callers fall back to openat.
     meta: mediate META_CALLS, refuse META_REFUSED and META_IOCTLS (no mount
-    namespace: nothing else stops them outside the writable paths)."""
+    namespace: nothing else stops them outside the writable paths).
+    signals: mediate the kill family and fcntl F_SETOWN(_EX), refuse the ioctls
+    that aim SIGIO/SIGURG (no pid namespace, Landlock below ABI 6)."""
     sc = libseccomp()
     flt = sc.SyscallFilter(sc.ALLOW)
     flt.set_attr(sc.Attr.ACT_BADARCH, sc.KILL_PROCESS)
@@ -339,6 +350,14 @@ def build_notify(files: bool = False, meta: bool = False) -> "pyseccomp.SyscallF
             if syscall_number(name) is not None:
                 flt.add_rule(sc.ERRNO(_errno.EPERM), syscall_number(name))
         for _, num in META_IOCTLS:
+            flt.add_rule(sc.ERRNO(_errno.EPERM), "ioctl", sc.Arg(1, sc.MASKED_EQ, 0xFFFFFFFF, num))
+    if signals:
+        for name in SIGNAL_CALLS:
+            if syscall_number(name) is not None:
+                flt.add_rule(sc.NOTIFY, name)
+        for cmd in (F_SETOWN, F_SETOWN_EX):
+            flt.add_rule(sc.NOTIFY, "fcntl", sc.Arg(1, sc.MASKED_EQ, 0xFFFFFFFF, cmd))
+        for num in (FIOSETOWN, SIOCSPGRP):
             flt.add_rule(sc.ERRNO(_errno.EPERM), "ioctl", sc.Arg(1, sc.MASKED_EQ, 0xFFFFFFFF, num))
     if files:
         for name in FILE_CALLS:
