@@ -66,7 +66,7 @@ import struct
 import threading
 from typing import TYPE_CHECKING, NamedTuple
 
-from confine.kernel import notify
+from confine.kernel import landlock, notify
 from confine.kernel.libc import check, libc, oserror
 
 # The guard's only runtime names here: its verdict "vet this git config" and
@@ -76,6 +76,10 @@ from confine.protect.held import mark_skip_worktree
 from confine.protect.report import _safe
 
 from .wire import FileRequest, MetaRequest, Op, Reply, debug
+
+# Read once where this module is imported (the supervisor, before the broker's
+# fork): the broker's own seccomp filter may refuse the Landlock calls.
+_TRUNCATE_ABI_MISSING = landlock.kernel_abi() < 3
 
 if TYPE_CHECKING:
     from confine.protect.guard import Guard
@@ -1093,7 +1097,8 @@ class FileBroker:
         (wire.WritableRequest), by identity."""
         self.meta_roots = {_ident(os.fstat(fd)) for fd in roots}
         self.meta_holes = {_ident(os.fstat(fd)) for fd in holes}
-        self.judge_truncate = True
+        # from ABI 3 on Landlock's TRUNCATE right answers (EACCES) in this domain
+        self.judge_truncate = _TRUNCATE_ABI_MISSING
 
     def _check_truncate(self, fd: int) -> None:
         """Without a mount namespace (set_writable) truncation is judged like a
