@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, NoReturn
 from confine.kernel import notify
 from confine.kernel.libc import libc
 
+from . import sockfd
 from .files import FileBroker, Refused, Task
 from .wire import (
     FILE_OPS,
@@ -90,6 +91,13 @@ def broker_main(sock: socket.socket, guard: Guard | None = None) -> NoReturn:
             file_call(rid, body, fds)
         elif op in META_OPS:
             meta_call(rid, body, fds)
+        elif op == Op.NEWSOCK:
+            _close(fds)
+            answer = sockfd.make(sockfd.NewSocket.unpack(body))
+            try:
+                reply(rid, answer)
+            finally:
+                _close([answer.fd] if answer.fd is not None else [])
         else:
             _close(fds)
             reply(rid, Reply(-1, errno.ENOSYS))

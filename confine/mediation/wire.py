@@ -30,6 +30,7 @@ class Op(enum.IntEnum):
     SENDMSG = 3
     LISTEN = 4
     ROOTS = 5       # once, first: where pathname unix sockets may be (see RootsRequest)
+    NEWSOCK = 6     # make a socket for the agent (no pidfd_getfd: mediation/sockfd.py)
     OPEN = 10
     TRUNCATE = 11
     MKDIR = 12

@@ -238,7 +238,8 @@ def mechanisms(policy: Policy, host: HostFacts) -> dict[str, str]:
     if host.seccomp_user_notif:
         out["seccomp_notify"] = "seccomp user notification" + (
             "" if host.pidfd_getfd else " (pidfd_getfd refused here: the agent's directories "
-            "are taken through /proc; mediated socket calls are refused)")
+            "are taken through /proc; a mediated socket call is performed on a new socket of "
+            "the same kind, which replaces the agent's: SECCOMP_ADDFD_FLAG_SETFD)")
     if host.namespaces:
         out["mount_namespace"] = "mount and pid namespaces"
     out.update(pid_mechanisms(host))
@@ -533,9 +534,11 @@ def compile(policy: Policy, argv: Sequence[str], identity: Identity, host: HostF
     meta_mediation = unix_mediation and not mount_ns
     if unix_mediation and not host.pidfd_getfd:
         notes.append("pidfd_getfd is refused on this host (a container without CAP_SYS_PTRACE?): "
-                     "mediated file calls take the agent's directories through /proc; mediated "
-                     "socket calls (connect, sendto/sendmsg with an address, sendmsg, listen) "
-                     "are refused, since the agent's socket cannot be taken")
+                     "mediated file calls take the agent's directories through /proc; a mediated "
+                     "socket call (connect, sendto/sendmsg with an address, listen) is performed "
+                     "on a new socket of the same kind, which replaces the agent's (socket "
+                     "options set before it are lost; a socket bound or connected before it, "
+                     "other than by confine, and descriptors passed with SCM_RIGHTS are refused)")
     plan = Plan(policy=policy, argv=tuple(argv), identity=identity, env=env, abi=abi,
                 handled_fs=handled_fs, handled_net=handled_net, scoped=scoped,
                 path_rules=tuple(rules), port_rules=tuple(ports), seccomp_rules=tuple(sc_rules),

@@ -1,0 +1,564 @@
+"""Mediated socket calls where pidfd_getfd is refused (issue 12; mediation/sockfd.py).
+
+Every confine run here starts under the Docker-like parent filter of
+tests/conditions/launcher.py (namespaces and pidfd_getfd refused), as root and
+as the unprivileged account. The supervisor cannot take the agent's socket, so
+the judged call is performed on a new socket of the same kind made by the
+broker, which then replaces the agent's descriptor (SECCOMP_ADDFD_FLAG_SETFD).
+Each allowed call is a real round trip with a server; each refusal has that
+control beside it, and a listener outside that must see nothing.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import threading
+
+import pytest
+from conftest import PREFIX, PY, last_json, probe_code
+
+pytestmark = pytest.mark.e2e
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+LAUNCHER = os.path.join(os.path.dirname(HERE), "conditions", "launcher.py")
+VENV_PY = os.path.join(PREFIX, "bin", "python")
+
+
+@pytest.fixture
+def docker(sandbox):
+    """The sandbox, with confine started under the Docker-like filter."""
+    sandbox.wrap = [VENV_PY, LAUNCHER, "--no-userns", "--"]
+    sandbox.layers = "landlock"
+    return sandbox
+
+
+class Server:
+    """A unix server owned by the test (outside any sandbox): a stream one
+    echoes what each client sends; a datagram one keeps what arrives."""
+
+    def __init__(self, path: str, kind: int = socket.SOCK_STREAM):
+        self.path = path
+        self.kind = kind
+        self.got: list[bytes] = []
+        self.hits = 0
+        self.stop = False
+        self.sock = socket.socket(socket.AF_UNIX, kind)
+        self.sock.bind(path)
+        os.chmod(path, 0o777)
+        if kind == socket.SOCK_STREAM:
+            self.sock.listen(64)
+        self.sock.settimeout(0.2)
+        self.t = threading.Thread(target=self._serve, daemon=True)
+        self.t.start()
+
+    def _serve(self) -> None:
+        while not self.stop:
+            try:
+                if self.kind == socket.SOCK_STREAM:
+                    c, _ = self.sock.accept()
+                    self.hits += 1
+                    c.settimeout(2)
+                    try:
+                        data = c.recv(100)
+                        if data:
+                            c.sendall(b"echo:" + data)
+                    except OSError:
+                        pass
+                    c.close()
+                else:
+                    self.got.append(self.sock.recv(1000))
+                    self.hits += 1
+            except OSError:
+                continue
+
+    def close(self) -> None:
+        self.stop = True
+        self.t.join(2)
+        self.sock.close()
+
+
+@pytest.fixture
+def outside():
+    """A directory outside the workdir that anyone may reach by permissions."""
+    d = tempfile.mkdtemp(prefix="confine-sockets-", dir="/tmp")
+    os.chmod(d, 0o755)
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture
+def servers(docker, outside):
+    made = {"in": Server(os.path.join(docker.workdir, "srv.sock")),
+            "out": Server(os.path.join(outside, "srv.sock")),
+            "din": Server(os.path.join(docker.workdir, "dgram.sock"), socket.SOCK_DGRAM),
+            "dout": Server(os.path.join(outside, "dgram.sock"), socket.SOCK_DGRAM)}
+    yield made
+    for s in made.values():
+        s.close()
+
+
+def _params(servers) -> dict:
+    return {k: s.path for k, s in servers.items()}
+
+
+def _run(sb, body: str, params: dict, *opts: str):
+    p, r = sb.probe(body, params, *opts)
+    assert r is not None, (p.returncode, p.stdout[-2000:], p.stderr[-3000:])
+    assert "the broker is gone" not in p.stderr, p.stderr
+    return p, r
+
+
+CONNECT_BODY = r'''
+import asyncio, fcntl
+def round_trip(path, inherit=False, nonblock=False):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    fd = s.fileno()
+    if inherit:
+        os.set_inheritable(fd, True)
+    try:
+        s.connect(path)
+        s.sendall(b"ping")
+        got = s.recv(100).decode()
+        return [got, s.fileno() == fd, os.get_inheritable(fd),
+                s.getsockopt(socket.SOL_SOCKET, socket.SO_TYPE)]
+    finally:
+        s.close()
+async def aio(path):
+    r, w = await asyncio.open_unix_connection(path)
+    nb = bool(fcntl.fcntl(w.get_extra_info("socket").fileno(), fcntl.F_GETFL) & os.O_NONBLOCK)
+    w.write(b"async")
+    await w.drain()
+    got = (await r.read(100)).decode()
+    w.close()
+    return [got, nb]
+attempt("workdir", lambda: round_trip(P["in"]))
+attempt("workdir, inheritable", lambda: round_trip(P["in"], inherit=True))
+attempt("workdir, relative", lambda: round_trip("srv.sock"))
+attempt("workdir, asyncio (non-blocking)", lambda: asyncio.run(aio(P["in"])))
+attempt("outside", lambda: round_trip(P["out"]))
+attempt("outside, asyncio", lambda: asyncio.run(aio(P["out"])))
+'''
+
+
+def test_unix_stream_connect(docker, servers):
+    """A connect to a server in the workdir works (an echo round trip; the
+    descriptor keeps its number, FD_CLOEXEC or not, and O_NONBLOCK for asyncio);
+    one to a server outside is refused and that server sees nothing. Control:
+    outside the sandbox the same program reaches both."""
+    p, out = docker.outside_probe(CONNECT_BODY, _params(servers))
+    assert out["outside"] == ["echo:ping", True, False, 1], out
+    hits = servers["out"].hits
+    p, r = _run(docker, CONNECT_BODY, _params(servers))
+    assert r["workdir"] == ["echo:ping", True, False, 1], (r, p.stderr)
+    assert r["workdir, inheritable"] == ["echo:ping", True, True, 1], r
+    assert r["workdir, relative"] == ["echo:ping", True, False, 1], r
+    assert r["workdir, asyncio (non-blocking)"] == ["echo:async", True], r
+    assert r["outside"] == "EACCES" and r["outside, asyncio"] == "EACCES", r
+    assert servers["out"].hits == hits, "a connection from inside reached the outside server"
+    assert "pidfd_getfd" not in p.stderr, p.stderr
+
+
+DGRAM_BODY = r'''
+def send(path, data):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    try:
+        return s.sendto(data, path)
+    finally:
+        s.close()
+def sendmsg(path, data):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    try:
+        return s.sendmsg([data], [], 0, path)
+    finally:
+        s.close()
+def twice(path):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    try:
+        s.connect(path)
+        return [s.send(b"first"), s.sendmsg([b"second"])]
+    finally:
+        s.close()
+attempt("sendto workdir", lambda: send(P["din"], b"to-workdir"))
+attempt("sendmsg workdir", lambda: sendmsg(P["din"], b"msg-workdir"))
+attempt("connected, send and sendmsg", lambda: twice(P["din"]))
+attempt("sendto outside", lambda: send(P["dout"], b"to-outside"))
+attempt("sendmsg outside", lambda: sendmsg(P["dout"], b"msg-outside"))
+'''
+
+
+def test_unix_dgram_sendto(docker, servers):
+    """sendto/sendmsg with an address to a datagram server in the workdir
+    arrives; a connected datagram socket (made by confine) keeps sending,
+    sendmsg included; to one outside: refused, nothing arrives. Control:
+    outside, both arrive."""
+    p, out = docker.outside_probe(DGRAM_BODY, _params(servers))
+    assert out["sendto outside"] == len(b"to-outside"), out
+    servers["din"].got.clear()
+    servers["dout"].got.clear()
+    p, r = _run(docker, DGRAM_BODY, _params(servers))
+    assert r["sendto workdir"] == len(b"to-workdir"), (r, p.stderr)
+    assert r["sendmsg workdir"] == len(b"msg-workdir"), r
+    assert r["connected, send and sendmsg"] == [5, 6], (r, p.stderr)
+    assert r["sendto outside"] == "EACCES" and r["sendmsg outside"] == "EACCES", r
+    for _ in range(20):
+        if len(servers["din"].got) >= 4:
+            break
+        threading.Event().wait(0.1)
+    assert sorted(servers["din"].got) == sorted([b"to-workdir", b"msg-workdir", b"first",
+                                                 b"second"]), servers["din"].got
+    assert servers["dout"].got == [], "a datagram from inside reached the outside server"
+
+
+LISTEN_BODY = r'''
+def serve(path):
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    fd = srv.fileno()
+    srv.bind(path)
+    srv.listen(4)
+    c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    c.connect(path)
+    a, _ = srv.accept()
+    c.sendall(b"hello")
+    got = a.recv(100).decode()
+    uid = struct.unpack("iII", c.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))[1]
+    same = srv.fileno() == fd and srv.getsockname() == os.path.abspath(path)
+    c.close(); a.close(); srv.close()
+    return [got, uid == os.getuid(), same]
+def abstract():
+    name = b"\0confine-sockets-%d" % os.getpid()
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind(name)
+    srv.listen(1)
+def listen_for_outside(path):
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind(path)
+    srv.listen(4)
+    os.chmod(path, 0o777)
+    print(json.dumps({"ready": True}), flush=True)
+    srv.settimeout(20)
+    a, _ = srv.accept()
+    return a.recv(100).decode()
+attempt("listen in workdir", lambda: serve(os.path.join(os.getcwd(), "mine.sock")))
+attempt("listen, relative name", lambda: serve("rel.sock"))
+attempt("listen, abstract name", abstract)
+if P.get("wait"):
+    attempt("outside client", lambda: listen_for_outside("served.sock"))
+'''
+
+
+def test_listen_unix_in_workdir(docker):
+    """listen() on a unix socket bound in the workdir works: a client connects,
+    data flows, the listener carries the agent's credentials (SO_PEERCRED) and
+    its name; a client outside the sandbox reaches it too. An abstract name
+    cannot move to a new socket: refused with a reason (README Limits)."""
+    p, r = _run(docker, LISTEN_BODY, {})
+    assert r["listen in workdir"] == ["hello", True, True], (r, p.stderr)
+    assert r["listen, relative name"][:2] == ["hello", True], (r, p.stderr)
+    assert r["listen, abstract name"] == "EPERM", r
+    assert "abstract unix socket refused" in p.stderr, p.stderr
+    proc = docker.popen([PY, "-c", probe_code(LISTEN_BODY, {"wait": True})],
+                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = ""
+        while proc.stdout is not None:
+            line = proc.stdout.readline()
+            if not line or line.startswith('{"ready"'):
+                break
+        assert line.startswith('{"ready"'), proc.stderr.read() if proc.stderr else ""
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as c:
+            c.settimeout(5)
+            c.connect(os.path.join(docker.workdir, "served.sock"))
+            c.sendall(b"from-outside")
+        out, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert last_json(out)["outside client"] == "from-outside", err
+
+
+ABSTRACT_BODY = r'''
+def conn(name):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        s.connect(name)
+    finally:
+        s.close()
+def dgram(name):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    try:
+        s.sendto(b"x", name)
+    finally:
+        s.close()
+attempt("abstract connect", lambda: conn(b"\0" + P["name"].encode()))
+attempt("abstract sendto", lambda: dgram(b"\0" + P["name"].encode() + b"-dgram"))
+'''
+
+
+def test_host_abstract_socket_refused(docker):
+    """An abstract socket of the host (outside the sandbox) stays unreachable:
+    the new socket is the broker's, in the agent's Landlock domain, so the
+    abstract-socket scope refuses it. Control: outside, both reach it."""
+    name = "confine-sockets-host-%d" % os.getpid()
+    ab = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    ab.bind(b"\0" + name.encode())
+    ab.listen(8)
+    abd = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    abd.bind(b"\0" + name.encode() + b"-dgram")
+    try:
+        p, out = docker.outside_probe(ABSTRACT_BODY, {"name": name})
+        assert out["abstract connect"] == "ok" and out["abstract sendto"] == "ok", out
+        ab.accept()[0].close()
+        abd.recv(10)
+        p, r = _run(docker, ABSTRACT_BODY, {"name": name})
+        assert r["abstract connect"] == "EPERM" and r["abstract sendto"] == "EPERM", (r, p.stderr)
+        ab.setblocking(False)
+        abd.setblocking(False)
+        with pytest.raises(BlockingIOError):
+            ab.accept()
+        with pytest.raises(BlockingIOError):
+            abd.recv(10)
+    finally:
+        ab.close()
+        abd.close()
+
+
+STATE_BODY = r'''
+def bound_then_connect(path):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        s.bind("client.sock")
+        s.connect(path)
+    finally:
+        s.close()
+def connect_twice(path):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        s.connect(path)
+        s.connect(path)
+    finally:
+        s.close()
+def passing(path):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    try:
+        s.sendmsg([b"x"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack("i", 0))], 0, path)
+    finally:
+        s.close()
+def fresh(path):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        s.connect(path)
+    finally:
+        s.close()
+attempt("bound, then connect", lambda: bound_then_connect(P["in"]))
+attempt("connect twice", lambda: connect_twice(P["in"]))
+attempt("sendmsg passing a descriptor", lambda: passing(P["din"]))
+attempt("fresh, connect (control)", lambda: fresh(P["in"]))
+'''
+
+
+def test_state_that_cannot_carry_over_is_refused(docker, servers):
+    """A socket bound before connect() would lose its name on a new socket:
+    refused with a reason (EPERM and a confine: line); connect() on a
+    connected stream socket is EISCONN as the kernel says; descriptors passed
+    with SCM_RIGHTS cannot be taken: refused with a reason. Control: a fresh
+    socket connects, and outside all of it works."""
+    p, out = docker.outside_probe(STATE_BODY, _params(servers))
+    assert out["bound, then connect"] == "ok" and out["sendmsg passing a descriptor"] == "ok", out
+    assert out["connect twice"] == "EISCONN", out
+    os.unlink(os.path.join(docker.workdir, "client.sock"))
+    p, r = _run(docker, STATE_BODY, _params(servers))
+    assert r["fresh, connect (control)"] == "ok", (r, p.stderr)
+    assert r["bound, then connect"] == "EPERM", (r, p.stderr)
+    assert "connect() on a bound unix stream socket refused" in p.stderr, p.stderr
+    assert r["connect twice"] == "EISCONN", r
+    assert r["sendmsg passing a descriptor"] == "EPERM", r
+    assert "SCM_RIGHTS" in p.stderr, p.stderr
+
+
+RACE_BODY = r'''
+import threading, time
+stop = False
+other = socket.socket(socket.AF_INET, socket.SOCK_STREAM)    # a socket of another kind
+bound = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+bound.bind("race-bound.sock")
+swaps = [other.fileno(), bound.fileno(), os.open("/dev/null", os.O_RDONLY)]
+target = [None]
+def swapper():
+    i = 0
+    while not stop:
+        t = target[0]
+        if t is not None:
+            try:
+                os.dup2(swaps[i % 3], t)
+            except OSError:
+                pass
+            i += 1
+th = threading.Thread(target=swapper)
+th.start()
+seen = {}
+deadline = time.time() + 3
+n = 0
+while time.time() < deadline and n < 400:
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    target[0] = s.fileno()
+    for path in (P["in"], P["out"]):
+        try:
+            s.connect(path)
+            r = "ok:" + ("in" if path == P["in"] else "out")
+        except OSError as e:
+            r = en(e.errno)
+        seen[r] = seen.get(r, 0) + 1
+    target[0] = None
+    try:
+        s.close()
+    except OSError:
+        pass
+    n += 1
+stop = True
+th.join()
+R["seen"] = seen
+R["tries"] = n
+def after():
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.connect(P["in"]); s.sendall(b"after"); got = s.recv(100).decode(); s.close()
+    return got
+attempt("after the race", after)
+'''
+
+
+def test_dup2_race_on_the_descriptor(docker, servers):
+    """Another thread dup2()s a TCP socket, a bound unix socket and /dev/null
+    onto the descriptor while connect() is mediated (bounded: at most 400
+    rounds, 3 s): nothing reaches the outside server, the kind learnt is
+    never applied to another socket (no "ok:out"), and the supervisor
+    survives (a connect afterwards round-trips)."""
+    hits = servers["out"].hits
+    p, r = _run(docker, RACE_BODY, _params(servers))
+    assert r["tries"] > 0, r
+    assert "ok:out" not in r["seen"], r
+    assert servers["out"].hits == hits, "a connection reached the outside server during the race"
+    assert r["after the race"] == "echo:after", (r, p.stderr)
+
+
+TCP_BODY = r'''
+def tcp(port, nonblock=False):
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        if nonblock:
+            s.setblocking(False)
+            try:
+                s.connect(("127.0.0.1", port))
+            except BlockingIOError:
+                pass
+            import select
+            select.select([], [s], [], 5)
+            err = s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+            if err:
+                return en(err)
+            s.setblocking(True)
+        else:
+            s.settimeout(5)
+            s.connect(("127.0.0.1", port))
+        s.sendall(b"tcp")
+        return s.recv(100).decode()
+    finally:
+        s.close()
+def bound_tcp(port):
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)   # the control's TIME_WAIT
+    try:
+        s.bind(("127.0.0.1", P["bindable"]))
+        s.connect(("127.0.0.1", port))
+    finally:
+        s.close()
+attempt("granted port", lambda: tcp(P["port"]))
+attempt("granted port, non-blocking", lambda: tcp(P["port"], True))
+attempt("other port", lambda: tcp(P["port2"]))
+attempt("bound, then connect", lambda: bound_tcp(P["port"]))
+'''
+
+
+class TcpEcho:
+    def __init__(self):
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.sock.settimeout(0.2)
+        self.port = self.sock.getsockname()[1]
+        self.hits = 0
+        self.stop = False
+        self.t = threading.Thread(target=self._serve, daemon=True)
+        self.t.start()
+
+    def _serve(self) -> None:
+        while not self.stop:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                continue
+            self.hits += 1
+            c.settimeout(2)
+            try:
+                data = c.recv(100)
+                if data:
+                    c.sendall(b"echo:" + data)
+            except OSError:
+                pass
+            c.close()
+
+    def close(self) -> None:
+        self.stop = True
+        self.t.join(2)
+        self.sock.close()
+
+
+def test_tcp_loopback_port_profile(docker, tmp_path_factory):
+    """A profile granting connect_tcp to one loopback port: TCP to it works
+    (blocking and non-blocking, a round trip on the new socket); another port
+    stays refused by Landlock (the broker connects in the agent's domain) and
+    sees nothing; a socket bound before connect() is refused with a reason.
+    Control: outside, both ports answer."""
+    a, b = TcpEcho(), TcpEcho()
+    free = socket.socket()
+    free.bind(("127.0.0.1", 0))
+    bindable = free.getsockname()[1]
+    free.close()
+    prof_dir = tempfile.mkdtemp(prefix="confine-prof-", dir="/tmp")
+    os.chmod(prof_dir, 0o755)
+    prof = os.path.join(prof_dir, "tcp.yaml")
+    with open(prof, "w") as f:
+        f.write(f"extends: default\nnetwork:\n  connect_tcp: [{a.port}]\n"
+                f"  bind_tcp: [{bindable}]\n")
+    os.chmod(prof, 0o644)
+    params = {"port": a.port, "port2": b.port, "bindable": bindable}
+    try:
+        p, out = docker.outside_probe(TCP_BODY, params)
+        assert out["granted port"] == "echo:tcp" and out["other port"] == "echo:tcp", out
+        hits = b.hits
+        p, r = _run(docker, TCP_BODY, params, "-p", prof)
+        assert r["granted port"] == "echo:tcp", (r, p.stderr)
+        assert r["granted port, non-blocking"] == "echo:tcp", (r, p.stderr)
+        assert r["other port"] == "EACCES", r
+        assert b.hits == hits, "a connection reached the port the profile does not grant"
+        assert r["bound, then connect"] == "EPERM", (r, p.stderr)
+        assert "connect() on a bound or connected IPv4 stream socket refused" in p.stderr, p.stderr
+    finally:
+        a.close()
+        b.close()
+        shutil.rmtree(prof_dir, ignore_errors=True)
+
+
+def test_dry_run_names_the_mechanism(docker):
+    """`--dry-run` under the same filter says how socket calls are mediated
+    here, and no longer that they are refused."""
+    p = docker.confine("exec", "-w", docker.workdir, "--dry-run", "--json", "--", "true")
+    d = json.loads(p.stdout)
+    mech = d["mechanisms"]["seccomp_notify"]
+    assert "pidfd_getfd refused" in mech and "new socket of the same kind" in mech, mech
+    notes = " ".join(d.get("notes", []))
+    assert "are refused, since the agent's socket cannot be taken" not in notes, notes
