@@ -85,19 +85,19 @@ def broker_main(sock: socket.socket, guard: Guard | None = None) -> NoReturn:
 
     def handle(body: bytes, fds: list[int]) -> None:
         rid, op = request_head(body)
-        if op in SOCKET_OPS:
-            socket_call(rid, body, fds)
-        elif op in FILE_OPS:
-            file_call(rid, body, fds)
-        elif op in META_OPS:
-            meta_call(rid, body, fds)
-        elif op == Op.NEWSOCK:
+        if op == Op.NEWSOCK:      # no pidfd_getfd: a socket for the agent (sockfd.py)
             _close(fds)
             answer = sockfd.make(sockfd.NewSocket.unpack(body))
             try:
                 reply(rid, answer)
             finally:
                 _close([answer.fd] if answer.fd is not None else [])
+        elif op in SOCKET_OPS:
+            socket_call(rid, body, fds)
+        elif op in FILE_OPS:
+            file_call(rid, body, fds)
+        elif op in META_OPS:
+            meta_call(rid, body, fds)
         else:
             _close(fds)
             reply(rid, Reply(-1, errno.ENOSYS))

@@ -46,7 +46,7 @@ class Op(enum.IntEnum):
     WRITABLE = 25   # once, before any metadata call: the writable paths (see WritableRequest)
 
 
-SOCKET_OPS = frozenset({Op.CONNECT, Op.SENDTO, Op.SENDMSG, Op.LISTEN, Op.ROOTS})
+SOCKET_OPS = frozenset({Op.CONNECT, Op.SENDTO, Op.SENDMSG, Op.LISTEN, Op.ROOTS, Op.NEWSOCK})
 FILE_OPS = frozenset({Op.OPEN, Op.TRUNCATE, Op.MKDIR, Op.MKNOD, Op.SYMLINK, Op.LINK, Op.RENAME})
 META_OPS = frozenset({Op.CHMOD, Op.CHOWN, Op.UTIMES, Op.SETXATTR, Op.REMOVEXATTR})
 XATTR_SIZE_MAX = 65536             # the kernel's own limits, checked before copying

@@ -20,6 +20,7 @@ import threading
 
 import pytest
 from conftest import PREFIX, PY, last_json, probe_code
+from test_egress import net  # noqa: F401 - the gateway's network namespaces and servers
 
 pytestmark = pytest.mark.e2e
 
@@ -562,3 +563,38 @@ def test_dry_run_names_the_mechanism(docker):
     assert "pidfd_getfd refused" in mech and "new socket of the same kind" in mech, mech
     notes = " ".join(d.get("notes", []))
     assert "are refused, since the agent's socket cannot be taken" not in notes, notes
+
+
+@pytest.mark.parametrize("mode", ["root", "user"])
+def test_egress_through_the_gateway(mode, test_user, confine_bin, net):  # noqa: F811
+    """With the egress gateway (tests/e2e/test_egress.py's network namespaces and
+    servers): the resolver's connected UDP socket and its sendmmsg reach
+    confine's DNS server (the datagram socket made for the agent is kept and
+    used again), a direct TLS connect to an allowed name goes through the
+    gateway's redirect (the new socket is bound to a loopback port and
+    announced), a direct IP is refused by the gateway and UDP elsewhere by the
+    supervisor; the upstream sees only the allowed connection. Control: the
+    same under pidfd_getfd (no launcher) gives the same answers."""
+    import test_egress as eg
+    body = eg.py(eg.ATTEMPTS + r'''
+run("resolve", lambda: resolve("allowed.test"))
+run("direct_tls", lambda: tls("allowed.test"))
+run("direct_ip", lambda: plain("1.1.1.1", 8443))
+run("udp", lambda: udp("1.1.1.1", 9999))
+print(json.dumps(R))
+''')
+    want = {"resolve": ["1.1.1.1"], "direct_tls": "hello from allowed.test sni=allowed.test",
+            "direct_ip": "ECONNREFUSED", "udp": "EACCES"}
+    sb = eg.Sandbox(mode, test_user, eg.make_workdir(test_user)).without_namespaces()
+    try:
+        p = eg.inside(sb, net, body, *eg.ALLOW)
+        assert eg.last_json(p.stdout) == want, ("control", p.stderr)
+        sb.wrap = [VENV_PY, LAUNCHER, "--no-userns", "--"]
+        m = net.mark()
+        p = eg.inside(sb, net, body, *eg.ALLOW)
+        assert p.stdout.strip(), p.stderr
+        assert eg.last_json(p.stdout) == want, p.stderr
+        assert "pidfd_getfd" not in p.stderr, p.stderr
+        assert {e["dst"] for e in net.since(m) if e["ev"] in ("accept", "udp")} == {"1.1.1.1:443"}
+    finally:
+        shutil.rmtree(sb.workdir, ignore_errors=True)
