@@ -339,6 +339,10 @@ def refusal(kind: Kind, op: Op, listen_ok: bool = False) -> tuple[int, str] | No
         return errno.EISCONN, ""
     if op == Op.CONNECT and kind.state == "listening":
         return errno.EINVAL, ""
+    if op != Op.CONNECT and kind.state == "connected":
+        return errno.EPERM, (f"{what}() on a connected {kind.shown()} refused "
+                             f"({WHY.split(',')[0]}, and a connection cannot move to a new "
+                             "socket; send() and write() are not mediated)")
     return errno.EPERM, (f"{what}() on a {kind.state} {kind.shown()} refused ({WHY}; "
                          "only a fresh socket, neither bound nor connected, can be)")
 

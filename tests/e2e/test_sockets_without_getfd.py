@@ -354,10 +354,22 @@ def fresh(path):
         s.connect(path)
     finally:
         s.close()
+def pair(msg):
+    a, b = socket.socketpair()
+    try:
+        if msg:
+            return a.sendmsg([b"x"])
+        a.send(b"y")
+        return b.recv(1).decode()
+    finally:
+        a.close()
+        b.close()
 attempt("bound, then connect", lambda: bound_then_connect(P["in"]))
 attempt("connect twice", lambda: connect_twice(P["in"]))
 attempt("sendmsg passing a descriptor", lambda: passing(P["din"]))
 attempt("fresh, connect (control)", lambda: fresh(P["in"]))
+attempt("socketpair, sendmsg", lambda: pair(True))
+attempt("socketpair, send (control)", lambda: pair(False))
 '''
 
 
@@ -365,11 +377,13 @@ def test_state_that_cannot_carry_over_is_refused(docker, servers):
     """A socket bound before connect() would lose its name on a new socket:
     refused with a reason (EPERM and a confine: line); connect() on a
     connected stream socket is EISCONN as the kernel says; descriptors passed
-    with SCM_RIGHTS cannot be taken: refused with a reason. Control: a fresh
-    socket connects, and outside all of it works."""
+    with SCM_RIGHTS cannot be taken, nor a connected socket confine did not
+    make (sendmsg on a socketpair): refused with a reason. Control: a fresh
+    socket connects, send() on the pair works, and outside all of it works."""
     p, out = docker.outside_probe(STATE_BODY, _params(servers))
     assert out["bound, then connect"] == "ok" and out["sendmsg passing a descriptor"] == "ok", out
     assert out["connect twice"] == "EISCONN", out
+    assert out["socketpair, sendmsg"] == 1, out
     os.unlink(os.path.join(docker.workdir, "client.sock"))
     p, r = _run(docker, STATE_BODY, _params(servers))
     assert r["fresh, connect (control)"] == "ok", (r, p.stderr)
@@ -378,6 +392,9 @@ def test_state_that_cannot_carry_over_is_refused(docker, servers):
     assert r["connect twice"] == "EISCONN", r
     assert r["sendmsg passing a descriptor"] == "EPERM", r
     assert "SCM_RIGHTS" in p.stderr, p.stderr
+    assert r["socketpair, send (control)"] == "y", r
+    assert r["socketpair, sendmsg"] == "EPERM", r      # README Limits
+    assert "a connection cannot move to a new socket" in p.stderr, p.stderr
 
 
 RACE_BODY = r'''
