@@ -86,12 +86,11 @@ def broker_main(sock: socket.socket, guard: Guard | None = None) -> NoReturn:
     def handle(body: bytes, fds: list[int]) -> None:
         rid, op = request_head(body)
         if op == Op.NEWSOCK:      # no pidfd_getfd: a socket for the agent (sockfd.py)
-            _close(fds)
-            answer = sockfd.make(sockfd.NewSocket.unpack(body))
+            answer = sockfd.make(sockfd.NewSocket.unpack(body), fds)
             try:
                 reply(rid, answer)
             finally:
-                _close([answer.fd] if answer.fd is not None else [])
+                _close(fds + ([answer.fd] if answer.fd is not None else []))
         elif op in SOCKET_OPS:
             socket_call(rid, body, fds)
         elif op in FILE_OPS:

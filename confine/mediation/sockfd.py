@@ -42,6 +42,7 @@ import os
 import socket
 import stat
 import struct
+import threading
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
@@ -69,7 +70,9 @@ _UNIX_REQ = struct.Struct("<BBHIIIII")
 _UNIX_MSG = struct.Struct("<BBBBIII")
 _INET_REQ = struct.Struct("<BBBBI48s")
 _INET_INODE = 4 + 48 + 16           # inet_diag_msg: idiag_inode's offset
-_NEWSOCK = struct.Struct("<QBiiiI")  # id, op, family, type (with SOCK_NONBLOCK), proto, namelen
+_NEWSOCK = struct.Struct("<QBiiiII")  # id, op, family, type (with SOCK_NONBLOCK), proto, flags,
+                                      # namelen
+EXISTING, CWD, UNLINK = 1, 2, 4       # NewSocket.flags
 
 # system.sockprotoname -> (family, type, protocol); anything else cannot be made again
 _PROTOS: dict[bytes, tuple[int, int, int]] = {
@@ -350,29 +353,35 @@ def refusal(kind: Kind, op: Op, listen_ok: bool = False) -> tuple[int, str] | No
 # -- the sockets made (supervisor)
 
 class Made:
-    """The datagram sockets installed in the agent, by inode: a later call on
-    one is performed on it. Bounded (KEPT); the oldest is let go."""
+    """The sockets installed in the agent that later calls must find again, by
+    inode: datagram sockets (a send or connect on one is performed on it) and
+    sockets a mediated bind() made (kept until the listen or connect that
+    follows). Bounded (KEPT); the oldest is let go."""
 
     def __init__(self) -> None:
-        self.fds: OrderedDict[int, int] = OrderedDict()
+        self.fds: OrderedDict[int, tuple[int, bool]] = OrderedDict()   # ino -> (fd, stream)
 
-    def keep(self, ino: int, fd: int) -> None:
+    def keep(self, ino: int, fd: int, stream: bool) -> None:
         old = self.fds.pop(ino, None)
         if old is not None:
-            os.close(old)
-        self.fds[ino] = os.dup(fd)
+            os.close(old[0])
+        self.fds[ino] = (os.dup(fd), stream)
         while len(self.fds) > KEPT:
-            os.close(self.fds.popitem(last=False)[1])
+            os.close(self.fds.popitem(last=False)[1][0])
 
     def take(self, tid: int, fd: int) -> int | None:
-        """A descriptor of the agent's socket `fd` if it is one made here (the
-        inode cannot have been reused: it is held open), else None."""
+        """A descriptor of the agent's socket `fd` if it is one kept here (the
+        inode cannot have been reused: it is held open), else None. A stream
+        socket is let go: the call now made on it connects or listens."""
         ino = socket_ino(tid, fd)
         got = self.fds.get(ino) if ino is not None else None
-        if got is None:
+        if got is None or ino is None:
             return None
+        if got[1]:
+            del self.fds[ino]
+            return got[0]
         self.fds.move_to_end(ino)
-        return os.dup(got)
+        return os.dup(got[0])
 
 
 def addfd_setfd(notify_fd: int, nid: int, srcfd: int, newfd: int, cloexec: bool) -> None:
@@ -386,51 +395,93 @@ def addfd_setfd(notify_fd: int, nid: int, srcfd: int, newfd: int, cloexec: bool)
 # -- the request (supervisor -> broker) and the broker's side
 
 class NewSocket(NamedTuple):
-    """Make a socket of this kind; `name`: a pathname unix address to bind it
-    to, after removing the socket file there (the old socket's, for listen)."""
+    """Make a socket of this kind (EXISTING: bind the one sent along instead)
+    and bind it to `name` (a raw sockaddr; CWD: a relative unix name is the
+    agent's, from the cwd sent along; UNLINK: first remove the socket file at
+    that name, the old socket's, for listen)."""
     rid: int
     family: int
     type: int
     proto: int
     name: bytes = b""
+    flags: int = 0
 
     def pack(self) -> bytes:
         return _NEWSOCK.pack(self.rid, Op.NEWSOCK, self.family, self.type, self.proto,
-                             len(self.name)) + self.name
+                             self.flags, len(self.name)) + self.name
 
     @classmethod
     def unpack(cls, body: bytes) -> "NewSocket":
-        rid, _, fam, typ, proto, n = _NEWSOCK.unpack_from(body)
-        return cls(rid, fam, typ, proto, body[_NEWSOCK.size:_NEWSOCK.size + n])
+        rid, _, fam, typ, proto, flags, n = _NEWSOCK.unpack_from(body)
+        return cls(rid, fam, typ, proto, body[_NEWSOCK.size:_NEWSOCK.size + n], flags)
 
     @classmethod
-    def of(cls, rid: int, kind: Kind, name: bytes = b"") -> "NewSocket":
+    def of(cls, rid: int, kind: Kind, name: bytes = b"", flags: int = 0) -> "NewSocket":
         return cls(rid, kind.family, kind.type | (socket.SOCK_NONBLOCK if kind.nonblock else 0),
-                   kind.proto, name)
+                   kind.proto, name, flags)
 
 
-def make(req: NewSocket) -> Reply:
-    """The broker's side: in the agent's Landlock domain (a pathname bind is
-    judged there as the agent's own would be). The reply carries the socket."""
-    if req.family not in (socket.AF_UNIX, socket.AF_INET, socket.AF_INET6):
+def unix_addr(path: bytes) -> bytes:
+    return struct.pack("<H", socket.AF_UNIX) + path
+
+
+_cwd_lock = threading.Lock()
+
+
+def _bind(fd: int, raw: bytes, cwd: int) -> int:
+    """bind(2) with the agent's very address; a relative unix name from the
+    agent's cwd (the broker's own calls all go by descriptor, so borrowing its
+    cwd for this call disturbs none of them). 0 or an errno."""
+    buf = ctypes.create_string_buffer(raw, len(raw))
+    with _cwd_lock:
+        old = -1
+        try:
+            if cwd >= 0:
+                old = os.open(".", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+                os.fchdir(cwd)
+            ctypes.set_errno(0)
+            ret = libc.bind(fd, buf, len(raw))
+            return ctypes.get_errno() or errno.EIO if ret < 0 else 0
+        except OSError as e:
+            return e.errno or errno.EIO
+        finally:
+            if old >= 0:
+                os.fchdir(old)
+                os.close(old)
+
+
+def make(req: NewSocket, fds: list[int]) -> Reply:
+    """The broker's side: in the agent's Landlock domain (a bind is judged
+    there as the agent's own would be). The reply carries the new socket."""
+    i = 0
+    if req.flags & EXISTING:
+        if not fds:
+            return Reply(-1, errno.EBADF)
+        sfd, i = fds[0], 1
+    elif req.family not in (socket.AF_UNIX, socket.AF_INET, socket.AF_INET6):
         return Reply(-1, errno.EAFNOSUPPORT)
-    try:
-        s = socket.socket(req.family, req.type | socket.SOCK_CLOEXEC, req.proto)
-    except OSError as e:
-        return Reply(-1, e.errno or errno.EIO)
-    try:
-        if req.name:
-            path = req.name.split(b"\0", 1)[0]
+    else:
+        try:
+            sfd = socket.socket(req.family, req.type | socket.SOCK_CLOEXEC, req.proto).detach()
+        except OSError as e:
+            return Reply(-1, e.errno or errno.EIO)
+    cwd = fds[i] if req.flags & CWD and len(fds) > i else -1
+    err = 0
+    if req.name:
+        if req.flags & UNLINK:
+            path = req.name[2:].split(b"\0", 1)[0]
             try:
                 if stat.S_ISSOCK(os.lstat(path).st_mode):
                     os.unlink(path)
-            except FileNotFoundError:
-                pass
-            s.bind(path)
-    except OSError as e:
-        s.close()
-        return Reply(-1, e.errno or errno.EIO)
-    return Reply(0, fd=s.detach())
+            except OSError:
+                pass           # the bind says what is wrong
+        err = _bind(sfd, req.name, cwd)
+    if req.flags & EXISTING:
+        return Reply(-1, err) if err else Reply(0)
+    if err:
+        os.close(sfd)
+        return Reply(-1, err)
+    return Reply(0, fd=sfd)
 
 
 # -- the calls (supervisor): performed on a new socket, which then replaces the agent's
@@ -519,7 +570,7 @@ def _made(m: Mediator, n: notify.Notif, call: _SocketCall, kind: Kind, rep: Any,
 
 
 def _install(m: Mediator, n: notify.Notif, fd: int, op: Op, kind: Kind, new: int,
-             rep: Any) -> None:
+             rep: Any, keep: bool = False) -> None:
     """The broker's answer on the new socket: on success it replaces the
     agent's descriptor (FD_CLOEXEC as it was), then the call is answered."""
     try:
@@ -533,8 +584,8 @@ def _install(m: Mediator, n: notify.Notif, fd: int, op: Op, kind: Kind, new: int
             if e.errno != errno.ENOENT:          # ENOENT: the call was interrupted
                 m._respond(n.id, error=e.errno or errno.EIO)
             return
-        if kind.type == socket.SOCK_DGRAM:
-            m.made.keep(os.fstat(new).st_ino, new)
+        if keep or kind.type == socket.SOCK_DGRAM:
+            m.made.keep(os.fstat(new).st_ino, new, kind.type != socket.SOCK_DGRAM)
         if rep.ret < 0:
             m._respond(n.id, error=rep.err)
         else:
@@ -569,7 +620,8 @@ def listen(m: Mediator, n: notify.Notif, kind: Kind, backlog: int) -> None:
                        f"at the name it was bound to refused ({WHY})")
     if not notify.id_valid(m.fd, nid):
         return
-    m._send(nid, lambda rid: NewSocket.of(rid, kind, path).pack(), [], False, errno.EACCES,
+    m._send(nid, lambda rid: NewSocket.of(rid, kind, unix_addr(path), UNLINK).pack(), [], False,
+            errno.EACCES,
             then=lambda rep, fds: _listen_made(m, n, kind, backlog, rep, fds))
 
 
@@ -590,3 +642,48 @@ def _listen_made(m: Mediator, n: notify.Notif, kind: Kind, backlog: int, rep: An
             os.close(keep)
     finally:
         os.close(s)
+
+
+def bind(m: Mediator, n: notify.Notif, raw: bytes, kind: Kind | None, sock: int | None) -> None:
+    """bind(), notified only where pidfd_getfd is refused: so that what a bind
+    gives (a name, a port) can carry over to the listen or connect after it,
+    the broker binds a new socket (a fresh one of `kind`), which replaces the
+    agent's and is kept (Made), or `sock`, a socket kept here already."""
+    nid = n.id
+    fds: list[int] = []
+    flags = 0
+    if sock is not None:
+        fds.append(sock)
+        flags |= EXISTING
+    elif kind is not None and kind.state != "fresh":
+        if kind.state == "connected":
+            return _answer(m, nid, errno.EPERM, f"bind() on a connected {kind.shown()} refused "
+                           f"({WHY.split(',')[0]}, and a connection cannot move to a new socket)")
+        return m._respond(nid, error=errno.EINVAL)        # as the kernel: bound already
+    if len(raw) > 2 and struct.unpack_from("<H", raw)[0] == socket.AF_UNIX \
+            and raw[2] not in (0, ord("/")):
+        try:
+            fds.append(os.open(f"/proc/{n.pid}/cwd", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC))
+        except OSError:
+            return m._respond(nid, error=errno.ENOENT)
+        flags |= CWD
+    try:
+        if not notify.id_valid(m.fd, nid):
+            return
+        if kind is None:
+            m._send(nid, lambda rid: NewSocket(rid, 0, 0, 0, raw, flags).pack(), fds, False,
+                    errno.EACCES)
+            return
+        k = kind
+        m._send(nid, lambda rid: NewSocket.of(rid, k, raw, flags).pack(), fds, False,
+                errno.EACCES, then=lambda rep, got: _bound(m, n, k, rep, got))
+    finally:
+        for f in fds[1 if sock is not None else 0:]:
+            os.close(f)
+
+
+def _bound(m: Mediator, n: notify.Notif, kind: Kind, rep: Any, fds: list[int]) -> None:
+    s = _first(m, n, rep, fds)
+    if s is None:
+        return
+    _install(m, n, int(n.data.args[0]) & 0xFFFFFFFF, Op.NEWSOCK, kind, s, rep, keep=True)

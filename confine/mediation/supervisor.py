@@ -179,6 +179,9 @@ class Mediator:
         if meta is not None:
             self.handlers.update({nr: functools.partial(Mediator._meta, self, decode)
                                   for nr, decode in _META_NR.items()})
+        if (nr := syscall_number("bind")) is not None:
+            # notified only where pidfd_getfd is refused (runtime/channels.py)
+            self.handlers[nr] = functools.partial(Mediator._bind, self)
 
     def start(self) -> None:
         self.thread.start()
@@ -724,6 +727,26 @@ class Mediator:
                        [s.fileno()], False, errno.EACCES)
         finally:
             s.close()
+
+    def _bind(self, n: notify.Notif) -> None:
+        """bind(), notified only where the host refuses pidfd_getfd: the broker
+        binds a new socket that replaces the agent's (sockfd.bind)."""
+        a = [int(x) for x in n.data.args]
+        addrlen = a[2] & U32
+        if addrlen > MAX_ADDR:
+            return self._respond(n.id, error=errno.EINVAL)
+        raw = notify.read_mem(n.pid, a[1], addrlen) if addrlen else b""
+        pidfd = _pidfd(n.pid)
+        try:
+            sfd = self._take_socket(n.pid, pidfd, a[0] & U32)
+        except sockfd.Replace as r:
+            return sockfd.bind(self, n, raw, r.kind, None)
+        finally:
+            os.close(pidfd)
+        try:
+            sockfd.bind(self, n, raw, None, sfd)
+        finally:
+            os.close(sfd)
 
     # -- file calls
 

@@ -41,7 +41,8 @@ class MediationChannel:
                    guard=guard, hand_sup=hsup,
                    hand_child=hchild.detach() if hchild is not None else -1,
                    notify_program=seccomp.notify_program(seccomp.build_notify(files=files,
-                                                                             meta=meta)))
+                                                                             meta=meta,
+                                                                             bind=handoff)))
 
     @property
     def handoff(self) -> bool:

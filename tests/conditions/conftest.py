@@ -56,10 +56,6 @@ RUNTIME_GAPS: dict[str, str] = {}
 # What one attack test meets under the Docker-like filter (no user namespaces, and
 # pidfd_getfd refused): strict xfails, each a limit the README states.
 DOCKER_GAPS: dict[tuple[str, str | None], str] = {
-    ("test_network_denied", None): "where pidfd_getfd is refused, listen() on an abstract unix "
-    "socket is (its name cannot move to the new socket: mediation/sockfd.py); and with no "
-    "network namespace an outside abstract name is refused by Landlock's scope (EPERM), not "
-    "absent (ECONNREFUSED) as NET_EXPECT_NETNS says",
     ("test_capabilities_nnp", "user"): "started unprivileged without a user namespace, the "
     "bounding set cannot be emptied (that needs CAP_SETPCAP); no_new_privs and the empty "
     "permitted/effective/ambient sets keep every capability out of reach",

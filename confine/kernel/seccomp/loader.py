@@ -320,7 +320,8 @@ def status() -> dict[str, Any]:
 
 # --- the unix-socket notifier (Landlock ABI < 9) ---------------------------------
 
-def build_notify(files: bool = False, meta: bool = False) -> "pyseccomp.SyscallFilter":
+def build_notify(files: bool = False, meta: bool = False,
+                 bind: bool = False) -> "pyseccomp.SyscallFilter":
     """The notifying filter, loaded after the deny filter. The kernel runs every
     filter and the most restrictive answer wins, so a denial is never turned
     into a notification. See confine/mediation/ for who answers.
@@ -357,6 +358,10 @@ def build_notify(files: bool = False, meta: bool = False) -> "pyseccomp.SyscallF
             flt.add_rule(sc.NOTIFY, name)
     # sendmmsg is among SOCKET_CALLS: each message may carry an address, so the
     # supervisor performs only those without one (mediation/supervisor.py).
+    if bind:
+        # no pidfd_getfd: a bound socket must be one the supervisor made
+        # (mediation/sockfd.py), or its name could not follow it to a new one
+        flt.add_rule(sc.NOTIFY, "bind")
     return flt
 
 
