@@ -652,6 +652,8 @@ def bind(m: Mediator, n: notify.Notif, raw: bytes, kind: Kind | None, sock: int 
     nid = n.id
     fds: list[int] = []
     flags = 0
+    if len(raw) < 2:
+        return m._respond(nid, error=errno.EINVAL)      # as the kernel: no family
     if sock is not None:
         fds.append(sock)
         flags |= EXISTING
