@@ -369,15 +369,16 @@ class Made:
         while len(self.fds) > KEPT:
             os.close(self.fds.popitem(last=False)[1][0])
 
-    def take(self, tid: int, fd: int) -> int | None:
+    def take(self, tid: int, fd: int, keep: bool = False) -> int | None:
         """A descriptor of the agent's socket `fd` if it is one kept here (the
         inode cannot have been reused: it is held open), else None. A stream
-        socket is let go: the call now made on it connects or listens."""
+        socket is let go unless `keep`: the call now made on it connects or
+        listens."""
         ino = socket_ino(tid, fd)
         got = self.fds.get(ino) if ino is not None else None
         if got is None or ino is None:
             return None
-        if got[1]:
+        if got[1] and not keep:
             del self.fds[ino]
             return got[0]
         self.fds.move_to_end(ino)
@@ -688,4 +689,49 @@ def _bound(m: Mediator, n: notify.Notif, kind: Kind, rep: Any, fds: list[int]) -
     s = _first(m, n, rep, fds)
     if s is None:
         return
+    _install(m, n, int(n.data.args[0]) & 0xFFFFFFFF, Op.NEWSOCK, kind, s, rep, keep=True)
+
+
+def setsockopt(m: Mediator, n: notify.Notif, level: int, opt: int, value: bytes,
+               kind: Kind | None, sock: int | None) -> None:
+    """SO_REUSEADDR, SO_REUSEPORT, IPV6_V6ONLY: set here on `sock` (a socket
+    kept here, the agent's own), or on a new socket of `kind` (a fresh one),
+    which replaces the agent's and is kept for the bind() that reads it. No
+    judgement: the supervisor may set these on the agent's behalf."""
+    nid = n.id
+    if sock is not None:
+        s = socket.socket(fileno=os.dup(sock))
+        try:
+            s.setsockopt(level, opt, value)
+        except OSError as e:
+            return m._respond(nid, error=e.errno or errno.EINVAL)
+        finally:
+            s.close()
+        return m._respond(nid)
+    if kind is None:
+        return m._respond(nid, error=errno.EBADF)
+    if kind.state != "fresh":
+        return _answer(m, nid, errno.EPERM, f"setsockopt() on a {kind.state} {kind.shown()} "
+                       f"refused ({WHY.split(',')[0]}, and only a fresh socket can be made again)")
+    if not notify.id_valid(m.fd, nid):
+        return
+    k = kind
+    m._send(nid, lambda rid: NewSocket.of(rid, k).pack(), [], False, errno.EACCES,
+            then=lambda rep, got: _optioned(m, n, k, level, opt, value, rep, got))
+
+
+def _optioned(m: Mediator, n: notify.Notif, kind: Kind, level: int, opt: int, value: bytes,
+              rep: Any, fds: list[int]) -> None:
+    s = _first(m, n, rep, fds)
+    if s is None:
+        return
+    try:
+        t = socket.socket(fileno=os.dup(s))
+        try:
+            t.setsockopt(level, opt, value)
+        finally:
+            t.close()
+    except OSError as e:
+        os.close(s)
+        return m._respond(n.id, error=e.errno or errno.EINVAL)
     _install(m, n, int(n.data.args[0]) & 0xFFFFFFFF, Op.NEWSOCK, kind, s, rep, keep=True)

@@ -179,9 +179,10 @@ class Mediator:
         if meta is not None:
             self.handlers.update({nr: functools.partial(Mediator._meta, self, decode)
                                   for nr, decode in _META_NR.items()})
-        if (nr := syscall_number("bind")) is not None:
-            # notified only where pidfd_getfd is refused (runtime/channels.py)
-            self.handlers[nr] = functools.partial(Mediator._bind, self)
+        # notified only where pidfd_getfd is refused (runtime/channels.py)
+        for name, fn in (("bind", Mediator._bind), ("setsockopt", Mediator._setsockopt)):
+            if (nr := syscall_number(name)) is not None:
+                self.handlers[nr] = functools.partial(fn, self)
 
     def start(self) -> None:
         self.thread.start()
@@ -260,11 +261,13 @@ class Mediator:
         except FileNotFoundError:
             raise OSError(errno.EBADF, "bad descriptor") from None
 
-    def _take_socket(self, pid: int, pidfd: int, fd: int) -> int:
+    def _take_socket(self, pid: int, pidfd: int, fd: int, keep: bool = False) -> int:
         """The agent's socket itself: pidfd_getfd. Where the host refuses it (a
         /proc open cannot give a socket): a datagram socket made for the agent
         earlier (sockfd.Made), else sockfd.Replace with what was learnt of the
-        socket, or OSError (sockfd.Refused: its reason reported)."""
+        socket, or OSError (sockfd.Refused: its reason reported). keep: the
+        call (bind, setsockopt) comes before the listen or connect a kept
+        stream socket is kept for."""
         if self.getfd:
             try:
                 return notify.pidfd_getfd(pidfd, fd)
@@ -272,7 +275,7 @@ class Mediator:
                 if e.errno not in (errno.EPERM, errno.ENOSYS, errno.EACCES):
                     raise
                 self.getfd = False
-        got = self.made.take(pid, fd)
+        got = self.made.take(pid, fd, keep)
         if got is not None:
             return got
         try:
@@ -738,13 +741,33 @@ class Mediator:
         raw = notify.read_mem(n.pid, a[1], addrlen) if addrlen else b""
         pidfd = _pidfd(n.pid)
         try:
-            sfd = self._take_socket(n.pid, pidfd, a[0] & U32)
+            sfd = self._take_socket(n.pid, pidfd, a[0] & U32, keep=True)
         except sockfd.Replace as r:
             return sockfd.bind(self, n, raw, r.kind, None)
         finally:
             os.close(pidfd)
         try:
             sockfd.bind(self, n, raw, None, sfd)
+        finally:
+            os.close(sfd)
+
+    def _setsockopt(self, n: notify.Notif) -> None:
+        """setsockopt() of what a mediated bind must know (kernel.seccomp
+        NOFD_SOCKOPTS), notified only where pidfd_getfd is refused (sockfd.setsockopt)."""
+        a = [int(x) for x in n.data.args]
+        optlen = a[4] & U32
+        if optlen > 64:
+            return self._respond(n.id, error=errno.EINVAL)
+        value = notify.read_mem(n.pid, a[3], optlen) if optlen else b""
+        pidfd = _pidfd(n.pid)
+        try:
+            sfd = self._take_socket(n.pid, pidfd, a[0] & U32, keep=True)
+        except sockfd.Replace as r:
+            return sockfd.setsockopt(self, n, a[1] & U32, a[2] & U32, value, r.kind, None)
+        finally:
+            os.close(pidfd)
+        try:
+            sockfd.setsockopt(self, n, a[1] & U32, a[2] & U32, value, None, sfd)
         finally:
             os.close(sfd)
 

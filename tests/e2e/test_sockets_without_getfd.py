@@ -198,6 +198,11 @@ def test_unix_dgram_sendto(docker, servers):
     outside, both arrive."""
     p, out = docker.outside_probe(DGRAM_BODY, _params(servers))
     assert out["sendto outside"] == len(b"to-outside"), out
+    for _ in range(50):       # the control's datagrams, before counting the run's
+        if len(servers["din"].got) >= 4 and len(servers["dout"].got) >= 2:
+            break
+        threading.Event().wait(0.1)
+    assert len(servers["dout"].got) == 2, servers["dout"].got
     servers["din"].got.clear()
     servers["dout"].got.clear()
     p, r = _run(docker, DGRAM_BODY, _params(servers))
@@ -544,6 +549,19 @@ attempt("granted port, non-blocking", lambda: tcp(P["port"], True))
 attempt("other port", lambda: tcp(P["port2"]))
 attempt("bound, then connect", lambda: bound_tcp(P["port"]))
 attempt("bind, listen, accept", tcp_server)
+def reuse():
+    socks = []
+    for _ in range(2):         # SO_REUSEPORT before bind: both may bind the port
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        s.bind(("127.0.0.1", P["shared"]))
+        socks.append(s)
+    s.listen(1)
+    got = [t.getsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT) for t in socks]
+    for t in socks:
+        t.close()
+    return got
+attempt("SO_REUSEPORT, then bind twice", reuse)
 '''
 
 
@@ -591,7 +609,7 @@ def test_tcp_loopback_port_profile(docker, tmp_path_factory):
     Control: outside, both ports answer."""
     a, b = TcpEcho(), TcpEcho()
     ports = []
-    for _ in range(4):
+    for _ in range(6):
         free = socket.socket()
         free.bind(("127.0.0.1", 0))
         ports.append(free.getsockname()[1])
@@ -601,12 +619,15 @@ def test_tcp_loopback_port_profile(docker, tmp_path_factory):
     prof = os.path.join(prof_dir, "tcp.yaml")
     with open(prof, "w") as f:
         f.write(f"extends: default\nnetwork:\n  connect_tcp: [{a.port}, {ports[1]}]\n"
-                f"  bind_tcp: [{ports[0]}, {ports[1]}]\n")
+                f"  bind_tcp: [{ports[0]}, {ports[1]}, {ports[4]}]\n")
     os.chmod(prof, 0o644)
-    params = {"port": a.port, "port2": b.port, "bindable": ports[0], "server": ports[1]}
+    params = {"port": a.port, "port2": b.port, "bindable": ports[0], "server": ports[1],
+              "shared": ports[4]}
     try:
         # the control binds other ports (their TIME_WAIT would hold the ones inside)
-        p, out = docker.outside_probe(TCP_BODY, dict(params, bindable=ports[2], server=ports[3]))
+        p, out = docker.outside_probe(TCP_BODY, dict(params, bindable=ports[2], server=ports[3],
+                                                      shared=ports[5]))
+        assert out["SO_REUSEPORT, then bind twice"] == [1, 1], out
         assert out["granted port"] == "echo:tcp" and out["other port"] == "echo:tcp", out
         hits = b.hits
         p, r = _run(docker, TCP_BODY, params, "-p", prof)
@@ -616,6 +637,8 @@ def test_tcp_loopback_port_profile(docker, tmp_path_factory):
         assert b.hits == hits, "a connection reached the port the profile does not grant"
         assert r["bound, then connect"] == ["echo:bound", True], (r, p.stderr)
         assert r["bind, listen, accept"] == "served", (r, p.stderr)
+        # the option set before bind() is on the socket bound (setsockopt is mediated here)
+        assert r["SO_REUSEPORT, then bind twice"] == [1, 1], (r, p.stderr)
     finally:
         a.close()
         b.close()
