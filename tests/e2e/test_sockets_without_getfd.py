@@ -689,3 +689,38 @@ print(json.dumps(R))
         assert {e["dst"] for e in net.since(m) if e["ev"] in ("accept", "udp")} == {"1.1.1.1:443"}
     finally:
         shutil.rmtree(sb.workdir, ignore_errors=True)
+
+
+BIND_BODY = r'''
+def bind_at(path):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        s.bind(path)
+    finally:
+        s.close()
+def bind_via_symlink(path):
+    os.symlink(os.path.dirname(path), "to-outside")
+    bind_at("to-outside/" + os.path.basename(path))
+attempt("bind outside the workdir", lambda: bind_at(P["dir"] + "/a.sock"))
+attempt("bind outside, through a symlink", lambda: bind_via_symlink(P["dir"] + "/b.sock"))
+attempt("bind in the workdir (control)", lambda: bind_at("c.sock"))
+'''
+
+
+def test_bind_is_judged_as_the_agents_own(docker, outside):
+    """The broker binds in the agent's Landlock domain: a socket file outside
+    the workdir (a directory anyone may write) is refused, directly or
+    through a symlink, and nothing is created there; one in the workdir is
+    made (control), and outside the sandbox the same binds work."""
+    os.chmod(outside, 0o777)
+    p, out = docker.outside_probe(BIND_BODY, {"dir": outside})
+    assert out["bind outside the workdir"] == "ok", out
+    for f in os.listdir(outside):
+        os.unlink(os.path.join(outside, f))
+    for f in ("to-outside", "c.sock"):
+        os.unlink(os.path.join(docker.workdir, f))
+    p, r = _run(docker, BIND_BODY, {"dir": outside})
+    assert r["bind in the workdir (control)"] == "ok", (r, p.stderr)
+    assert r["bind outside the workdir"] == "EACCES", r
+    assert r["bind outside, through a symlink"] == "EACCES", r
+    assert os.listdir(outside) == [], os.listdir(outside)
