@@ -473,9 +473,26 @@ while time.time() < deadline and n < 400:
     except OSError:
         pass
     n += 1
+binds = {}
+for i in range(100):          # the same race on bind() and listen()
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    target[0] = s.fileno()
+    try:
+        s.bind("race-%d.sock" % i)
+        s.listen(1)
+        r = "ok"
+    except OSError as e:
+        r = en(e.errno)
+    target[0] = None
+    binds[r] = binds.get(r, 0) + 1
+    try:
+        s.close()
+    except OSError:
+        pass
 stop = True
 th.join()
 R["seen"] = seen
+R["binds"] = binds
 R["tries"] = n
 def after():
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -490,13 +507,16 @@ def test_dup2_race_on_the_descriptor(docker, servers):
     onto the descriptor while connect() is mediated (bounded: at most 400
     rounds, 3 s): nothing reaches the outside server, the kind learnt is
     never applied to another socket (no "ok:out"), and the supervisor
-    survives (a connect afterwards round-trips)."""
+    survives (a connect afterwards round-trips); the same on bind() and
+    listen() (100 rounds) leaves nothing outside the workdir."""
     hits = servers["out"].hits
     p, r = _run(docker, RACE_BODY, _params(servers))
     assert r["tries"] > 0, r
     assert "ok:out" not in r["seen"], r
     assert servers["out"].hits == hits, "a connection reached the outside server during the race"
     assert r["after the race"] == "echo:after", (r, p.stderr)
+    assert sum(r["binds"].values()) == 100, r
+    assert sorted(os.listdir(os.path.dirname(servers["out"].path))) == ["dgram.sock", "srv.sock"]
 
 
 TCP_BODY = r'''
