@@ -26,13 +26,20 @@ supervisor cannot take the agent's socket to perform a call on it. Instead:
   descriptor must still be the inode the kind was learnt from. Another
   thread swapping the descriptor after that check loses only its own
   descriptor (it is replaced by a socket already judged);
-* the datagram sockets installed this way are kept (at most KEPT, the
-  oldest let go): a later call on one (the resolver's sendmmsg on the socket
-  it connected, a send on a connected datagram socket) is performed on that
-  very socket, as with pidfd_getfd.
+* bind() is notified there too, and setsockopt() of the options a bind
+  reads (kernel.seccomp NOFD_SOCKOPTS): the broker binds a new socket (the
+  agent's address; a relative name from its cwd), which replaces the agent's;
+* the sockets so made that later calls must find again are kept (Made, at
+  most KEPT, the oldest let go): datagram sockets (the resolver's sendmmsg on
+  the socket it connected, a send on a connected datagram socket) and bound
+  ones until their listen or connect, which are then performed on that very
+  socket, as with pidfd_getfd.
 
 What does not carry over (README "Limits"): socket options set before the
-call, and a dup() of the descriptor made before it (it keeps the old socket).
+call (but those three), and a dup() of the descriptor made before it (it
+keeps the old socket); a connected socket confine did not make cannot be
+sent on with sendmsg (a connection cannot move), nor can descriptors be
+passed (SCM_RIGHTS) without pidfd_getfd to take them.
 """
 from __future__ import annotations
 

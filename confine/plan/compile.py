@@ -535,10 +535,11 @@ def compile(policy: Policy, argv: Sequence[str], identity: Identity, host: HostF
     if unix_mediation and not host.pidfd_getfd:
         notes.append("pidfd_getfd is refused on this host (a container without CAP_SYS_PTRACE?): "
                      "mediated file calls take the agent's directories through /proc; a mediated "
-                     "socket call (connect, sendto/sendmsg with an address, listen) is performed "
-                     "on a new socket of the same kind, which replaces the agent's (socket "
-                     "options set before it are lost; a socket bound or connected before it, "
-                     "other than by confine, and descriptors passed with SCM_RIGHTS are refused)")
+                     "socket call (bind, connect, sendto/sendmsg with an address, listen) is "
+                     "performed on a new socket of the same kind, which replaces the agent's "
+                     "(socket options other than SO_REUSEADDR, SO_REUSEPORT and IPV6_V6ONLY set "
+                     "before it are lost; a socket bound or connected other than through "
+                     "confine, sendmsg on a connected one and SCM_RIGHTS are refused)")
     plan = Plan(policy=policy, argv=tuple(argv), identity=identity, env=env, abi=abi,
                 handled_fs=handled_fs, handled_net=handled_net, scoped=scoped,
                 path_rules=tuple(rules), port_rules=tuple(ports), seccomp_rules=tuple(sc_rules),

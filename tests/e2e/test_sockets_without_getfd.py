@@ -672,8 +672,9 @@ def test_dry_run_names_the_mechanism(docker):
     d = json.loads(p.stdout)
     mech = d["mechanisms"]["seccomp_notify"]
     assert "pidfd_getfd refused" in mech and "new socket of the same kind" in mech, mech
-    notes = " ".join(d.get("notes", []))
+    notes = " ".join(d["notes"])
     assert "are refused, since the agent's socket cannot be taken" not in notes, notes
+    assert "is performed on a new socket of the same kind" in notes, notes
 
 
 @pytest.mark.parametrize("mode", ["root", "user"])
