@@ -164,7 +164,7 @@ class Mediator:
         if meta is not None:
             self._send_writable(*meta)
         self.getfd = True          # pidfd_getfd works here (False once the host refused it)
-        self.made = sockfd.Made()  # without pidfd_getfd: the datagram sockets made for the agent
+        self.made = sockfd.Made()  # without pidfd_getfd: sockets made for the agent, kept
         self.warn = warn
         self.events = events
         self.thread = threading.Thread(target=self._loop, name="confine-mediator", daemon=True)
