@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, NoReturn
 from confine.kernel import notify
 from confine.kernel.libc import libc
 
+from . import sockfd
 from .files import FileBroker, Refused, Task
 from .wire import (
     FILE_OPS,
@@ -84,7 +85,13 @@ def broker_main(sock: socket.socket, guard: Guard | None = None) -> NoReturn:
 
     def handle(body: bytes, fds: list[int]) -> None:
         rid, op = request_head(body)
-        if op in SOCKET_OPS:
+        if op == Op.NEWSOCK:      # no pidfd_getfd: a socket for the agent (sockfd.py)
+            answer = sockfd.make(sockfd.NewSocket.unpack(body), fds)
+            try:
+                reply(rid, answer)
+            finally:
+                _close(fds + ([answer.fd] if answer.fd is not None else []))
+        elif op in SOCKET_OPS:
             socket_call(rid, body, fds)
         elif op in FILE_OPS:
             file_call(rid, body, fds)

@@ -23,7 +23,9 @@ address or the descriptor. Instead:
 Where the host refuses pidfd_getfd (Docker without CAP_SYS_PTRACE), an
 agent's directory or file is taken by opening /proc/TID/fd/N (O_PATH: the same
 file, checked by id_valid afterwards like the cwd); a socket cannot be taken
-that way, so socket calls that must be mediated are refused, with a reason.
+that way, so the call is performed on a new socket of the same kind, which
+then replaces the agent's (sockfd.py); what cannot be carried over to a new
+socket is refused, with a reason.
 
 Fail closed: a call the supervisor cannot decode or copy is answered with an
 error (EPERM on a bug), a call handed to a broker that dies gets EIO (file
@@ -52,7 +54,7 @@ from confine.kernel.seccomp import (
     syscall_number,
 )
 
-from . import inet
+from . import inet, sockfd
 from .signals import CALLS as _SIGNAL_CALLS
 from .wire import (
     DATA_CAP,
@@ -93,6 +95,8 @@ class _Pending(NamedTuple):
     # a TCP connect
 
     what: tuple | None = None
+    # sockfd.py: what to do with the reply instead (a socket made for the agent)
+    then: Callable[[Any, list[int]], None] | None = None
 
 
 class _SocketCall(NamedTuple):
@@ -166,6 +170,7 @@ class Mediator:
         if meta is not None:
             self._send_writable(*meta)
         self.getfd = True          # pidfd_getfd works here (False once the host refused it)
+        self.made = sockfd.Made()  # without pidfd_getfd: sockets made for the agent, kept
         self.warn = warn
         self.events = events
         self.thread = threading.Thread(target=self._loop, name="confine-mediator", daemon=True)
@@ -180,6 +185,10 @@ class Mediator:
         if meta is not None:
             self.handlers.update({nr: functools.partial(Mediator._meta, self, decode)
                                   for nr, decode in _META_NR.items()})
+        # notified only where pidfd_getfd is refused (runtime/channels.py)
+        for name, fn in (("bind", Mediator._bind), ("setsockopt", Mediator._setsockopt)):
+            if (nr := syscall_number(name)) is not None:
+                self.handlers[nr] = functools.partial(fn, self)
 
     def start(self) -> None:
         self.thread.start()
@@ -278,19 +287,29 @@ class Mediator:
         except FileNotFoundError:
             raise OSError(errno.EBADF, "bad descriptor") from None
 
-    def _take_socket(self, pidfd: int, fd: int) -> int:
-        """The agent's socket itself (a /proc open cannot give one): refused,
-        with the reason reported once, where the host refuses pidfd_getfd."""
+    def _take_socket(self, pid: int, pidfd: int, fd: int, keep: bool = False) -> int:
+        """The agent's socket itself: pidfd_getfd. Where the host refuses it (a
+        /proc open cannot give a socket): a datagram socket made for the agent
+        earlier (sockfd.Made), else sockfd.Replace with what was learnt of the
+        socket, or OSError (sockfd.Refused: its reason reported). keep: the
+        call (bind, setsockopt) comes before the listen or connect a kept
+        stream socket is kept for."""
+        if self.getfd:
+            try:
+                return notify.pidfd_getfd(pidfd, fd)
+            except OSError as e:
+                if e.errno not in (errno.EPERM, errno.ENOSYS, errno.EACCES):
+                    raise
+                self.getfd = False
+        got = self.made.take(pid, fd, keep)
+        if got is not None:
+            return got
         try:
-            return notify.pidfd_getfd(pidfd, fd)
-        except OSError as e:
-            if e.errno not in (errno.EPERM, errno.ENOSYS, errno.EACCES):
-                raise
-            self._report("socket call (connect, sendto or sendmsg with an address, listen) "
-                         "refused: this host refuses pidfd_getfd (a container without "
-                         "CAP_SYS_PTRACE?), so the supervisor cannot take the agent's socket "
-                         "to perform the call for it")
-            raise OSError(errno.EACCES, "pidfd_getfd refused") from None
+            kind = sockfd.learn(pid, fd)
+        except sockfd.Refused as r:
+            self._report(r.reason)
+            raise
+        raise sockfd.Replace(kind)
 
     def _loop(self) -> None:
         poller = select.poll()
@@ -367,6 +386,12 @@ class Mediator:
                     self._busy(got.what)
                 except Exception:  # noqa: BLE001 - a message, never the agent's answer
                     pass
+            if got.then is not None:
+                try:
+                    got.then(rep, fds)
+                except Exception:  # noqa: BLE001 - never leave the agent waiting, never pass
+                    self._respond(got.nid, error=errno.EPERM)
+                return True
             if fds and rep.ret >= 0:
                 try:
                     notify.addfd_send(self.fd, got.nid, fds[0], got.cloexec)
@@ -382,16 +407,19 @@ class Mediator:
                 os.close(f)
 
     def _send(self, nid: int, make: Callable[[int], bytes], fds: list[int], cloexec: bool,
-              lost: int, what: tuple | None = None) -> None:
+              lost: int, what: tuple | None = None,
+              then: Callable[[Any, list[int]], None] | None = None) -> bool:
         """Hand the request make(request id) to the broker; the agent gets
-        `lost` if it cannot be sent or the broker dies before answering."""
+        `lost` if it cannot be sent (False) or the broker dies before answering."""
         rid = self.next_id
         self.next_id += 1
         try:
             socket.send_fds(self.broker, [make(rid)], fds)
         except OSError:
-            return self._respond(nid, error=lost)
-        self.pending[rid] = _Pending(nid, cloexec, lost, what)
+            self._respond(nid, error=lost)
+            return False
+        self.pending[rid] = _Pending(nid, cloexec, lost, what, then)
+        return True
 
     # -- decisions
 
@@ -516,11 +544,15 @@ class Mediator:
         passed: list[int] = []
         pidfd = _pidfd(pid)
         try:
-            fds.append(self._take_socket(pidfd, call.fd & 0xFFFFFFFF))
-            sockfd = fds[0]
             try:
+                fds.append(self._take_socket(pid, pidfd, call.fd & 0xFFFFFFFF))
+            except sockfd.Replace as r:
+                return sockfd.perform(self, n, call, r.kind)
+            try:
+                if call.passed and not self.getfd:
+                    raise sockfd.refuse_passing(self._report)
                 for afd in call.passed:
-                    passed.append(self._take_socket(pidfd, afd))
+                    passed.append(self._take_socket(pid, pidfd, afd))
             except OSError:
                 for f in fds + passed:
                     os.close(f)
@@ -532,8 +564,21 @@ class Mediator:
             # asked is still waiting (its pid cannot have been reused meanwhile).
             if not notify.id_valid(self.fd, nid):
                 return
+            self._socket_call(n, call, fds[0], passed)
+        finally:
+            for f in fds + passed:
+                os.close(f)
+
+    def _socket_call(self, n: notify.Notif, call: _SocketCall, sock: int, passed: list[int],
+                     then: Callable[[Any, list[int]], None] | None = None) -> bool:
+        """Decide on the address and hand the call on `sock` (the agent's
+        socket, or one made for it: then `then` gets the reply) to the broker;
+        False if it was answered here."""
+        pid, nid = n.pid, n.id
+        fds: list[int] = []
+        try:
             try:
-                stype = socket.socket(fileno=os.dup(sockfd))
+                stype = socket.socket(fileno=os.dup(sock))
             except OSError:
                 stype = None
             is_stream = stype is not None and stype.type == socket.SOCK_STREAM
@@ -541,14 +586,15 @@ class Mediator:
             if stype is not None:
                 stype.close()
             if call.op == Op.SENDTO and call.full and call.full > DATA_CAP and not is_stream:
-                return self._respond(nid, error=errno.EMSGSIZE)
+                self._respond(nid, error=errno.EMSGSIZE)
+                return False
             raw = call.raw
             if raw and is_stream and call.op != Op.CONNECT:
                 raw = b""  # a connected stream socket ignores the address
             if self.inet is not None and family in (socket.AF_INET, socket.AF_INET6):
-                got = self._inet_route(nid, pid, call.op == Op.CONNECT, raw, sockfd, family)
+                got = self._inet_route(nid, pid, call.op == Op.CONNECT, raw, sock, family)
                 if got is None:
-                    return
+                    return False
                 raw = got
             resolve = _pathname(raw)
             port = _inet_port(raw) if call.op == Op.CONNECT else 0
@@ -559,12 +605,12 @@ class Mediator:
                 # for a relative address; the broker resolves it (files.unix_target).
                 fds.append(os.open(f"/proc/{pid}/cwd", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC))
                 _, tgid, tid = _task_facts(pid)
-            self._send(nid, lambda rid: SocketRequest(rid, call.op, call.flags, resolve,
-                                                      raw, call.data, len(passed), tgid,
-                                                      tid).pack(),
-                       fds + passed, False, errno.ECONNREFUSED, what)
+            return self._send(nid, lambda rid: SocketRequest(rid, call.op, call.flags, resolve,
+                                                             raw, call.data, len(passed), tgid,
+                                                             tid).pack(),
+                              [sock] + fds + passed, False, errno.ECONNREFUSED, what, then)
         finally:
-            for f in fds + passed:
+            for f in fds:
                 os.close(f)
 
     def _inet_route(self, nid: int, pid: int, connect: bool, raw: bytes, sockfd: int,
@@ -601,7 +647,9 @@ class Mediator:
             return self._respond(nid, val=0)
         pidfd = _pidfd(pid)
         try:
-            sfd = notify.pidfd_getfd(pidfd, a[0] & 0xFFFFFFFF)
+            sfd = self._take_socket(pid, pidfd, a[0] & 0xFFFFFFFF)
+        except sockfd.Replace as r:
+            return sockfd.refuse_mmsg(self, nid, r.kind)
         finally:
             os.close(pidfd)
         try:
@@ -692,7 +740,9 @@ class Mediator:
         fd, backlog = n.data.args[0] & 0xFFFFFFFF, n.data.args[1] & 0xFFFFFFFF
         pidfd = _pidfd(n.pid)
         try:
-            sfd = self._take_socket(pidfd, fd)
+            sfd = self._take_socket(n.pid, pidfd, fd)
+        except sockfd.Replace as r:
+            return sockfd.listen(self, n, r.kind, backlog)
         finally:
             os.close(pidfd)
         try:
@@ -711,6 +761,46 @@ class Mediator:
                        [s.fileno()], False, errno.EACCES)
         finally:
             s.close()
+
+    def _bind(self, n: notify.Notif) -> None:
+        """bind(), notified only where the host refuses pidfd_getfd: the broker
+        binds a new socket that replaces the agent's (sockfd.bind)."""
+        a = [int(x) for x in n.data.args]
+        addrlen = a[2] & U32
+        if addrlen > MAX_ADDR:
+            return self._respond(n.id, error=errno.EINVAL)
+        raw = notify.read_mem(n.pid, a[1], addrlen) if addrlen else b""
+        pidfd = _pidfd(n.pid)
+        try:
+            sfd = self._take_socket(n.pid, pidfd, a[0] & U32, keep=True)
+        except sockfd.Replace as r:
+            return sockfd.bind(self, n, raw, r.kind, None)
+        finally:
+            os.close(pidfd)
+        try:
+            sockfd.bind(self, n, raw, None, sfd)
+        finally:
+            os.close(sfd)
+
+    def _setsockopt(self, n: notify.Notif) -> None:
+        """setsockopt() of what a mediated bind must know (kernel.seccomp
+        NOFD_SOCKOPTS), notified only where pidfd_getfd is refused (sockfd.setsockopt)."""
+        a = [int(x) for x in n.data.args]
+        optlen = a[4] & U32
+        if optlen > 64:
+            return self._respond(n.id, error=errno.EINVAL)
+        value = notify.read_mem(n.pid, a[3], optlen) if optlen else b""
+        pidfd = _pidfd(n.pid)
+        try:
+            sfd = self._take_socket(n.pid, pidfd, a[0] & U32, keep=True)
+        except sockfd.Replace as r:
+            return sockfd.setsockopt(self, n, a[1] & U32, a[2] & U32, value, r.kind, None)
+        finally:
+            os.close(pidfd)
+        try:
+            sockfd.setsockopt(self, n, a[1] & U32, a[2] & U32, value, None, sfd)
+        finally:
+            os.close(sfd)
 
     # -- file calls
 

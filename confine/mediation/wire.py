@@ -30,6 +30,7 @@ class Op(enum.IntEnum):
     SENDMSG = 3
     LISTEN = 4
     ROOTS = 5       # once, first: where pathname unix sockets may be (see RootsRequest)
+    NEWSOCK = 6     # make a socket for the agent (no pidfd_getfd: mediation/sockfd.py)
     OPEN = 10
     TRUNCATE = 11
     MKDIR = 12
@@ -45,7 +46,7 @@ class Op(enum.IntEnum):
     WRITABLE = 25   # once, before any metadata call: the writable paths (see WritableRequest)
 
 
-SOCKET_OPS = frozenset({Op.CONNECT, Op.SENDTO, Op.SENDMSG, Op.LISTEN, Op.ROOTS})
+SOCKET_OPS = frozenset({Op.CONNECT, Op.SENDTO, Op.SENDMSG, Op.LISTEN, Op.ROOTS, Op.NEWSOCK})
 FILE_OPS = frozenset({Op.OPEN, Op.TRUNCATE, Op.MKDIR, Op.MKNOD, Op.SYMLINK, Op.LINK, Op.RENAME})
 META_OPS = frozenset({Op.CHMOD, Op.CHOWN, Op.UTIMES, Op.SETXATTR, Op.REMOVEXATTR})
 XATTR_SIZE_MAX = 65536             # the kernel's own limits, checked before copying

@@ -265,7 +265,8 @@ def mechanisms(policy: Policy, host: HostFacts) -> dict[str, str]:
     if host.seccomp_user_notif:
         out["seccomp_notify"] = "seccomp user notification" + (
             "" if host.pidfd_getfd else " (pidfd_getfd refused here: the agent's directories "
-            "are taken through /proc; mediated socket calls are refused)")
+            "are taken through /proc; a mediated socket call is performed on a new socket of "
+            "the same kind, which replaces the agent's: SECCOMP_ADDFD_FLAG_SETFD)")
     if host.namespaces:
         out["mount_namespace"] = "mount and pid namespaces"
     out.update(pid_mechanisms(host))
@@ -569,9 +570,12 @@ def compile(policy: Policy, argv: Sequence[str], identity: Identity, host: HostF
     meta_mediation = unix_mediation and not mount_ns
     if unix_mediation and not host.pidfd_getfd:
         notes.append("pidfd_getfd is refused on this host (a container without CAP_SYS_PTRACE?): "
-                     "mediated file calls take the agent's directories through /proc; mediated "
-                     "socket calls (connect, sendto/sendmsg with an address, sendmsg, listen) "
-                     "are refused, since the agent's socket cannot be taken")
+                     "mediated file calls take the agent's directories through /proc; a mediated "
+                     "socket call (bind, connect, sendto/sendmsg with an address, listen) is "
+                     "performed on a new socket of the same kind, which replaces the agent's "
+                     "(socket options other than SO_REUSEADDR, SO_REUSEPORT and IPV6_V6ONLY set "
+                     "before it are lost; a socket bound or connected other than through "
+                     "confine, sendmsg on a connected one and SCM_RIGHTS are refused)")
     device_binds = None
     if mount_ns and abi < landlock.FS_MIN_ABI[AccessFS.IOCTL_DEV]:
         # /dev/pts and /dev/ptmx are a new devpts instance of the agent's (private_dev)

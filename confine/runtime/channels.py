@@ -41,7 +41,7 @@ class MediationChannel:
                    guard=guard, hand_sup=hsup,
                    hand_child=hchild.detach() if hchild is not None else -1,
                    notify_program=seccomp.notify_program(seccomp.build_notify(
-                       files=files, meta=meta, signals=signals)))
+                       files=files, meta=meta, bind=handoff, signals=signals)))
 
     @property
     def handoff(self) -> bool:

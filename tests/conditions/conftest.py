@@ -44,11 +44,7 @@ EXPECTED_MISSING: dict[str, frozenset[str]] = {name: frozenset() for name in CON
 RUNTIME_GAPS: dict[str, str] = {}
 # What one attack test meets under the Docker-like filter (no user namespaces, and
 # pidfd_getfd refused): strict xfails, each a limit the README states.
-_NO_SOCKETS = ("mediated socket calls are refused where pidfd_getfd is (Docker's profile "
-               "without CAP_SYS_PTRACE): the agent's own unix sockets fail too")
 DOCKER_GAPS: dict[tuple[str, str | None], str] = {
-    ("test_network_denied", None): _NO_SOCKETS,
-    ("test_outside_socket_unreachable_every_route", None): _NO_SOCKETS,
     ("test_capabilities_nnp", "user"): "started unprivileged without a user namespace, the "
     "bounding set cannot be emptied (that needs CAP_SETPCAP); no_new_privs and the empty "
     "permitted/effective/ambient sets keep every capability out of reach",

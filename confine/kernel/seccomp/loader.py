@@ -328,7 +328,7 @@ F_SETOWN, F_SETOWN_EX = 8, 15
 FIOSETOWN, SIOCSPGRP = 0x8901, 0x8902
 
 
-def build_notify(files: bool = False, meta: bool = False,
+def build_notify(files: bool = False, meta: bool = False, bind: bool = False,
                  signals: bool = False) -> "pyseccomp.SyscallFilter":
     """The notifying filter, loaded after the deny filter. The kernel runs every
     filter and the most restrictive answer wins, so a denial is never turned
@@ -376,7 +376,19 @@ def build_notify(files: bool = False, meta: bool = False,
             flt.add_rule(sc.NOTIFY, name)
     # sendmmsg is among SOCKET_CALLS: each message may carry an address, so the
     # supervisor performs only those without one (mediation/supervisor.py).
+    if bind:
+        # no pidfd_getfd: a bound socket must be one the supervisor made
+        # (mediation/sockfd.py), or its name could not follow it to a new one
+        flt.add_rule(sc.NOTIFY, "bind")
+        for level, opt in NOFD_SOCKOPTS:     # ... and so must the options a bind reads
+            flt.add_rule(sc.NOTIFY, "setsockopt", sc.Arg(1, sc.MASKED_EQ, 0xFFFFFFFF, level),
+                         sc.Arg(2, sc.MASKED_EQ, 0xFFFFFFFF, opt))
     return flt
+
+
+# (level, option) of setsockopt notified where pidfd_getfd is refused: what a bind()
+# performed on a new socket must know (SO_REUSEADDR, SO_REUSEPORT, IPV6_V6ONLY)
+NOFD_SOCKOPTS = ((1, 2), (1, 15), (41, 26))
 
 
 def notify_program(flt: "pyseccomp.SyscallFilter") -> bytes:
