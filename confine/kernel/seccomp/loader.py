@@ -19,7 +19,6 @@ from __future__ import annotations
 import ctypes
 import errno as _errno
 import os
-import platform
 import struct
 import sys
 from typing import TYPE_CHECKING, Any, Iterable, NamedTuple, Sequence
@@ -207,7 +206,7 @@ def _seccomp_nr() -> int | None:
     try:
         return syscall_number("seccomp")
     except (ImportError, RuntimeError, OSError):
-        return _SECCOMP_NR.get(platform.machine())
+        return _SECCOMP_NR.get(os.uname().machine)
 
 
 def _load_bpf(program: Sequence[tuple[int, int, int, int]]) -> None:
