@@ -359,6 +359,8 @@ def _record_and_collect(sfd: int, name: str, workdir: str) -> list[str]:
                 pass
             os.unlink(entry, dir_fd=sfd)
             removed += 1
+        except FileNotFoundError:
+            continue          # another run (of this account) collected it meanwhile
         except OSError as e:
             notes.append(f"agent home {other}: not removed ({e.strerror})")
     return notes
