@@ -32,10 +32,11 @@ def _exec_hint(e: click.exceptions.UsageError) -> str | None:
 
 
 def console() -> NoReturn:
-    """The `confine` executable: main(), then leave without the interpreter's
-    shutdown (a full garbage collection of everything imported, tens of ms per
-    run); the session has already cleaned up what it made."""
+    """The `confine` executable when click parses (cli/__init__.py console): main(),
+    then leave without the interpreter's shutdown (fast.leave)."""
     import gc
+
+    from .fast import leave
     # What is imported lives until the end: keep it out of every collection. The
     # collector itself stays on, since a long run (the supervisor, the mediator
     # answering thousands of calls) must not grow without bound.
@@ -45,16 +46,7 @@ def console() -> NoReturn:
         main()
     except SystemExit as e:
         code = e.code
-    try:
-        sys.stdout.flush()
-        sys.stderr.flush()
-    except (OSError, ValueError):
-        pass
-    if not isinstance(code, int):
-        if code is not None:
-            print(code, file=sys.stderr)
-        code = 0 if code is None else 1
-    os._exit(code)
+    leave(code)
 
 
 def main(argv: list[str] | None = None) -> NoReturn:
