@@ -137,6 +137,17 @@ def own_children() -> frozenset[tuple[int, int]]:
     return frozenset(out)
 
 
+def _no_children(spare: frozenset[tuple[int, int]]) -> bool:
+    """This process has no child now but the embedding program's own (spare),
+    by the children lists, or where there are none, by one more full scan."""
+    kids = _children_of_self()
+    if kids is None:
+        me = os.getpid()
+        table = scan()
+        kids = [c for c, p in table.items() if p.ppid == me]
+    return all((c, p.start) in spare for c in kids if (p := _stat(c)) is not None)
+
+
 def _children_of_self() -> list[int] | None:
     """This process's children from /proc/self/task/*/children (each thread's own:
     a child belongs to the thread that forked it), without reading every process
@@ -251,10 +262,14 @@ def kill_leftovers(spare: frozenset[tuple[int, int]] = frozenset(),
         quiet, end = 0, time.monotonic() + FREEZE_SECONDS
         while quiet < 2 and time.monotonic() < end:     # freeze
             table, found = tree()
-            if not found:
-                # A full scan found no descendant, not even a zombie child: none can
-                # appear any more (only a descendant could start one).
+            if not found and _no_children(spare):
+                # A full scan found no descendant, not even a zombie child, and then
+                # this process had no child at all (every descendant has an ancestor
+                # among them): none can appear any more.
                 return []
+            if not found:
+                time.sleep(0.001)           # something raced the scan: look again
+                continue
             moving = [d for d in found if table[d].state not in ("T", "t", "Z", "X")]
             for d in moving:
                 held.signal(d, table[d], signal.SIGSTOP)
