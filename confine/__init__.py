@@ -1,6 +1,17 @@
 """confine: host-level confinement launcher for AI agents on Linux."""
-from .api import Completed, Sandbox, prepare, run, run_result
-from .errors import ConfineError
+import gc as _gc
+
+# Importing confine makes tens of thousands of objects and almost no garbage: the
+# collector's passes over them cost a third of the import (a start of `confine
+# exec`). Off while importing, back as it was afterwards.
+_gc_was_on = _gc.isenabled()
+_gc.disable()
+try:
+    from .api import Completed, Sandbox, prepare, run, run_result
+    from .errors import ConfineError
+finally:
+    if _gc_was_on:
+        _gc.enable()
 
 __all__ = ["run", "run_result", "prepare", "Sandbox", "Completed", "ConfineError"]
 __version__ = "0.1.0"

@@ -3,17 +3,17 @@
 127 not found."""
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import sys
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import click
 
 from .. import api
 from ..errors import ConfineError
 from ..policy import load as _load
-from ..probe import check as _check
 
 
 def _fail(e: ConfineError) -> NoReturn:
@@ -32,10 +32,11 @@ def _exec_hint(e: click.exceptions.UsageError) -> str | None:
 
 
 def console() -> NoReturn:
-    """The `confine` executable: main(), then leave without the interpreter's
-    shutdown (a full garbage collection of everything imported, tens of ms per
-    run); the session has already cleaned up what it made."""
+    """The `confine` executable when click parses (cli/__init__.py console): main(),
+    then leave without the interpreter's shutdown (fast.leave)."""
     import gc
+
+    from .fast import leave
     # What is imported lives until the end: keep it out of every collection. The
     # collector itself stays on, since a long run (the supervisor, the mediator
     # answering thousands of calls) must not grow without bound.
@@ -45,16 +46,7 @@ def console() -> NoReturn:
         main()
     except SystemExit as e:
         code = e.code
-    try:
-        sys.stdout.flush()
-        sys.stderr.flush()
-    except (OSError, ValueError):
-        pass
-    if not isinstance(code, int):
-        if code is not None:
-            print(code, file=sys.stderr)
-        code = 0 if code is None else 1
-    os._exit(code)
+    leave(code)
 
 
 def main(argv: list[str] | None = None) -> NoReturn:
@@ -82,7 +74,25 @@ def main(argv: list[str] | None = None) -> NoReturn:
     sys.exit(rv if isinstance(rv, int) else 0)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+# Subcommands loaded only when named (or listed by --help): `confine exec` should
+# not pay for the prober, the exporters and their imports at every start.
+_LAZY = {"probe": (".probe", "probe"), "audit": (".probe", "audit"),
+         "export": (".export", "export"), "explain": (".explain", "explain"),
+         "held": (".held", "held")}
+
+
+class _LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(set(super().list_commands(ctx)) | set(_LAZY))
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> Any:
+        if cmd_name in _LAZY and cmd_name not in self.commands:
+            mod, attr = _LAZY[cmd_name]
+            self.add_command(getattr(importlib.import_module(mod, __package__), attr), cmd_name)
+        return super().get_command(ctx, cmd_name)
+
+
+@click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="confine")
 def cli():
     """Run AI agents inside a kernel-enforced boundary.
@@ -265,6 +275,7 @@ def _size(n: int) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def check(as_json):
     """What this kernel supports, and whether each built-in profile can be fully enforced."""
+    from ..probe import check as _check
     host = _check.host()
     profiles = _check.profiles()
     if as_json:
@@ -359,19 +370,6 @@ def profile_validate(profile_ref: str) -> None:
     with tempfile.TemporaryDirectory(prefix="confine-validate-") as wd:
         policy = _load.load(ref, workdir=wd, home=os.path.expanduser("~"), tmp=wd)
     click.echo(f"{profile_ref}: valid ({', '.join(policy.sources)})")
-
-
-from .explain import explain as _explain  # noqa: E402
-from .export import export as _export  # noqa: E402
-from .held import held as _held  # noqa: E402
-from .probe import audit as _audit  # noqa: E402
-from .probe import probe as _probe  # noqa: E402
-
-cli.add_command(_probe)
-cli.add_command(_audit)
-cli.add_command(_export)
-cli.add_command(_explain)
-cli.add_command(_held)
 
 
 if __name__ == "__main__":

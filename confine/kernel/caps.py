@@ -26,6 +26,8 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from .libc import check, libc, oserror
 
@@ -363,3 +365,50 @@ def drop_all(privileged: bool) -> list[str]:
     fields = _CAP_FIELDS if bounding_dropped else ("CapInh", "CapPrm", "CapEff", "CapAmb")
     verify_dropped(status(), fields)
     return notes
+
+
+T = TypeVar("T")
+
+# setgroups(2) by number: glibc's setgroups() changes every thread of the process.
+_SYS_SETGROUPS = {"x86_64": 116, "aarch64": 159, "riscv64": 159}
+
+
+def fs_identity_supported() -> bool:
+    """Whether in_fs_identity can work here (the architecture's setgroups number)."""
+    return os.uname().machine in _SYS_SETGROUPS
+
+
+def in_fs_identity(uid: int, gid: int, fn: Callable[[], T]) -> T:
+    """fn() in a new thread whose file-system identity is uid:gid with no
+    supplementary groups (setfsuid, setfsgid and setgroups are per thread in the
+    kernel); the thread ends with fn, so these credentials never reach another
+    thread or outlive it. Leaving fsuid 0 clears that thread's file capabilities
+    (DAC_OVERRIDE, FOWNER, ...): every path it touches is judged as uid would be.
+    The process's own ids stay 0: the account cannot signal or trace the thread.
+    Raises OSError if the switch cannot be verified (fn does not run)."""
+    import threading
+    nr = _SYS_SETGROUPS[os.uname().machine]
+    out: list[Any] = []
+
+    def body() -> None:
+        try:
+            if libc.syscall(ctypes.c_long(nr), ctypes.c_long(0), None) != 0:
+                raise oserror("setgroups")
+            libc.setfsgid(gid)
+            libc.setfsuid(uid)
+            # an invalid id changes nothing and returns the current one
+            if libc.setfsgid(-1) != gid or libc.setfsuid(-1) != uid:
+                raise OSError(errno.EPERM, f"setfsuid/setfsgid to {uid}:{gid} did not take")
+            if os.getgroups():
+                raise OSError(errno.EPERM, "supplementary groups were not dropped")
+            out.append((True, fn()))
+        except BaseException as e:  # noqa: BLE001 - re-raised in the caller
+            out.append((False, e))
+    t = threading.Thread(target=body, name="confine-fs-identity")
+    t.start()
+    t.join()
+    ok, value = out[0]
+    if not ok:
+        raise value
+    result: T = value
+    return result

@@ -115,8 +115,28 @@ def _write(path: str, text: str, missing_ok: bool = False) -> None:
 
 
 def join(path: str) -> None:
-    """Move the calling process into the cgroup (the child's first step)."""
+    """Move the calling process into the cgroup."""
     _write(os.path.join(path, "cgroup.procs"), "0")
+
+
+def move(path: str, pid: int) -> None:
+    """Move process pid (the supervisor's child) into the cgroup. The first
+    migration after a quiet spell waits for an RCU grace period (about 10 ms):
+    the supervisor does it while the child runs its first steps."""
+    _write(os.path.join(path, "cgroup.procs"), str(pid))
+
+
+def is_member(path: str, proc_cgroup: str = "/proc/self/cgroup") -> bool:
+    """Whether the calling process is in the cgroup at path (its v2 line names it;
+    compared by its last component, the run's own unique name)."""
+    name = os.path.basename(path.rstrip("/"))
+    try:
+        with open(proc_cgroup) as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return False
+    return any(line.startswith("0::") and os.path.basename(line[3:].rstrip("/")) == name
+               for line in lines)
 
 
 def kill(path: str) -> bool:

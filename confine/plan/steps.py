@@ -7,6 +7,10 @@ Order matters and is explained where it is not obvious:
     tasks on the host, which only the host's /proc shows;
   * the mount and pid namespaces come before the identity switch (making them
     needs the capabilities the switch drops);
+  * the cgroup step comes right before the pid namespace, the first step that
+    forks: the supervisor moves the child into the run's cgroup meanwhile (the
+    first migration after a quiet spell waits ~10 ms for the kernel), and the
+    child goes no further until it is there;
   * the LSM requests come after the switch and before no_new_privs (which
     blocks most AppArmor transitions) and Landlock (which makes /proc/self/attr
     unwritable);
@@ -47,12 +51,15 @@ def child_steps(plan: Plan) -> list[Step]:
         Step("signals", "default dispositions and an empty mask for the agent"),
         Step("close_fds", "close every inherited descriptor except 0, 1, 2"),
     ]
+    cg_step = None
     if plan.cgroup:
-        out.insert(1, Step("cgroup", "join the run's own cgroup: killed as a whole when the run "
-                           "ends" + (", limits " + ", ".join(k for k, v in plan.limits.items()
-                                                            if v.startswith("cgroup"))
-                                     if any(v.startswith("cgroup") for v in plan.limits.values())
-                                     else ""), {"under": plan.cgroup}))
+        cg_step = Step("cgroup", "in the run's own cgroup (the supervisor moves the child there "
+                       "while the steps above run; checked here, before anything forks): "
+                       "killed as a whole when the run ends"
+                       + (", limits " + ", ".join(k for k, v in plan.limits.items()
+                                                  if v.startswith("cgroup"))
+                          if any(v.startswith("cgroup") for v in plan.limits.values())
+                          else ""), {"under": plan.cgroup})
     rl = {k: v for k, v in plan.limits.items() if v.startswith("RLIMIT")}
     if rl:
         out.append(Step("limits", "resource limits by setrlimit (before the namespaces: "
@@ -86,6 +93,8 @@ def child_steps(plan: Plan) -> list[Step]:
         out.append(Step("private_dev", "private /dev/shm and /dev/pts",
                         {"private": ["/dev/shm", "/dev/pts"],
                          "shm_size": plan.policy.limits.shm_size or "50%"}))
+    if cg_step is not None:
+        out.append(cg_step)
     if plan.pid_ns:
         out.append(Step("pid_namespace", "own pid namespace and /proc; a relay outside passes "
                         "signals and the exit status; pid 1 stays as the namespace's init"))

@@ -37,6 +37,7 @@ class ChildContext:
     old_mask: Any                        # the signal mask to restore before exec
     mediation: MediationChannel | None
     cgroup: str | None = None            # the run's cgroup, made by the supervisor
+    cgroup_sync: int | None = None       # one byte from the supervisor: moved there
     landlock_log: bool = False           # the supervisor reads Landlock's audit records
     expect_parent: int = 0
     trace: list[str] = field(default_factory=list)
@@ -67,6 +68,8 @@ def _signals(ctx: ChildContext) -> None:
 
 def _close_fds(ctx: ChildContext) -> None:
     keep = {ctx.status_w}
+    if ctx.cgroup_sync is not None:
+        keep.add(ctx.cgroup_sync)
     if ctx.ruleset is not None:
         keep.add(ctx.ruleset.fileno())
     if ctx.mediation is not None:
@@ -80,9 +83,14 @@ def _close_fds(ctx: ChildContext) -> None:
 
 
 def _cgroup(ctx: ChildContext) -> None:
-    if ctx.cgroup is None:
+    if ctx.cgroup is None or ctx.cgroup_sync is None:
         raise OSError(errno.ENOENT, "no cgroup was made for the run")
-    cgroup.join(ctx.cgroup)
+    if os.read(ctx.cgroup_sync, 1) != b"j":
+        raise OSError(errno.EIO, "the supervisor did not move this process into the run's cgroup")
+    os.close(ctx.cgroup_sync)
+    ctx.cgroup_sync = None
+    if not cgroup.is_member(ctx.cgroup):
+        raise OSError(errno.EIO, f"not in the run's cgroup {ctx.cgroup}")
 
 
 def _limits(ctx: ChildContext) -> None:

@@ -16,9 +16,10 @@ A shared home would let an agent working on an untrusted project plant a
 .bashrc or a poisoned wheel that runs in the sandbox of another project, or of
 a profile with more grants (network, ~/.claude).
 
-The home is made and checked by the agent's own uid (a forked helper when
-confine runs as root), so nothing the agent planted there between runs can turn
-a privileged operation against the host: no symlink in it is ever followed, an
+The home is made and checked by the agent's own uid (when confine runs as
+root: a thread with the agent's file-system identity, kernel/caps.py
+in_fs_identity), so nothing the agent planted there between runs can turn a
+privileged operation against the host: no symlink in it is ever followed, an
 existing home must be a real directory owned by that uid and not writable by
 others, or the run is refused. The profile's explicit grants in the real HOME
 (~/.gitconfig, ~/.claude, ~/.codex, ...) appear in the agent home as symlinks to
@@ -38,6 +39,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from ..errors import ConfineError
+from ..kernel import caps
 from ..paths import is_under
 from ..plan.identity import Identity
 from ..policy import runlater
@@ -174,10 +176,21 @@ def prepare_temporary(identity: Identity, links: Iterable[tuple[str, str]]) -> t
 
 def _as_agent(identity: Identity, fn: Callable[..., list[str]], path: str,
               *args: Any) -> list[str]:
-    """fn(path, *args) with the agent's uid, gid and no supplementary groups."""
+    """fn(path, *args) with the agent's uid, gid and no supplementary groups (for
+    the file system: a thread of its own, or where that cannot be had, a forked
+    helper that drops to them)."""
     if os.geteuid() != 0 or identity.uid == 0:
         try:
             return fn(path, *args)
+        except OSError as e:
+            raise _refuse(path, f"{e.strerror or e}"
+                          + (f" ({e.filename})" if e.filename else "")) from None
+    if caps.fs_identity_supported():
+        # A thread with the agent's file-system identity: every path is judged as
+        # the agent's (no capability overrides a mode or an owner), at a fraction
+        # of a fork of this process.
+        try:
+            return caps.in_fs_identity(identity.uid, identity.gid, lambda: fn(path, *args))
         except OSError as e:
             raise _refuse(path, f"{e.strerror or e}"
                           + (f" ({e.filename})" if e.filename else "")) from None
@@ -346,6 +359,8 @@ def _record_and_collect(sfd: int, name: str, workdir: str) -> list[str]:
                 pass
             os.unlink(entry, dir_fd=sfd)
             removed += 1
+        except FileNotFoundError:
+            continue          # another run (of this account) collected it meanwhile
         except OSError as e:
             notes.append(f"agent home {other}: not removed ({e.strerror})")
     return notes

@@ -171,10 +171,13 @@ def _launch(plan: Plan, guard: Any, warn: Callable[[str], None] | None,
     # Opened before the fork (records queue in its socket from the first one),
     # its thread started after (nothing of it is copied into the child).
     watch = _landlock_watch(plan, events)
+    cg_r, cg_w = os.pipe2(os.O_CLOEXEC) if cg is not None else (None, None)
     pid = os.fork()
     if pid == 0:
         try:
             os.close(status_r)
+            if cg_w is not None:
+                os.close(cg_w)
             for target, fd in enumerate(stdio or ()):
                 if fd is not None and fd != target:
                     os.dup2(fd, target)     # inheritable; the fd step closes the originals
@@ -183,10 +186,12 @@ def _launch(plan: Plan, guard: Any, warn: Callable[[str], None] | None,
             child.run(child.ChildContext(plan=plan, ruleset=ruleset, filters=filters,
                                          status_w=status_w, supervisor=supervisor,
                                          old_mask=old_mask, mediation=med, cgroup=cg,
+                                         cgroup_sync=cg_r,
                                          landlock_log=watch is not None))
         finally:
             os._exit(125)
     try:
+        cg_failure = _move_to_cgroup(cg, pid, cg_r, cg_w)
         if watch is not None:
             watch.add_pid(pid)
             watch.start()
@@ -198,6 +203,8 @@ def _launch(plan: Plan, guard: Any, warn: Callable[[str], None] | None,
         outcome, failure = _read_status(status_r, pid, plan, med, warn, inet, on_sockets,
                                         events, watch.add_pid if watch is not None else None)
         os.close(status_r)
+        if failure is None:
+            failure = cg_failure      # else the child's own failure came first: it says why
         if med is not None:
             os.close(med.sync_w)
         outcome.status, outcome.timed_out = wait_until(pid, deadline)
@@ -222,6 +229,26 @@ def _launch(plan: Plan, guard: Any, warn: Callable[[str], None] | None,
     if failure is not None:
         raise _error(failure, plan)
     return outcome
+
+
+def _move_to_cgroup(cg: str | None, pid: int, cg_r: int | None,
+                    cg_w: int | None) -> status.SetupFailed | None:
+    """The child into the run's cgroup, while it runs its first steps; its cgroup
+    step waits for the byte that says it is done (none: it stops there)."""
+    if cg is None or cg_r is None or cg_w is None:
+        return None
+    os.close(cg_r)
+    try:
+        cgroup.move(cg, pid)
+    except OSError as e:
+        os.kill(pid, signal.SIGKILL)
+        return status.SetupFailed("cgroup", f"cannot move the child into the run's cgroup: "
+                                  f"{e.strerror or e}")
+    else:
+        os.write(cg_w, b"j")
+    finally:
+        os.close(cg_w)
+    return None
 
 
 def _cgroup_kill(path: str) -> None:

@@ -126,7 +126,48 @@ def own_children() -> frozenset[tuple[int, int]]:
     """(pid, start) of this process's children now: an embedding program's own
     children, which kill_leftovers must spare."""
     me = os.getpid()
-    return frozenset((c, p.start) for c, p in scan().items() if p.ppid == me)
+    kids = _children_of_self()
+    if kids is None:
+        return frozenset((c, p.start) for c, p in scan().items() if p.ppid == me)
+    out = set()
+    for c in kids:
+        p = _stat(c)
+        if p is not None and p.ppid == me:
+            out.add((c, p.start))
+    return frozenset(out)
+
+
+def _no_children(spare: frozenset[tuple[int, int]]) -> bool:
+    """This process has no child now but the embedding program's own (spare),
+    by the children lists, or where there are none, by one more full scan."""
+    kids = _children_of_self()
+    if kids is None:
+        me = os.getpid()
+        table = scan()
+        kids = [c for c, p in table.items() if p.ppid == me]
+    return all((c, p.start) in spare for c in kids if (p := _stat(c)) is not None)
+
+
+def _children_of_self() -> list[int] | None:
+    """This process's children from /proc/self/task/*/children (each thread's own:
+    a child belongs to the thread that forked it), without reading every process
+    of the host; None where the kernel has no such file (CONFIG_PROC_CHILDREN)."""
+    try:
+        tids = os.listdir("/proc/self/task")
+    except OSError:
+        return None
+    out: list[int] = []
+    seen_file = False
+    for tid in tids:
+        try:
+            with open(f"/proc/self/task/{tid}/children", "rb") as f:
+                out += [int(x) for x in f.read().split()]
+            seen_file = True
+        except FileNotFoundError:
+            continue            # that thread ended meanwhile, or no such file at all
+        except (OSError, ValueError):
+            return None
+    return out if seen_file else None
 
 
 class _Held:
@@ -172,12 +213,19 @@ class _Held:
 
 def _reap(spare: frozenset[int]) -> None:
     """Reap this process's dead children, except the embedding program's own."""
-    for pid, p in scan().items():
-        if p.ppid == os.getpid() and p.state in ("Z", "X") and pid not in spare:
+    _reap_from(scan(), spare)
+
+
+def _reap_from(table: Mapping[int, Proc], spare: frozenset[int]) -> bool:
+    """_reap over a scan already made; whether it reaped any."""
+    me, reaped = os.getpid(), False
+    for pid, p in table.items():
+        if p.ppid == me and p.state in ("Z", "X") and pid not in spare:
             try:
-                os.waitpid(pid, os.WNOHANG)
+                reaped = os.waitpid(pid, os.WNOHANG)[0] == pid or reaped
             except ChildProcessError:
                 pass
+    return reaped
 
 
 FREEZE_SECONDS = 2.0   # then kill anyway: a process in state D cannot stop
@@ -214,8 +262,14 @@ def kill_leftovers(spare: frozenset[tuple[int, int]] = frozenset(),
         quiet, end = 0, time.monotonic() + FREEZE_SECONDS
         while quiet < 2 and time.monotonic() < end:     # freeze
             table, found = tree()
+            if not found and _no_children(spare):
+                # A full scan found no descendant, not even a zombie child, and then
+                # this process had no child at all (every descendant has an ancestor
+                # among them): none can appear any more.
+                return []
             if not found:
-                break
+                time.sleep(0.001)           # something raced the scan: look again
+                continue
             moving = [d for d in found if table[d].state not in ("T", "t", "Z", "X")]
             for d in moving:
                 held.signal(d, table[d], signal.SIGSTOP)
@@ -223,8 +277,9 @@ def kill_leftovers(spare: frozenset[tuple[int, int]] = frozenset(),
             time.sleep(0.001)
         end = time.monotonic() + STUCK_SECONDS
         while True:                                     # kill, until none is left
-            _reap(spare_pids)
             table, found = tree()
+            if _reap_from(table, spare_pids):
+                table, found = tree()
             if not found:
                 return []
             for d in found:

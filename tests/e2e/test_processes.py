@@ -283,3 +283,55 @@ def test_descendants_parents_first_and_spared_children():
          9: Proc(8, 0, "S")}
     out = descendants(1, t)
     assert sorted(out) == [2, 3, 4, 5] and out.index(2) < out.index(3) < out.index(4)
+
+
+def test_own_children_include_those_a_thread_forked_and_no_grandchild():
+    """own_children() (the embedding program's children, spared by the leftover
+    walk) reads each thread's /proc children list: a child started from another
+    thread is a child of that thread, and must be there too. A grandchild is
+    not (the walk kills it if it is a leftover). Control: the full /proc scan
+    agrees."""
+    import subprocess
+    import threading
+
+    from confine.runtime import supervise
+    procs: list[subprocess.Popen] = []
+    t = threading.Thread(target=lambda: procs.append(subprocess.Popen(["sleep", "30"])))
+    t.start()
+    t.join()
+    direct = subprocess.Popen(["/bin/sh", "-c", "sleep 30 & wait"])
+    procs.append(direct)
+    try:
+        deadline = time.monotonic() + 5
+        while not supervise.children_of(direct.pid) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        grand = supervise.children_of(direct.pid)
+        assert grand, "the shell's sleep did not start"
+        got = {pid for pid, _ in supervise.own_children()}
+        assert procs[0].pid in got and direct.pid in got
+        assert not set(grand) & got
+        me = os.getpid()
+        assert got == {c for c, p in supervise.scan().items() if p.ppid == me}
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+
+
+def test_no_children_counts_every_child_but_the_spared():
+    """The leftover walk's last word (supervise._no_children): a child of this
+    process that is not spared, even one the scan before did not see, keeps the
+    walk going; spared children do not. Control: without children it is True."""
+    import subprocess
+
+    from confine.runtime import supervise
+    before = supervise.own_children()
+    assert supervise._no_children(before)
+    p = subprocess.Popen(["sleep", "30"])
+    try:
+        assert not supervise._no_children(before)
+        assert supervise._no_children(supervise.own_children())
+    finally:
+        p.kill()
+        p.wait()
+    assert supervise._no_children(before)

@@ -391,3 +391,64 @@ def test_securebits_set_read_back_and_lock():
         return a, b, attempt(lambda: caps.set_securebits(0))
     assert value_of(run_in_child(body)) == [
         caps.SECBIT_KEEP_CAPS, caps.SECBIT_NOROOT | caps.SECBIT_NOROOT_LOCKED, errno.EPERM]
+
+
+# --- in_fs_identity: the agent home made as the agent, without a fork ----------
+
+def _fs_ids() -> tuple[int, int, list[int]]:
+    with open("/proc/thread-self/status") as f:
+        st = parse_status(f.read())
+    return st["Uid"][3], st["Gid"][3], os.getgroups()
+
+
+@root_only
+def test_in_fs_identity_judges_paths_as_the_account_and_ends_with_the_thread():
+    """As root: inside, a root-only directory and a directory writable only by
+    group 0 (root's own group) refuse a new file, the account's own directory
+    takes one and it belongs to the account; an error inside reaches the caller;
+    the calling thread keeps fsuid 0 throughout. Controls: the same creations
+    from the calling thread (root) succeed."""
+    if not caps.fs_identity_supported():
+        pytest.skip(f"no setgroups number for {os.uname().machine}")
+    from pathlib import Path
+    tmp_path = Path(tempfile.mkdtemp(prefix="confine-fsid-"))   # /tmp: traversable by all
+    try:
+        _fs_identity_checks(tmp_path)
+    finally:
+        shutil.rmtree(tmp_path)
+
+
+def _fs_identity_checks(tmp_path) -> None:
+    root_only_dir = tmp_path / "root-only"
+    root_only_dir.mkdir(mode=0o700)
+    group0 = tmp_path / "group0"
+    group0.mkdir()
+    os.chown(group0, 0, 0)
+    os.chmod(group0, 0o770)
+    mine = tmp_path / "mine"
+    mine.mkdir(mode=0o700)
+    os.chown(mine, NOBODY, NOBODY)
+    os.chmod(tmp_path, 0o755)
+
+    def inside() -> dict:
+        return {"ids": _fs_ids(),
+                "root_only": attempt(lambda: os.close(os.open(root_only_dir / "x", os.O_CREAT | os.O_WRONLY, 0o600))),
+                "group0": attempt(lambda: os.close(os.open(group0 / "x", os.O_CREAT | os.O_WRONLY, 0o600))),
+                "mine": attempt(lambda: os.close(os.open(mine / "x", os.O_CREAT | os.O_WRONLY, 0o600)))}
+    got = caps.in_fs_identity(NOBODY, NOBODY, inside)
+    assert got["ids"] == (NOBODY, NOBODY, [])
+    assert got["root_only"] == errno.EACCES
+    assert got["group0"] == errno.EACCES
+    assert got["mine"] is None
+    st = os.stat(mine / "x")
+    assert (st.st_uid, st.st_gid) == (NOBODY, NOBODY)
+    assert _fs_ids()[:2] == (0, 0)          # the caller's thread never changed
+    # controls: root (this thread) may create in both
+    for d in (root_only_dir, group0):
+        os.close(os.open(d / "x", os.O_CREAT | os.O_WRONLY, 0o600))
+
+    def fails() -> None:
+        raise FileExistsError(errno.EEXIST, "planted")
+    with pytest.raises(FileExistsError):
+        caps.in_fs_identity(NOBODY, NOBODY, fails)
+    assert _fs_ids()[:2] == (0, 0)

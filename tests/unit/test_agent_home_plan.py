@@ -148,3 +148,33 @@ def test_homes_of_vanished_workdirs_are_collected(home, tmp_path):
     assert not os.path.exists(os.path.join(os.path.dirname(homes[gone]),
                                            "." + os.path.basename(homes[gone]) + ".workdir"))
     assert os.path.isdir(homes[kept]) and os.path.isdir(homes[odd]) and os.path.isdir(h)
+
+
+def test_a_home_another_run_collected_meanwhile_is_no_note(tmp_path, monkeypatch):
+    """Two runs of one account collect the same vanished workdir's home at once:
+    the one that comes second finds it gone, which is what it wanted (no note on
+    stderr). Control: a home whose workdir still exists is kept, and a vanished
+    one nobody else touches is removed."""
+    homes = tmp_path / "homes"
+    homes.mkdir()
+    for n in ("gone-a", "gone-b", "kept"):
+        (homes / n).mkdir()
+    (homes / ".gone-a.workdir").write_text(str(tmp_path / "vanished-a"))
+    (homes / ".gone-b.workdir").write_text(str(tmp_path / "vanished-b"))
+    (homes / ".kept.workdir").write_text(str(tmp_path))
+    real_remove = _home.remove_at
+
+    def raced(sfd: int, name: str) -> None:
+        if name == "gone-a":             # the other run was faster: home and record gone
+            real_remove(sfd, name)
+            os.unlink(f".{name}.workdir", dir_fd=sfd)
+            raise FileNotFoundError(2, "No such file or directory")
+        real_remove(sfd, name)
+    monkeypatch.setattr(_home, "remove_at", raced)
+    fd = os.open(homes, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        notes = _home._record_and_collect(fd, "mine", str(tmp_path))
+    finally:
+        os.close(fd)
+    assert notes == []
+    assert sorted(os.listdir(homes)) == [".kept.workdir", ".mine.workdir", "kept"]

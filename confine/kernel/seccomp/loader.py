@@ -19,7 +19,6 @@ from __future__ import annotations
 import ctypes
 import errno as _errno
 import os
-import platform
 import struct
 import sys
 from typing import TYPE_CHECKING, Any, Iterable, NamedTuple, Sequence
@@ -54,6 +53,13 @@ def build(rules: Iterable[Rule]) -> "pyseccomp.SyscallFilter":
     """A libseccomp filter: default ALLOW, each rule -> ERRNO(rule.errno), only
     the native ABI (any other arch, and x32, kills the process). Rules whose
     syscall does not exist on this ABI are skipped. Does not load anything."""
+    flt = _build(rules)
+    if native_arch() == "x86_64" and not _rejects_x32(flt):
+        flt._confine_arch_guard = True
+    return flt
+
+
+def _build(rules: Iterable[Rule]) -> "pyseccomp.SyscallFilter":
     sc = libseccomp()
     flt = sc.SyscallFilter(sc.ALLOW)
     try:
@@ -83,8 +89,6 @@ def build(rules: Iterable[Rule]) -> "pyseccomp.SyscallFilter":
         except OSError as e:
             raise ValueError(f"libseccomp rejected the rule {describe_rule(rule)}: "
                              f"{os.strerror(e.errno or _errno.EINVAL)}") from None
-    if native_arch() == "x86_64" and not _rejects_x32(flt):
-        flt._confine_arch_guard = True
     return flt
 
 
@@ -106,12 +110,19 @@ def compiled(rules: Iterable[Rule]) -> Program:
     key = tuple(rules)
     got = _COMPILED.get(key)
     if got is None:
-        flt = build(key)
-        got = Program(tuple(export_bpf(flt)), bool(getattr(flt, "_confine_arch_guard", False)))
+        # exported once: the x32 check reads the same program that is loaded
+        insns = tuple(export_bpf(_build(key)))
+        got = Program(insns, native_arch() == "x86_64" and not _rejects_x32(insns))
         if len(_COMPILED) >= _COMPILED_MAX:
-            _COMPILED.pop(next(iter(_COMPILED)))
+            _PACKED.pop(_COMPILED.pop(next(iter(_COMPILED))).insns, None)
         _COMPILED[key] = got
+        _PACKED[insns] = _pack(insns)
     return got
+
+
+# Programs as the kernel reads them, made in the supervisor: the child and the
+# broker load them without a Python loop over hundreds of instructions.
+_PACKED: dict[tuple[tuple[int, int, int, int], ...], Any] = {}
 
 
 def load(flt: "pyseccomp.SyscallFilter | Program") -> None:
@@ -159,9 +170,11 @@ def export_bpf(flt: "pyseccomp.SyscallFilter") -> list[tuple[int, int, int, int]
     return [struct.unpack_from(fmt, data, i) for i in range(0, len(data), 8)]
 
 
-def _rejects_x32(flt: "pyseccomp.SyscallFilter") -> bool:
-    """Whether the program checks nr >= 0x40000000 right after loading nr."""
-    prog = export_bpf(flt)
+def _rejects_x32(prog: "Sequence[tuple[int, int, int, int]] | pyseccomp.SyscallFilter") -> bool:
+    """Whether the program (or a filter's exported program) checks nr >=
+    0x40000000 right after loading nr."""
+    if hasattr(prog, "export_bpf"):
+        prog = export_bpf(prog)
     return any(a[0] == BPF_LD_W_ABS and a[3] == 0 and b[0] == BPF_JGE_K and b[3] == X32_SYSCALL_BIT
                for a, b in zip(prog, prog[1:], strict=False))
 
@@ -193,13 +206,15 @@ def _seccomp_nr() -> int | None:
     try:
         return syscall_number("seccomp")
     except (ImportError, RuntimeError, OSError):
-        return _SECCOMP_NR.get(platform.machine())
+        return _SECCOMP_NR.get(os.uname().machine)
 
 
 def _load_bpf(program: Sequence[tuple[int, int, int, int]]) -> None:
     """Install a classic-BPF seccomp program with seccomp(2) (stacked on any
     filter already installed)."""
-    insns = (_SockFilter * len(program))(*[_SockFilter(*i) for i in program])
+    insns = _PACKED.get(program) if isinstance(program, tuple) else None
+    if insns is None:
+        insns = _pack(program)
     prog = _SockFprog(len(program), insns)
     nr = _seccomp_nr()
     if nr is None:
@@ -207,6 +222,10 @@ def _load_bpf(program: Sequence[tuple[int, int, int, int]]) -> None:
     if libc.syscall(ctypes.c_long(nr), ctypes.c_long(SECCOMP_SET_MODE_FILTER),
                      ctypes.c_long(SECCOMP_FILTER_FLAG_TSYNC), ctypes.byref(prog)) != 0:
         raise oserror("seccomp(SET_MODE_FILTER)")
+
+
+def _pack(program: Sequence[tuple[int, int, int, int]]) -> Any:
+    return (_SockFilter * len(program))(*[_SockFilter(*i) for i in program])
 
 
 # --- status -------------------------------------------------------------------------

@@ -13,7 +13,7 @@ every arch except alpha, ia64 and mips).
 """
 from __future__ import annotations
 
-import platform
+import os
 from typing import Any
 
 __all__ = ["libseccomp", "native_arch", "resolve", "syscall_number"]
@@ -53,7 +53,7 @@ def native_arch() -> str:
                 return name
     except (ImportError, RuntimeError, OSError, AttributeError):
         pass
-    return platform.machine()
+    return os.uname().machine          # what platform.machine() says, without importing it
 
 
 def resolve(name: str) -> tuple[int | None, bool]:
