@@ -152,6 +152,7 @@ def exec_(allow_degraded, degrade, dry_run, as_json, command, **opts):
     """
     if not command and not dry_run:
         raise click.UsageError("no command given: confine exec [OPTIONS] -- CMD [ARGS...]")
+    _delegate_if_nested(command, opts, dry_run, as_json, allow_degraded or tuple(degrade))
     if dry_run:
         # Without a command, the plan for the user's shell: what an interactive run would do.
         argv = list(command) or [os.environ.get("SHELL") or "/bin/sh"]
@@ -166,6 +167,17 @@ def exec_(allow_degraded, degrade, dry_run, as_json, command, **opts):
     # Every other option is a field of runtime.session.Request, by the same name.
     status = api.run(list(command), allow_degraded=allow_degraded or tuple(degrade), **opts)
     sys.exit(status)
+
+
+def _delegate_if_nested(command, opts, dry_run, as_json, allow_degraded) -> None:
+    """Inside a confine run: the outer supervisor makes the run (runtime/delegate.py)."""
+    from ..runtime import delegate
+    path = delegate.endpoint()
+    if path is not None:
+        argv = list(command) or [os.environ.get("SHELL") or "/bin/sh"]
+        sys.exit(delegate.main_exec(argv, opts, dry=dry_run, as_json=as_json,
+                                    allow_degraded=allow_degraded, path=path,
+                                    print_plan=_print_plan))
 
 
 def _print_plan(d: dict) -> None:

@@ -358,12 +358,13 @@ class Session:
         held_fd: list[int] = []
         try:
             plan = self._start_egress(plan)
+            plan, offer = self._delegation(plan)
             eg = self.egress
             outcome = launch(plan, guard=self.guard, warn=say, stdio=stdio, timeout=timeout,
                              inet=eg.routes if eg is not None else None,
                              on_sockets=eg.start_on if eg is not None and plan.gateway_ports
                              else None, events=self.events,
-                             in_tmp=lambda: held_fd.extend(self._prepare_held()))
+                             in_tmp=lambda: self._in_tmp(held_fd, offer))
             result.status, result.steps = outcome.status, outcome.steps
             result.timed_out = outcome.timed_out
         except OSError as e:
@@ -385,6 +386,24 @@ class Session:
                 + ("could not run" if rep is None else "had to act on protected paths (above)")
                 + " (--agent-status keeps the agent's own status)")
         return result
+
+    def _in_tmp(self, held_fd: list[int], offer: Callable[[], None]) -> None:
+        held_fd.extend(self._prepare_held())
+        offer()
+
+    def _delegation(self, plan: Plan) -> tuple[Plan, Callable[[], None]]:
+        """confine inside confine (runtime/delegate_server.py): the endpoint the
+        agent's own `confine exec` hands its run to, and what starts its server
+        once the TMPDIR is what the agent sees."""
+        from . import delegate_server
+        path = delegate_server.offered(plan, self.tmp)
+        if path is None:
+            return plan, lambda: None
+        plan = delegate_server.with_endpoint(plan, path)
+
+        def offer() -> None:
+            delegate_server.start(plan, self.guard, path)
+        return plan, offer
 
     def _start_egress(self, plan: Plan) -> Plan:
         if not plan.egress:
