@@ -52,10 +52,11 @@ from ..plan import HostFacts, Plan, Protected, compile
 from . import child, status
 from . import delegate as proto
 from .channels import MediationChannel
-from .supervise import FORWARD, wait_for
+from .supervise import FORWARD, kill_leftovers, own_children, wait_for
 
 MAX_NESTED = 8          # nested runs of one outer run at a time
 MAX_ARGV = 4096
+REQUEST_SECONDS = 10    # a connection that sends no request in time is dropped
 CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x04000000, 0x08000000
 CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
 _NS = (("user", CLONE_NEWUSER), ("mnt", CLONE_NEWNS), ("net", CLONE_NEWNET),
@@ -339,7 +340,9 @@ def _handle(conn: socket.socket, outer: Outer) -> None:
     try:
         try:
             _peer_ok(conn, outer)
+            conn.settimeout(REQUEST_SECONDS)
             raw, fds = _receive(conn)
+            conn.settimeout(None)
             req = validate(raw)
             if not req.dry_run and len(fds) != 4:
                 raise Refused("malformed nested-run request: the standard descriptors and "
@@ -354,6 +357,10 @@ def _handle(conn: socket.socket, outer: Outer) -> None:
             code = run_nested(conn, outer, nested, peer, fds)
         except (Refused, ConfineError) as e:
             _reply(conn, {"refused": str(e)})
+            return
+        except TimeoutError:
+            _reply(conn, {"refused": "no nested-run request within "
+                                     f"{REQUEST_SECONDS} seconds"})
             return
         except Exception as e:  # noqa: BLE001 - the inner learns it, the server goes on
             _reply(conn, {"refused": f"nested run: internal error: {type(e).__name__}: {e}"})
@@ -613,8 +620,11 @@ def run_nested(conn: socket.socket, outer: Outer, nested: Nested, peer: int,
     med = MediationChannel.open(nested.guard, files=True, meta=True, handoff=True)
     status_r, status_w = os.pipe2(os.O_CLOEXEC)
     say_fd = fds[2]
+    init: list[int] = []
 
     def say(msg: str) -> None:
+        if msg.startswith("the broker is gone") and init and not _running(init[0]):
+            return      # the nested run's end: its init died, the broker with it
         try:
             os.write(say_fd, f"confine: {msg}\n".encode(errors="replace"))
         except OSError:
@@ -646,7 +656,7 @@ def run_nested(conn: socket.socket, outer: Outer, nested: Nested, peer: int,
     outer_rules.close()
     inner_rules.close()
     med.close_child_ends()
-    failure = _watch_status(status_r, med, nested, ip, say, Mediator)
+    failure = _watch_status(status_r, med, nested, ip, say, Mediator, init)
     os.close(status_r)
     os.close(med.sync_w)
     stop = threading.Event()
@@ -664,8 +674,17 @@ def run_nested(conn: socket.socket, outer: Outer, nested: Nested, peer: int,
     return code
 
 
+def _running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):
+        return False
+
+
 def _watch_status(status_r: int, med: MediationChannel, nested: Nested, ip: Plan,
-                  say: Callable[[str], None], mediator: Any) -> status.Message | None:
+                  say: Callable[[str], None], mediator: Any,
+                  init: list[int]) -> status.Message | None:
     failure: status.Message | None = None
     buf = b""
     while True:
@@ -680,6 +699,9 @@ def _watch_status(status_r: int, med: MediationChannel, nested: Nested, ip: Plan
             line, buf = buf.split(b"\n", 1)
             msg = status.parse(line)
             if isinstance(msg, status.Begin):
+                continue
+            if isinstance(msg, status.InitPid):
+                init.append(msg.pid)
                 continue
             if isinstance(msg, status.Listener):
                 try:
@@ -740,11 +762,13 @@ def _relay(op: Plan, ip: Plan, pidfd: int, flags: int, outer_rules: Any, inner_r
         lo = fd + 1
     os.closerange(lo, 65536)
     status.send(status_w, status.Begin("setns"))
-    _setns(pidfd, flags)
+    if flags:              # the outer agent may have no namespace of its own
+        _setns(pidfd, flags)
     os.close(pidfd)
     me = os.getpid()
     init = os.fork()
     if init != 0:
+        status.send(status_w, status.InitPid(init))
         os.close(status_w)
         outer_rules.close()
         inner_rules.close()
@@ -760,6 +784,8 @@ def _init(op: Plan, ip: Plan, flags: int, outer_rules: Any, inner_rules: Any,
     def step(name: str) -> None:
         status.send(status_w, status.Begin(name))
     caps.set_pdeathsig(signal.SIGKILL)
+    # orphans of the nested run come back here, to be killed when its command ends
+    caps.set_child_subreaper()
     if flags & CLONE_NEWPID:
         if os.getppid() != 0:         # the relay lives outside the pid namespace
             os._exit(125)
@@ -811,6 +837,7 @@ def _init(op: Plan, ip: Plan, flags: int, outer_rules: Any, inner_rules: Any,
         finally:
             os._exit(0)
     os.close(med.broker_fd)
+    spare = own_children()        # the broker outlives the command's leftovers
     step("seccomp")
     for f in filters:
         seccomp.load(f)
@@ -823,7 +850,10 @@ def _init(op: Plan, ip: Plan, flags: int, outer_rules: Any, inner_rules: Any,
     agent = os.fork()
     if agent != 0:
         os.close(status_w)
-        os._exit(wait_for(agent))
+        code = wait_for(agent)
+        kill_leftovers(spare)
+        os._exit(code)
+    caps.set_pdeathsig(signal.SIGKILL)
     step("exec")
     child.RUNNERS["exec"](ctx)
     os._exit(125)
