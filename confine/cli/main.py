@@ -266,6 +266,31 @@ def _print_plan(d: dict) -> None:
         e(f"note: {n}")
 
 
+def _check_nested(profiles: list) -> list | None:
+    """Inside a confine run, `confine exec` is delegated to the outer supervisor:
+    each profile as the outer would run it here (runtime/delegate.py)."""
+    from ..runtime import delegate
+    path = delegate.endpoint()
+    if path is None:
+        return None
+    return delegate.check_profiles(path, [p["profile"] for p in profiles])
+
+
+def _print_check_nested(nested: list) -> None:
+    click.echo("inside a confine run: `confine exec` is delegated to the outer supervisor "
+               "(the nested run is confined by both policies)")
+    click.echo("profiles:")
+    for p in nested:
+        state = "fully enforceable" if p["enforceable"] else "NOT fully enforceable"
+        click.echo(f"  {p['profile']:<12} {state} ({p['mechanism']})")
+        if p.get("refused"):
+            click.echo(f"    refused: {p['refused']}")
+        for m in p.get("missing", []):
+            click.echo(f"    missing: {m['feature']}: {m['detail']}")
+        if p.get("writable"):
+            click.echo(f"    writable (both grant it): {', '.join(p['writable'])}")
+
+
 def _size(n: int) -> str:
     for unit, b in (("T", 1 << 40), ("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
         if n % b == 0:
@@ -279,8 +304,13 @@ def check(as_json):
     """What this kernel supports, and whether each built-in profile can be fully enforced."""
     host = _check.host()
     profiles = _check.profiles()
+    nested = _check_nested(profiles)
+    if nested is not None:
+        profiles = nested
     if as_json:
         click.echo(json.dumps({"host": host, "profiles": profiles}, indent=2))
+    elif nested is not None:
+        _print_check_nested(nested)
     else:
         ll = host["landlock"]
         click.echo(f"kernel {host['kernel']}")

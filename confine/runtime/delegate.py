@@ -198,3 +198,21 @@ def main_exec(argv: Sequence[str], opts: dict[str, Any], *, dry: bool, as_json: 
         return 0
     sys.stdout.flush()
     return run(path, req)
+
+
+def check_profiles(path: str, names: Sequence[str]) -> list[dict[str, Any]]:
+    """`confine check` inside a run: what the outer supervisor would make of a
+    nested run of each profile here (its dry run), by name."""
+    out: list[dict[str, Any]] = []
+    for name in names:
+        ent: dict[str, Any] = {"profile": name, "mechanism": "delegated to the outer supervisor"}
+        try:
+            plan = dry_run(path, build_request(["true"], {"profile": name}, dry_run=True,
+                                               allow_degraded=False))
+        except ConfineError as e:
+            ent.update(enforceable=False, refused=str(e))
+        else:
+            ent.update(enforceable=not plan.get("missing"), missing=plan.get("missing", []),
+                       writable=plan.get("delegation", {}).get("writable", []))
+        out.append(ent)
+    return out

@@ -426,3 +426,19 @@ def test_a_program_cannot_add_a_landlock_domain_that_would_not_hold(sandbox):
                             "use_errno=True); libc.prctl(38, 1, 0, 0, 0); "
                             "print(libc.syscall(446, -1, 0), os.strerror(ctypes.get_errno()))"])
     assert errno_of.stdout.split(None, 1) == ["-1", "Operation not permitted\n"], errno_of
+
+
+def test_check_inside_a_run_names_the_delegation(sandbox):
+    """`confine check` inside a run says `confine exec` is delegated to the outer
+    supervisor, per profile: strict and default are fully enforceable that way;
+    a profile with network keys is refused with its reason (not yet delegated)."""
+    wd = _inner_dir(sandbox)
+    p = sandbox.run([CONFINE, "check", "--json"], cwd=wd)
+    profiles = {e["profile"]: e for e in json.loads(p.stdout)["profiles"]}
+    for name in ("strict", "default"):
+        assert profiles[name]["mechanism"] == "delegated to the outer supervisor", profiles
+        assert profiles[name]["enforceable"] is True, profiles[name]
+    net = [e for e in profiles.values() if not e["enforceable"]]
+    assert all("network" in e.get("refused", "") for e in net), net
+    text = sandbox.run([CONFINE, "check"], cwd=wd)
+    assert "delegated to the outer supervisor" in text.stdout, text.stdout
