@@ -104,12 +104,24 @@ def _connect(path: str) -> socket.socket:
     return s
 
 
+def _send(s: socket.socket, data: bytes, fds: list[int]) -> None:
+    """A send the outer cut short (it refused early and closed) is no error here:
+    its reply, still queued, says why."""
+    try:
+        socket.send_fds(s, [data], fds) if fds else s.send(data)
+    except (BrokenPipeError, ConnectionResetError):
+        pass
+
+
 def _recv(s: socket.socket) -> dict[str, Any]:
     while True:
         try:
             data = s.recv(MAX_REPLY)
         except InterruptedError:
             continue
+        except OSError as e:
+            raise ConfineError(f"the outer supervisor closed the delegation ({e.strerror or e})"
+                               ) from None
         if not data:
             raise ConfineError("the outer supervisor closed the delegation without a status "
                                "(the outer run ended?)")
@@ -125,7 +137,7 @@ def _recv(s: socket.socket) -> dict[str, Any]:
 def dry_run(path: str, request: dict[str, Any]) -> dict[str, Any]:
     """The nested plan as the outer would run it (plan.to_dict() + "delegation")."""
     with _connect(path) as s:
-        s.send(json.dumps(request).encode())
+        _send(s, json.dumps(request).encode(), [])
         msg = _recv(s)
     if "refused" in msg:
         raise ConfineError(str(msg["refused"]))
@@ -150,7 +162,7 @@ def run(path: str, request: dict[str, Any],
         # this process's own pidfd: the outer joins the namespaces of the asker
         me = os.pidfd_open(os.getpid())
         try:
-            socket.send_fds(s, [data], [0, 1, 2, me])
+            _send(s, data, [0, 1, 2, me])
         finally:
             os.close(me)
         while True:

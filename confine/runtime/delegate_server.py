@@ -141,6 +141,7 @@ def _serve(lsock: socket.socket, outer: Outer) -> None:
             except ChildProcessError:
                 live.discard(p)
         if len(live) >= MAX_NESTED:
+            _drain(conn)
             _reply(conn, {"refused": f"too many nested runs at once (at most {MAX_NESTED})"})
             conn.close()
             continue
@@ -161,6 +162,18 @@ def _serve(lsock: socket.socket, outer: Outer) -> None:
                 os._exit(code)
         live.add(pid)
         conn.close()
+
+
+def _drain(conn: socket.socket) -> None:
+    """Read (and drop) a request before refusing it: closing a connection with
+    its request unread would reset it, losing the reply that says why."""
+    conn.settimeout(1.0)
+    try:
+        _, fds, _, _ = socket.recv_fds(conn, proto.MAX_REQUEST + 1, 4)
+        for f in fds:
+            os.close(f)
+    except OSError:
+        pass
 
 
 def _reply(conn: socket.socket, msg: dict[str, Any]) -> None:
@@ -339,10 +352,10 @@ def _handle(conn: socket.socket, outer: Outer) -> None:
     tmp: str | None = None
     try:
         try:
-            _peer_ok(conn, outer)
             conn.settimeout(REQUEST_SECONDS)
-            raw, fds = _receive(conn)
+            raw, fds = _receive(conn)       # read first: the asker's send then completes
             conn.settimeout(None)
+            _peer_ok(conn, outer)
             req = validate(raw)
             if not req.dry_run and len(fds) != 4:
                 raise Refused("malformed nested-run request: the standard descriptors and "

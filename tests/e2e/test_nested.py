@@ -442,3 +442,78 @@ def test_check_inside_a_run_names_the_delegation(sandbox):
     assert all("network" in e.get("refused", "") for e in net), net
     text = sandbox.run([CONFINE, "check"], cwd=wd)
     assert "delegated to the outer supervisor" in text.stdout, text.stdout
+
+
+def test_a_nested_process_cannot_ask_for_a_wider_run(sandbox):
+    """A process of a nested run that reaches the outer's endpoint (its profile
+    allows unix sockets in the outer's TMPDIR, and it names the endpoint itself)
+    is refused: it could otherwise ask for a run wider than its own. Control: the
+    outer's own process asks the same and its nested run works."""
+    wd = _inner_dir(sandbox)
+    script = f"""
+        printf 'extends: strict\\nunix_sockets:\\n  allow:\\n    - %s\\n' "$TMPDIR" > {wd}/reach.yaml
+        EP="$CONFINE_DELEGATE"
+        {CONFINE} exec -w {wd} -p {wd}/reach.yaml --read {PREFIX_DIR} -- \\
+            /usr/bin/env CONFINE_DELEGATE="$EP" {CONFINE} exec -w {wd} -p default -- \\
+            /bin/sh -c 'echo WIDER'
+        echo "nested-asks=$?"
+        {CONFINE} exec -w {wd} -p default -- /bin/sh -c 'echo control-ok'
+    """
+    p = sandbox.run(_sh(script), timeout=120)
+    assert "WIDER" not in p.stdout, (p.stdout, p.stderr)
+    assert "nested-asks=125" in p.stdout, (p.stdout, p.stderr)
+    assert "only one level of nesting" in p.stderr, p.stderr
+    assert "control-ok" in p.stdout, (p.stdout, p.stderr)
+
+
+def test_sigkill_of_the_inner_ends_the_nested_command(sandbox):
+    """The inner confine killed outright (no relay possible): its end of the
+    endpoint closes and the outer ends the nested command. Control: it ran."""
+    wd = _inner_dir(sandbox)
+    mark = "876.5"
+    script = f"""
+        {CONFINE} exec -w {wd} -p strict -- /bin/sh -c ': > started; exec /bin/sleep {mark}' &
+        P=$!
+        n=0; while [ ! -e {wd}/started ] && [ $n -lt 400 ]; do /bin/sleep 0.05; n=$((n+1)); done
+        count() {{ for p in /proc/[0-9]*; do tr '\\000' ' ' < $p/cmdline 2>/dev/null; echo; done | grep -cx "/bin/sleep {mark} "; }}
+        echo "before=$(count)"
+        kill -KILL $P
+        n=0; while [ "$(count)" != 0 ] && [ $n -lt 400 ]; do /bin/sleep 0.05; n=$((n+1)); done
+        echo "after=$(count)"
+    """
+    p = sandbox.run(_sh(script), timeout=120)
+    assert "before=1" in p.stdout, (p.stdout, p.stderr)      # control
+    assert "after=0" in p.stdout, (p.stdout, p.stderr)
+
+
+# Nine connections that send nothing: the ninth is refused (at most eight nested
+# runs at once); once they are closed, a nested run works again.
+FLOOD = r'''
+import time
+ep = os.environ["CONFINE_DELEGATE"]
+held = []
+for _ in range(8):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET); s.connect(ep); held.append(s)
+time.sleep(0.5)
+s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET); s.connect(ep)
+s.settimeout(30)
+R["ninth"] = json.loads(s.recv(4096)).get("refused", "NOT REFUSED")
+for h in held:
+    h.close()
+'''
+
+
+def test_too_many_nested_runs_at_once_are_refused(sandbox):
+    wd = _inner_dir(sandbox)
+    script_file = os.path.join(sandbox.workdir, "flood.py")
+    with open(script_file, "w") as f:
+        f.write(probe_code(FLOOD))
+    script = f"""
+        {PY} {script_file}
+        n=0; until {CONFINE} exec -w {wd} -p strict -- /bin/sh -c 'echo after-ok' 2>/dev/null
+        do n=$((n+1)); [ $n -lt 50 ] || break; /bin/sleep 0.1; done
+    """
+    p = sandbox.run(_sh(script), timeout=120)
+    r = last_json(p.stdout)
+    assert r is not None and "too many nested runs" in r["ninth"], (p.stdout, p.stderr)
+    assert p.stdout.strip().endswith("after-ok"), (p.stdout, p.stderr)
