@@ -449,7 +449,6 @@ def _load_policy(outer: Outer, req: NestedRequest, wd: str, home: str, tmp: str)
 
 
 def plan_nested(outer: Outer, req: NestedRequest) -> tuple[Nested, str]:
-    from .session import refuse_missing
     from .workdir import check_workdir
     op = outer.plan
     ident = op.identity
@@ -498,8 +497,7 @@ def plan_nested(outer: Outer, req: NestedRequest) -> tuple[Nested, str]:
         plan = dataclasses.replace(plan, env={**plan.env, proto.ENV: proto.NESTED},
                                    notes=kept + notes)
         if not req.dry_run:
-            warned: list[str] = []
-            refuse_missing(plan, req.allow_degraded, warned.append)
+            _refuse_missing(plan, req.allow_degraded)
         pr, po = plan.meta_roots(), op.meta_roots()
         holes = sorted(set(pr[1]) | set(po[1]))
         roots = intersect(pr[0], op.writable_paths())
@@ -511,6 +509,20 @@ def plan_nested(outer: Outer, req: NestedRequest) -> tuple[Nested, str]:
         from .workdir import remove_tree
         remove_tree(tmp)
         raise
+
+
+def _refuse_missing(plan: Plan, allow: bool | list[str]) -> None:
+    """As session.refuse_missing (its --degrade names), for the nested plan."""
+    def accepted(f: str) -> bool:
+        return allow is True or (isinstance(allow, list) and (
+            f in allow or (f.startswith("mount_namespace.") and "mount_namespace" in allow)))
+    refused = [m for m in plan.missing if not accepted(m.feature)]
+    if refused:
+        first = refused[0]
+        more = f" (and {len(refused) - 1} more)" if len(refused) > 1 else ""
+        raise Refused(f"nested run: cannot enforce {first.feature}: {first.detail}{more}; "
+                      f"refusing to run (--degrade {first.feature} or --allow-degraded runs "
+                      "without it)")
 
 
 def _make_tmp(op: Plan, uid: int, gid: int) -> str:
