@@ -75,6 +75,10 @@ def offered(plan: Plan, tmp: str | None) -> str | None:
     return os.path.join(tmp, proto.SOCKET_NAME)
 
 
+def endpoint_of(plan: Plan) -> str | None:
+    return plan.env.get(proto.ENV)
+
+
 def with_endpoint(plan: Plan, path: str) -> Plan:
     from ..plan.steps import child_steps
     out = dataclasses.replace(plan, env={**plan.env, proto.ENV: path})

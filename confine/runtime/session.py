@@ -265,7 +265,8 @@ class Session:
             home, home_notes = self._agent_home(policy, ident, parent_env)
             plan = compile(policy, req.argv, ident, facts, parent_env=parent_env,
                            cli_env=req.env, lsm=lsm, protected=protected, agent_home=home)
-            return dataclasses.replace(plan, notes=plan.notes + tuple(home_notes))
+            plan = dataclasses.replace(plan, notes=plan.notes + tuple(home_notes))
+            return self._with_endpoint(plan)
         except BaseException:
             self.close()
             raise
@@ -391,15 +392,19 @@ class Session:
         held_fd.extend(self._prepare_held())
         offer()
 
-    def _delegation(self, plan: Plan) -> tuple[Plan, Callable[[], None]]:
+    def _with_endpoint(self, plan: Plan) -> Plan:
         """confine inside confine (runtime/delegate_server.py): the endpoint the
-        agent's own `confine exec` hands its run to, and what starts its server
-        once the TMPDIR is what the agent sees."""
+        agent's own `confine exec` hands its run to, in its environment."""
         from . import delegate_server
         path = delegate_server.offered(plan, self.tmp)
+        return plan if path is None else delegate_server.with_endpoint(plan, path)
+
+    def _delegation(self, plan: Plan) -> tuple[Plan, Callable[[], None]]:
+        """What starts the endpoint's server once the TMPDIR is what the agent sees."""
+        from . import delegate_server
+        path = delegate_server.endpoint_of(plan)
         if path is None:
             return plan, lambda: None
-        plan = delegate_server.with_endpoint(plan, path)
 
         def offer() -> None:
             delegate_server.start(plan, self.guard, path)
