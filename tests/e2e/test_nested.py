@@ -517,3 +517,26 @@ def test_too_many_nested_runs_at_once_are_refused(sandbox):
     r = last_json(p.stdout)
     assert r is not None and "too many nested runs" in r["ninth"], (p.stdout, p.stderr)
     assert p.stdout.strip().endswith("after-ok"), (p.stdout, p.stderr)
+
+
+def test_nested_run_where_the_outer_has_no_namespaces(sandbox):
+    """The outer without mount and pid namespaces (Landlock, seccomp and the
+    broker's replacements): the nested run joins no namespace and still cannot
+    create, rename or chmod where only the outer grants (chmod judged by both
+    writable sets), nor make .envrc; its own writes work (control)."""
+    sb = sandbox.without_namespaces()
+    wd = _inner_dir(sb)
+    outer_file = os.path.join(sb.workdir, "outer-file")
+    with open(outer_file, "w"):
+        pass
+    _own(sb, outer_file)
+    os.chmod(outer_file, 0o600)
+    p = sb.run(_inner(wd, cmd=(PY, "-c", probe_code(WRITE_BODY, {"outer": sb.workdir}))))
+    r = last_json(p.stdout)
+    assert r is not None, (p.returncode, p.stderr)
+    assert r["inner workdir"] == "ok" and r["chmod inner"] == "ok", (r, p.stderr)   # control
+    for k in ("outer workdir", "outer tmp", "rename out", "mkdir outer", "envrc"):
+        assert r[k] == "EACCES", (k, r, p.stderr)
+    assert r["chmod outer"] in ("EACCES", "EPERM", "EROFS"), r
+    assert os.stat(outer_file).st_mode & 0o777 == 0o600
+    assert not os.path.exists(os.path.join(sb.workdir, "from-inner"))
