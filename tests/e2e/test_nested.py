@@ -216,6 +216,11 @@ ask("argv empty", with_(argv=[]))
 ask("env type", with_(env={"A": 1}))
 ask("cwd relative", with_(cwd="relative/dir"))
 ask("cwd root", with_(cwd="/"))
+ask("cwd missing", with_(cwd="/nonexistent-confine-dir"))
+ask("workdir type", with_(workdir=5))
+ask("layers empty", with_(profile={"ref": "strict", "layers": []}))
+ask("profile name", with_(profile={"ref": "x", "layers": [{"name": "../x", "path": "x",
+                                                          "builtin": False, "text": ""}]}))
 ask("profile type", with_(profile="strict"))
 ask("bool type", with_(dry_run="yes"))
 ask("no fds", with_())
@@ -540,3 +545,23 @@ def test_nested_run_where_the_outer_has_no_namespaces(sandbox):
     assert r["chmod outer"] in ("EACCES", "EPERM", "EROFS"), r
     assert os.stat(outer_file).st_mode & 0o777 == 0o600
     assert not os.path.exists(os.path.join(sb.workdir, "from-inner"))
+
+
+def test_sigterm_at_the_worst_moment_leaves_nothing(sandbox):
+    """SIGTERM to the inner confine at once, before or while the outer makes the
+    nested run, five times: each inner ends, and no nested command is left."""
+    wd = _inner_dir(sandbox)
+    mark = "765.5"
+    script = f"""
+        for i in 1 2 3 4 5; do
+            {CONFINE} exec -w {wd} -p strict -- /bin/sleep {mark} &
+            kill -TERM $!; wait $!; echo "status=$?"
+        done
+        count() {{ for p in /proc/[0-9]*; do tr '\\000' ' ' < $p/cmdline 2>/dev/null; echo; done | grep -cx "/bin/sleep {mark} "; }}
+        n=0; while [ "$(count)" != 0 ] && [ $n -lt 400 ]; do /bin/sleep 0.05; n=$((n+1)); done
+        echo "left=$(count)"
+    """
+    p = sandbox.run(_sh(script), timeout=120)
+    assert p.stdout.count("status=") == 5, (p.stdout, p.stderr)
+    assert "left=0" in p.stdout, (p.stdout, p.stderr)
+    assert _procs_with(mark) == []
