@@ -89,12 +89,11 @@ def with_endpoint(plan: Plan, path: str) -> Plan:
 class Outer:
     """What the server knows of the outer run (a copy, made at the fork)."""
     plan: Plan
-    guard: Any
     filters: int              # seccomp filters of the outer's broker beyond the server's own
     supervisor: int           # the outer's supervisor: every process of the run descends from it
 
 
-def start(plan: Plan, guard: Any, path: str) -> int:
+def start(plan: Plan, path: str) -> int:
     """Bind the endpoint and fork the server (before the outer's child: it must
     not inherit the child's descriptors). Its pid; it dies with the supervisor."""
     from .launch import _filters
@@ -110,7 +109,7 @@ def start(plan: Plan, guard: Any, path: str) -> int:
         raise ConfineError(f"cannot offer the nested-run endpoint {path}: "
                            f"{e.strerror or e}") from None
     parent = os.getpid()
-    outer = Outer(plan=plan, guard=guard, filters=len(_filters(plan)), supervisor=parent)
+    outer = Outer(plan=plan, filters=len(_filters(plan)), supervisor=parent)
     pid = os.fork()
     if pid == 0:
         try:
@@ -371,6 +370,8 @@ def _handle(conn: socket.socket, outer: Outer) -> None:
                 d["delegation"] = describe(outer, nested)
                 _reply(conn, {"plan": d})
                 return
+            for m in nested.degraded:
+                os.write(fds[2], f"confine: degraded: NOT enforced: {m}\n".encode())
             code = run_nested(conn, outer, nested, peer, fds)
         except (Refused, ConfineError) as e:
             _reply(conn, {"refused": str(e)})
@@ -399,6 +400,7 @@ class Nested:
     guard: Any
     unix_roots: list[str]
     meta: tuple[list[str], list[str]]
+    degraded: list[str] = dataclasses.field(default_factory=list)   # accepted, said at start
 
 
 def intersect(a: Sequence[str], b: Sequence[str]) -> list[str]:
@@ -507,7 +509,8 @@ def plan_nested(outer: Outer, req: NestedRequest) -> tuple[Nested, str]:
         roots = intersect(pr[0], op.writable_paths())
         meta = (roots, [h for h in holes if any(is_under(h, r) for r in roots)])
         nested = Nested(plan=plan, guard=guard,
-                        unix_roots=intersect(plan.unix_roots(), op.unix_roots()), meta=meta)
+                        unix_roots=intersect(plan.unix_roots(), op.unix_roots()), meta=meta,
+                        degraded=[f"{m.feature}: {m.detail}" for m in plan.missing])
         return nested, tmp
     except BaseException:
         from .workdir import remove_tree
@@ -585,6 +588,9 @@ def describe(outer: Outer, nested: Nested) -> dict[str, Any]:
         "nested run's own broker inside both Landlock domains",
         "writable (both grant it): " + (", ".join(writable) or "nothing"),
         "unix sockets (both allow them): " + (", ".join(nested.unix_roots) or "none"),
+        "namespaces: the outer agent's (" + (", ".join(
+            n for n, on in (("mount", op.mount_ns), ("pid", op.pid_ns), ("network", op.net_ns))
+            if on) or "none: the outer has none") + "); none of its own",
         "exit check: the outer's, when the outer run ends",
     ]
     return {"mechanism": "delegated to the outer supervisor", "outer_profile": op.policy.name,
@@ -820,7 +826,9 @@ def _init(op: Plan, ip: Plan, flags: int, outer_rules: Any, inner_rules: Any,
             os._exit(125)
     elif os.getppid() != relay:
         os._exit(125)
-    for s in (signal.SIGPIPE, signal.SIGXFSZ) + FORWARD + (signal.SIGCHLD,):
+    # the server ignored the terminal's signals; the command gets every default back
+    for s in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGTSTP, signal.SIGTTOU,
+              signal.SIGTTIN) + FORWARD + (signal.SIGCHLD,):
         signal.signal(s, signal.SIG_DFL)
     step("landlock_new_mounts")
     for path, access in op.child_rules:

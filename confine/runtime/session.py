@@ -407,7 +407,10 @@ class Session:
             return plan, lambda: None
 
         def offer() -> None:
-            delegate_server.start(plan, self.guard, path)
+            try:
+                delegate_server.start(plan, path)
+            except ConfineError as e:     # the inner confine then refuses: fail closed
+                self.warn(f"{e}: confine inside this run will refuse")
         return plan, offer
 
     def _start_egress(self, plan: Plan) -> Plan:

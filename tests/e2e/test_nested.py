@@ -565,3 +565,17 @@ def test_sigterm_at_the_worst_moment_leaves_nothing(sandbox):
     assert p.stdout.count("status=") == 5, (p.stdout, p.stderr)
     assert "left=0" in p.stdout, (p.stdout, p.stderr)
     assert _procs_with(mark) == []
+
+
+def test_nested_command_gets_default_signal_dispositions(sandbox):
+    """No signal ignored or blocked in the nested command (the outer's server
+    ignores the terminal's): SigIgn and SigBlk of its /proc status are empty,
+    as in the outer run (control)."""
+    wd = _inner_dir(sandbox)
+    code = ("import json; d = dict(l.split(':', 1) for l in open('/proc/self/status'));"
+            " print(json.dumps({k: d[k].strip() for k in ('SigIgn', 'SigBlk')}))")
+    outer = last_json(sandbox.run([PY, "-c", code]).stdout)
+    p = sandbox.run(_inner(wd, cmd=(PY, "-c", code)))
+    inner = last_json(p.stdout)
+    assert outer is not None and outer["SigBlk"] == "0" * 16, outer
+    assert inner == outer, (inner, p.stderr)
