@@ -579,3 +579,19 @@ def test_nested_command_gets_default_signal_dispositions(sandbox):
     inner = last_json(p.stdout)
     assert outer is not None and outer["SigBlk"] == "0" * 16, outer
     assert inner == outer, (inner, p.stderr)
+
+
+def test_nested_run_below_landlock_abi_6_is_refused_by_name(sandbox):
+    """Below Landlock ABI 6 the outer replaces signal and abstract-socket scoping by
+    its own pid and network namespaces, which a nested run shares with the outer
+    agent: the nested run is refused (125) naming the scoping, never run without
+    it. Control: the outer run itself runs there."""
+    import copy
+    sb = copy.copy(sandbox)
+    sb.env = sandbox.env + ["CONFINE_TEST_LANDLOCK_ABI_MAX=5"]
+    wd = _inner_dir(sb)
+    p = sb.run(_sh(f"echo outer-ran; {CONFINE} exec -w {wd} -p strict -- echo NESTED; "
+                   "echo rc=$?"))
+    assert "outer-ran" in p.stdout and "NESTED" not in p.stdout, (p.stdout, p.stderr)
+    assert "rc=125" in p.stdout, (p.stdout, p.stderr)
+    assert "cannot enforce landlock.scope_" in p.stderr, p.stderr
