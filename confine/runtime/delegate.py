@@ -22,9 +22,12 @@ import signal
 import socket
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfineError
+
+if TYPE_CHECKING:
+    from ..plan import Plan
 
 ENV = "CONFINE_DELEGATE"
 # Set in a nested run instead of an endpoint: a third level is refused by name.
@@ -50,6 +53,26 @@ def endpoint(environ: dict[str, str] | None = None) -> str | None:
     if not seccomp.listener_busy():
         return None          # not under a seccomp listener: a stale variable, run normally
     return path
+
+
+def offered(plan: Plan, tmp: str | None) -> str | None:
+    """The endpoint a run offers its agent, or None: a nested run needs the
+    outer's mediated socket calls (the request travels through its broker)."""
+    if tmp is None or not plan.unix_mediation or not plan.pidfd_getfd:
+        return None
+    return os.path.join(tmp, SOCKET_NAME)
+
+
+def endpoint_of(plan: Plan) -> str | None:
+    return plan.env.get(ENV)
+
+
+def with_endpoint(plan: Plan, path: str) -> Plan:
+    import dataclasses
+
+    from ..plan.steps import child_steps
+    out = dataclasses.replace(plan, env={**plan.env, ENV: path})
+    return dataclasses.replace(out, steps=tuple(child_steps(out)))
 
 
 def _layers(ref: str) -> list[dict[str, Any]]:

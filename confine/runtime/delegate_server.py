@@ -67,24 +67,6 @@ class Refused(Exception):
     """The nested run is refused: the reason goes to the inner confine (125)."""
 
 
-def offered(plan: Plan, tmp: str | None) -> str | None:
-    """The endpoint this run offers its agent, or None: a nested run needs the
-    outer's mediated socket calls (the request travels through its broker)."""
-    if tmp is None or not plan.unix_mediation or not plan.pidfd_getfd:
-        return None
-    return os.path.join(tmp, proto.SOCKET_NAME)
-
-
-def endpoint_of(plan: Plan) -> str | None:
-    return plan.env.get(proto.ENV)
-
-
-def with_endpoint(plan: Plan, path: str) -> Plan:
-    from ..plan.steps import child_steps
-    out = dataclasses.replace(plan, env={**plan.env, proto.ENV: path})
-    return dataclasses.replace(out, steps=tuple(child_steps(out)))
-
-
 @dataclasses.dataclass
 class Outer:
     """What the server knows of the outer run (a copy, made at the fork)."""

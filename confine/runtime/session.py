@@ -395,14 +395,14 @@ class Session:
     def _with_endpoint(self, plan: Plan) -> Plan:
         """confine inside confine (runtime/delegate_server.py): the endpoint the
         agent's own `confine exec` hands its run to, in its environment."""
-        from . import delegate_server
-        path = delegate_server.offered(plan, self.tmp)
-        return plan if path is None else delegate_server.with_endpoint(plan, path)
+        from . import delegate
+        path = delegate.offered(plan, self.tmp)
+        return plan if path is None else delegate.with_endpoint(plan, path)
 
     def _delegation(self, plan: Plan) -> tuple[Plan, Callable[[], None]]:
         """What starts the endpoint's server once the TMPDIR is what the agent sees."""
-        from . import delegate_server
-        path = delegate_server.endpoint_of(plan)
+        from . import delegate, delegate_server
+        path = delegate.endpoint_of(plan)
         if path is None:
             return plan, lambda: None
 
