@@ -401,39 +401,47 @@ def _load_policy(outer: Outer, req: NestedRequest, wd: str, home: str, tmp: str)
     here: written to a private directory, each `extends` resolved to the next
     text sent (a built-in name only to confine's own built-in profile)."""
     import tempfile
-
-    from ..policy import load as _load
     priv = tempfile.mkdtemp(prefix="confine-nested-profile-")
     try:
-        chain: list[Path] = []
-        parsed = []
+        return _parse_layers(req, wd, home, tmp, priv)
+    except ConfineError as e:       # said with the inner's own file names
+        msg = str(e)
         for i, lay in enumerate(req.layers):
-            if lay["builtin"]:
-                p = _load.builtin_dir() / f"{lay['name']}.yaml"
-                if not p.is_file():
-                    raise Refused(f"profile {req.ref}: no built-in profile {lay['name']!r} here")
-            else:
-                d = os.path.join(priv, str(i))
-                os.mkdir(d, 0o700)
-                p = Path(d) / f"{lay['name']}.yaml"
-                p.write_text(lay["text"])
-            data = _load._Parser(p).parse()
-            parent = data.get("extends")
-            if (parent is None) != (i == len(req.layers) - 1):
-                raise Refused(f"profile {req.ref}: its extends chain does not match the "
-                              "files sent")
-            chain.append(p)
-            parsed.append(data)
-        raw: dict[str, Any] = {}
-        for data in reversed(parsed):
-            raw = _load._merge(raw, data)
-        pol = _load.load(req.ref, workdir=wd, home=home, tmp=tmp, extra_read=req.read,
-                         extra_write=req.write, layers=(raw, chain))
-        shown = [lay["path"] for lay in req.layers]
-        return dataclasses.replace(pol, sources=tuple(shown))
+            msg = msg.replace(os.path.join(priv, str(i), f"{lay['name']}.yaml"), lay["path"])
+        raise Refused(msg) from None
     finally:
         import shutil
         shutil.rmtree(priv, ignore_errors=True)
+
+
+def _parse_layers(req: NestedRequest, wd: str, home: str, tmp: str, priv: str) -> Any:
+    from ..policy import load as _load
+    chain: list[Path] = []
+    parsed = []
+    for i, lay in enumerate(req.layers):
+        if lay["builtin"]:
+            p = _load.builtin_dir() / f"{lay['name']}.yaml"
+            if not p.is_file():
+                raise Refused(f"profile {req.ref}: no built-in profile {lay['name']!r} here")
+        else:
+            d = os.path.join(priv, str(i))
+            os.mkdir(d, 0o700)
+            p = Path(d) / f"{lay['name']}.yaml"
+            p.write_text(lay["text"])
+        data = _load._Parser(p).parse()
+        parent = data.get("extends")
+        if (parent is None) != (i == len(req.layers) - 1):
+            raise Refused(f"profile {req.ref}: its extends chain does not match the "
+                          "files sent")
+        chain.append(p)
+        parsed.append(data)
+    raw: dict[str, Any] = {}
+    for data in reversed(parsed):
+        raw = _load._merge(raw, data)
+    pol = _load.load(req.ref, workdir=wd, home=home, tmp=tmp, extra_read=req.read,
+                     extra_write=req.write, layers=(raw, chain))
+    shown = [lay["path"] for lay in req.layers]
+    return dataclasses.replace(pol, sources=tuple(shown))
 
 
 def plan_nested(outer: Outer, req: NestedRequest) -> tuple[Nested, str]:

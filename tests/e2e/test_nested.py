@@ -595,3 +595,20 @@ def test_nested_run_below_landlock_abi_6_is_refused_by_name(sandbox):
     assert "outer-ran" in p.stdout and "NESTED" not in p.stdout, (p.stdout, p.stderr)
     assert "rc=125" in p.stdout, (p.stdout, p.stderr)
     assert "cannot enforce landlock.scope_" in p.stderr, p.stderr
+
+
+def test_a_bad_inner_profile_is_one_line_with_its_own_name(sandbox):
+    """An inner profile the outer supervisor refuses (a write grant that does not
+    exist) is one line, exit 125, naming the file as the inner wrote it (not
+    the outer's private copy). Control: the same profile without it runs."""
+    wd = _inner_dir(sandbox)
+    bad, good = os.path.join(wd, "bad.yaml"), os.path.join(wd, "good.yaml")
+    with open(bad, "w") as f:
+        f.write("extends: strict\nfilesystem:\n  write:\n    - /nonexistent-confine-dir\n")
+    with open(good, "w") as f:
+        f.write("extends: strict\n")
+    p = sandbox.run([CONFINE, "exec", "-w", wd, "-p", bad, "--", "true"])
+    assert p.returncode == 125, (p.stdout, p.stderr)
+    assert p.stderr.count("\n") == 1 and f"{bad}:4:" in p.stderr, p.stderr
+    assert "confine-nested-profile" not in p.stderr, p.stderr
+    assert sandbox.run([CONFINE, "exec", "-w", wd, "-p", good, "--", "true"]).returncode == 0
