@@ -33,6 +33,8 @@ def exec_args(argv: list[str]) -> tuple[list[str], dict[str, Any]] | None:
     """(command, api.run keyword arguments) for `exec ... -- CMD...`, or None."""
     if len(argv) < 3 or argv[0] != "exec" or "--" not in argv:
         return None
+    if os.environ.get("CONFINE_DELEGATE"):
+        return None                       # inside a run: click's exec delegates it
     end = argv.index("--")
     command = argv[end + 1:]
     if not command:

@@ -162,6 +162,7 @@ def exec_(allow_degraded, degrade, dry_run, as_json, command, **opts):
     """
     if not command and not dry_run:
         raise click.UsageError("no command given: confine exec [OPTIONS] -- CMD [ARGS...]")
+    _delegate_if_nested(command, opts, dry_run, as_json, allow_degraded or tuple(degrade))
     if dry_run:
         # Without a command, the plan for the user's shell: what an interactive run would do.
         argv = list(command) or [os.environ.get("SHELL") or "/bin/sh"]
@@ -176,6 +177,17 @@ def exec_(allow_degraded, degrade, dry_run, as_json, command, **opts):
     # Every other option is a field of runtime.session.Request, by the same name.
     status = api.run(list(command), allow_degraded=allow_degraded or tuple(degrade), **opts)
     sys.exit(status)
+
+
+def _delegate_if_nested(command, opts, dry_run, as_json, allow_degraded) -> None:
+    """Inside a confine run: the outer supervisor makes the run (runtime/delegate.py)."""
+    from ..runtime import delegate
+    path = delegate.endpoint()
+    if path is not None:
+        argv = list(command) or [os.environ.get("SHELL") or "/bin/sh"]
+        sys.exit(delegate.main_exec(argv, opts, dry=dry_run, as_json=as_json,
+                                    allow_degraded=allow_degraded, path=path,
+                                    print_plan=_print_plan))
 
 
 def _print_plan(d: dict) -> None:
@@ -264,6 +276,31 @@ def _print_plan(d: dict) -> None:
         e(f"note: {n}")
 
 
+def _check_nested(profiles: list) -> list | None:
+    """Inside a confine run, `confine exec` is delegated to the outer supervisor:
+    each profile as the outer would run it here (runtime/delegate.py)."""
+    from ..runtime import delegate
+    path = delegate.endpoint()
+    if path is None:
+        return None
+    return delegate.check_profiles(path, [p["profile"] for p in profiles])
+
+
+def _print_check_nested(nested: list) -> None:
+    click.echo("inside a confine run: `confine exec` is delegated to the outer supervisor "
+               "(the nested run is confined by both policies)")
+    click.echo("profiles:")
+    for p in nested:
+        state = "fully enforceable" if p["enforceable"] else "NOT fully enforceable"
+        click.echo(f"  {p['profile']:<12} {state} ({p['mechanism']})")
+        if p.get("refused"):
+            click.echo(f"    refused: {p['refused']}")
+        for m in p.get("missing", []):
+            click.echo(f"    missing: {m['feature']}: {m['detail']}")
+        if p.get("writable"):
+            click.echo(f"    writable (both grant it): {', '.join(p['writable'])}")
+
+
 def _size(n: int) -> str:
     for unit, b in (("T", 1 << 40), ("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
         if n % b == 0:
@@ -278,8 +315,13 @@ def check(as_json):
     from ..probe import check as _check
     host = _check.host()
     profiles = _check.profiles()
+    nested = _check_nested(profiles)
+    if nested is not None:
+        profiles = nested
     if as_json:
         click.echo(json.dumps({"host": host, "profiles": profiles}, indent=2))
+    elif nested is not None:
+        _print_check_nested(nested)
     else:
         ll = host["landlock"]
         click.echo(f"kernel {host['kernel']}")

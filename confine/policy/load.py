@@ -409,10 +409,12 @@ def _deny(items: list[Item], vars: dict[str, str]) -> tuple[PathGrant, ...]:
 
 def load(ref: str, *, workdir: str, home: str, tmp: str,
          extra_read: Iterable[str] = (), extra_write: Iterable[str] = (),
-         create_state: bool = False, extra_allow: Iterable[str] = ()) -> Policy:
+         create_state: bool = False, extra_allow: Iterable[str] = (),
+         layers: tuple[dict[str, Any], list[Path]] | None = None) -> Policy:
     """create_state: make the profile's missing `state:` entries (a run, not a check);
-    extra_allow: --allow-host entries, added to network.allow."""
-    raw, chain = read_layers(ref)
+    extra_allow: --allow-host entries, added to network.allow; layers: read_layers'
+    answer made by the caller (a nested run's profile, sent as text)."""
+    raw, chain = read_layers(ref) if layers is None else layers
     vars = {"workdir": workdir, "home": home, "tmp": tmp}
     home = os.path.realpath(home)
     fs = raw.get("filesystem", {})

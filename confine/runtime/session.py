@@ -265,7 +265,8 @@ class Session:
             home, home_notes = self._agent_home(policy, ident, parent_env)
             plan = compile(policy, req.argv, ident, facts, parent_env=parent_env,
                            cli_env=req.env, lsm=lsm, protected=protected, agent_home=home)
-            return dataclasses.replace(plan, notes=plan.notes + tuple(home_notes))
+            plan = dataclasses.replace(plan, notes=plan.notes + tuple(home_notes))
+            return self._with_endpoint(plan)
         except BaseException:
             self.close()
             raise
@@ -358,12 +359,13 @@ class Session:
         held_fd: list[int] = []
         try:
             plan = self._start_egress(plan)
+            plan, offer = self._delegation(plan)
             eg = self.egress
             outcome = launch(plan, guard=self.guard, warn=say, stdio=stdio, timeout=timeout,
                              inet=eg.routes if eg is not None else None,
                              on_sockets=eg.start_on if eg is not None and plan.gateway_ports
                              else None, events=self.events,
-                             in_tmp=lambda: held_fd.extend(self._prepare_held()))
+                             in_tmp=lambda: self._in_tmp(held_fd, offer))
             result.status, result.steps = outcome.status, outcome.steps
             result.timed_out = outcome.timed_out
         except OSError as e:
@@ -385,6 +387,31 @@ class Session:
                 + ("could not run" if rep is None else "had to act on protected paths (above)")
                 + " (--agent-status keeps the agent's own status)")
         return result
+
+    def _in_tmp(self, held_fd: list[int], offer: Callable[[], None]) -> None:
+        held_fd.extend(self._prepare_held())
+        offer()
+
+    def _with_endpoint(self, plan: Plan) -> Plan:
+        """confine inside confine (runtime/delegate_server.py): the endpoint the
+        agent's own `confine exec` hands its run to, in its environment."""
+        from . import delegate
+        path = delegate.offered(plan, self.tmp)
+        return plan if path is None else delegate.with_endpoint(plan, path)
+
+    def _delegation(self, plan: Plan) -> tuple[Plan, Callable[[], None]]:
+        """What starts the endpoint's server once the TMPDIR is what the agent sees."""
+        from . import delegate, delegate_server
+        path = delegate.endpoint_of(plan)
+        if path is None:
+            return plan, lambda: None
+
+        def offer() -> None:
+            try:
+                delegate_server.start(plan, path)
+            except ConfineError as e:     # the inner confine then refuses: fail closed
+                self.warn(f"{e}: confine inside this run will refuse")
+        return plan, offer
 
     def _start_egress(self, plan: Plan) -> Plan:
         if not plan.egress:

@@ -326,7 +326,7 @@ def test_dry_run_matches_what_runs(sandbox):
     real.pop("PWD", None)
     plan = dict(d["environment"])
     assert real.pop("TMPDIR").startswith("/tmp/confine-") and plan.pop("TMPDIR")
-    for k in ("TMUX_TMPDIR", "SCREENDIR"):       # in the run's TMPDIR, made for each run
+    for k in ("TMUX_TMPDIR", "SCREENDIR", "CONFINE_DELEGATE"):   # in the run's TMPDIR
         assert real.pop(k).startswith("/tmp/confine-") and plan.pop(k)
     assert real == plan
 

@@ -1,16 +1,13 @@
 """confine inside confine (issue 12 item 3): an agent harness wraps a tool in a
-stricter run from inside its own.
+stricter run from inside its own, with no flag.
 
-The inner `confine exec` is a host without user namespaces (the outer's seccomp
-refuses unshare) whose /tmp is read-only (its TMPDIR is the outer's private one),
-and whose seccomp listener is taken: the kernel allows one listener per filter
-chain and the outer supervisor holds it (EBUSY). Worse, the outer's broker
-performs the file calls it mediates (opens for writing, creates, renames) for
-every process of its run, in the OUTER Landlock domain: the inner's Landlock
-rules do not hold for them. The inner must say exactly that and refuse
-(`outer_mediator`), and a run told to accept it shows the hole (a strict xfail
-until the outer performs nested processes' calls in their own domain). The
-outer therefore refuses landlock_restrict_self to every program of its run.
+The inner `confine exec` cannot mediate (the outer's filter holds the one seccomp
+listener a filter chain may have) and must not let the outer's broker perform its
+calls in the OUTER Landlock domain. So it delegates: it sends its request to the
+outer supervisor's endpoint ($CONFINE_DELEGATE, runtime/delegate.py), which makes
+the nested run in the outer agent's namespaces under both Landlock domains and both
+filter sets, with a broker and mediator of its own judging by both policies
+(runtime/delegate_server.py). Without the endpoint the inner still refuses.
 """
 from __future__ import annotations
 
@@ -18,17 +15,15 @@ import json
 import os
 import shutil
 import tempfile
+import textwrap
 
 import pytest
 from conftest import CONFINE, PY, last_json, probe_code
 
 pytestmark = pytest.mark.e2e
 
-# What nons' replacements take over (the mount namespace's guarantees); until
-# they land the inner must be told to run without them.
-NAMESPACE_FEATURES = {"mount_namespace", "mount_namespace.read_only_host",
-                      "mount_namespace.private_shm", "mount_namespace.private_pts",
-                      "mount_namespace.protected_paths"}
+# The inner confine's own program directory: strict does not read /opt.
+PREFIX_DIR = os.path.dirname(os.path.dirname(CONFINE))
 
 WRITE_BODY = r'''
 attempt("outer workdir", lambda: opened(P["outer"] + "/from-inner", os.O_WRONLY | os.O_CREAT))
@@ -37,92 +32,325 @@ attempt("outer tmp", lambda: opened(os.path.dirname(os.environ["TMPDIR"]) + "/fr
 attempt("inner workdir", lambda: opened("from-inner", os.O_WRONLY | os.O_CREAT))
 attempt("inner tmp", lambda: opened(os.environ["TMPDIR"] + "/from-inner",
                                     os.O_WRONLY | os.O_CREAT))
+opened("to-move", os.O_WRONLY | os.O_CREAT)
+attempt("rename out", lambda: os.rename("to-move", P["outer"] + "/moved-out"))
+attempt("mkdir outer", lambda: os.mkdir(P["outer"] + "/dir-from-inner"))
+attempt("envrc", lambda: opened(".envrc", os.O_WRONLY | os.O_CREAT))
+attempt("chmod outer", lambda: os.chmod(P["outer"] + "/outer-file", 0o777))
+attempt("chmod inner", lambda: os.chmod("from-inner", 0o640))
 R["tmpdir"] = os.environ["TMPDIR"]
+R["delegate"] = os.environ.get("CONFINE_DELEGATE")
+'''
+
+# A pathname unix socket: one of its own (in its TMPDIR, which both allow) and the
+# outer's delegation endpoint, which strict's unix roots do not include.
+UNIX_BODY = r'''
+own = os.environ["TMPDIR"] + "/own.sock"
+srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM); srv.bind(own); srv.listen(1)
+attempt("own socket", lambda: socket.socket(socket.AF_UNIX, socket.SOCK_STREAM).connect(own))
+ep = os.path.dirname(os.environ["TMPDIR"]) + "/.confine-delegate"
+attempt("outer endpoint", lambda: socket.socket(socket.AF_UNIX,
+                                                socket.SOCK_SEQPACKET).connect(ep))
 '''
 
 
-def _inner_dir(sandbox) -> str:
-    d = os.path.join(sandbox.workdir, "tool")
+def _inner_dir(sandbox, name: str = "tool") -> str:
+    d = os.path.join(sandbox.workdir, name)
     os.mkdir(d)
     os.chown(d, sandbox.agent.pw_uid, sandbox.agent.pw_gid)
     return d
 
 
-def _inner(inner_wd: str, *opts: str, cmd=("true",)) -> list[str]:
-    return [CONFINE, "exec", "-w", inner_wd, "-p", "strict", *opts, "--", *cmd]
+def _own(sandbox, path: str) -> None:
+    os.chown(path, sandbox.agent.pw_uid, sandbox.agent.pw_gid)
 
 
-def test_inner_run_says_what_it_lacks(sandbox):
-    """No flag: the inner refuses (exit 125) naming the seccomp listener the outer
-    holds, and nothing that works inside the outer (TMPDIR, Landlock, seccomp).
-    Control: the same inner command outside any run plans with nothing missing."""
-    wd = _inner_dir(sandbox)
-    p = sandbox.run(_inner(wd))
-    assert p.returncode == 125, (p.stdout, p.stderr)
-    assert "internal error" not in p.stderr, p.stderr
-    dry = sandbox.run(_inner(wd, "--dry-run", "--json"))
-    assert dry.returncode == 0, dry.stderr
-    missing = {m["feature"]: m["detail"] for m in json.loads(dry.stdout)["missing"]}
-    assert "already has a listener" in missing.get("seccomp_notify", ""), missing
-    assert "outside this run's Landlock domain" in missing.get("outer_mediator", ""), missing
-    assert set(missing) - NAMESPACE_FEATURES == {"seccomp_notify", "outer_mediator"}, missing
-    assert "cannot enforce" in p.stderr, p.stderr
-    outside = sandbox.confine(*_inner(wd, "--dry-run", "--json")[1:])
-    assert outside.returncode == 0, outside.stderr
-    assert json.loads(outside.stdout)["missing"] == [], outside.stdout
+def _inner(inner_wd: str, *opts: str, cmd=("true",), profile: str = "strict") -> list[str]:
+    return [CONFINE, "exec", "-w", inner_wd, "-p", profile, *opts, "--", *cmd]
 
 
-@pytest.mark.xfail(strict=True, reason="the outer broker performs mediated file calls in the "
-                   "outer Landlock domain: the inner's Landlock is bypassed for them (inner "
-                   "refuses without --degrade outer_mediator)")
+def _sh(script: str) -> list[str]:
+    return ["/bin/sh", "-c", textwrap.dedent(script)]
+
+
 def test_inner_run_cannot_write_where_only_the_outer_grants(sandbox):
-    """The inner (strict, workdir = a subdirectory) cannot create a file in the
-    outer's workdir or the outer's TMPDIR; it can in its own workdir and TMPDIR
-    (a directory inside the outer's TMPDIR: $TMPDIR is honoured). Control: the
-    outer run itself creates the same file in its workdir."""
+    """Acceptance: no flag. The inner (strict, workdir = a subdirectory) cannot
+    create, rename or mkdir into the outer's workdir or TMPDIR, nor chmod there,
+    nor make a protected name (.envrc) in its own workdir; it can
+    create and chmod in its own workdir and TMPDIR (inside the outer's). Control:
+    the outer run itself writes the outer's workdir."""
     wd = _inner_dir(sandbox)
-    dry = sandbox.run(_inner(wd, "--dry-run", "--json"))
-    assert dry.returncode == 0, dry.stderr
-    degrade = []
-    for m in json.loads(dry.stdout)["missing"]:
-        assert m["feature"] in NAMESPACE_FEATURES | {"seccomp_notify", "outer_mediator"}, m
-        degrade += ["--degrade", m["feature"]]
+    outer_file = os.path.join(sandbox.workdir, "outer-file")
+    with open(outer_file, "w"):
+        pass
+    _own(sandbox, outer_file)
+    os.chmod(outer_file, 0o600)
     code = probe_code(WRITE_BODY, {"outer": sandbox.workdir})
-    p = sandbox.run(_inner(wd, *degrade, cmd=(PY, "-c", code)))
+    p = sandbox.run(_inner(wd, cmd=(PY, "-c", code)))
     r = last_json(p.stdout)
     assert r is not None, (p.returncode, p.stderr)
     tmp = r.pop("tmpdir")
     assert os.path.basename(os.path.dirname(tmp)).startswith("confine-"), tmp
-    assert r["inner workdir"] == "ok" and r["inner tmp"] == "ok", r   # control inside
+    assert r.pop("delegate") == "-", "a nested run offers no endpoint of its own"
+    assert r["inner workdir"] == "ok" and r["inner tmp"] == "ok", (r, p.stderr)  # control
+    assert r["chmod inner"] == "ok", (r, p.stderr)
     assert r == {"outer workdir": "EACCES", "outer tmp": "EACCES", "inner workdir": "ok",
-                 "inner tmp": "ok"}, (r, p.stderr)
-    assert not os.path.exists(os.path.join(sandbox.workdir, "from-inner"))
+                 "inner tmp": "ok", "rename out": "EACCES", "mkdir outer": "EACCES",
+                 "envrc": "EACCES",
+                 "chmod outer": r["chmod outer"], "chmod inner": "ok"}, (r, p.stderr)
+    assert r["chmod outer"] in ("EACCES", "EPERM", "EROFS"), r
+    for name in ("from-inner", "moved-out", "dir-from-inner"):
+        assert not os.path.exists(os.path.join(sandbox.workdir, name)), name
+    assert not os.path.exists(os.path.join(wd, ".envrc"))
+    assert os.stat(outer_file).st_mode & 0o777 == 0o600
+    assert "protected path (.envrc)" in p.stderr, p.stderr
+    control = sandbox.py("import os; os.close(os.open('outer-made', os.O_WRONLY | os.O_CREAT));"
+                         " print('{\"ok\": 1}')")[1]
+    assert control == {"ok": 1}
+    assert os.path.exists(os.path.join(sandbox.workdir, "outer-made"))
 
+
+def test_inner_unix_connect_judged_by_the_inner_policy(sandbox):
+    """A unix connect the inner policy does not allow (the outer's own endpoint in
+    the outer's TMPDIR, which the outer allows) is refused; its own socket in its
+    TMPDIR connects (control)."""
+    wd = _inner_dir(sandbox)
+    p = sandbox.run(_inner(wd, cmd=(PY, "-c", probe_code(UNIX_BODY))))
+    r = last_json(p.stdout)
+    assert r == {"own socket": "ok", "outer endpoint": "EACCES"}, (r, p.stderr)
+
+
+def test_exit_status_and_stdio_come_back(sandbox):
+    """The nested command's status is the inner confine's (0, 3, 127 for a command
+    not found, with its one line), and its stdin/stdout/stderr are the inner's."""
+    wd = _inner_dir(sandbox)
+    script = f"""
+        echo piped | {CONFINE} exec -w {wd} -p strict -- /bin/sh -c 'read x; echo "got $x"; echo err >&2'
+        echo "s0=$?"
+        {CONFINE} exec -w {wd} -p strict -- /bin/sh -c 'exit 3'; echo "s3=$?"
+        {CONFINE} exec -w {wd} -p strict -- no-such-command-here; echo "s127=$?"
+    """
+    p = sandbox.run(_sh(script))
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.split()
+    assert lines == ["got", "piped", "s0=0", "s3=3", "s127=127"], (p.stdout, p.stderr)
+    assert "err" in p.stderr.splitlines(), p.stderr
+    assert "no-such-command-here: command not found" in p.stderr, p.stderr
+
+
+def test_inner_profile_cannot_widen_the_outer(sandbox):
+    """An inner profile (a file the inner reads in its own view) granting writes to
+    a directory the outer does not grant, and --write of it: still refused, and
+    chmod there too. Control: the agent identity writes there outside any run."""
+    wd = _inner_dir(sandbox)
+    other = tempfile.mkdtemp(prefix="confine-nested-other-", dir="/var/tmp")
+    try:
+        _own(sandbox, other)
+        target = os.path.join(other, "f")
+        with open(target, "w"):
+            pass
+        _own(sandbox, target)
+        prof = os.path.join(wd, "wide.yaml")
+        with open(prof, "w") as f:
+            f.write(f"extends: strict\nfilesystem:\n  write:\n    - {other}\n")
+        _own(sandbox, prof)
+        body = r'''
+attempt("create", lambda: opened(P["other"] + "/new", os.O_WRONLY | os.O_CREAT))
+attempt("write", lambda: opened(P["other"] + "/f", os.O_WRONLY))
+attempt("chmod", lambda: os.chmod(P["other"] + "/f", 0o777))
+'''
+        code = probe_code(body, {"other": other})
+        for opts in (("-p", prof), ("--write", other)):
+            p = sandbox.run([CONFINE, "exec", "-w", wd, *opts, "--", PY, "-c", code]
+                            if opts[0] == "-p" else _inner(wd, *opts, cmd=(PY, "-c", code)))
+            r = last_json(p.stdout)
+            assert r is not None, (opts, p.returncode, p.stderr)
+            # EROFS where the outer has its read-only host view
+            assert r["create"] in ("EACCES", "EROFS"), (opts, r, p.stderr)
+            assert r["write"] in ("EACCES", "EROFS"), (opts, r, p.stderr)
+            assert r["chmod"] in ("EACCES", "EPERM", "EROFS"), (opts, r)
+            assert not os.path.exists(os.path.join(other, "new"))
+            assert os.stat(target).st_mode & 0o777 != 0o777
+        control = sandbox.outside_probe(body, {"other": other})[1]
+        assert control == {"create": "ok", "write": "ok", "chmod": "ok"}, control
+    finally:
+        shutil.rmtree(other, ignore_errors=True)
+
+
+# Requests written by hand to the endpoint: each is refused with a reason, and a
+# proper nested run works afterwards in the same outer run.
+BAD_REQUESTS = r'''
+import array
+ep = os.environ["CONFINE_DELEGATE"]
+good = {"v": 1, "argv": ["true"], "cwd": os.getcwd(), "env": {}, "workdir": None,
+        "profile": {"ref": "strict", "layers": [{"name": "strict", "path": "x",
+                                                 "builtin": True, "text": ""}]},
+        "read": [], "write": [], "cli_env": [], "force_workdir": False,
+        "agent_status": False, "allow_degraded": False, "dry_run": False}
+
+def ask(name, payload, fds=(), bufsize=None):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    if bufsize:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, bufsize)
+    s.connect(ep)
+    try:
+        if fds:
+            socket.send_fds(s, [payload], list(fds))
+        else:
+            s.send(payload)
+        R[name] = json.loads(s.recv(1 << 20)).get("refused", "NOT REFUSED")[:120]
+    except OSError as e:
+        R[name] = "send:" + en(e.errno)
+    finally:
+        s.close()
+
+def with_(**kw):
+    d = dict(good); d.update(kw); return json.dumps(d).encode()
+
+ask("not json", b"\x00\xffnot json")
+ask("not an object", b"[1, 2, 3]")
+ask("huge", b"{" + b" " * (300 * 1024) + b"}", bufsize=4 << 20)
+ask("argv type", with_(argv="true"))
+ask("argv nul", with_(argv=["tr\x00ue"]))
+ask("argv empty", with_(argv=[]))
+ask("env type", with_(env={"A": 1}))
+ask("cwd relative", with_(cwd="relative/dir"))
+ask("cwd root", with_(cwd="/"))
+ask("cwd missing", with_(cwd="/nonexistent-confine-dir"))
+ask("workdir type", with_(workdir=5))
+ask("layers empty", with_(profile={"ref": "strict", "layers": []}))
+ask("profile name", with_(profile={"ref": "x", "layers": [{"name": "../x", "path": "x",
+                                                          "builtin": False, "text": ""}]}))
+ask("profile type", with_(profile="strict"))
+ask("bool type", with_(dry_run="yes"))
+ask("no fds", with_())
+ask("not a pidfd", with_(), fds=(0, 1, 2, 0))
+ask("deep json", b"[" * 100000 + b"]" * 100000)
+'''
+
+
+def test_hand_written_requests_are_refused(sandbox):
+    """Malformed, huge, wrongly typed requests, argv with a NUL, a cwd outside, a
+    request without descriptors or naming another process: refused with a reason,
+    and the outer run keeps working (a nested run after them succeeds)."""
+    wd = _inner_dir(sandbox)
+    script_file = os.path.join(sandbox.workdir, "bad.py")
+    with open(script_file, "w") as f:
+        f.write(probe_code(BAD_REQUESTS))
+    script = f"""
+        {PY} {script_file}
+        cd {wd} && {CONFINE} exec -p strict -- /bin/sh -c 'echo nested-ok'
+    """
+    p = sandbox.run(_sh(script), timeout=120)
+    r = last_json(p.stdout.split("nested-ok")[0])
+    assert r is not None, (p.returncode, p.stdout, p.stderr)
+    for name, why in r.items():
+        assert why != "NOT REFUSED" and why, (name, r)
+    assert "too large" in r["huge"] or r["huge"].startswith("send:"), r
+    assert "JSON" in r["not json"], r
+    assert "argv" in r["argv type"] and "argv" in r["argv nul"], r
+    assert "cwd" in r["cwd relative"], r
+    assert "descriptors" in r["no fds"], r
+    assert "pidfd" in r["not a pidfd"], r
+    assert p.stdout.strip().endswith("nested-ok"), (p.stdout, p.stderr)   # control
+
+
+def test_sigterm_to_the_inner_ends_the_nested_command(sandbox):
+    """SIGTERM to the inner confine reaches the nested command (its status 143
+    comes back), which ignores SIGINT but not SIGTERM."""
+    wd = _inner_dir(sandbox)
+    script = f"""
+        {CONFINE} exec -w {wd} -p strict -- /bin/sh -c 'trap "" INT; : > started; exec /bin/sleep 300' &
+        P=$!
+        n=0; while [ ! -e {wd}/started ] && [ $n -lt 400 ]; do /bin/sleep 0.05; n=$((n+1)); done
+        kill -TERM $P; wait $P; echo "status=$?"
+    """
+    p = sandbox.run(_sh(script), timeout=120)
+    assert "status=143" in p.stdout, (p.stdout, p.stderr)
+
+
+def _procs_with(arg: str) -> list[int]:
+    out = []
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    if arg.encode() in f.read().split(b"\0"):
+                        out.append(int(pid))
+            except OSError:
+                pass
+    return out
+
+
+def test_the_outer_run_ending_kills_nested_runs(sandbox):
+    """The outer agent starts a nested run and exits: nothing of the nested run is
+    left. Control: while the outer runs, the nested command does exist."""
+    wd = _inner_dir(sandbox)
+    mark = "987.25"
+    script = f"""
+        {CONFINE} exec -w {wd} -p strict -- /bin/sh -c ': > started; exec /bin/sleep {mark}' &
+        n=0; while [ ! -e {wd}/started ] && [ $n -lt 400 ]; do /bin/sleep 0.05; n=$((n+1)); done
+        for p in /proc/[0-9]*; do tr '\\000' ' ' < $p/cmdline 2>/dev/null; echo; done | grep -cx "/bin/sleep {mark} "
+        exit 0
+    """
+    p = sandbox.run(_sh(script), timeout=120)
+    assert p.stdout.strip().splitlines()[-1:] == ["1"], (p.stdout, p.stderr)   # control
+    assert _procs_with(mark) == []
+
+
+def test_nested_twice_is_refused_with_a_reason(sandbox):
+    """confine in confine in confine: the third level is refused (125) naming
+    the one level of nesting supported; the second level itself ran (control)."""
+    wd = _inner_dir(sandbox)
+    p = sandbox.run(_inner(wd, "--read", PREFIX_DIR, cmd=(
+        "/bin/sh", "-c", f"echo second; {CONFINE} exec -p strict -- true; echo third=$?")))
+    assert p.stdout.split() == ["second", "third=125"], (p.stdout, p.stderr)
+    assert "only one level of nesting" in p.stderr, p.stderr
+
+
+def test_dry_run_of_the_inner_says_it_delegates(sandbox):
+    """--dry-run inside a run: the nested plan (nothing missing), its mechanism and
+    the intersection of what both grant."""
+    wd = _inner_dir(sandbox)
+    p = sandbox.run(_inner(wd, "--dry-run", "--json"))
+    assert p.returncode == 0, p.stderr
+    d = json.loads(p.stdout)
+    assert d["missing"] == [], d["missing"]
+    dg = d["delegation"]
+    assert dg["mechanism"] == "delegated to the outer supervisor", dg
+    assert wd in dg["writable"] and sandbox.workdir not in dg["writable"], dg
+    text = sandbox.run(_inner(wd, "--dry-run"))
+    assert "delegated: to the outer supervisor" in text.stdout, text.stdout
+
+
+def test_inner_run_without_the_endpoint_still_refuses(sandbox):
+    """Fail closed: the endpoint variable removed, the inner confine refuses as
+    before (125, the outer_mediator reason), never running half-mediated."""
+    wd = _inner_dir(sandbox)
+    p = sandbox.run(["/usr/bin/env", "-u", "CONFINE_DELEGATE", *_inner(wd)])
+    assert p.returncode == 125, (p.stdout, p.stderr)
+    assert "cannot enforce" in p.stderr and "internal error" not in p.stderr, p.stderr
+    dry = sandbox.run(["/usr/bin/env", "-u", "CONFINE_DELEGATE",
+                       *_inner(wd, "--dry-run", "--json")])
+    missing = {m["feature"] for m in json.loads(dry.stdout)["missing"]}
+    assert "outer_mediator" in missing, missing
+    control = sandbox.run(_inner(wd))
+    assert control.returncode == 0, control.stderr
 
 
 def test_inner_run_forced_past_its_refusal_still_refuses_at_landlock(sandbox):
-    """Told to accept what it lacks (--degrade outer_mediator, seccomp_notify), the
-    inner still cannot apply a Landlock domain the outer's broker would bypass: the
-    outer refuses landlock_restrict_self, and the inner stops (125) at its landlock
+    """Without the endpoint and told to accept what it lacks, the inner still
+    cannot apply a Landlock domain the outer's broker would bypass: the outer
+    refuses landlock_restrict_self, and the inner stops (125) at its landlock
     step, never running the command half-confined. Control: the outer runs it."""
     wd = _inner_dir(sandbox)
     body = 'attempt("read", lambda: read_file("/etc/hostname"))'
-    p = sandbox.run(_inner(wd, "--degrade", "outer_mediator", "--degrade", "seccomp_notify",
-                           *_namespace_degrades(sandbox, wd),
-                           cmd=(PY, "-c", probe_code(body))))
+    p = sandbox.run(["/usr/bin/env", "-u", "CONFINE_DELEGATE",
+                     *_inner(wd, "--allow-degraded", cmd=(PY, "-c", probe_code(body)))])
     assert p.returncode == 125 and last_json(p.stdout) is None, (p.stdout, p.stderr)
     assert "landlock" in p.stderr, p.stderr
     control = sandbox.run([PY, "-c", probe_code(body)])
     assert last_json(control.stdout) == {"read": "ok"}, control.stderr
-
-
-def _namespace_degrades(sandbox, wd: str) -> list[str]:
-    dry = sandbox.run(_inner(wd, "--dry-run", "--json"))
-    out = []
-    for m in json.loads(dry.stdout)["missing"]:
-        if m["feature"] in NAMESPACE_FEATURES:
-            out += ["--degrade", m["feature"]]
-    return out
 
 
 @pytest.mark.parametrize("tmpdir, why", [
@@ -203,3 +431,184 @@ def test_a_program_cannot_add_a_landlock_domain_that_would_not_hold(sandbox):
                             "use_errno=True); libc.prctl(38, 1, 0, 0, 0); "
                             "print(libc.syscall(446, -1, 0), os.strerror(ctypes.get_errno()))"])
     assert errno_of.stdout.split(None, 1) == ["-1", "Operation not permitted\n"], errno_of
+
+
+def test_check_inside_a_run_names_the_delegation(sandbox):
+    """`confine check` inside a run says `confine exec` is delegated to the outer
+    supervisor, per profile: strict and default are fully enforceable that way;
+    a profile with network keys is refused with its reason (not yet delegated)."""
+    wd = _inner_dir(sandbox)
+    p = sandbox.run([CONFINE, "check", "--json"], cwd=wd)
+    profiles = {e["profile"]: e for e in json.loads(p.stdout)["profiles"]}
+    for name in ("strict", "default"):
+        assert profiles[name]["mechanism"] == "delegated to the outer supervisor", profiles
+        assert profiles[name]["enforceable"] is True, profiles[name]
+    net = [e for e in profiles.values() if not e["enforceable"]]
+    assert all("network" in e.get("refused", "") for e in net), net
+    text = sandbox.run([CONFINE, "check"], cwd=wd)
+    assert "delegated to the outer supervisor" in text.stdout, text.stdout
+
+
+def test_a_nested_process_cannot_ask_for_a_wider_run(sandbox):
+    """A process of a nested run that reaches the outer's endpoint (its profile
+    allows unix sockets in the outer's TMPDIR, and it names the endpoint itself)
+    is refused: it could otherwise ask for a run wider than its own. Control: the
+    outer's own process asks the same and its nested run works."""
+    wd = _inner_dir(sandbox)
+    script = f"""
+        printf 'extends: strict\\nunix_sockets:\\n  allow:\\n    - %s\\n' "$TMPDIR" > {wd}/reach.yaml
+        EP="$CONFINE_DELEGATE"
+        {CONFINE} exec -w {wd} -p {wd}/reach.yaml --read {PREFIX_DIR} -- \\
+            /usr/bin/env CONFINE_DELEGATE="$EP" {CONFINE} exec -w {wd} -p default -- \\
+            /bin/sh -c 'echo WIDER'
+        echo "nested-asks=$?"
+        {CONFINE} exec -w {wd} -p default -- /bin/sh -c 'echo control-ok'
+    """
+    p = sandbox.run(_sh(script), timeout=120)
+    assert "WIDER" not in p.stdout, (p.stdout, p.stderr)
+    assert "nested-asks=125" in p.stdout, (p.stdout, p.stderr)
+    assert "only one level of nesting" in p.stderr, p.stderr
+    assert "control-ok" in p.stdout, (p.stdout, p.stderr)
+
+
+def test_sigkill_of_the_inner_ends_the_nested_command(sandbox):
+    """The inner confine killed outright (no relay possible): its end of the
+    endpoint closes and the outer ends the nested command. Control: it ran."""
+    wd = _inner_dir(sandbox)
+    mark = "876.5"
+    script = f"""
+        {CONFINE} exec -w {wd} -p strict -- /bin/sh -c ': > started; exec /bin/sleep {mark}' &
+        P=$!
+        n=0; while [ ! -e {wd}/started ] && [ $n -lt 400 ]; do /bin/sleep 0.05; n=$((n+1)); done
+        count() {{ for p in /proc/[0-9]*; do tr '\\000' ' ' < $p/cmdline 2>/dev/null; echo; done | grep -cx "/bin/sleep {mark} "; }}
+        echo "before=$(count)"
+        kill -KILL $P
+        n=0; while [ "$(count)" != 0 ] && [ $n -lt 400 ]; do /bin/sleep 0.05; n=$((n+1)); done
+        echo "after=$(count)"
+    """
+    p = sandbox.run(_sh(script), timeout=120)
+    assert "before=1" in p.stdout, (p.stdout, p.stderr)      # control
+    assert "after=0" in p.stdout, (p.stdout, p.stderr)
+
+
+# Nine connections that send nothing: the ninth is refused (at most eight nested
+# runs at once); once they are closed, a nested run works again.
+FLOOD = r'''
+import time
+ep = os.environ["CONFINE_DELEGATE"]
+held = []
+for _ in range(8):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET); s.connect(ep); held.append(s)
+time.sleep(0.5)
+s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET); s.connect(ep)
+s.settimeout(30)
+R["ninth"] = json.loads(s.recv(4096)).get("refused", "NOT REFUSED")
+for h in held:
+    h.close()
+'''
+
+
+def test_too_many_nested_runs_at_once_are_refused(sandbox):
+    wd = _inner_dir(sandbox)
+    script_file = os.path.join(sandbox.workdir, "flood.py")
+    with open(script_file, "w") as f:
+        f.write(probe_code(FLOOD))
+    script = f"""
+        {PY} {script_file}
+        n=0; until {CONFINE} exec -w {wd} -p strict -- /bin/sh -c 'echo after-ok' 2>/dev/null
+        do n=$((n+1)); [ $n -lt 50 ] || break; /bin/sleep 0.1; done
+    """
+    p = sandbox.run(_sh(script), timeout=120)
+    r = last_json(p.stdout)
+    assert r is not None and "too many nested runs" in r["ninth"], (p.stdout, p.stderr)
+    assert p.stdout.strip().endswith("after-ok"), (p.stdout, p.stderr)
+
+
+def test_nested_run_where_the_outer_has_no_namespaces(sandbox):
+    """The outer without mount and pid namespaces (Landlock, seccomp and the
+    broker's replacements): the nested run joins no namespace and still cannot
+    create, rename or chmod where only the outer grants (chmod judged by both
+    writable sets), nor make .envrc; its own writes work (control)."""
+    sb = sandbox.without_namespaces()
+    wd = _inner_dir(sb)
+    outer_file = os.path.join(sb.workdir, "outer-file")
+    with open(outer_file, "w"):
+        pass
+    _own(sb, outer_file)
+    os.chmod(outer_file, 0o600)
+    p = sb.run(_inner(wd, cmd=(PY, "-c", probe_code(WRITE_BODY, {"outer": sb.workdir}))))
+    r = last_json(p.stdout)
+    assert r is not None, (p.returncode, p.stderr)
+    assert r["inner workdir"] == "ok" and r["chmod inner"] == "ok", (r, p.stderr)   # control
+    for k in ("outer workdir", "outer tmp", "rename out", "mkdir outer", "envrc"):
+        assert r[k] == "EACCES", (k, r, p.stderr)
+    assert r["chmod outer"] in ("EACCES", "EPERM", "EROFS"), r
+    assert os.stat(outer_file).st_mode & 0o777 == 0o600
+    assert not os.path.exists(os.path.join(sb.workdir, "from-inner"))
+
+
+def test_sigterm_at_the_worst_moment_leaves_nothing(sandbox):
+    """SIGTERM to the inner confine at once, before or while the outer makes the
+    nested run, five times: each inner ends, and no nested command is left."""
+    wd = _inner_dir(sandbox)
+    mark = "765.5"
+    script = f"""
+        for i in 1 2 3 4 5; do
+            {CONFINE} exec -w {wd} -p strict -- /bin/sleep {mark} &
+            kill -TERM $!; wait $!; echo "status=$?"
+        done
+        count() {{ for p in /proc/[0-9]*; do tr '\\000' ' ' < $p/cmdline 2>/dev/null; echo; done | grep -cx "/bin/sleep {mark} "; }}
+        n=0; while [ "$(count)" != 0 ] && [ $n -lt 400 ]; do /bin/sleep 0.05; n=$((n+1)); done
+        echo "left=$(count)"
+    """
+    p = sandbox.run(_sh(script), timeout=120)
+    assert p.stdout.count("status=") == 5, (p.stdout, p.stderr)
+    assert "left=0" in p.stdout, (p.stdout, p.stderr)
+    assert _procs_with(mark) == []
+
+
+def test_nested_command_gets_default_signal_dispositions(sandbox):
+    """No signal ignored or blocked in the nested command (the outer's server
+    ignores the terminal's): SigIgn and SigBlk of its /proc status are empty,
+    as in the outer run (control)."""
+    wd = _inner_dir(sandbox)
+    code = ("import json; d = dict(l.split(':', 1) for l in open('/proc/self/status'));"
+            " print(json.dumps({k: d[k].strip() for k in ('SigIgn', 'SigBlk')}))")
+    outer = last_json(sandbox.run([PY, "-c", code]).stdout)
+    p = sandbox.run(_inner(wd, cmd=(PY, "-c", code)))
+    inner = last_json(p.stdout)
+    assert outer is not None and outer["SigBlk"] == "0" * 16, outer
+    assert inner == outer, (inner, p.stderr)
+
+
+def test_nested_run_below_landlock_abi_6_is_refused_by_name(sandbox):
+    """Below Landlock ABI 6 the outer replaces signal and abstract-socket scoping by
+    its own pid and network namespaces, which a nested run shares with the outer
+    agent: the nested run is refused (125) naming the scoping, never run without
+    it. Control: the outer run itself runs there."""
+    import copy
+    sb = copy.copy(sandbox)
+    sb.env = sandbox.env + ["CONFINE_TEST_LANDLOCK_ABI_MAX=5"]
+    wd = _inner_dir(sb)
+    p = sb.run(_sh(f"echo outer-ran; {CONFINE} exec -w {wd} -p strict -- echo NESTED; "
+                   "echo rc=$?"))
+    assert "outer-ran" in p.stdout and "NESTED" not in p.stdout, (p.stdout, p.stderr)
+    assert "rc=125" in p.stdout, (p.stdout, p.stderr)
+    assert "cannot enforce landlock.scope_" in p.stderr, p.stderr
+
+
+def test_a_bad_inner_profile_is_one_line_with_its_own_name(sandbox):
+    """An inner profile the outer supervisor refuses (a write grant that does not
+    exist) is one line, exit 125, naming the file as the inner wrote it (not
+    the outer's private copy). Control: the same profile without it runs."""
+    wd = _inner_dir(sandbox)
+    bad, good = os.path.join(wd, "bad.yaml"), os.path.join(wd, "good.yaml")
+    with open(bad, "w") as f:
+        f.write("extends: strict\nfilesystem:\n  write:\n    - /nonexistent-confine-dir\n")
+    with open(good, "w") as f:
+        f.write("extends: strict\n")
+    p = sandbox.run([CONFINE, "exec", "-w", wd, "-p", bad, "--", "true"])
+    assert p.returncode == 125, (p.stdout, p.stderr)
+    assert p.stderr.count("\n") == 1 and f"{bad}:4:" in p.stderr, p.stderr
+    assert "confine-nested-profile" not in p.stderr, p.stderr
+    assert sandbox.run([CONFINE, "exec", "-w", wd, "-p", good, "--", "true"]).returncode == 0
