@@ -38,7 +38,8 @@ from typing import Any, Iterator, Sequence
 from ..paths import is_under
 from ..policy.patterns import Pattern
 
-__all__ = ["RACY_NS", "Record", "default_dir", "dir_for", "cache_key", "load", "save", "no_gc"]
+__all__ = ["RACY_NS", "Record", "FILESYSTEMS", "default_dir", "dir_for", "unsupported",
+           "cache_key", "load", "save", "no_gc"]
 
 RACY_NS = 1_000_000_000          # a stamp this close to the walk is listed again next time
 KEEP = 32                        # index files kept per directory (the oldest go)
@@ -84,6 +85,29 @@ def dir_for(policy: Any) -> tuple[str | None, str]:
         if is_under(path, os.path.realpath(g)) or is_under(os.path.realpath(g), path):
             return None, f"the index directory {path} is writable in the sandbox ({g})"
     return path, ""
+
+
+# Filesystems whose ctime has a fine grain, is set by the kernel on every change and
+# cannot be set by anyone else.  Not: FAT (2 s, no real ctime), network and FUSE
+# filesystems (a server's or another client's clock and caches), overlayfs (copy-up).
+FILESYSTEMS = frozenset({"ext4", "xfs", "btrfs", "tmpfs", "f2fs", "bcachefs", "zfs"})
+
+
+def unsupported(fd: int) -> str | None:
+    """Why the directory `fd` is on a filesystem whose stamps cannot vouch for a
+    listing (None: they can)."""
+    mid = _mount_id(fd)
+    try:
+        with open("/proc/self/mountinfo", "rb") as f:
+            for ln in f:
+                parts = ln.split()
+                if parts and parts[0] == str(mid).encode():
+                    fstype = parts[parts.index(b"-") + 1].decode("ascii", "replace")
+                    return None if fstype in FILESYSTEMS else \
+                        f"no directory index on {fstype} (its timestamps cannot vouch for a listing)"
+    except (OSError, ValueError, IndexError):
+        pass
+    return "no directory index: the workdir's filesystem is unknown"
 
 
 def _mount_id(fd: int) -> int:

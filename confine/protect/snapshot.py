@@ -394,6 +394,7 @@ class _Scan:
         self.reused = 0                             # directories not listed again
         self._listed: tuple[bool, tuple[str, ...]] | None = None
         self._racy = 0
+        self._dev = -1
 
     def _unchecked(self, rel: str, why: str) -> None:
         self.unchecked.append((rel, why))
@@ -528,9 +529,11 @@ class _Scan:
     def walk(self) -> None:
         st0 = os.fstat(self.fs.fd)
         self._racy = time.time_ns() - RACY_NS
+        self._dev = st0.st_dev
         visited = {(st0.st_dev, st0.st_ino)}
         cached = self.cached if self.cached is not None else {}
         index, roots, wfd, lstat = self.index, self.roots, self.fs.fd, os.stat
+        targets, reused = self.pointer_targets, 0
         # frames: [rel, fd (None: not opened, the index vouched for it), pending, stat]
         stack: list[list] = [["", os.dup(self.fs.fd), None, st0]]
         try:
@@ -553,14 +556,15 @@ class _Scan:
                 # just now, so each name on the way is the directory it was.
                 rec = cached.get(child)
                 cst = cfd = None
-                if rec is not None and rec[4] and child not in self.pointer_targets:
+                if rec is not None and rec[4] and child not in targets:
                     try:
                         cst = lstat(child, dir_fd=wfd, follow_symlinks=False)
                     except OSError:
                         cst = None
-                    if cst is not None and ((cst.st_dev, cst.st_ino, cst.st_ctime_ns,
-                                             cst.st_mtime_ns) != rec[:4]
-                                            or not stat.S_ISDIR(cst.st_mode)):
+                    if cst is not None and not (cst.st_ctime_ns == rec[2] and cst.st_ino == rec[1]
+                                                and cst.st_dev == rec[0]
+                                                and cst.st_mtime_ns == rec[3]
+                                                and cst.st_mode & 0o170000 == stat.S_IFDIR):
                         cst = None
                 if cst is None:
                     cfd = self._open_child(fd, rel, name, child)
@@ -581,15 +585,17 @@ class _Scan:
                     continue
                 if cfd is None:
                     index[child] = rec
-                    self.reused += 1
+                    reused += 1
                     sub = rec[5]
                     if type(sub) is not tuple:
                         raise ValueError(f"index record of {child!r}")
-                    stack.append([child, None, [n for n in sub if not (
-                        (r := roots.get(f"{child}/{n}")) and r.tree)], cst])
+                    if sub:         # a directory without subdirectories needs no frame
+                        stack.append([child, None, [n for n in sub if not (
+                            (r := roots.get(f"{child}/{n}")) and r.tree)], cst])
                 else:
                     stack.append([child, cfd, None, cst])
         finally:
+            self.reused = reused
             for item in stack:
                 if item[1] is not None:
                     os.close(item[1])
@@ -643,6 +649,8 @@ class _Scan:
         pending = self._visit(rel, fd)
         if self._listed is not None:
             plain, names = self._listed
+            # a mount inside the workdir may be any filesystem: listed every time
+            plain = plain and st.st_dev == self._dev
             ctime = st.st_ctime_ns if st.st_ctime_ns < self._racy else -1
             self.index[rel] = (st.st_dev, st.st_ino, ctime, st.st_mtime_ns, plain, names)
         return pending
@@ -1144,6 +1152,9 @@ def _snapshot(workdir: str, pats: tuple[Pattern, ...], home: str | None,
     sc = _Scan(workdir, pats, copy=True, home=home, git_configs=git_configs)
     key, note = None, ""
     try:
+        why = _index.unsupported(sc.fs.fd)
+        if why is not None:
+            index_dir, note = None, why
         if index_dir is not None:
             key = _index.cache_key(workdir, sc.fs.fd, pats)
             sc.cached = _index.load(index_dir, key)
@@ -1162,6 +1173,8 @@ def _snapshot(workdir: str, pats: tuple[Pattern, ...], home: str | None,
         state = gitdata.record(sc)
     finally:
         sc.fs.close()
+    if why is not None:
+        sc.index = {}   # nor for this run's exit check
     checked = _checked_configs(sc) if guarded else []
     plan, guard_only = _mount_plan(workdir, sc, set(checked))
     return Snapshot(workdir, pats, run_id or _run_id(), sc.roots, sc.entries, sc.gitdirs,

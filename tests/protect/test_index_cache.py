@@ -347,3 +347,36 @@ def test_random_changes_walk_the_same_with_and_without_the_index():
             assert not r2.alerts, [c.path for c in r2.alerts]   # r1 put everything back
     finally:
         shutil.rmtree(top, ignore_errors=True)
+
+
+# --- where the index may live and on which filesystems -----------------------------------
+
+def test_no_index_where_the_profile_lets_the_agent_write(tmp_path, monkeypatch):
+    """dir_for: the index directory is refused when a write grant (or the
+    workdir) covers it or lies inside it; control: an unrelated grant."""
+    from types import SimpleNamespace
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    want = os.path.realpath(tmp_path / "state" / "confine" / "index")
+
+    def pol(*write: str, wd: str = str(tmp_path / "w")) -> SimpleNamespace:
+        g = [SimpleNamespace(path=p) for p in write]
+        return SimpleNamespace(workdir=wd, write=g, devices=())
+    assert index.dir_for(pol(str(tmp_path / "other"))) == (want, "")
+    for bad in (str(tmp_path / "state"), str(tmp_path), want, os.path.join(want, "x")):
+        got, why = index.dir_for(pol(bad))
+        assert got is None and "writable in the sandbox" in why, bad
+    assert index.dir_for(pol(wd=str(tmp_path / "state")))[0] is None
+
+
+def test_no_index_on_a_filesystem_whose_stamps_cannot_vouch(tmp_path):
+    fd = os.open("/proc", os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        assert "proc" in (index.unsupported(fd) or "")
+    finally:
+        os.close(fd)
+    fd = os.open(str(tmp_path), os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        assert index.unsupported(fd) is None      # control: this machine's /tmp
+    finally:
+        os.close(fd)
