@@ -33,17 +33,19 @@ import hashlib
 import marshal
 import os
 import stat
+import time
 from typing import Any, Iterator, Sequence
 
 from ..paths import is_under
 from ..policy.patterns import Pattern
 
 __all__ = ["RACY_NS", "Record", "FILESYSTEMS", "default_dir", "dir_for", "unsupported",
-           "cache_key", "load", "save", "no_gc"]
+           "cache_key", "load", "save", "touch", "no_gc"]
 
 RACY_NS = 1_000_000_000          # a stamp this close to the walk is listed again next time
 KEEP = 32                        # index files kept per directory (the oldest go)
-MAX_BYTES = 256 << 20            # an index file larger than this is not read
+MAX_BYTES = 256 << 20            # an index file larger than this is not read ...
+MAX_DIRS = 2_000_000             # ... nor one of more directories written
 _FORMAT = 1
 _MAGIC = b"confine-index\n"
 
@@ -206,6 +208,8 @@ def load(path: str, key: tuple[Any, ...]) -> dict[str, Record] | None:
 def save(path: str, key: tuple[Any, ...], index: dict[str, Record]) -> None:
     """Store `index` for `key` (atomically: a new file renamed into place);
     OSError if it cannot be written.  Older index files beyond KEEP go."""
+    if len(index) > MAX_DIRS:
+        return
     dfd = _open_dir(path, True)
     if dfd is None:
         raise OSError(f"{path}: not a private directory of ours")
@@ -233,17 +237,33 @@ def save(path: str, key: tuple[Any, ...], index: dict[str, Record]) -> None:
         os.close(dfd)
 
 
+def touch(path: str, key: tuple[Any, ...]) -> None:
+    """Mark the index of `key` as used now (the oldest go first), unchanged."""
+    dfd = _open_dir(path, False)
+    if dfd is None:
+        return
+    try:
+        os.utime(_name(key), dir_fd=dfd, follow_symlinks=False)
+    except OSError:
+        pass
+    finally:
+        os.close(dfd)
+
+
 def _expire(dfd: int, keep: str) -> None:
     dated = []
+    stale = time.time_ns() - 600 * 10**9
     for e in os.scandir(dfd):
-        if e.name == keep or len(e.name) != 32:
-            continue
         try:
-            dated.append((e.stat(follow_symlinks=False).st_mtime_ns, e.name))
+            mtime = e.stat(follow_symlinks=False).st_mtime_ns
         except OSError:
-            pass
+            continue
+        if e.name.startswith(".") and mtime < stale:
+            dated.append((-1, e.name))      # left by a save that was killed
+        elif e.name != keep and len(e.name) == 32:
+            dated.append((mtime, e.name))
     dated.sort(reverse=True)
-    for _, n in dated[KEEP - 1:]:
+    for _, n in dated[KEEP - 1:] + [d for d in dated[:KEEP - 1] if d[0] == -1]:
         try:
             os.unlink(n, dir_fd=dfd)
         except OSError:

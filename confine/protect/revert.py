@@ -755,7 +755,10 @@ def _verify_and_revert(snap: Snapshot, quarantine_dir: str | None, trust_mounts:
     if complete and snap.index_dir is not None and snap.index_key is not None:
         # for the next start: what the revert changed has a new ctime, so it is listed again
         try:
-            index.save(snap.index_dir, snap.index_key, cur.index)
+            if snap.index_stored and cur.index == snap.dir_index:
+                index.touch(snap.index_dir, snap.index_key)   # the same index: not written again
+            else:
+                index.save(snap.index_dir, snap.index_key, cur.index)
         except OSError as e:
             report.changes.append(Change("unchecked", "", "noted", "could not keep the "
                                          f"workdir's directory index: {_why(e)}", alert=False))

@@ -132,6 +132,7 @@ class Snapshot:
     index_key: tuple[Any, ...] | None = None
     index_reused: int = 0          # directories the index vouched for (not listed again)
     index_note: str = ""           # why no stored index was used
+    index_stored: bool = False     # dir_index is the very index stored (nothing to write)
 
     def describe(self) -> dict[str, object]:
         """JSON-able view for --dry-run: what is protected and how."""
@@ -1180,7 +1181,8 @@ def _snapshot(workdir: str, pats: tuple[Pattern, ...], home: str | None,
     return Snapshot(workdir, pats, run_id or _run_id(), sc.roots, sc.entries, sc.gitdirs,
                     tuple(sorted(sc.pins)), tuple(sc.extra), tuple(sc.global_hooks), plan,
                     tuple(guard_only), tuple(sc.notes), time.time(), time.monotonic() - t0,
-                    modes, state, tuple(checked), sc.index, index_dir, key, sc.reused, note)
+                    modes, state, tuple(checked), sc.index, index_dir, key, sc.reused, note,
+                    sc.cached is not None and sc.index == sc.cached)
 
 
 def _checked_configs(sc: _Scan) -> list[str]:

@@ -380,3 +380,51 @@ def test_no_index_on_a_filesystem_whose_stamps_cannot_vouch(tmp_path):
         assert index.unsupported(fd) is None      # control: this machine's /tmp
     finally:
         os.close(fd)
+
+
+def test_an_unchanged_index_is_not_written_again_a_changed_one_is(tmp_path):
+    """In-process: the exit check rewrites the stored index only when a walk
+    saw something new (a new file replaces the old by rename: a new inode)."""
+    wd, store = tmp_path / "w", str(tmp_path / "store")
+    for d in ("a/b", "c"):
+        (wd / d).mkdir(parents=True)
+    _age()
+
+    def run() -> protect.Snapshot:
+        s = protect.snapshot(str(wd), git_configs=[], index_dir=store)
+        protect.verify_and_revert(s, quarantine_dir=str(tmp_path / "q"))
+        return s
+
+    def ino() -> int:
+        (name,) = os.listdir(store)
+        return os.stat(os.path.join(store, name)).st_ino
+    s = run()                                  # no index yet: stored at exit
+    assert not s.index_stored and s.index_reused == 0
+    first = ino()
+    s = run()
+    assert s.index_stored and s.index_reused > 0 and ino() == first
+    _age()
+    with keep_mtime(str(wd / "a/b")):
+        (wd / "a/b/new").mkdir()
+    s = run()
+    assert not s.index_stored and ino() != first
+
+
+def test_old_indexes_and_killed_saves_are_expired(tmp_path):
+    store = tmp_path / "store"
+    store.mkdir(mode=0o700)
+    old = time.time_ns() - 3600 * 10**9
+    for i in range(index.KEEP + 8):
+        p = store / f"{i:032x}"
+        p.write_bytes(b"x")
+        os.utime(p, ns=(old + i, old + i))
+    (store / ".left-by-a-kill.123").write_bytes(b"x")
+    os.utime(store / ".left-by-a-kill.123", ns=(old, old))
+    (store / "not-ours").write_bytes(b"x")          # other names are left alone
+    index.save(str(store), ("k",), {})
+    left = set(os.listdir(store))
+    assert len([n for n in left if len(n) == 32]) == index.KEEP
+    assert f"{index.KEEP + 7:032x}" in left and f"{0:032x}" not in left
+    assert ".left-by-a-kill.123" not in left and "not-ours" in left
+    assert index.load(str(store), ("k",)) == {}
+    assert index.load(str(store), ("other",)) is None
