@@ -240,11 +240,18 @@ def test_a_damaged_or_foreign_index_is_not_used(sandbox, damage):
 
 # --- the exit check, with the start's index, sees what changed during the run -------------
 
-def test_the_exit_check_finds_a_name_made_below_a_vouched_directory(sandbox):
+@pytest.mark.parametrize("how", ["new name", "hard link"])
+def test_the_exit_check_finds_a_name_made_below_a_vouched_directory(sandbox, how):
     """A protected name made during the run where the guard does not see it
     (outside the sandbox, by another process), below a directory the index
-    vouches for, with its mtime put back: the exit check finds and reports it."""
+    vouches for, with its mtime put back: the exit check finds and reports it.
+    Or a protected file changed through a hard link in a vouched directory
+    (no directory changes): its content is read again all the same."""
     sb = sandbox
+    if how == "hard link":
+        mk(sb, ".envrc", "export X=1\n")
+        mk(sb, "m/n")
+        os.link(os.path.join(sb.workdir, ".envrc"), os.path.join(sb.workdir, "m/n/link"))
     stored(sb)
     agent = sb.popen(["python3", "-c", textwrap.dedent("""
         import os, time
@@ -259,16 +266,25 @@ def test_the_exit_check_finds_a_name_made_below_a_vouched_directory(sandbox):
                 break
             time.sleep(0.02)
         assert os.path.exists(ready), agent.communicate(timeout=5)
-        with keep_mtime(os.path.join(sb.workdir, "p/q/r/s")):
-            mk(sb, "p/q/r/s/.envrc", "export X=1\n")
+        if how == "hard link":
+            with open(os.path.join(sb.workdir, "m/n/link"), "a") as f:
+                f.write("echo pwned\n")
+        else:
+            with keep_mtime(os.path.join(sb.workdir, "p/q/r/s")):
+                mk(sb, "p/q/r/s/.envrc", "export X=1\n")
         mk(sb, "go", "")
         out, err = agent.communicate(timeout=60)
     finally:
         if agent.poll() is None:
             agent.kill()
             agent.wait()
-    assert "p/q/r/s/.envrc" in err, err
-    assert not os.path.exists(os.path.join(sb.workdir, "p/q/r/s/.envrc")), err
+    if how == "hard link":
+        assert ".envrc" in err and "modified" in err, err
+        with open(os.path.join(sb.workdir, ".envrc")) as f:
+            assert f.read() == "export X=1\n"
+    else:
+        assert "p/q/r/s/.envrc" in err, err
+        assert not os.path.exists(os.path.join(sb.workdir, "p/q/r/s/.envrc")), err
 
 
 # --- the walk with an index finds exactly what the walk without one finds -----------------
