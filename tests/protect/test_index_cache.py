@@ -182,8 +182,10 @@ def test_a_workdir_replaced_at_the_same_path_gets_no_index(sandbox):
 
 # --- the stored index is unreachable for the agent and checked before use ----------------
 
-def test_the_agent_cannot_plant_or_edit_the_index(sandbox):
-    sb = sandbox
+@pytest.mark.parametrize("layers", ["all", "landlock"])
+def test_the_agent_cannot_plant_or_edit_the_index(sandbox, layers):
+    """Also with Landlock and seccomp alone (no mount namespace, no read-only host)."""
+    sb = sandbox if layers == "all" else sandbox.without_namespaces()
     stored(sb)
     d = index_dir(sb)
     files = index_files(sb)
