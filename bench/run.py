@@ -544,9 +544,39 @@ def section_workdir(t, small, pw, quick):
     for p in sizes:
         trees[f"{p * 13 + 10:,} entries"] = make_tree(p, pw)
     cands = {k: [t["confine"], "exec", "-w", d, "--user", USER, "--", "/bin/true"] for k, d in trees.items()}
-    res = interleaved(cands, size("cold_runs", quick) if quick else max(5, size("cold_runs", quick) // 2), 1)
-    out = {"trees": res, "largest": f"{sizes[-1] * 13 + 10:,} entries", "largest_entries": sizes[-1] * 13 + 10}
+    runs = size("cold_runs", quick) if quick else max(5, size("cold_runs", quick) // 2)
+    # The warm-up run keeps the workdir's directory index: these are second runs, the goal's figure.
+    res = interleaved(cands, runs, 1)
+    first = {}
+    for k, d in trees.items():
+        times = []
+        for _ in range(max(3, runs // 2)):
+            drop_index(d)
+            try:
+                times.append(spawn_s(cands[k]) * 1000)
+            except (RuntimeError, OSError) as e:
+                first[k] = str(e)
+                break
+        first.setdefault(k, stats(times))
+    out = {"trees": res, "first": first, "largest": f"{sizes[-1] * 13 + 10:,} entries",
+           "largest_entries": sizes[-1] * 13 + 10}
     return out
+
+
+INDEX_DIR = "/var/lib/confine/index"
+
+
+def drop_index(workdir):
+    """Remove the directory index confine keeps for `workdir` (a first run again)."""
+    key = os.fsencode(os.path.realpath(workdir))
+    for n in os.listdir(INDEX_DIR) if os.path.isdir(INDEX_DIR) else ():
+        p = os.path.join(INDEX_DIR, n)
+        try:
+            with open(p, "rb") as f:
+                if key in f.read():
+                    os.unlink(p)
+        except OSError:
+            pass
 
 
 WARM = r'''
@@ -900,15 +930,21 @@ def render(R, M, V, quick, markdown, only=None):
         n = next((s["n"] for s in R["cold"].values() if isinstance(s, dict)), 0)
         table(["command", f"median (n={n})", "p90", "x python3 -I"], rows)
     if "workdir" in R and "trees" in R["workdir"]:
-        title("Start + exit with a large workdir: `confine exec -w DIR -- /bin/true`, ms")
+        title("Start + exit with a large workdir: `confine exec -w DIR -- /bin/true`, ms "
+              "(second run: the directory index kept by the first; first run: no index)")
         small = R["workdir"]["trees"]["small"]
+        first = R["workdir"].get("first", {})
         rows = []
         for k, s in R["workdir"]["trees"].items():
             med, p90 = fmt_ms(s)
             add = (f"{s['median'] - small['median']:+.0f}" if isinstance(s, dict) and isinstance(small, dict)
                    and k != "small" else "")
-            rows.append((k, med, p90, add))
-        table(["workdir", "median", "p90", "added"], rows)
+            f1 = first.get(k)
+            fmed, _ = fmt_ms(f1) if f1 is not None else ("", "")
+            fadd = (f"{f1['median'] - small['median']:+.0f}" if isinstance(f1, dict) and isinstance(small, dict)
+                    and k != "small" else "")
+            rows.append((k, med, p90, add, fmed, fadd))
+        table(["workdir", "median", "p90", "added", "first run", "added (first run)"], rows)
     if "warm" in R:
         title("Warm spawn from the Python API: `/bin/true` in a loop, one process, ms")
         sl = R["warm"].get("sandlock Sandbox(...).run")

@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
-from . import gitdata
+from . import gitdata, index
 from .gitconfig import is_dangerous_key, parse_git_config, sanitize_git_config, vet_git_config
 from .report import _safe, format_report
 from .snapshot import (
@@ -680,16 +680,37 @@ def verify_and_revert(snap: Snapshot, *, quarantine_dir: str | None = None,
     Returns a Report; `report.alerts` is what the launcher must print
     (format_report) and turn into a distinct outcome.
     """
+    with index.no_gc():
+        return _verify_and_revert(snap, quarantine_dir, trust_mounts, home)
+
+
+def _verify_and_revert(snap: Snapshot, quarantine_dir: str | None, trust_mounts: bool,
+                       home: str | None) -> Report:
     t0 = time.monotonic()
     report = Report(namespaces_active=trust_mounts)
     default = quarantine_dir is None
     q = _Quarantine(quarantine_dir or default_quarantine_dir(snap.run_id, home=home), snap.workdir)
     report.quarantine_dir = q.path
+    # The start's directory index vouches for every plain directory whose stamp
+    # (ctime: the agent cannot set it) is unchanged: the scan lists only what changed.
     cur = _ExitScan(snap.workdir, snap.patterns, copy=False, prev=snap, extra=snap.extra,
-                    global_hooks=snap.global_hooks, parse_configs=False)
+                    global_hooks=snap.global_hooks, parse_configs=False,
+                    cached=snap.dir_index or None)
+    complete = False
     try:
         try:
-            cur.walk()
+            try:
+                cur.walk()
+            except (TypeError, ValueError, IndexError, AttributeError):
+                if cur.cached is None:
+                    raise
+                # the index is not as the snapshot made it: every directory, as without it
+                old, cur = cur, _ExitScan(snap.workdir, snap.patterns, copy=False, prev=snap,
+                                          extra=snap.extra, global_hooks=snap.global_hooks,
+                                          parse_configs=False)
+                old.fs.close()
+                cur.walk()
+            complete = True
         except Exception as e:  # noqa: BLE001 - revert what was seen, say what was not
             report.changes.append(Change("unchecked", "", "failed", "the scan of the workdir "
                                          f"stopped ({type(e).__name__}: {e}): paths it had not "
@@ -731,6 +752,16 @@ def verify_and_revert(snap: Snapshot, *, quarantine_dir: str | None = None,
     finally:
         cur.fs.close()
         q.close()
+    if complete and snap.index_dir is not None and snap.index_key is not None:
+        # for the next start: what the revert changed has a new ctime, so it is listed again
+        try:
+            if snap.index_stored and cur.index == snap.dir_index:
+                index.touch(snap.index_dir, snap.index_key)   # the same index: not written again
+            else:
+                index.save(snap.index_dir, snap.index_key, cur.index)
+        except OSError as e:
+            report.changes.append(Change("unchecked", "", "noted", "could not keep the "
+                                         f"workdir's directory index: {_why(e)}", alert=False))
     if default:
         try:
             expire_quarantine(os.path.dirname(q.path), os.path.basename(q.path))

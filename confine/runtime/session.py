@@ -301,9 +301,11 @@ class Session:
 
     def _snapshot(self, policy: Any, home: str, facts: HostFacts) -> Protected:
         from .. import protect
+        from ..protect import index
         try:
             snap = protect.snapshot(policy.workdir, protect.effective(policy), home=home,
-                                    guarded=facts.seccomp_user_notif)
+                                    guarded=facts.seccomp_user_notif,
+                                    index_dir=index.dir_for(policy)[0])
         except (OSError, ValueError) as e:
             raise ConfineError(f"cannot snapshot the protected workdir paths: {e}") from None
         self.snapshot = snap
