@@ -482,6 +482,15 @@ def plan_nested(outer: Outer, req: NestedRequest) -> tuple[Nested, str]:
                               f"nothing to pass (set it with --env {name}=VALUE)")
         plan = compile(pol, req.argv, ident, facts, parent_env=env, cli_env=req.cli_env,
                        protected=prot, agent_home=None)
+        if plan.signal_mediation or plan.refuse_abstract:
+            # the seccomp replacements judge pids and abstract names in the supervisor's
+            # view; a nested run lives in the outer agent's pid and network namespaces
+            which = "landlock.scope_signal" if plan.signal_mediation else \
+                "landlock.scope_abstract_unix"
+            raise Refused(f"nested run: cannot enforce {which}: Landlock scoping needs ABI 6 "
+                          f"(this kernel has ABI {plan.abi}), and a nested run shares the "
+                          "outer agent's pid and network namespaces, where confine's "
+                          "seccomp replacements cannot judge")
         notes = (f"nested run: delegated to the outer supervisor (outer profile "
                  f"{op.policy.name}); confined by both policies",
                  f"nested run: HOME is the outer run's ({home}); protected names judged for "
