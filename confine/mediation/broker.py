@@ -22,8 +22,10 @@ from typing import TYPE_CHECKING, NoReturn
 from confine.kernel import notify
 from confine.kernel.libc import libc
 
-from .files import FileBroker, Refused, Task
+from .files import Deferred, FileBroker, Refused, Task
 from .wire import (
+    ANSWER,
+    ANSWER_CLOEXEC,
     FILE_OPS,
     MAX_FDS,
     META_OPS,
@@ -50,8 +52,11 @@ def broker_main(sock: socket.socket, guard: Guard | None = None) -> NoReturn:
     lock = threading.Lock()
     os.umask(0)      # file requests carry the agent's umask and apply it themselves
     files = FileBroker(guard)
+    listener = [-1]  # the agent's seccomp listener (ListenerRequest), once sent
 
-    def reply(rid: int, answer: Reply) -> None:
+    def reply(rid: int, answer: Reply, req: FileRequest | None = None) -> None:
+        if req is not None and req.answer & ANSWER and listener[0] >= 0:
+            answer = _answer(listener[0], req, answer)
         msg = answer.encode(rid)
         with lock:
             try:
@@ -65,8 +70,9 @@ def broker_main(sock: socket.socket, guard: Guard | None = None) -> NoReturn:
     def file_call(rid: int, body: bytes, fds: list[int]) -> None:
         answer = None
         try:
-            answer = files.handle(FileRequest.unpack(body), fds)
-            reply(rid, answer)
+            req = FileRequest.unpack(body)
+            answer = files.handle(req, fds)
+            reply(rid, answer, req)
         finally:
             _close(fds + ([answer.fd] if answer is not None and answer.fd is not None else []))
 
@@ -111,6 +117,7 @@ def broker_main(sock: socket.socket, guard: Guard | None = None) -> NoReturn:
             with idle_lock:
                 idle[0] += 1
 
+    files.inline = threading.get_ident()
     while True:
         try:
             body, fds, _, _ = socket.recv_fds(sock, REQUEST_MAX, MAX_FDS)
@@ -118,7 +125,34 @@ def broker_main(sock: socket.socket, guard: Guard | None = None) -> NoReturn:
             os._exit(0)
         if not body:
             os._exit(0)
-        if request_head(body)[1] == Op.ROOTS:
+        op = request_head(body)[1]
+        if op in FILE_OPS:
+            # Here, without a hand-off to a worker (a thread wake-up per call):
+            # a file call that could block (a FIFO or device opened, a directory
+            # on a network or FUSE file system) stops before it changes
+            # anything (Deferred) and goes to a worker instead.
+            answer = None
+            req = None
+            try:
+                req = FileRequest.unpack(body)
+                answer = files.handle(req, fds)
+            except Deferred:
+                pass
+            except Exception:  # noqa: BLE001 - answer rather than leave the agent waiting
+                answer = Reply(-1, errno.EIO)
+            if answer is not None:
+                try:
+                    reply(request_head(body)[0], answer, req)
+                finally:
+                    _close(fds + ([answer.fd] if answer.fd is not None else []))
+                continue
+        if op == Op.LISTENER:
+            if listener[0] < 0 and len(fds) == 1:
+                listener[0] = fds[0]
+            else:
+                _close(fds)
+            continue
+        if op == Op.ROOTS:
             # Here, not on a worker: every request after it sees the roots.
             try:
                 files.set_socket_roots(fds, RootsRequest.unpack(body).names)
@@ -198,6 +232,34 @@ def _perform(req: SocketRequest, sockfd: int, name: bytes, extra: list[int]) -> 
                      ctypes.cast(ctrl, ctypes.c_void_p) if ctrl else None, clen, 0)
         ret = libc.sendmsg(sockfd, ctypes.byref(hdr), req.flags)
     return Reply(ret, ctypes.get_errno() if ret < 0 else 0)
+
+
+def _answer(listener: int, req: FileRequest, answer: Reply) -> Reply:
+    """Give the agent the answer to req's notification here (the opened file
+    installed in it, or the return value or errno); the reply then tells the
+    supervisor only what to report. A notification that is gone (the agent's
+    call was interrupted) needs no answer; any other failure leaves the answer
+    to the supervisor, as an error (EIO: the file is not installed). An
+    answer with something to say (the guard's reason, a held name, a refusal
+    the supervisor explains from the waiting thread's cwd) is left to the
+    supervisor: said before the agent goes on, never lost when it exits."""
+    if answer.reason or (answer.ret < 0 and answer.err in (errno.EACCES, errno.EROFS,
+                                                            errno.EBUSY)):
+        return answer
+    try:
+        if answer.fd is not None and answer.ret >= 0:
+            try:
+                notify.addfd_send(listener, req.nid, answer.fd, bool(req.answer & ANSWER_CLOEXEC))
+            except OSError as e:
+                if e.errno != errno.ENOENT:
+                    notify.respond(listener, req.nid, error=e.errno or errno.EIO)
+        else:
+            notify.respond(listener, req.nid, val=answer.ret if answer.ret >= 0 else 0,
+                           error=(answer.err or errno.EIO) if answer.ret < 0 else 0)
+    except OSError as e:
+        if e.errno != errno.ENOENT:
+            return Reply(-1, errno.EIO, answer.reason)
+    return Reply(answer.ret, answer.err, answer.reason, answered=True)
 
 
 def _close(fds: list[int]) -> None:

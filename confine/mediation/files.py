@@ -105,6 +105,29 @@ INDEX_CAP = 256 << 20     # a bigger index is installed unchanged (held entries 
 _STATFS_SIZE = 128
 
 
+# File systems on which no file call the broker makes can wait on anything but
+# the local kernel; on any other (NFS, FUSE, CIFS...) a call may hang, so it is
+# made on a worker thread (broker.py), never on the one receiving requests.
+LOCAL_FS = frozenset({
+    0x01021994,     # tmpfs
+    0x858458F6,     # ramfs
+    0xEF53,         # ext2/3/4
+    0x58465342,     # xfs
+    0x9123683E,     # btrfs
+    0x794C7630,     # overlayfs
+    0xF2F52010,     # f2fs
+    0xCA451A4E,     # bcachefs
+    0x2FC12FC1,     # zfs
+    0x73717368,     # squashfs
+    PROC_SUPER_MAGIC,
+})
+
+
+class Deferred(Exception):
+    """Raised on the broker's receiving thread before a call that might block
+    changes anything: the call is made again from the start on a worker."""
+
+
 class Refused(Exception):
     """errno and the reason the supervisor reports once."""
     def __init__(self, err: int, reason: str):
@@ -224,6 +247,9 @@ class FileBroker:
                 else:
                     os.close(fd)
         self.root = os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        # The thread that receives requests (broker.py): a call on it that might
+        # block raises Deferred instead.
+        self.inline: int | None = None
         # Held while a name is judged and made (never around a call that can
         # block): every name the agent makes comes through here, so none can
         # appear or change type between a check and the call it guards.
@@ -278,7 +304,16 @@ class FileBroker:
 
     def _walk(self, task: Task, dirfd: int, path: bytes) -> tuple[int, bytes, bool]:
         """(pinned parent, last component, trailing slash). The caller closes
-        the parent."""
+        the parent. On the receiving thread, Deferred for a parent on a file
+        system that is not local (nothing was changed yet)."""
+        got = self._walk_to(task, dirfd, path)
+        if self.inline is not None and self.inline == threading.get_ident() \
+                and _fstype(got[0]) not in LOCAL_FS:
+            os.close(got[0])
+            raise Deferred()
+        return got
+
+    def _walk_to(self, task: Task, dirfd: int, path: bytes) -> tuple[int, bytes, bool]:
         if not path:
             raise oserror(err=errno.ENOENT)
         slash = path.endswith(b"/")
@@ -816,7 +851,11 @@ class FileBroker:
                         except FileExistsError:
                             continue       # made meanwhile: judge what is there now
                     try:
-                        if stat.S_ISLNK(os.fstat(opath).st_mode):
+                        fmt = stat.S_IFMT(os.fstat(opath).st_mode)
+                        if fmt in (stat.S_IFIFO, stat.S_IFCHR, stat.S_IFBLK) \
+                                and self.inline == threading.get_ident():
+                            raise Deferred()        # opening it may wait for a peer
+                        if fmt == stat.S_IFLNK:
                             if flags & os.O_NOFOLLOW:
                                 raise oserror(err=errno.ELOOP)
                             links += 1
@@ -855,6 +894,12 @@ class FileBroker:
     def mkdir(self, task: Task, dirfd: int, path: bytes, mode: int) -> int:
         pfd, base, _ = self._walk(task, dirfd, path)
         try:
+            if self._exists(pfd, base):
+                # What the kernel answers before any permission or Landlock check
+                # (`mkdir -p` asks this of every parent): nothing is made, so
+                # there is nothing for the guard to judge. Looked up here, as the
+                # agent's uid in its view, so it tells no more than a stat would.
+                raise oserror(err=errno.EEXIST)
             hfd = self._check_create(pfd, base, "dir", hold=True)
             if hfd is None:
                 try:
@@ -875,6 +920,17 @@ class FileBroker:
         finally:
             os.close(pfd)
         return 0
+
+    def _exists(self, pfd: int, base: bytes) -> bool:
+        """base is a name in the pinned directory pfd (any type, a dangling
+        symlink too) and not one the held area stands in for: in a held
+        directory a name the agent cannot see must stay missing (mkdir there
+        succeeds, see mkdir)."""
+        try:
+            os.lstat(base, dir_fd=pfd)
+        except OSError:
+            return False
+        return not self._in_held(pfd)
 
     def mknod(self, task: Task, dirfd: int, path: bytes, mode: int, dev: int) -> int:
         pfd, base, slash = self._walk(task, dirfd, path)

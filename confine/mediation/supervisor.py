@@ -53,6 +53,8 @@ from confine.kernel.seccomp import (
 
 from . import inet
 from .wire import (
+    ANSWER,
+    ANSWER_CLOEXEC,
     DATA_CAP,
     IOVEC,
     MSGHDR_SIZE,
@@ -60,9 +62,11 @@ from .wire import (
     XATTR_NAME_MAX,
     XATTR_SIZE_MAX,
     FileRequest,
+    ListenerRequest,
     MetaRequest,
     MsgHdr,
     Op,
+    Reply,
     RootsRequest,
     SocketRequest,
     WritableRequest,
@@ -157,9 +161,12 @@ class Mediator:
         self.denied: set[str] = set()
         self.unshown = 0
         self._send_roots(roots)
+        if files:
+            self._send_listener()
         if meta is not None:
             self._send_writable(*meta)
         self.getfd = True          # pidfd_getfd works here (False once the host refused it)
+        self.tasks = _Tasks()      # file calls' per-thread facts (socket calls read them afresh)
         self.warn = warn
         self.events = events
         self.thread = threading.Thread(target=self._loop, name="confine-mediator", daemon=True)
@@ -208,6 +215,15 @@ class Mediator:
             for f in fds:
                 os.close(f)
 
+    def _send_listener(self) -> None:
+        """The listener, so that the broker answers file calls itself: the
+        agent waits for one hop fewer, and the file the broker opened goes into
+        it without coming here first (wire.ListenerRequest)."""
+        try:
+            socket.send_fds(self.broker, [ListenerRequest(0).pack()], [self.fd])
+        except OSError:
+            pass       # no broker: every mediated call fails anyway
+
     def _send_writable(self, roots: Sequence[str], holes: Sequence[str]) -> None:
         """Where metadata calls may act (wire.WritableRequest), by descriptor: the
         supervisor's view is the agent's here (no mount namespace). A path that
@@ -231,14 +247,17 @@ class Mediator:
             for f in rfds + hfds:
                 os.close(f)
 
-    def _take(self, pid: int, fd: int) -> int:
+    def _take(self, pid: int, fd: int, pidfd: int = -1) -> int:
         """A descriptor for the agent's fd: pidfd_getfd, or where the host refuses
         it, /proc/TID/fd/N opened O_PATH (the same file; the caller proves with
-        id_valid that the thread still waits). EBADF for no such descriptor."""
+        id_valid that the thread still waits). EBADF for no such descriptor.
+        pidfd: the thread's, from _Tasks (kept open there), else one is opened."""
         if fd < 0:
             raise OSError(errno.EBADF, "bad descriptor")
         if self.getfd:
-            pidfd = _pidfd(pid)
+            own = pidfd < 0
+            if own:
+                pidfd = _pidfd(pid)
             try:
                 return notify.pidfd_getfd(pidfd, fd)
             except OSError as e:
@@ -246,7 +265,8 @@ class Mediator:
                     raise
                 self.getfd = False
             finally:
-                os.close(pidfd)
+                if own:
+                    os.close(pidfd)
         try:
             return os.open(f"/proc/{pid}/fd/{fd}", os.O_PATH | os.O_CLOEXEC)
         except FileNotFoundError:
@@ -329,18 +349,11 @@ class Mediator:
             got = self.pending.pop(rid, None)
             if got is None:
                 return True
-            if rep.reason:
-                self._report(rep.reason)
-            elif rep.ret < 0 and rep.err in (errno.EACCES, errno.EROFS) and got.what is not None:
-                try:
-                    self._landlock_refused(got.what, rep.err == errno.EROFS)
-                except Exception:  # noqa: BLE001 - a message, never the agent's answer
-                    pass
-            elif rep.ret < 0 and rep.err == errno.EBUSY and got.what is not None:
-                try:
-                    self._busy(got.what)
-                except Exception:  # noqa: BLE001 - a message, never the agent's answer
-                    pass
+            if rep.answered:
+                # The broker gave the agent this answer (broker._answer: only
+                # answers with nothing to report): the request is done.
+                return True
+            self._said(rep, got)
             if fds and rep.ret >= 0:
                 try:
                     notify.addfd_send(self.fd, got.nid, fds[0], got.cloexec)
@@ -354,6 +367,22 @@ class Mediator:
         finally:
             for f in fds:
                 os.close(f)
+
+    def _said(self, rep: Reply, got: _Pending) -> None:
+        """What a reply tells the user: the guard's reason, or Landlock's or a
+        read-only bind's refusal."""
+        if rep.reason:
+            self._report(rep.reason)
+        elif rep.ret < 0 and rep.err in (errno.EACCES, errno.EROFS) and got.what is not None:
+            try:
+                self._landlock_refused(got.what, rep.err == errno.EROFS)
+            except Exception:  # noqa: BLE001 - a message, never the agent's answer
+                pass
+        elif rep.ret < 0 and rep.err == errno.EBUSY and got.what is not None:
+            try:
+                self._busy(got.what)
+            except Exception:  # noqa: BLE001 - a message, never the agent's answer
+                pass
 
     def _send(self, nid: int, make: Callable[[int], bytes], fds: list[int], cloexec: bool,
               lost: int, what: tuple | None = None) -> None:
@@ -691,7 +720,7 @@ class Mediator:
         if call is None:
             return self._respond(nid, error=errno.EINVAL)
         strs = [notify.read_cstr(pid, addr) for _, addr in call.paths]
-        umask, tgid, tid = _task_facts(pid)
+        umask, tgid, tid, pidfd = self.tasks.facts(pid)
         fds: list[int] = []
         index: list[int] = []
         try:
@@ -703,7 +732,7 @@ class Mediator:
                 if dfd == AT_FDCWD:
                     fds.append(os.open(f"/proc/{pid}/cwd", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC))
                 else:
-                    fds.append(self._take(pid, dfd))
+                    fds.append(self._take(pid, dfd, pidfd))
                 index.append(len(fds) - 1)
         except OSError:
             for f in fds:
@@ -720,10 +749,12 @@ class Mediator:
                     (_i32(call.paths[0][0]), strs[0]) if call.op == Op.RENAME else None)
             index += [-1] * (2 - len(index))
             strs += [b""] * (2 - len(strs))
+            cloexec = call.op == Op.OPEN and bool(call.flags & os.O_CLOEXEC)
             self._send(nid, lambda rid: FileRequest(
                 rid, call.op, call.flags, call.mode & 0xFFFFFFFF, call.arg, umask, tgid, tid,
-                (index[0], index[1]), (strs[0], strs[1]), call.target).pack(),
-                fds, call.op == Op.OPEN and bool(call.flags & os.O_CLOEXEC), errno.EIO, what)
+                (index[0], index[1]), (strs[0], strs[1]), call.target, nid,
+                ANSWER | (ANSWER_CLOEXEC if cloexec else 0)).pack(),
+                fds, cloexec, errno.EIO, what)
         finally:
             for f in fds:
                 os.close(f)
@@ -771,7 +802,7 @@ class Mediator:
             if got is None:
                 return self._respond(nid, error=errno.EINVAL)
             value = got
-        _, tgid, tid = _task_facts(pid)
+        _, tgid, tid, pidfd = self.tasks.facts(pid)
         fds: list[int] = []
         index = -1
         if not path.startswith(b"/"):
@@ -779,7 +810,7 @@ class Mediator:
             if dfd == AT_FDCWD:
                 fds.append(os.open(f"/proc/{pid}/cwd", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC))
             else:
-                fds.append(self._take(pid, dfd))
+                fds.append(self._take(pid, dfd, pidfd))
             index = 0
         try:
             if not notify.id_valid(self.fd, nid):
@@ -909,6 +940,87 @@ def _task_facts(tid: int) -> tuple[int, int, int]:
             elif line.startswith("NSpid:"):
                 nstid = int(line.split()[-1])
     return umask, tgid, nstid
+
+
+def _status_umask(raw: bytes) -> int:
+    """The Umask: line of a /proc/TID/status text (0o022 if absent, as _task_facts)."""
+    i = raw.find(b"\nUmask:")
+    if i < 0:
+        return 0o022
+    end = raw.find(b"\n", i + 7)
+    return int(raw[i + 7:end if end >= 0 else len(raw)], 8)
+
+
+def _status_ids(raw: bytes, tid: int) -> tuple[int, int]:
+    """NStgid and NSpid (innermost namespace) of a /proc/TID/status text."""
+    tgid, nstid = tid, tid
+    for line in raw.split(b"\n"):
+        if line.startswith(b"NStgid:"):
+            tgid = int(line.split()[-1])
+        elif line.startswith(b"NSpid:"):
+            nstid = int(line.split()[-1])
+    return tgid, nstid
+
+
+class _Tasks:
+    """_task_facts without parsing /proc/TID/status on every call: a thread's
+    ids in its pid namespace never change while it lives, but its host tid is
+    reused once it is reaped. So each entry keeps the thread's status file
+    open; a read through that descriptor fails (ESRCH) once the thread it was
+    opened for is gone, so a read that succeeds proves no other thread holds
+    this tid yet, and the notifying thread, which held it before and (the
+    caller's id_valid afterwards) still holds it, is the one cached. The same
+    read gives the umask, which changes at any time (umask(2), or another
+    process sharing its fs_struct): read on every call, never cached."""
+
+    CAP = 64        # two descriptors each (status, pidfd), far below RLIMIT_NOFILE
+
+    def __init__(self) -> None:
+        # tid -> (status fd, pidfd or -1, NStgid, NSpid)
+        self.by_tid: dict[int, tuple[int, int, int, int]] = {}
+
+    def facts(self, tid: int) -> tuple[int, int, int, int]:
+        """(umask, tgid, tid in its namespace, a pidfd for it or -1). The pidfd
+        stays owned by the cache (closed when the entry goes)."""
+        got = self.by_tid.get(tid)
+        if got is not None:
+            try:
+                raw = os.pread(got[0], 512, 0)
+            except OSError:
+                raw = b""
+            if raw:
+                return _status_umask(raw), got[2], got[3], got[1]
+            self._drop(tid)
+        sfd = os.open(f"/proc/{tid}/status", os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            chunks = []
+            while True:
+                b = os.read(sfd, 65536)
+                if not b:
+                    break
+                chunks.append(b)
+            raw = b"".join(chunks)
+            tgid, nstid = _status_ids(raw, tid)
+            # After the status file: that file's read on the next call proves
+            # this pidfd is of the same thread too.
+            pidfd = _pidfd(tid)
+        except BaseException:
+            os.close(sfd)
+            raise
+        if not raw:
+            os.close(sfd)
+            os.close(pidfd)
+            raise OSError(errno.ESRCH, "no such thread")
+        while len(self.by_tid) >= self.CAP:
+            self._drop(next(iter(self.by_tid)))
+        self.by_tid[tid] = (sfd, pidfd, tgid, nstid)
+        return _status_umask(raw), tgid, nstid, pidfd
+
+    def _drop(self, tid: int) -> None:
+        sfd, pidfd, _, _ = self.by_tid.pop(tid)
+        os.close(sfd)
+        if pidfd >= 0:
+            os.close(pidfd)
 
 
 def _i32(v: int) -> int:

@@ -30,6 +30,7 @@ class Op(enum.IntEnum):
     SENDMSG = 3
     LISTEN = 4
     ROOTS = 5       # once, first: where pathname unix sockets may be (see RootsRequest)
+    LISTENER = 6    # once, before any file call: the notify listener (see ListenerRequest)
     OPEN = 10
     TRUNCATE = 11
     MKDIR = 12
@@ -62,12 +63,14 @@ _HEAD = struct.Struct("<QB")                   # every request starts: id, op
 _SOCKET = struct.Struct("<QBiiIiii")           # id, op, flags, resolve, namelen, nfds_passed,
                                                # tgid, tid
 _ROOTS = struct.Struct("<QBI")                 # id, op, number of roots
-_FILE = struct.Struct("<QBqQQIiiii")           # id, op, flags, mode, dev/length, umask,
-                                               # tgid, tid, fd index for path 1, for path 2
+_FILE = struct.Struct("<QBqQQIiiiiQB")         # id, op, flags, mode, dev/length, umask,
+                                               # tgid, tid, fd index for path 1, for path 2,
+                                               # notification id, ANSWER_* bits
 _META = struct.Struct("<QBiiIIIiiIII")         # id, op, at-flags, fd index, mode/xattr flags,
                                                # uid, gid, tgid, tid, path, name, value lengths
 _WRITABLE = struct.Struct("<QBII")             # id, op, writable roots, holes
-_REPLY = struct.Struct("<Qqi")                 # id, return value, errno
+_LISTENER = struct.Struct("<QB")               # id, op
+_REPLY = struct.Struct("<QqiB")                # id, return value, errno, answered
 REPLY_MAX = _REPLY.size + 4096                 # the supervisor's receive buffer
 _U64 = 0xFFFFFFFFFFFFFFFF
 
@@ -137,17 +140,37 @@ class FileRequest(NamedTuple):
     dirs: tuple[int, int]
     paths: tuple[bytes, bytes]  # b"" when the call has one path
     target: bytes               # a symlink's contents
+    nid: int = 0                # the notification, answered by the broker with ANSWER
+    answer: int = 0             # ANSWER, ANSWER_CLOEXEC
 
     def pack(self) -> bytes:
         return (_FILE.pack(self.rid, self.op, self.flags, self.mode, self.arg & _U64, self.umask,
-                           self.tgid, self.tid, self.dirs[0], self.dirs[1])
+                           self.tgid, self.tid, self.dirs[0], self.dirs[1], self.nid, self.answer)
                 + b"\0".join((*self.paths, self.target)))
 
     @classmethod
     def unpack(cls, body: bytes) -> "FileRequest":
-        rid, op, flags, mode, arg, umask, tgid, tid, d1, d2 = _FILE.unpack_from(body)
+        rid, op, flags, mode, arg, umask, tgid, tid, d1, d2, nid, answer = _FILE.unpack_from(body)
         p1, p2, target = (body[_FILE.size:].split(b"\0") + [b"", b""])[:3]
-        return cls(rid, Op(op), flags, mode, arg, umask, tgid, tid, (d1, d2), (p1, p2), target)
+        return cls(rid, Op(op), flags, mode, arg, umask, tgid, tid, (d1, d2), (p1, p2), target,
+                   nid, answer)
+
+
+# FileRequest.answer: the broker answers the notification itself (one hop
+# fewer: the opened file goes straight into the agent), and installs the file
+# with O_CLOEXEC.
+ANSWER = 1
+ANSWER_CLOEXEC = 2
+
+
+class ListenerRequest(NamedTuple):
+    """The agent's seccomp listener, sent once with SCM_RIGHTS before any file
+    call: the broker answers file calls on it (FileRequest.answer) and replies
+    to the supervisor only so it can report, never to have it answer."""
+    rid: int
+
+    def pack(self) -> bytes:
+        return _LISTENER.pack(self.rid, Op.LISTENER)
 
 
 class MetaRequest(NamedTuple):
@@ -202,22 +225,26 @@ class WritableRequest(NamedTuple):
 class Reply(NamedTuple):
     """The broker's answer: the call's return value, or -1 and errno; reason
     is set when the guard refused (reported once by the supervisor); fd is a
-    file opened for the agent."""
+    file opened for the agent; answered: the broker already gave the agent
+    this answer (FileRequest.answer), the supervisor only reports."""
     ret: int
     err: int = 0
     reason: str = ""
     fd: int | None = None
+    answered: bool = False
 
     def encode(self, rid: int) -> bytes:
-        return _REPLY.pack(rid, self.ret, self.err) + self.reason.encode(errors="replace")[:REASON_CAP]
+        return (_REPLY.pack(rid, self.ret, self.err, 1 if self.answered else 0)
+                + self.reason.encode(errors="replace")[:REASON_CAP])
 
 
 def decode_reply(data: bytes) -> tuple[int, Reply] | None:
     """(request id, reply without fd), or None for a datagram too short to be one."""
     if len(data) < _REPLY.size:
         return None
-    rid, ret, err = _REPLY.unpack_from(data)
-    return rid, Reply(ret, err, data[_REPLY.size:].decode(errors="replace"))
+    rid, ret, err, answered = _REPLY.unpack_from(data)
+    return rid, Reply(ret, err, data[_REPLY.size:].decode(errors="replace"),
+                      answered=bool(answered))
 
 
 # ------------------------------------------------ msghdr and SCM_RIGHTS (x86_64/aarch64 ABI)
