@@ -14,6 +14,7 @@ import ctypes
 import errno
 import os
 import queue
+import select
 import socket
 import struct
 import threading
@@ -56,7 +57,10 @@ def broker_main(sock: socket.socket, guard: Guard | None = None) -> NoReturn:
 
     def reply(rid: int, answer: Reply, req: FileRequest | None = None) -> None:
         if req is not None and req.answer & ANSWER and listener[0] >= 0:
-            answer = _answer(listener[0], req, answer)
+            got = _answer(listener[0], req, answer)
+            if got is None:
+                return      # answered: the supervisor forgets it (Mediator._prune)
+            answer = got
         msg = answer.encode(rid)
         with lock:
             try:
@@ -117,6 +121,20 @@ def broker_main(sock: socket.socket, guard: Guard | None = None) -> NoReturn:
             with idle_lock:
                 idle[0] += 1
 
+    answers: queue.SimpleQueue = queue.SimpleQueue()
+    answering: list[threading.Thread] = []
+    waiting = select.poll()
+    waiting.register(sock, select.POLLIN)
+
+    def answerer() -> None:
+        while True:
+            rid, answer, req = answers.get()
+            try:
+                reply(rid, answer, req)
+            finally:
+                if answer.fd is not None:
+                    _close([answer.fd])
+
     files.inline = threading.get_ident()
     while True:
         try:
@@ -141,6 +159,17 @@ def broker_main(sock: socket.socket, guard: Guard | None = None) -> NoReturn:
             except Exception:  # noqa: BLE001 - answer rather than leave the agent waiting
                 answer = Reply(-1, errno.EIO)
             if answer is not None:
+                if answer.fd is not None and req is not None and req.answer & ANSWER \
+                        and waiting.poll(0):
+                    # Installing the file completes only once the agent's thread
+                    # has run (ADDFD); with another request waiting, a thread of
+                    # its own waits for that, not the next call.
+                    _close(fds)
+                    if not answering:
+                        answering.append(threading.Thread(target=answerer, daemon=True))
+                        answering[0].start()
+                    answers.put((request_head(body)[0], answer, req))
+                    continue
                 try:
                     reply(request_head(body)[0], answer, req)
                 finally:
@@ -234,14 +263,14 @@ def _perform(req: SocketRequest, sockfd: int, name: bytes, extra: list[int]) -> 
     return Reply(ret, ctypes.get_errno() if ret < 0 else 0)
 
 
-def _answer(listener: int, req: FileRequest, answer: Reply) -> Reply:
+def _answer(listener: int, req: FileRequest, answer: Reply) -> Reply | None:
     """Give the agent the answer to req's notification here (the opened file
-    installed in it, or the return value or errno); the reply then tells the
-    supervisor only what to report. A notification that is gone (the agent's
-    call was interrupted) needs no answer; any other failure leaves the answer
-    to the supervisor, as an error (EIO: the file is not installed). An
-    answer with something to say (the guard's reason, a held name, a refusal
-    the supervisor explains from the waiting thread's cwd) is left to the
+    installed in it, or the return value or errno): None, nothing is sent
+    back. A notification that is gone (the agent's call was interrupted)
+    needs no answer; any other failure leaves the answer to the supervisor,
+    as an error (EIO: the file is not installed). An answer with something to
+    say (the guard's reason, a held name, a refusal the supervisor explains
+    from the waiting thread's cwd) is returned unanswered, for the
     supervisor: said before the agent goes on, never lost when it exits."""
     if answer.reason or (answer.ret < 0 and answer.err in (errno.EACCES, errno.EROFS,
                                                             errno.EBUSY)):
@@ -258,8 +287,8 @@ def _answer(listener: int, req: FileRequest, answer: Reply) -> Reply:
                            error=(answer.err or errno.EIO) if answer.ret < 0 else 0)
     except OSError as e:
         if e.errno != errno.ENOENT:
-            return Reply(-1, errno.EIO, answer.reason)
-    return Reply(answer.ret, answer.err, answer.reason, answered=True)
+            return Reply(-1, errno.EIO)
+    return None
 
 
 def _close(fds: list[int]) -> None:

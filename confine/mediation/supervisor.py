@@ -76,6 +76,7 @@ from .wire import (
 )
 
 MAX_REPORTED = 100
+PRUNE_AT = 64           # pending requests before those answered by the broker are dropped
 MAX_ADDR = 128          # a sockaddr longer than sockaddr_storage is EINVAL
 AT_FDCWD = -100
 AT_SYMLINK_NOFOLLOW = 0x100
@@ -95,6 +96,9 @@ class _Pending(NamedTuple):
     # a TCP connect
 
     what: tuple | None = None
+    # the broker answers it itself (FileRequest.answer) and then sends no
+    # reply: dropped by _prune once the notification is gone
+    direct: bool = False
 
 
 class _SocketCall(NamedTuple):
@@ -154,6 +158,7 @@ class Mediator:
         self.broker.settimeout(5)
         self.uid = agent_uid
         self.pending: dict[int, _Pending] = {}      # request id -> its notification
+        self.prune_at = PRUNE_AT
         self.next_id = 1
         # The denials shown (at most MAX_REPORTED, so the memory an agent can make
         # the supervisor hold by varying its denials is bounded) and a count of
@@ -349,10 +354,6 @@ class Mediator:
             got = self.pending.pop(rid, None)
             if got is None:
                 return True
-            if rep.answered:
-                # The broker gave the agent this answer (broker._answer: only
-                # answers with nothing to report): the request is done.
-                return True
             self._said(rep, got)
             if fds and rep.ret >= 0:
                 try:
@@ -385,7 +386,7 @@ class Mediator:
                 pass
 
     def _send(self, nid: int, make: Callable[[int], bytes], fds: list[int], cloexec: bool,
-              lost: int, what: tuple | None = None) -> None:
+              lost: int, what: tuple | None = None, direct: bool = False) -> None:
         """Hand the request make(request id) to the broker; the agent gets
         `lost` if it cannot be sent or the broker dies before answering."""
         rid = self.next_id
@@ -394,7 +395,19 @@ class Mediator:
             socket.send_fds(self.broker, [make(rid)], fds)
         except OSError:
             return self._respond(nid, error=lost)
-        self.pending[rid] = _Pending(nid, cloexec, lost, what)
+        self.pending[rid] = _Pending(nid, cloexec, lost, what, direct)
+        if len(self.pending) >= self.prune_at:
+            self._prune()
+
+    def _prune(self) -> None:
+        """Forget the requests the broker answered itself: their notification
+        is no longer waiting (id_valid). One still waiting stays, so a broker
+        that dies leaves it `lost`, never unanswered."""
+        for rid, p in list(self.pending.items()):
+            if p.direct and not notify.id_valid(self.fd, p.nid):
+                del self.pending[rid]
+        # calls that wait long (FIFOs) stay: prune again only once as many more came
+        self.prune_at = max(PRUNE_AT, 2 * len(self.pending))
 
     # -- decisions
 
@@ -754,7 +767,7 @@ class Mediator:
                 rid, call.op, call.flags, call.mode & 0xFFFFFFFF, call.arg, umask, tgid, tid,
                 (index[0], index[1]), (strs[0], strs[1]), call.target, nid,
                 ANSWER | (ANSWER_CLOEXEC if cloexec else 0)).pack(),
-                fds, cloexec, errno.EIO, what)
+                fds, cloexec, errno.EIO, what, direct=True)
         finally:
             for f in fds:
                 os.close(f)
@@ -930,16 +943,21 @@ def _pidfd(tid: int) -> int:
 def _task_facts(tid: int) -> tuple[int, int, int]:
     """umask, and the thread's process and thread ids in its own pid namespace
     (what "self" and "thread-self" mean in its /proc)."""
-    umask, tgid, nstid = 0o022, tid, tid
-    with open(f"/proc/{tid}/status") as f:
-        for line in f:
-            if line.startswith("Umask:"):
-                umask = int(line.split()[1], 8)
-            elif line.startswith("NStgid:"):
-                tgid = int(line.split()[-1])
-            elif line.startswith("NSpid:"):
-                nstid = int(line.split()[-1])
-    return umask, tgid, nstid
+    fd = os.open(f"/proc/{tid}/status", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        raw = _read_all(fd)
+    finally:
+        os.close(fd)
+    return (_status_umask(raw), *_status_ids(raw, tid))
+
+
+def _read_all(fd: int) -> bytes:
+    chunks = []
+    while True:
+        b = os.read(fd, 65536)
+        if not b:
+            return b"".join(chunks)
+        chunks.append(b)
 
 
 def _status_umask(raw: bytes) -> int:
@@ -993,13 +1011,7 @@ class _Tasks:
             self._drop(tid)
         sfd = os.open(f"/proc/{tid}/status", os.O_RDONLY | os.O_CLOEXEC)
         try:
-            chunks = []
-            while True:
-                b = os.read(sfd, 65536)
-                if not b:
-                    break
-                chunks.append(b)
-            raw = b"".join(chunks)
+            raw = _read_all(sfd)
             tgid, nstid = _status_ids(raw, tid)
             # After the status file: that file's read on the next call proves
             # this pidfd is of the same thread too.

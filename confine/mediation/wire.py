@@ -70,7 +70,7 @@ _META = struct.Struct("<QBiiIIIiiIII")         # id, op, at-flags, fd index, mod
                                                # uid, gid, tgid, tid, path, name, value lengths
 _WRITABLE = struct.Struct("<QBII")             # id, op, writable roots, holes
 _LISTENER = struct.Struct("<QB")               # id, op
-_REPLY = struct.Struct("<QqiB")                # id, return value, errno, answered
+_REPLY = struct.Struct("<Qqi")                 # id, return value, errno
 REPLY_MAX = _REPLY.size + 4096                 # the supervisor's receive buffer
 _U64 = 0xFFFFFFFFFFFFFFFF
 
@@ -165,8 +165,8 @@ ANSWER_CLOEXEC = 2
 
 class ListenerRequest(NamedTuple):
     """The agent's seccomp listener, sent once with SCM_RIGHTS before any file
-    call: the broker answers file calls on it (FileRequest.answer) and replies
-    to the supervisor only so it can report, never to have it answer."""
+    call: the broker answers file calls on it (FileRequest.answer); it replies
+    to the supervisor only when the supervisor is to answer (and say why)."""
     rid: int
 
     def pack(self) -> bytes:
@@ -225,26 +225,22 @@ class WritableRequest(NamedTuple):
 class Reply(NamedTuple):
     """The broker's answer: the call's return value, or -1 and errno; reason
     is set when the guard refused (reported once by the supervisor); fd is a
-    file opened for the agent; answered: the broker already gave the agent
-    this answer (FileRequest.answer), the supervisor only reports."""
+    file opened for the agent."""
     ret: int
     err: int = 0
     reason: str = ""
     fd: int | None = None
-    answered: bool = False
 
     def encode(self, rid: int) -> bytes:
-        return (_REPLY.pack(rid, self.ret, self.err, 1 if self.answered else 0)
-                + self.reason.encode(errors="replace")[:REASON_CAP])
+        return _REPLY.pack(rid, self.ret, self.err) + self.reason.encode(errors="replace")[:REASON_CAP]
 
 
 def decode_reply(data: bytes) -> tuple[int, Reply] | None:
     """(request id, reply without fd), or None for a datagram too short to be one."""
     if len(data) < _REPLY.size:
         return None
-    rid, ret, err, answered = _REPLY.unpack_from(data)
-    return rid, Reply(ret, err, data[_REPLY.size:].decode(errors="replace"),
-                      answered=bool(answered))
+    rid, ret, err = _REPLY.unpack_from(data)
+    return rid, Reply(ret, err, data[_REPLY.size:].decode(errors="replace"))
 
 
 # ------------------------------------------------ msghdr and SCM_RIGHTS (x86_64/aarch64 ABI)

@@ -198,6 +198,13 @@ for pid in os.listdir("/proc"):
         except OSError:
             pass
 R["found"] = broker is not None
+def many(tag):
+    # more calls than the supervisor keeps before it forgets the answered ones
+    for i in range(300):
+        attempt(tag, lambda: (opened("m", os.O_WRONLY | os.O_CREAT | os.O_EXCL), os.unlink("m"))[-1])
+        if R[tag] != "ok":
+            return
+many("before")
 os.mkfifo("fifo")
 def blocked():
     attempt("fifo open", lambda: opened("fifo", os.O_WRONLY))
@@ -205,8 +212,9 @@ t = threading.Thread(target=blocked)
 t.start()
 time.sleep(0.5)
 # the broker is performing the FIFO open (it waits for a reader); other
-# calls are still answered meanwhile
+# calls are still answered meanwhile, and the waiting one is not forgotten
 attempt("while blocked", lambda: opened("a", os.O_WRONLY | os.O_CREAT))
+many("many while blocked")
 R["still waiting"] = t.is_alive()
 if broker:
     os.kill(broker, signal.SIGKILL)
@@ -223,6 +231,7 @@ def test_a_broker_killed_mid_call_fails_the_call(root_sandbox):
     p, r = root_sandbox.probe(KILL_MID_CALL_BODY, timeout=60)
     assert r is not None, p.stderr
     assert r["found"] is True, (r, p.stderr)
+    assert r["before"] == r["many while blocked"] == "ok", (r, p.stderr)
     assert r["while blocked"] == "ok" and r["still waiting"] is True, (r, p.stderr)
     assert r["answered"] is True and r["fifo open"] == "EIO", (r, p.stderr)
     assert r["after"] == "EIO" and r["envrc after"] == "EIO", r
