@@ -10,6 +10,7 @@ name guard and performed in files.py.
 """
 from __future__ import annotations
 
+import array
 import ctypes
 import errno
 import os
@@ -136,9 +137,12 @@ def broker_main(sock: socket.socket, guard: Guard | None = None) -> NoReturn:
                     _close([answer.fd])
 
     files.inline = threading.get_ident()
+    # One buffer for every request: socket.recv_fds would map (and unmap) a
+    # fresh REQUEST_MAX buffer per call.
+    inbox = bytearray(REQUEST_MAX)
     while True:
         try:
-            body, fds, _, _ = socket.recv_fds(sock, REQUEST_MAX, MAX_FDS)
+            body, fds = _receive(sock, inbox)
         except OSError:
             os._exit(0)
         if not body:
@@ -289,6 +293,20 @@ def _answer(listener: int, req: FileRequest, answer: Reply) -> Reply | None:
         if e.errno != errno.ENOENT:
             return Reply(-1, errno.EIO)
     return None
+
+
+_ANC = socket.CMSG_SPACE(MAX_FDS * 4)
+
+
+def _receive(sock: socket.socket, inbox: bytearray) -> tuple[bytes, list[int]]:
+    """One request and its descriptors: socket.recv_fds, into `inbox` (the
+    supervisor bounds every request below REQUEST_MAX and MAX_FDS)."""
+    n, anc, _, _ = sock.recvmsg_into([inbox], _ANC)
+    fds: list[int] = []
+    for level, kind, data in anc:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds += array.array("i", data[:len(data) // 4 * 4]).tolist()
+    return bytes(inbox[:n]), fds
 
 
 def _close(fds: list[int]) -> None:

@@ -306,27 +306,28 @@ class FileBroker:
         """(pinned parent, last component, trailing slash). The caller closes
         the parent. On the receiving thread, Deferred for a parent on a file
         system that is not local (nothing was changed yet)."""
-        got = self._walk_to(task, dirfd, path)
+        pfd, base, slash, fstype = self._walk_to(task, dirfd, path)
         if self.inline is not None and self.inline == threading.get_ident() \
-                and _fstype(got[0]) not in LOCAL_FS:
-            os.close(got[0])
+                and (fstype if fstype is not None else _fstype(pfd)) not in LOCAL_FS:
+            os.close(pfd)
             raise Deferred()
-        return got
+        return pfd, base, slash
 
-    def _walk_to(self, task: Task, dirfd: int, path: bytes) -> tuple[int, bytes, bool]:
+    def _walk_to(self, task: Task, dirfd: int, path: bytes) -> tuple[int, bytes, bool, int | None]:
+        """_walk, and the parent's file system type where it was asked."""
         if not path:
             raise oserror(err=errno.ENOENT)
         slash = path.endswith(b"/")
         body = path.rstrip(b"/")
         if not body:                                   # "/" itself
-            return os.dup(self.root), b".", False
+            return os.dup(self.root), b".", False, None
         head, sep, base = body.rpartition(b"/")
         if not sep:
             head = b"."
         elif not head:
             head = b"/"
         if self.slow_only:
-            return self._slow(task, dirfd, path)
+            return (*self._slow(task, dirfd, path), None)
         try:
             pfd = notify.openat2(head, os.O_PATH | os.O_DIRECTORY, notify.RESOLVE_NO_MAGICLINKS,
                                  dirfd=dirfd)
@@ -334,15 +335,16 @@ class FileBroker:
             if e.errno == errno.ENOSYS:      # e.g. systemd's RestrictSUIDSGID= answers ENOSYS
                 self.slow_only = True
             elif e.errno == errno.ENOENT and self.held:
-                return self._slow(task, dirfd, path)     # perhaps through a held directory
+                return (*self._slow(task, dirfd, path), None)   # perhaps through a held directory
             elif e.errno != errno.ELOOP:
                 raise
             pfd = None
-        if pfd is not None and _fstype(pfd) != PROC_SUPER_MAGIC:
-            return pfd, base, slash
         if pfd is not None:
+            fstype = _fstype(pfd)
+            if fstype != PROC_SUPER_MAGIC:
+                return pfd, base, slash, fstype
             os.close(pfd)
-        return self._slow(task, dirfd, path)
+        return (*self._slow(task, dirfd, path), None)
 
     def _slow(self, task: Task, dirfd: int, path: bytes) -> tuple[int, bytes, bool]:
         """Component by component, for paths through /proc."""
@@ -510,6 +512,18 @@ class FileBroker:
         if comps is None:
             return None
         return comps if base in (b".", b"") else comps + (os.fsdecode(base),)
+
+    def _positions(self, opfd: int, obase: bytes, npfd: int,
+                   nbase: bytes) -> tuple[tuple[str, ...] | None, tuple[str, ...] | None]:
+        """_position of two names; the directory is placed once when both
+        pinned parents are the same directory (a rename within it)."""
+        if _ident(os.fstat(opfd)) != _ident(os.fstat(npfd)):
+            return self._position(opfd, obase), self._position(npfd, nbase)
+        comps = self._locate(opfd)
+        if comps is None:
+            return None, None
+        return (comps if obase in (b".", b"") else comps + (os.fsdecode(obase),),
+                comps if nbase in (b".", b"") else comps + (os.fsdecode(nbase),))
 
     def _placed(self, fd: int, st: os.stat_result) -> tuple[int, bytes] | None:
         """(its directory, its name) for the non-directory fd: the kernel's
@@ -1007,7 +1021,7 @@ class FileBroker:
                                   "of confine's")
                 if g is not None and obase not in (b".", b"..") and nbase not in (b".", b".."):
                     # Both positions by descriptor, or a refusal: never skipped.
-                    sc, dc = self._position(opfd, obase), self._position(npfd, nbase)
+                    sc, dc = self._positions(opfd, obase, npfd, nbase)
                     sf, df = g.folded(sc), g.folded(dc)
                     src = g.show(sc) if sc is not None else os.fsdecode(obase)
                     dst = g.show(dc) if dc is not None else os.fsdecode(nbase)
