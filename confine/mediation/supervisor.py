@@ -292,6 +292,14 @@ class Mediator:
             raise OSError(errno.EACCES, "pidfd_getfd refused") from None
 
     def _loop(self) -> None:
+        try:
+            self._serve()
+        finally:
+            self.tasks.clear()      # a process running many sandboxes keeps no descriptors
+        # No process uses the filter any more: the listener is done with too.
+        os.close(self.fd)
+
+    def _serve(self) -> None:
         poller = select.poll()
         poller.register(self.fd, select.POLLIN)
         poller.register(self.broker.fileno(), select.POLLIN)
@@ -1027,6 +1035,10 @@ class _Tasks:
             self._drop(next(iter(self.by_tid)))
         self.by_tid[tid] = (sfd, pidfd, tgid, nstid)
         return _status_umask(raw), tgid, nstid, pidfd
+
+    def clear(self) -> None:
+        for tid in list(self.by_tid):
+            self._drop(tid)
 
     def _drop(self, tid: int) -> None:
         sfd, pidfd, _, _ = self.by_tid.pop(tid)

@@ -238,3 +238,49 @@ def test_a_broker_killed_mid_call_fails_the_call(root_sandbox):
     assert "broker is gone" in p.stderr
     assert not os.path.exists(os.path.join(root_sandbox.workdir, ".envrc"))
     assert not os.path.exists(os.path.join(root_sandbox.workdir, "b"))
+
+
+API_RUNS = r'''
+import json, os, sys, time
+import confine
+WD = sys.argv[1]
+def listeners():
+    n = 0
+    for f in os.listdir("/proc/self/fd"):
+        try:
+            n += os.readlink("/proc/self/fd/" + f) == "anon_inode:seccomp notify"
+        except OSError:
+            pass
+    return n
+code = ("import threading\n"
+        "def f(i):\n"
+        "    for j in range(20): open('x%d_%d' % (i, j), 'w').close()\n"
+        "ts = [threading.Thread(target=f, args=(i,)) for i in range(8)]\n"
+        "[t.start() for t in ts]; [t.join() for t in ts]\n")
+st = []
+for _ in range(4):
+    st.append(confine.run(["/usr/bin/python3", "-c", code], workdir=WD))
+    for _ in range(50):            # the mediator's thread ends just after the run
+        if listeners() == 0:
+            break
+        time.sleep(0.05)
+print(json.dumps({"status": st, "listeners": listeners(), "fds": len(os.listdir("/proc/self/fd"))}))
+'''
+
+
+def test_runs_from_the_api_leave_no_listener_behind(sandbox):
+    """A launcher running many sandboxes in one process (the Python API) keeps
+    neither the runs' seccomp listeners nor the mediator's per-thread
+    descriptors (8 agent threads each run)."""
+    import subprocess
+
+    from conftest import PREFIX
+    argv = sandbox.cmd([])[:-1] + [os.path.join(PREFIX, "bin", "python"), "-c", API_RUNS,
+                                   sandbox.workdir]
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=240, cwd=sandbox.workdir)
+    assert p.returncode == 0, p.stderr
+    import json
+    r = json.loads(p.stdout.strip().splitlines()[-1])
+    assert r["status"] == [0, 0, 0, 0], (r, p.stderr)
+    assert os.path.isfile(os.path.join(sandbox.workdir, "x7_19"))      # the calls were made
+    assert r["listeners"] == 0, r
