@@ -79,6 +79,7 @@ MAX_REPORTED = 100
 PRUNE_AT = 64           # pending requests before those answered by the broker are dropped
 MAX_ADDR = 128          # a sockaddr longer than sockaddr_storage is EINVAL
 AT_FDCWD = -100
+_O_TMPFILE = os.O_TMPFILE & ~os.O_DIRECTORY    # makes a file: the umask applies
 AT_SYMLINK_NOFOLLOW = 0x100
 AT_EMPTY_PATH = 0x1000
 O_PATH_FLAG = 0o10000000
@@ -741,7 +742,9 @@ class Mediator:
         if call is None:
             return self._respond(nid, error=errno.EINVAL)
         strs = [notify.read_cstr(pid, addr) for _, addr in call.paths]
-        umask, tgid, tid, pidfd = self.tasks.facts(pid)
+        umask, tgid, tid, pidfd = self.tasks.facts(
+            pid, call.op in (Op.MKDIR, Op.MKNOD)
+            or (call.op == Op.OPEN and bool(call.flags & (os.O_CREAT | _O_TMPFILE))))
         fds: list[int] = []
         index: list[int] = []
         try:
@@ -823,7 +826,7 @@ class Mediator:
             if got is None:
                 return self._respond(nid, error=errno.EINVAL)
             value = got
-        _, tgid, tid, pidfd = self.tasks.facts(pid)
+        _, tgid, tid, pidfd = self.tasks.facts(pid, umask=False)
         fds: list[int] = []
         index = -1
         if not path.startswith(b"/"):
@@ -997,25 +1000,34 @@ class _Tasks:
     this tid yet, and the notifying thread, which held it before and (the
     caller's id_valid afterwards) still holds it, is the one cached. The same
     read gives the umask, which changes at any time (umask(2), or another
-    process sharing its fs_struct): read on every call, never cached."""
+    process sharing its fs_struct): read on every call that needs it, never
+    cached. A call that needs no umask is proved the same way by the thread's
+    own pidfd (PIDFD_THREAD, Linux 6.9): it polls readable once the thread is
+    gone, before its tid can be given to another."""
 
     CAP = 64        # two descriptors each (status, pidfd), far below RLIMIT_NOFILE
 
     def __init__(self) -> None:
-        # tid -> (status fd, pidfd or -1, NStgid, NSpid)
-        self.by_tid: dict[int, tuple[int, int, int, int]] = {}
+        # tid -> (status fd, pidfd, NStgid, NSpid, a poll of the pidfd if it is
+        # the thread's own, else None)
+        self.by_tid: dict[int, tuple[int, int, int, int, select.poll | None]] = {}
 
-    def facts(self, tid: int) -> tuple[int, int, int, int]:
-        """(umask, tgid, tid in its namespace, a pidfd for it or -1). The pidfd
-        stays owned by the cache (closed when the entry goes)."""
+    def facts(self, tid: int, umask: bool = True) -> tuple[int, int, int, int]:
+        """(umask, tgid, tid in its namespace, a pidfd for it). The pidfd stays
+        owned by the cache (closed when the entry goes). Without `umask` the
+        umask given is 0o777 (nothing would be granted if it were used)."""
         got = self.by_tid.get(tid)
         if got is not None:
-            try:
-                raw = os.pread(got[0], 512, 0)
-            except OSError:
-                raw = b""
-            if raw:
-                return _status_umask(raw), got[2], got[3], got[1]
+            if not umask and got[4] is not None:
+                if not got[4].poll(0):
+                    return 0o777, got[2], got[3], got[1]
+            else:
+                try:
+                    raw = os.pread(got[0], 512, 0)
+                except OSError:
+                    raw = b""
+                if raw:
+                    return _status_umask(raw), got[2], got[3], got[1]
             self._drop(tid)
         sfd = os.open(f"/proc/{tid}/status", os.O_RDONLY | os.O_CLOEXEC)
         try:
@@ -1023,7 +1035,15 @@ class _Tasks:
             tgid, nstid = _status_ids(raw, tid)
             # After the status file: that file's read on the next call proves
             # this pidfd is of the same thread too.
-            pidfd = _pidfd(tid)
+            watch: select.poll | None = None
+            try:
+                pidfd = notify.pidfd_open(tid, notify.PIDFD_THREAD)
+                watch = select.poll()
+                watch.register(pidfd, select.POLLIN)
+            except OSError as e:
+                if e.errno != errno.EINVAL:
+                    raise
+                pidfd = _pidfd(tid)
         except BaseException:
             os.close(sfd)
             raise
@@ -1033,7 +1053,7 @@ class _Tasks:
             raise OSError(errno.ESRCH, "no such thread")
         while len(self.by_tid) >= self.CAP:
             self._drop(next(iter(self.by_tid)))
-        self.by_tid[tid] = (sfd, pidfd, tgid, nstid)
+        self.by_tid[tid] = (sfd, pidfd, tgid, nstid, watch)
         return _status_umask(raw), tgid, nstid, pidfd
 
     def clear(self) -> None:
@@ -1041,7 +1061,7 @@ class _Tasks:
             self._drop(tid)
 
     def _drop(self, tid: int) -> None:
-        sfd, pidfd, _, _ = self.by_tid.pop(tid)
+        sfd, pidfd, _, _, _ = self.by_tid.pop(tid)
         os.close(sfd)
         if pidfd >= 0:
             os.close(pidfd)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 
 import pytest
 
@@ -26,11 +27,16 @@ def test_facts_match_the_full_parse_and_the_umask_is_never_cached():
         os.umask(0o077)
         assert tasks.facts(me)[0] == 0o077          # the cached entry, a fresh umask
         assert tasks.facts(me)[1:3] == (tgid, tid)
+        # a call that needs none gets a umask that would grant nothing
+        assert tasks.facts(me, umask=False) == (0o777, tgid, tid, pidfd)
     finally:
         os.umask(old)
 
 
-def test_a_thread_that_is_gone_is_not_answered_from_the_cache():
+@pytest.mark.parametrize("umask", [True, False])
+def test_a_thread_that_is_gone_is_not_answered_from_the_cache(umask):
+    """umask: proved by the read through the status file; else by the thread's
+    pidfd (readable once the thread is gone)."""
     tasks = supervisor._Tasks()
     got: dict[str, object] = {}
     go = threading.Event()
@@ -47,11 +53,15 @@ def test_a_thread_that_is_gone_is_not_answered_from_the_cache():
         pass
     tid = got["tid"]
     assert isinstance(tid, int) and tid in tasks.by_tid
+    assert tasks.facts(tid, umask)[1:3] == got["facts"][1:3]     # alive: from the cache
     go.set()
     t.join()
-    # the status file kept open reads ESRCH now: no answer from the cache
+    while os.path.exists(f"/proc/self/task/{tid}"):   # join returns before the thread is gone
+        time.sleep(0.001)
+    # the status file kept open reads ESRCH, the pidfd polls readable: no
+    # answer from the cache
     with pytest.raises(OSError):
-        tasks.facts(tid)
+        tasks.facts(tid, umask)
     assert tid not in tasks.by_tid
 
 
@@ -79,7 +89,7 @@ def test_the_cache_is_bounded_and_closes_what_it_drops():
         done.set()
         for t in ts:
             t.join()
-    held = [fd for e in tasks.by_tid.values() for fd in e[:2] if fd >= 0]
+    held = [fd for e in tasks.by_tid.values() for fd in e[:2]]
     assert len(held) == 2 * supervisor._Tasks.CAP
     tasks.clear()                   # what the mediator does when its run ends
     assert not tasks.by_tid
