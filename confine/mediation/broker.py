@@ -10,10 +10,12 @@ name guard and performed in files.py.
 """
 from __future__ import annotations
 
+import array
 import ctypes
 import errno
 import os
 import queue
+import select
 import socket
 import struct
 import threading
@@ -23,8 +25,10 @@ from confine.kernel import notify
 from confine.kernel.libc import libc
 
 from . import sockfd
-from .files import FileBroker, Refused, Task
+from .files import Deferred, FileBroker, Refused, Task
 from .wire import (
+    ANSWER,
+    ANSWER_CLOEXEC,
     FILE_OPS,
     MAX_FDS,
     META_OPS,
@@ -51,8 +55,14 @@ def broker_main(sock: socket.socket, guard: Guard | None = None) -> NoReturn:
     lock = threading.Lock()
     os.umask(0)      # file requests carry the agent's umask and apply it themselves
     files = FileBroker(guard)
+    listener = [-1]  # the agent's seccomp listener (ListenerRequest), once sent
 
-    def reply(rid: int, answer: Reply) -> None:
+    def reply(rid: int, answer: Reply, req: FileRequest | None = None) -> None:
+        if req is not None and req.answer & ANSWER and listener[0] >= 0:
+            got = _answer(listener[0], req, answer)
+            if got is None:
+                return      # answered: the supervisor forgets it (Mediator._prune)
+            answer = got
         msg = answer.encode(rid)
         with lock:
             try:
@@ -66,8 +76,9 @@ def broker_main(sock: socket.socket, guard: Guard | None = None) -> NoReturn:
     def file_call(rid: int, body: bytes, fds: list[int]) -> None:
         answer = None
         try:
-            answer = files.handle(FileRequest.unpack(body), fds)
-            reply(rid, answer)
+            req = FileRequest.unpack(body)
+            answer = files.handle(req, fds)
+            reply(rid, answer, req)
         finally:
             _close(fds + ([answer.fd] if answer is not None and answer.fd is not None else []))
 
@@ -118,14 +129,70 @@ def broker_main(sock: socket.socket, guard: Guard | None = None) -> NoReturn:
             with idle_lock:
                 idle[0] += 1
 
+    answers: queue.SimpleQueue = queue.SimpleQueue()
+    answering: list[threading.Thread] = []
+    waiting = select.poll()
+    waiting.register(sock, select.POLLIN)
+
+    def answerer() -> None:
+        while True:
+            rid, answer, req = answers.get()
+            try:
+                reply(rid, answer, req)
+            finally:
+                if answer.fd is not None:
+                    _close([answer.fd])
+
+    files.inline = threading.get_ident()
+    # One buffer for every request: socket.recv_fds would map (and unmap) a
+    # fresh REQUEST_MAX buffer per call.
+    inbox = bytearray(REQUEST_MAX)
     while True:
         try:
-            body, fds, _, _ = socket.recv_fds(sock, REQUEST_MAX, MAX_FDS)
+            body, fds = _receive(sock, inbox)
         except OSError:
             os._exit(0)
         if not body:
             os._exit(0)
-        if request_head(body)[1] == Op.ROOTS:
+        op = request_head(body)[1]
+        if op in FILE_OPS:
+            # Here, without a hand-off to a worker (a thread wake-up per call):
+            # a file call that could block (a FIFO or device opened, a directory
+            # on a network or FUSE file system) stops before it changes
+            # anything (Deferred) and goes to a worker instead.
+            answer = None
+            req = None
+            try:
+                req = FileRequest.unpack(body)
+                answer = files.handle(req, fds)
+            except Deferred:
+                pass
+            except Exception:  # noqa: BLE001 - answer rather than leave the agent waiting
+                answer = Reply(-1, errno.EIO)
+            if answer is not None:
+                if answer.fd is not None and req is not None and req.answer & ANSWER \
+                        and waiting.poll(0):
+                    # Installing the file completes only once the agent's thread
+                    # has run (ADDFD); with another request waiting, a thread of
+                    # its own waits for that, not the next call.
+                    _close(fds)
+                    if not answering:
+                        answering.append(threading.Thread(target=answerer, daemon=True))
+                        answering[0].start()
+                    answers.put((request_head(body)[0], answer, req))
+                    continue
+                try:
+                    reply(request_head(body)[0], answer, req)
+                finally:
+                    _close(fds + ([answer.fd] if answer.fd is not None else []))
+                continue
+        if op == Op.LISTENER:
+            if listener[0] < 0 and len(fds) == 1:
+                listener[0] = fds[0]
+            else:
+                _close(fds)
+            continue
+        if op == Op.ROOTS:
             # Here, not on a worker: every request after it sees the roots.
             try:
                 files.set_socket_roots(fds, RootsRequest.unpack(body).names)
@@ -205,6 +272,48 @@ def _perform(req: SocketRequest, sockfd: int, name: bytes, extra: list[int]) -> 
                      ctypes.cast(ctrl, ctypes.c_void_p) if ctrl else None, clen, 0)
         ret = libc.sendmsg(sockfd, ctypes.byref(hdr), req.flags)
     return Reply(ret, ctypes.get_errno() if ret < 0 else 0)
+
+
+def _answer(listener: int, req: FileRequest, answer: Reply) -> Reply | None:
+    """Give the agent the answer to req's notification here (the opened file
+    installed in it, or the return value or errno): None, nothing is sent
+    back. A notification that is gone (the agent's call was interrupted)
+    needs no answer; any other failure leaves the answer to the supervisor,
+    as an error (EIO: the file is not installed). An answer with something to
+    say (the guard's reason, a held name, a refusal the supervisor explains
+    from the waiting thread's cwd) is returned unanswered, for the
+    supervisor: said before the agent goes on, never lost when it exits."""
+    if answer.reason or (answer.ret < 0 and answer.err in (errno.EACCES, errno.EROFS,
+                                                            errno.EBUSY)):
+        return answer
+    try:
+        if answer.fd is not None and answer.ret >= 0:
+            try:
+                notify.addfd_send(listener, req.nid, answer.fd, bool(req.answer & ANSWER_CLOEXEC))
+            except OSError as e:
+                if e.errno != errno.ENOENT:
+                    notify.respond(listener, req.nid, error=e.errno or errno.EIO)
+        else:
+            notify.respond(listener, req.nid, val=answer.ret if answer.ret >= 0 else 0,
+                           error=(answer.err or errno.EIO) if answer.ret < 0 else 0)
+    except OSError as e:
+        if e.errno != errno.ENOENT:
+            return Reply(-1, errno.EIO)
+    return None
+
+
+_ANC = socket.CMSG_SPACE(MAX_FDS * 4)
+
+
+def _receive(sock: socket.socket, inbox: bytearray) -> tuple[bytes, list[int]]:
+    """One request and its descriptors: socket.recv_fds, into `inbox` (the
+    supervisor bounds every request below REQUEST_MAX and MAX_FDS)."""
+    n, anc, _, _ = sock.recvmsg_into([inbox], _ANC)
+    fds: list[int] = []
+    for level, kind, data in anc:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds += array.array("i", data[:len(data) // 4 * 4]).tolist()
+    return bytes(inbox[:n]), fds
 
 
 def _close(fds: list[int]) -> None:

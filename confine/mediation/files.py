@@ -109,6 +109,29 @@ INDEX_CAP = 256 << 20     # a bigger index is installed unchanged (held entries 
 _STATFS_SIZE = 128
 
 
+# File systems on which no file call the broker makes can wait on anything but
+# the local kernel; on any other (NFS, FUSE, CIFS...) a call may hang, so it is
+# made on a worker thread (broker.py), never on the one receiving requests.
+LOCAL_FS = frozenset({
+    0x01021994,     # tmpfs
+    0x858458F6,     # ramfs
+    0xEF53,         # ext2/3/4
+    0x58465342,     # xfs
+    0x9123683E,     # btrfs
+    0x794C7630,     # overlayfs
+    0xF2F52010,     # f2fs
+    0xCA451A4E,     # bcachefs
+    0x2FC12FC1,     # zfs
+    0x73717368,     # squashfs
+    PROC_SUPER_MAGIC,
+})
+
+
+class Deferred(Exception):
+    """Raised on the broker's receiving thread before a call that might block
+    changes anything: the call is made again from the start on a worker."""
+
+
 class Refused(Exception):
     """errno and the reason the supervisor reports once."""
     def __init__(self, err: int, reason: str):
@@ -228,6 +251,9 @@ class FileBroker:
                 else:
                     os.close(fd)
         self.root = os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        # The thread that receives requests (broker.py): a call on it that might
+        # block raises Deferred instead.
+        self.inline: int | None = None
         # Held while a name is judged and made (never around a call that can
         # block): every name the agent makes comes through here, so none can
         # appear or change type between a check and the call it guards.
@@ -283,20 +309,30 @@ class FileBroker:
 
     def _walk(self, task: Task, dirfd: int, path: bytes) -> tuple[int, bytes, bool]:
         """(pinned parent, last component, trailing slash). The caller closes
-        the parent."""
+        the parent. On the receiving thread, Deferred for a parent on a file
+        system that is not local (nothing was changed yet)."""
+        pfd, base, slash, fstype = self._walk_to(task, dirfd, path)
+        if self.inline is not None and self.inline == threading.get_ident() \
+                and (fstype if fstype is not None else _fstype(pfd)) not in LOCAL_FS:
+            os.close(pfd)
+            raise Deferred()
+        return pfd, base, slash
+
+    def _walk_to(self, task: Task, dirfd: int, path: bytes) -> tuple[int, bytes, bool, int | None]:
+        """_walk, and the parent's file system type where it was asked."""
         if not path:
             raise oserror(err=errno.ENOENT)
         slash = path.endswith(b"/")
         body = path.rstrip(b"/")
         if not body:                                   # "/" itself
-            return os.dup(self.root), b".", False
+            return os.dup(self.root), b".", False, None
         head, sep, base = body.rpartition(b"/")
         if not sep:
             head = b"."
         elif not head:
             head = b"/"
         if self.slow_only:
-            return self._slow(task, dirfd, path)
+            return (*self._slow(task, dirfd, path), None)
         try:
             pfd = notify.openat2(head, os.O_PATH | os.O_DIRECTORY, notify.RESOLVE_NO_MAGICLINKS,
                                  dirfd=dirfd)
@@ -304,15 +340,16 @@ class FileBroker:
             if e.errno == errno.ENOSYS:      # e.g. systemd's RestrictSUIDSGID= answers ENOSYS
                 self.slow_only = True
             elif e.errno == errno.ENOENT and self.held:
-                return self._slow(task, dirfd, path)     # perhaps through a held directory
+                return (*self._slow(task, dirfd, path), None)   # perhaps through a held directory
             elif e.errno != errno.ELOOP:
                 raise
             pfd = None
-        if pfd is not None and _fstype(pfd) != PROC_SUPER_MAGIC:
-            return pfd, base, slash
         if pfd is not None:
+            fstype = _fstype(pfd)
+            if fstype != PROC_SUPER_MAGIC:
+                return pfd, base, slash, fstype
             os.close(pfd)
-        return self._slow(task, dirfd, path)
+        return (*self._slow(task, dirfd, path), None)
 
     def _slow(self, task: Task, dirfd: int, path: bytes) -> tuple[int, bytes, bool]:
         """Component by component, for paths through /proc."""
@@ -480,6 +517,18 @@ class FileBroker:
         if comps is None:
             return None
         return comps if base in (b".", b"") else comps + (os.fsdecode(base),)
+
+    def _positions(self, opfd: int, obase: bytes, npfd: int,
+                   nbase: bytes) -> tuple[tuple[str, ...] | None, tuple[str, ...] | None]:
+        """_position of two names; the directory is placed once when both
+        pinned parents are the same directory (a rename within it)."""
+        if _ident(os.fstat(opfd)) != _ident(os.fstat(npfd)):
+            return self._position(opfd, obase), self._position(npfd, nbase)
+        comps = self._locate(opfd)
+        if comps is None:
+            return None, None
+        return (comps if obase in (b".", b"") else comps + (os.fsdecode(obase),),
+                comps if nbase in (b".", b"") else comps + (os.fsdecode(nbase),))
 
     def _placed(self, fd: int, st: os.stat_result) -> tuple[int, bytes] | None:
         """(its directory, its name) for the non-directory fd: the kernel's
@@ -821,7 +870,11 @@ class FileBroker:
                         except FileExistsError:
                             continue       # made meanwhile: judge what is there now
                     try:
-                        if stat.S_ISLNK(os.fstat(opath).st_mode):
+                        fmt = stat.S_IFMT(os.fstat(opath).st_mode)
+                        if fmt in (stat.S_IFIFO, stat.S_IFCHR, stat.S_IFBLK) \
+                                and self.inline == threading.get_ident():
+                            raise Deferred()        # opening it may wait for a peer
+                        if fmt == stat.S_IFLNK:
                             if flags & os.O_NOFOLLOW:
                                 raise oserror(err=errno.ELOOP)
                             links += 1
@@ -865,6 +918,12 @@ class FileBroker:
     def mkdir(self, task: Task, dirfd: int, path: bytes, mode: int) -> int:
         pfd, base, _ = self._walk(task, dirfd, path)
         try:
+            if self._exists(pfd, base):
+                # What the kernel answers before any permission or Landlock check
+                # (`mkdir -p` asks this of every parent): nothing is made, so
+                # there is nothing for the guard to judge. Looked up here, as the
+                # agent's uid in its view, so it tells no more than a stat would.
+                raise oserror(err=errno.EEXIST)
             hfd = self._check_create(pfd, base, "dir", hold=True)
             if hfd is None:
                 try:
@@ -885,6 +944,17 @@ class FileBroker:
         finally:
             os.close(pfd)
         return 0
+
+    def _exists(self, pfd: int, base: bytes) -> bool:
+        """base is a name in the pinned directory pfd (any type, a dangling
+        symlink too) and not one the held area stands in for: in a held
+        directory a name the agent cannot see must stay missing (mkdir there
+        succeeds, see mkdir)."""
+        try:
+            os.lstat(base, dir_fd=pfd)
+        except OSError:
+            return False
+        return not self._in_held(pfd)
 
     def mknod(self, task: Task, dirfd: int, path: bytes, mode: int, dev: int) -> int:
         pfd, base, slash = self._walk(task, dirfd, path)
@@ -961,7 +1031,7 @@ class FileBroker:
                                   "of confine's")
                 if g is not None and obase not in (b".", b"..") and nbase not in (b".", b".."):
                     # Both positions by descriptor, or a refusal: never skipped.
-                    sc, dc = self._position(opfd, obase), self._position(npfd, nbase)
+                    sc, dc = self._positions(opfd, obase, npfd, nbase)
                     sf, df = g.folded(sc), g.folded(dc)
                     src = g.show(sc) if sc is not None else os.fsdecode(obase)
                     dst = g.show(dc) if dc is not None else os.fsdecode(nbase)

@@ -57,6 +57,8 @@ from confine.kernel.seccomp import (
 from . import inet, sockfd
 from .signals import CALLS as _SIGNAL_CALLS
 from .wire import (
+    ANSWER,
+    ANSWER_CLOEXEC,
     DATA_CAP,
     IOVEC,
     MSGHDR_SIZE,
@@ -64,9 +66,11 @@ from .wire import (
     XATTR_NAME_MAX,
     XATTR_SIZE_MAX,
     FileRequest,
+    ListenerRequest,
     MetaRequest,
     MsgHdr,
     Op,
+    Reply,
     RootsRequest,
     SocketRequest,
     WritableRequest,
@@ -76,8 +80,10 @@ from .wire import (
 )
 
 MAX_REPORTED = 100
+PRUNE_AT = 64           # pending requests before those answered by the broker are dropped
 MAX_ADDR = 128          # a sockaddr longer than sockaddr_storage is EINVAL
 AT_FDCWD = -100
+_O_TMPFILE = os.O_TMPFILE & ~os.O_DIRECTORY    # makes a file: the umask applies
 AT_SYMLINK_NOFOLLOW = 0x100
 AT_EMPTY_PATH = 0x1000
 O_PATH_FLAG = 0o10000000
@@ -97,6 +103,9 @@ class _Pending(NamedTuple):
     what: tuple | None = None
     # sockfd.py: what to do with the reply instead (a socket made for the agent)
     then: Callable[[Any, list[int]], None] | None = None
+    # the broker answers it itself (FileRequest.answer) and then sends no
+    # reply: dropped by _prune once the notification is gone
+    direct: bool = False
 
 
 class _SocketCall(NamedTuple):
@@ -160,6 +169,7 @@ class Mediator:
         self.broker.settimeout(5)
         self.uid = agent_uid
         self.pending: dict[int, _Pending] = {}      # request id -> its notification
+        self.prune_at = PRUNE_AT
         self.next_id = 1
         # The denials shown (at most MAX_REPORTED, so the memory an agent can make
         # the supervisor hold by varying its denials is bounded) and a count of
@@ -167,10 +177,13 @@ class Mediator:
         self.denied: set[str] = set()
         self.unshown = 0
         self._send_roots(roots)
+        if files:
+            self._send_listener()
         if meta is not None:
             self._send_writable(*meta)
         self.getfd = True          # pidfd_getfd works here (False once the host refused it)
         self.made = sockfd.Made()  # without pidfd_getfd: sockets made for the agent, kept
+        self.tasks = _Tasks()      # file calls' per-thread facts (socket calls read them afresh)
         self.warn = warn
         self.events = events
         self.thread = threading.Thread(target=self._loop, name="confine-mediator", daemon=True)
@@ -243,6 +256,15 @@ class Mediator:
             for f in fds:
                 os.close(f)
 
+    def _send_listener(self) -> None:
+        """The listener, so that the broker answers file calls itself: the
+        agent waits for one hop fewer, and the file the broker opened goes into
+        it without coming here first (wire.ListenerRequest)."""
+        try:
+            socket.send_fds(self.broker, [ListenerRequest(0).pack()], [self.fd])
+        except OSError:
+            pass       # no broker: every mediated call fails anyway
+
     def _send_writable(self, roots: Sequence[str], holes: Sequence[str]) -> None:
         """Where metadata calls may act (wire.WritableRequest), by descriptor: the
         supervisor's view is the agent's here (no mount namespace). A path that
@@ -266,14 +288,17 @@ class Mediator:
             for f in rfds + hfds:
                 os.close(f)
 
-    def _take(self, pid: int, fd: int) -> int:
+    def _take(self, pid: int, fd: int, pidfd: int = -1) -> int:
         """A descriptor for the agent's fd: pidfd_getfd, or where the host refuses
         it, /proc/TID/fd/N opened O_PATH (the same file; the caller proves with
-        id_valid that the thread still waits). EBADF for no such descriptor."""
+        id_valid that the thread still waits). EBADF for no such descriptor.
+        pidfd: the thread's, from _Tasks (kept open there), else one is opened."""
         if fd < 0:
             raise OSError(errno.EBADF, "bad descriptor")
         if self.getfd:
-            pidfd = _pidfd(pid)
+            own = pidfd < 0
+            if own:
+                pidfd = _pidfd(pid)
             try:
                 return notify.pidfd_getfd(pidfd, fd)
             except OSError as e:
@@ -281,7 +306,8 @@ class Mediator:
                     raise
                 self.getfd = False
             finally:
-                os.close(pidfd)
+                if own:
+                    os.close(pidfd)
         try:
             return os.open(f"/proc/{pid}/fd/{fd}", os.O_PATH | os.O_CLOEXEC)
         except FileNotFoundError:
@@ -312,6 +338,14 @@ class Mediator:
         raise sockfd.Replace(kind)
 
     def _loop(self) -> None:
+        try:
+            self._serve()
+        finally:
+            self.tasks.clear()      # a process running many sandboxes keeps no descriptors
+        # No process uses the filter any more: the listener is done with too.
+        os.close(self.fd)
+
+    def _serve(self) -> None:
         poller = select.poll()
         poller.register(self.fd, select.POLLIN)
         poller.register(self.broker.fileno(), select.POLLIN)
@@ -374,18 +408,7 @@ class Mediator:
             got = self.pending.pop(rid, None)
             if got is None:
                 return True
-            if rep.reason:
-                self._report(rep.reason)
-            elif rep.ret < 0 and rep.err in (errno.EACCES, errno.EROFS) and got.what is not None:
-                try:
-                    self._landlock_refused(got.what, rep.err == errno.EROFS)
-                except Exception:  # noqa: BLE001 - a message, never the agent's answer
-                    pass
-            elif rep.ret < 0 and rep.err == errno.EBUSY and got.what is not None:
-                try:
-                    self._busy(got.what)
-                except Exception:  # noqa: BLE001 - a message, never the agent's answer
-                    pass
+            self._said(rep, got)
             if got.then is not None:
                 try:
                     got.then(rep, fds)
@@ -406,9 +429,25 @@ class Mediator:
             for f in fds:
                 os.close(f)
 
+    def _said(self, rep: Reply, got: _Pending) -> None:
+        """What a reply tells the user: the guard's reason, or Landlock's or a
+        read-only bind's refusal."""
+        if rep.reason:
+            self._report(rep.reason)
+        elif rep.ret < 0 and rep.err in (errno.EACCES, errno.EROFS) and got.what is not None:
+            try:
+                self._landlock_refused(got.what, rep.err == errno.EROFS)
+            except Exception:  # noqa: BLE001 - a message, never the agent's answer
+                pass
+        elif rep.ret < 0 and rep.err == errno.EBUSY and got.what is not None:
+            try:
+                self._busy(got.what)
+            except Exception:  # noqa: BLE001 - a message, never the agent's answer
+                pass
+
     def _send(self, nid: int, make: Callable[[int], bytes], fds: list[int], cloexec: bool,
               lost: int, what: tuple | None = None,
-              then: Callable[[Any, list[int]], None] | None = None) -> bool:
+              then: Callable[[Any, list[int]], None] | None = None, direct: bool = False) -> bool:
         """Hand the request make(request id) to the broker; the agent gets
         `lost` if it cannot be sent (False) or the broker dies before answering."""
         rid = self.next_id
@@ -418,8 +457,20 @@ class Mediator:
         except OSError:
             self._respond(nid, error=lost)
             return False
-        self.pending[rid] = _Pending(nid, cloexec, lost, what, then)
+        self.pending[rid] = _Pending(nid, cloexec, lost, what, then, direct)
+        if len(self.pending) >= self.prune_at:
+            self._prune()
         return True
+
+    def _prune(self) -> None:
+        """Forget the requests the broker answered itself: their notification
+        is no longer waiting (id_valid). One still waiting stays, so a broker
+        that dies leaves it `lost`, never unanswered."""
+        for rid, p in list(self.pending.items()):
+            if p.direct and not notify.id_valid(self.fd, p.nid):
+                del self.pending[rid]
+        # calls that wait long (FIFOs) stay: prune again only once as many more came
+        self.prune_at = max(PRUNE_AT, 2 * len(self.pending))
 
     # -- decisions
 
@@ -812,7 +863,9 @@ class Mediator:
         if call is None:
             return self._respond(nid, error=errno.EINVAL)
         strs = [notify.read_cstr(pid, addr) for _, addr in call.paths]
-        umask, tgid, tid = _task_facts(pid)
+        umask, tgid, tid, pidfd = self.tasks.facts(
+            pid, call.op in (Op.MKDIR, Op.MKNOD)
+            or (call.op == Op.OPEN and bool(call.flags & (os.O_CREAT | _O_TMPFILE))))
         fds: list[int] = []
         index: list[int] = []
         try:
@@ -824,7 +877,7 @@ class Mediator:
                 if dfd == AT_FDCWD:
                     fds.append(os.open(f"/proc/{pid}/cwd", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC))
                 else:
-                    fds.append(self._take(pid, dfd))
+                    fds.append(self._take(pid, dfd, pidfd))
                 index.append(len(fds) - 1)
         except OSError:
             for f in fds:
@@ -841,10 +894,12 @@ class Mediator:
                     (_i32(call.paths[0][0]), strs[0]) if call.op == Op.RENAME else None)
             index += [-1] * (2 - len(index))
             strs += [b""] * (2 - len(strs))
+            cloexec = call.op == Op.OPEN and bool(call.flags & os.O_CLOEXEC)
             self._send(nid, lambda rid: FileRequest(
                 rid, call.op, call.flags, call.mode & 0xFFFFFFFF, call.arg, umask, tgid, tid,
-                (index[0], index[1]), (strs[0], strs[1]), call.target).pack(),
-                fds, call.op == Op.OPEN and bool(call.flags & os.O_CLOEXEC), errno.EIO, what)
+                (index[0], index[1]), (strs[0], strs[1]), call.target, nid,
+                ANSWER | (ANSWER_CLOEXEC if cloexec else 0)).pack(),
+                fds, cloexec, errno.EIO, what, direct=True)
         finally:
             for f in fds:
                 os.close(f)
@@ -892,7 +947,7 @@ class Mediator:
             if got is None:
                 return self._respond(nid, error=errno.EINVAL)
             value = got
-        _, tgid, tid = _task_facts(pid)
+        _, tgid, tid, pidfd = self.tasks.facts(pid, umask=False)
         fds: list[int] = []
         index = -1
         if not path.startswith(b"/"):
@@ -900,7 +955,7 @@ class Mediator:
             if dfd == AT_FDCWD:
                 fds.append(os.open(f"/proc/{pid}/cwd", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC))
             else:
-                fds.append(self._take(pid, dfd))
+                fds.append(self._take(pid, dfd, pidfd))
             index = 0
         try:
             if not notify.id_valid(self.fd, nid):
@@ -1026,16 +1081,117 @@ def _pidfd(tid: int) -> int:
 def _task_facts(tid: int) -> tuple[int, int, int]:
     """umask, and the thread's process and thread ids in its own pid namespace
     (what "self" and "thread-self" mean in its /proc)."""
-    umask, tgid, nstid = 0o022, tid, tid
-    with open(f"/proc/{tid}/status") as f:
-        for line in f:
-            if line.startswith("Umask:"):
-                umask = int(line.split()[1], 8)
-            elif line.startswith("NStgid:"):
-                tgid = int(line.split()[-1])
-            elif line.startswith("NSpid:"):
-                nstid = int(line.split()[-1])
-    return umask, tgid, nstid
+    fd = os.open(f"/proc/{tid}/status", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        raw = _read_all(fd)
+    finally:
+        os.close(fd)
+    return (_status_umask(raw), *_status_ids(raw, tid))
+
+
+def _read_all(fd: int) -> bytes:
+    chunks = []
+    while True:
+        b = os.read(fd, 65536)
+        if not b:
+            return b"".join(chunks)
+        chunks.append(b)
+
+
+def _status_umask(raw: bytes) -> int:
+    """The Umask: line of a /proc/TID/status text (0o022 if absent, as _task_facts)."""
+    i = raw.find(b"\nUmask:")
+    if i < 0:
+        return 0o022
+    end = raw.find(b"\n", i + 7)
+    return int(raw[i + 7:end if end >= 0 else len(raw)], 8)
+
+
+def _status_ids(raw: bytes, tid: int) -> tuple[int, int]:
+    """NStgid and NSpid (innermost namespace) of a /proc/TID/status text."""
+    tgid, nstid = tid, tid
+    for line in raw.split(b"\n"):
+        if line.startswith(b"NStgid:"):
+            tgid = int(line.split()[-1])
+        elif line.startswith(b"NSpid:"):
+            nstid = int(line.split()[-1])
+    return tgid, nstid
+
+
+class _Tasks:
+    """_task_facts without parsing /proc/TID/status on every call: a thread's
+    ids in its pid namespace never change while it lives, but its host tid is
+    reused once it is reaped. So each entry keeps the thread's status file
+    open; a read through that descriptor fails (ESRCH) once the thread it was
+    opened for is gone, so a read that succeeds proves no other thread holds
+    this tid yet, and the notifying thread, which held it before and (the
+    caller's id_valid afterwards) still holds it, is the one cached. The same
+    read gives the umask, which changes at any time (umask(2), or another
+    process sharing its fs_struct): read on every call that needs it, never
+    cached. A call that needs no umask is proved the same way by the thread's
+    own pidfd (PIDFD_THREAD, Linux 6.9): it polls readable once the thread is
+    gone, before its tid can be given to another."""
+
+    CAP = 64        # two descriptors each (status, pidfd), far below RLIMIT_NOFILE
+
+    def __init__(self) -> None:
+        # tid -> (status fd, pidfd, NStgid, NSpid, a poll of the pidfd if it is
+        # the thread's own, else None)
+        self.by_tid: dict[int, tuple[int, int, int, int, select.poll | None]] = {}
+
+    def facts(self, tid: int, umask: bool = True) -> tuple[int, int, int, int]:
+        """(umask, tgid, tid in its namespace, a pidfd for it). The pidfd stays
+        owned by the cache (closed when the entry goes). Without `umask` the
+        umask given is 0o777 (nothing would be granted if it were used)."""
+        got = self.by_tid.get(tid)
+        if got is not None:
+            if not umask and got[4] is not None:
+                if not got[4].poll(0):
+                    return 0o777, got[2], got[3], got[1]
+            else:
+                try:
+                    raw = os.pread(got[0], 512, 0)
+                except OSError:
+                    raw = b""
+                if raw:
+                    return _status_umask(raw), got[2], got[3], got[1]
+            self._drop(tid)
+        sfd = os.open(f"/proc/{tid}/status", os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            raw = _read_all(sfd)
+            tgid, nstid = _status_ids(raw, tid)
+            # After the status file: that file's read on the next call proves
+            # this pidfd is of the same thread too.
+            watch: select.poll | None = None
+            try:
+                pidfd = notify.pidfd_open(tid, notify.PIDFD_THREAD)
+                watch = select.poll()
+                watch.register(pidfd, select.POLLIN)
+            except OSError as e:
+                if e.errno != errno.EINVAL:
+                    raise
+                pidfd = _pidfd(tid)
+        except BaseException:
+            os.close(sfd)
+            raise
+        if not raw:
+            os.close(sfd)
+            os.close(pidfd)
+            raise OSError(errno.ESRCH, "no such thread")
+        while len(self.by_tid) >= self.CAP:
+            self._drop(next(iter(self.by_tid)))
+        self.by_tid[tid] = (sfd, pidfd, tgid, nstid, watch)
+        return _status_umask(raw), tgid, nstid, pidfd
+
+    def clear(self) -> None:
+        for tid in list(self.by_tid):
+            self._drop(tid)
+
+    def _drop(self, tid: int) -> None:
+        sfd, pidfd, _, _, _ = self.by_tid.pop(tid)
+        os.close(sfd)
+        if pidfd >= 0:
+            os.close(pidfd)
 
 
 def _i32(v: int) -> int:

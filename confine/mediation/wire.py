@@ -31,6 +31,7 @@ class Op(enum.IntEnum):
     LISTEN = 4
     ROOTS = 5       # once, first: where pathname unix sockets may be (see RootsRequest)
     NEWSOCK = 6     # make a socket for the agent (no pidfd_getfd: mediation/sockfd.py)
+    LISTENER = 7    # once, before any file call: the notify listener (see ListenerRequest)
     OPEN = 10
     TRUNCATE = 11
     MKDIR = 12
@@ -63,11 +64,13 @@ _HEAD = struct.Struct("<QB")                   # every request starts: id, op
 _SOCKET = struct.Struct("<QBiiIiii")           # id, op, flags, resolve, namelen, nfds_passed,
                                                # tgid, tid
 _ROOTS = struct.Struct("<QBI")                 # id, op, number of roots
-_FILE = struct.Struct("<QBqQQIiiii")           # id, op, flags, mode, dev/length, umask,
-                                               # tgid, tid, fd index for path 1, for path 2
+_FILE = struct.Struct("<QBqQQIiiiiQB")         # id, op, flags, mode, dev/length, umask,
+                                               # tgid, tid, fd index for path 1, for path 2,
+                                               # notification id, ANSWER_* bits
 _META = struct.Struct("<QBiiIIIiiIII")         # id, op, at-flags, fd index, mode/xattr flags,
                                                # uid, gid, tgid, tid, path, name, value lengths
 _WRITABLE = struct.Struct("<QBII")             # id, op, writable roots, holes
+_LISTENER = struct.Struct("<QB")               # id, op
 _REPLY = struct.Struct("<Qqi")                 # id, return value, errno
 REPLY_MAX = _REPLY.size + 4096                 # the supervisor's receive buffer
 _U64 = 0xFFFFFFFFFFFFFFFF
@@ -138,17 +141,37 @@ class FileRequest(NamedTuple):
     dirs: tuple[int, int]
     paths: tuple[bytes, bytes]  # b"" when the call has one path
     target: bytes               # a symlink's contents
+    nid: int = 0                # the notification, answered by the broker with ANSWER
+    answer: int = 0             # ANSWER, ANSWER_CLOEXEC
 
     def pack(self) -> bytes:
         return (_FILE.pack(self.rid, self.op, self.flags, self.mode, self.arg & _U64, self.umask,
-                           self.tgid, self.tid, self.dirs[0], self.dirs[1])
+                           self.tgid, self.tid, self.dirs[0], self.dirs[1], self.nid, self.answer)
                 + b"\0".join((*self.paths, self.target)))
 
     @classmethod
     def unpack(cls, body: bytes) -> "FileRequest":
-        rid, op, flags, mode, arg, umask, tgid, tid, d1, d2 = _FILE.unpack_from(body)
+        rid, op, flags, mode, arg, umask, tgid, tid, d1, d2, nid, answer = _FILE.unpack_from(body)
         p1, p2, target = (body[_FILE.size:].split(b"\0") + [b"", b""])[:3]
-        return cls(rid, Op(op), flags, mode, arg, umask, tgid, tid, (d1, d2), (p1, p2), target)
+        return cls(rid, Op(op), flags, mode, arg, umask, tgid, tid, (d1, d2), (p1, p2), target,
+                   nid, answer)
+
+
+# FileRequest.answer: the broker answers the notification itself (one hop
+# fewer: the opened file goes straight into the agent), and installs the file
+# with O_CLOEXEC.
+ANSWER = 1
+ANSWER_CLOEXEC = 2
+
+
+class ListenerRequest(NamedTuple):
+    """The agent's seccomp listener, sent once with SCM_RIGHTS before any file
+    call: the broker answers file calls on it (FileRequest.answer); it replies
+    to the supervisor only when the supervisor is to answer (and say why)."""
+    rid: int
+
+    def pack(self) -> bytes:
+        return _LISTENER.pack(self.rid, Op.LISTENER)
 
 
 class MetaRequest(NamedTuple):

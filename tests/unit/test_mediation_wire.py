@@ -8,7 +8,7 @@ from confine.mediation.wire import FileRequest, Op, Reply, SocketRequest
 
 
 def test_every_op_is_a_socket_or_a_file_op():
-    assert wire.SOCKET_OPS | wire.FILE_OPS | wire.META_OPS | {Op.WRITABLE} == set(Op)
+    assert wire.SOCKET_OPS | wire.FILE_OPS | wire.META_OPS | {Op.WRITABLE, Op.LISTENER} == set(Op)
     assert not wire.SOCKET_OPS & wire.FILE_OPS
     assert not (wire.SOCKET_OPS | wire.FILE_OPS) & wire.META_OPS
 
@@ -32,6 +32,14 @@ def test_requests_and_replies_round_trip():
     rid, rep = wire.decode_reply(Reply(-1, 13, "x" * 5000).encode(3))
     assert rid == 3 and rep == Reply(-1, 13, "x" * wire.REASON_CAP)
     assert wire.decode_reply(b"short") is None
+
+
+def test_direct_answers_round_trip():
+    # the notification id and the answer bits reach the broker
+    f = FileRequest(9, Op.OPEN, 0, 0o644, 0, 0o022, 5, 6, (0, -1), (b"a", b""), b"",
+                    2**64 - 2, wire.ANSWER | wire.ANSWER_CLOEXEC)
+    assert FileRequest.unpack(f.pack()) == f
+    assert wire.request_head(wire.ListenerRequest(0).pack()) == (0, Op.LISTENER)
 
 
 def test_rights_control_parses_back_and_other_messages_are_refused():

@@ -1,0 +1,107 @@
+"""The supervisor's per-thread cache of /proc/TID/status facts (supervisor._Tasks):
+the umask is read afresh on every call, a thread that is gone is never answered
+from the cache, and the cache's descriptors stay bounded."""
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import pytest
+
+from confine.mediation import supervisor
+
+
+def _open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_facts_match_the_full_parse_and_the_umask_is_never_cached():
+    tasks = supervisor._Tasks()
+    me = threading.get_native_id()
+    old = os.umask(0o027)
+    try:
+        umask, tgid, tid, pidfd = tasks.facts(me)
+        assert (umask, tgid, tid) == supervisor._task_facts(me)
+        assert umask == 0o027 and pidfd >= 0
+        os.umask(0o077)
+        assert tasks.facts(me)[0] == 0o077          # the cached entry, a fresh umask
+        assert tasks.facts(me)[1:3] == (tgid, tid)
+        # a call that needs none gets a umask that would grant nothing
+        assert tasks.facts(me, umask=False) == (0o777, tgid, tid, pidfd)
+    finally:
+        os.umask(old)
+
+
+@pytest.mark.parametrize("umask", [True, False])
+def test_a_thread_that_is_gone_is_not_answered_from_the_cache(umask):
+    """umask: proved by the read through the status file; else by the thread's
+    pidfd (readable once the thread is gone)."""
+    tasks = supervisor._Tasks()
+    got: dict[str, object] = {}
+    go = threading.Event()
+
+    def body() -> None:
+        tid = threading.get_native_id()
+        got["tid"] = tid
+        got["facts"] = tasks.facts(tid)
+        go.wait(10)
+
+    t = threading.Thread(target=body)
+    t.start()
+    while "facts" not in got:
+        pass
+    tid = got["tid"]
+    assert isinstance(tid, int) and tid in tasks.by_tid
+    assert tasks.facts(tid, umask)[1:3] == got["facts"][1:3]     # alive: from the cache
+    go.set()
+    t.join()
+    while os.path.exists(f"/proc/self/task/{tid}"):   # join returns before the thread is gone
+        time.sleep(0.001)
+    # the status file kept open reads ESRCH, the pidfd polls readable: no
+    # answer from the cache
+    with pytest.raises(OSError):
+        tasks.facts(tid, umask)
+    assert tid not in tasks.by_tid
+
+
+def test_the_cache_is_bounded_and_closes_what_it_drops():
+    tasks = supervisor._Tasks()
+    before = _open_fds()
+    ready = threading.Barrier(supervisor._Tasks.CAP + 11)
+    done = threading.Event()
+
+    def body() -> None:
+        ready.wait(10)
+        done.wait(10)
+
+    ts = [threading.Thread(target=body) for _ in range(supervisor._Tasks.CAP + 10)]
+    for t in ts:
+        t.start()
+    ready.wait(10)
+    try:
+        for t in ts:
+            assert t.native_id is not None
+            tasks.facts(t.native_id)
+        assert len(tasks.by_tid) == supervisor._Tasks.CAP
+        assert _open_fds() - before <= 2 * supervisor._Tasks.CAP
+    finally:
+        done.set()
+        for t in ts:
+            t.join()
+    held = [fd for e in tasks.by_tid.values() for fd in e[:2]]
+    assert len(held) == 2 * supervisor._Tasks.CAP
+    tasks.clear()                   # what the mediator does when its run ends
+    assert not tasks.by_tid
+    for fd in held:                 # nothing else opened a descriptor meanwhile
+        with pytest.raises(OSError):
+            os.fstat(fd)
+
+
+def test_status_parsing():
+    raw = (b"Name:\tx\nUmask:\t0002\nState:\tS\nTgid:\t10\nNStgid:\t10\t3\nPid:\t11\n"
+           b"NSpid:\t11\t4\n")
+    assert supervisor._status_umask(raw) == 0o002
+    assert supervisor._status_ids(raw, 11) == (3, 4)
+    assert supervisor._status_umask(b"Name:\tx\n") == 0o022       # as _task_facts: absent
+    assert supervisor._status_ids(b"Name:\tx\n", 11) == (11, 11)
