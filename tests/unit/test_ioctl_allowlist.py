@@ -18,6 +18,12 @@ def test_allowlist_excludes_denied_and_signalling_requests():
         assert num not in ioctls.ALLOWED_NUMBERS                       # TIOCVHANGUP TIOCSLCKTRMIOS TIOCMSET
 
 
+def test_the_listener_requests_the_broker_makes_pass():
+    from confine.kernel import notify
+    for num in (notify.IOCTL_RECV, notify.IOCTL_SEND, notify.IOCTL_ID_VALID, notify.IOCTL_ADDFD):
+        assert num in ioctls.ALLOWED_NUMBERS, hex(num)
+
+
 def test_program_refuses_other_requests_in_a_child():
     r, w = os.pipe()
     pid = os.fork()

@@ -60,6 +60,11 @@ ALLOWED: tuple[tuple[str, int], ...] = (
     ("SIOCOUTQNSD", 0x894B), ("SIOCGPGRP", 0x8904), ("FIOGETOWN", 0x8903),
     # /dev/random, /dev/urandom
     ("RNDGETENTCNT", 0x80045200),
+    # the seccomp listener, which the broker holds and answers file calls on
+    # (mediation/broker.py); they act on nothing but a listener's own descriptor
+    ("SECCOMP_IOCTL_NOTIF_RECV", 0xC0502100), ("SECCOMP_IOCTL_NOTIF_SEND", 0xC0182101),
+    ("SECCOMP_IOCTL_NOTIF_ID_VALID", 0x40082102), ("SECCOMP_IOCTL_NOTIF_ID_VALID_OLD", 0x80082102),
+    ("SECCOMP_IOCTL_NOTIF_ADDFD", 0x40182103), ("SECCOMP_IOCTL_NOTIF_SET_FLAGS", 0x40082104),
 )
 ALLOWED_NUMBERS: frozenset[int] = frozenset(n for _, n in ALLOWED)
 assert len(ALLOWED_NUMBERS) == len(ALLOWED), "duplicate ioctl number"
