@@ -31,7 +31,7 @@ import os
 import signal
 from typing import NamedTuple
 
-from ..kernel import notify
+from ..kernel import notify, sysfs
 from ..kernel.libc import libc
 from ..kernel.seccomp.loader import SIGNAL_CALLS
 
@@ -45,23 +45,7 @@ F_SETOWN_EX = 15
 CALLS = SIGNAL_CALLS
 
 
-class Stat(NamedTuple):
-    ppid: int
-    pgrp: int
-    start: int
-
-
-def stat_of(pid: int) -> Stat | None:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            data = f.read()
-    except OSError:
-        return None
-    rest = data[data.rfind(b")") + 2:].split()
-    try:
-        return Stat(int(rest[1]), int(rest[2]), int(rest[19]))
-    except (IndexError, ValueError):
-        return None
+stat_of = sysfs.proc_stat
 
 
 def tgid_of(tid: int) -> int | None:

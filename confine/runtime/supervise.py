@@ -12,6 +12,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import NamedTuple
 
+from ..kernel import sysfs
+
 FORWARD = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT,
            signal.SIGUSR1, signal.SIGUSR2, signal.SIGWINCH)
 
@@ -93,16 +95,8 @@ def scan() -> dict[int, Proc]:
 
 
 def _stat(pid: int) -> Proc | None:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            data = f.read()
-    except OSError:
-        return None
-    rest = data[data.rfind(b")") + 2:].split()
-    try:
-        return Proc(ppid=int(rest[1]), start=int(rest[19]), state=rest[0].decode())
-    except (IndexError, ValueError):
-        return None
+    st = sysfs.proc_stat(pid)
+    return None if st is None else Proc(ppid=st.ppid, start=st.start, state=st.state)
 
 
 def descendants(root: int, table: Mapping[int, Proc]) -> list[int]:
