@@ -210,6 +210,11 @@ def _replacement(name: str, policy: Policy, host: HostFacts) -> str | None:
             return features.REPLACEMENTS[name][0]
         if name == "landlock.scope_abstract_unix" and uses_net_namespace(policy, host):
             return features.REPLACEMENTS[name][0]
+        if name == "landlock.net_tcp":
+            # the gateway routes every connect; without it Landlock alone filters ports
+            routed = (policy.network.egress and host.seccomp_user_notif
+                      and uses_net_namespace(policy, host))
+            return features.REPLACEMENTS[name][0] if routed else None
         if name not in ("landlock.truncate", "landlock.scope_abstract_unix"):
             return features.REPLACEMENTS[name][0]
     # a secret inside a writable bind: only Landlock could refuse its truncation

@@ -72,6 +72,12 @@ REPLACEMENTS: dict[str, tuple[str, str]] = {
         "nodev host view", "every mount of the agent's view is nodev except binds of the "
         "profile's `devices`, so no other device node can be opened, and no ioctl reaches "
         "its driver (stricter than Landlock: reading such a node fails too)"),
+    "landlock.net_tcp": (
+        "mediated connects in an own network namespace", "every IPv4/IPv6 connect and send "
+        "with an address is notified and routed by the supervisor to the gateway or the "
+        "agent's own loopback (nothing else); a bind reaches only the agent's own network "
+        "namespace, which holds its loopback alone (profiles whose hosts go through the "
+        "gateway, with namespaces and seccomp user notification)"),
     "landlock.truncate": (
         "read-only host view", "every mount but the writable paths is read-only, so truncate "
         "fails with EROFS outside them (used only when no secret lies under a write grant)"),

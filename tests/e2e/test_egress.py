@@ -411,26 +411,37 @@ print(json.dumps(R))
         shutil.rmtree(sb.workdir, ignore_errors=True)
 
 
-def test_below_landlock_abi_4_the_gateway_is_refused(net, test_user, confine_bin):
-    sb = Sandbox("root", test_user, make_workdir(test_user))
+@pytest.mark.parametrize("mode", ["root", "user"])
+def test_below_landlock_abi_4_the_gateway_routes_every_connect(mode, net, test_user, confine_bin):
+    """ABI 3 has no Landlock TCP rights. With the gateway and a network namespace of
+    its own the supervisor routes every connect, so the run needs no flag: a name
+    the profile allows works through the redirect, a direct address is refused, and
+    the origin sees only the gateway's connection. A profile with host ports (no
+    namespace of its own) stays refused by name."""
+    sb = Sandbox(mode, test_user, make_workdir(test_user))
     sb.env = ["CONFINE_TEST_LANDLOCK_ABI_MAX=3"]
     try:
-        p = inside(sb, net, ["true"], *ALLOW)
-        assert p.returncode == 125 and "landlock.net_tcp" in p.stderr, p.stderr
-        # the control: the same run without network is not refused at all
-        p = inside(sb, net, ["true"])
-        assert p.returncode == 0 and "landlock.net_tcp" not in p.stderr, p.stderr
-        # accepted by name: the mediation and the agent's network namespace still decide
+        d = json.loads(inside(sb, net, ["true"], *ALLOW, "--dry-run", "--json").stdout)
+        assert d["missing"] == [], d["missing"]
+        assert d["mechanisms"]["landlock.net_tcp"].startswith("mediated connects"), d
         m = net.mark()
         p = inside(sb, net, py(ATTEMPTS + r'''
 run("direct_tls", lambda: tls("allowed.test"))
 run("direct_ip", lambda: plain("1.1.1.1", 8443))
+run("direct_private", lambda: plain("10.9.9.9", 80))
 print(json.dumps(R))
-'''), *ALLOW, "--degrade", "landlock.net_tcp")
+'''), *ALLOW)
         assert last_json(p.stdout) == {"direct_tls": "hello from allowed.test sni=allowed.test",
-                                       "direct_ip": "ECONNREFUSED"}, p.stderr
-        assert "NOT enforced: landlock.net_tcp" in p.stderr
+                                       "direct_ip": "ECONNREFUSED",
+                                       "direct_private": "ECONNREFUSED"}, p.stderr
+        assert "NOT enforced" not in p.stderr and "degraded" not in p.stderr, p.stderr
         assert {e["dst"] for e in net.since(m) if e["ev"] == "accept"} == {"1.1.1.1:443"}
+        prof = os.path.join(sb.workdir, "ports.yaml")
+        with open(prof, "w") as f:
+            f.write("extends: default\nnetwork:\n  connect_tcp: [8080]\n")
+        os.chmod(prof, 0o644)
+        p = inside(sb, net, ["true"], "-p", prof)
+        assert p.returncode == 125 and "landlock.net_tcp" in p.stderr, p.stderr
     finally:
         shutil.rmtree(sb.workdir, ignore_errors=True)
 

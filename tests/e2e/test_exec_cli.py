@@ -687,8 +687,16 @@ def test_degraded_refused_then_allowed(sandbox):
 
 
 def test_degraded_names_tcp_right_when_ports_granted(sandbox):
-    """claude-code grants TCP ports: below ABI 4 confine cannot filter ports."""
-    p = sandbox.run(RAN, "-p", "claude-code", env_extra=ABI3)
+    """A profile granting a TCP port of the host's loopback: below ABI 4 confine
+    cannot filter ports (claude-code, whose hosts go through the gateway in a
+    network namespace of its own, runs: the supervisor routes every connect)."""
+    prof = os.path.join(sandbox.workdir, "ports.yaml")
+    with open(prof, "w") as f:
+        f.write("extends: default\nnetwork:\n  connect_tcp: [8080]\n")
+    os.chmod(prof, 0o644)
+    ok = sandbox.run(["true"], "-p", "claude-code", env_extra=ABI3)
+    assert ok.returncode == 0, ok.stderr
+    p = sandbox.run(RAN, "-p", prof, env_extra=ABI3)
     assert p.returncode == 125 and "RAN" not in p.stdout, p
     assert "landlock.net_tcp" in p.stderr or "TCP" in p.stderr, p.stderr
     _one_line(p)

@@ -156,6 +156,14 @@ def test_gateway_needs_landlock_tcp(dirs):
     pol = _load_text(dirs, "network:\n  allow: [example.com]\n")
     plan = _plan(dirs, pol, dataclasses.replace(FULL, landlock_abi=3))
     assert "landlock.net_tcp" in {m.feature for m in plan.missing}
+    # ... unless the agent has a network namespace of its own, where the supervisor
+    # routes every connect and a bind reaches nothing but the agent's loopback
+    own = _plan(dirs, pol, dataclasses.replace(FULL, landlock_abi=3, net_namespace=True))
+    assert own.net_ns and own.missing == ()
+    assert own.mechanisms["landlock.net_tcp"].startswith("mediated connects")
+    ports = _load_text(dirs, "network:\n  allow: [example.com]\n  connect_tcp: [8080]\n")
+    kept = _plan(dirs, ports, dataclasses.replace(FULL, landlock_abi=3, net_namespace=True))
+    assert "landlock.net_tcp" in {m.feature for m in kept.missing}
 
 
 def test_upstreams_read_like_glibc(tmp_path):
