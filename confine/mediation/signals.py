@@ -37,6 +37,7 @@ from ..kernel.seccomp.loader import SIGNAL_CALLS
 
 SYS_pidfd_send_signal = 424
 SYS_rt_tgsigqueueinfo = 297 if os.uname().machine == "x86_64" else 240
+_TGKILL = 234 if os.uname().machine == "x86_64" else 131
 SIGINFO_SIZE = 128
 MAX_DEPTH = 4096          # parents walked up from one target
 MAX_SCAN = 65536          # processes looked at for a group signal
@@ -298,6 +299,3 @@ class Judge:
         return Verdict(error=errno.EPERM, refused=f"fcntl F_SETOWN {owner}: refused (SIGIO only "
                        "to the caller or its own process group: no pid namespace, and Landlock "
                        "below ABI 6 cannot scope signals)")
-
-
-_TGKILL = 234 if os.uname().machine == "x86_64" else 131

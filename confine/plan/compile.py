@@ -205,22 +205,19 @@ def _replacement(name: str, policy: Policy, host: HostFacts) -> str | None:
             return None
         return features.REPLACEMENTS[name][0]
     if host.namespaces and name in features.REPLACEMENTS:
-        if name == "landlock.truncate" and not any(is_under(d.path, w.path)
-                                                   for d in policy.deny for w in policy.write):
-            return features.REPLACEMENTS[name][0]
-        if name == "landlock.scope_abstract_unix" and uses_net_namespace(policy, host):
-            return features.REPLACEMENTS[name][0]
+        mechanism = features.REPLACEMENTS[name][0]
+        if name == "landlock.truncate":
+            # a secret inside a writable bind: only Landlock could refuse its truncation
+            # (the broker judges truncation only where there is no mount namespace)
+            return None if any(is_under(d.path, w.path) for d in policy.deny
+                               for w in policy.write) else mechanism
         if name == "landlock.net_tcp":
             # the gateway routes every connect; without it Landlock alone filters ports
             routed = (policy.network.egress and host.seccomp_user_notif
                       and uses_net_namespace(policy, host))
-            return features.REPLACEMENTS[name][0] if routed else None
-        if name not in ("landlock.truncate", "landlock.scope_abstract_unix"):
-            return features.REPLACEMENTS[name][0]
-    # a secret inside a writable bind: only Landlock could refuse its truncation
-    # (the broker judges truncation only where there is no mount namespace)
-    if name == "landlock.truncate" and host.namespaces:
-        return None
+            return mechanism if routed else None
+        if name != "landlock.scope_abstract_unix" or uses_net_namespace(policy, host):
+            return mechanism
     return _by_seccomp(name, host)
 
 
@@ -562,10 +559,12 @@ def compile(policy: Policy, argv: Sequence[str], identity: Identity, host: HostF
         sc_extra = seccomp.no_inet_rules()
         notes.append(f"Landlock ABI {abi} cannot filter TCP: IPv4/IPv6 sockets refused by seccomp")
     unix_mediation = host.seccomp_user_notif
-    # Without a mount namespace the broker judges truncation too (NO_NS_REPLACEMENTS),
-    # so file calls are mediated even where the guard has no name to protect.
-    file_mediation = unix_mediation and ((protected is not None and protected.guard)
-                                         or not mount_ns)
+    # Without a mount namespace below ABI 3 the broker judges truncation too
+    # (NO_NS_REPLACEMENTS), so file calls are mediated even where the guard has no
+    # name to protect; elsewhere only for the guard (each mediated call costs).
+    file_mediation = unix_mediation and (
+        (protected is not None and protected.guard)
+        or (not mount_ns and abi < landlock.FS_MIN_ABI[AccessFS.TRUNCATE]))
     ioctl_allowlist = (not mount_ns and abi < landlock.FS_MIN_ABI[AccessFS.IOCTL_DEV]
                        and host.seccomp_filter and seccomp_ioctls.available())
     refuse_abstract = (unix_mediation and policy.scope.abstract_unix and not net_ns

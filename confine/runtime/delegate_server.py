@@ -720,36 +720,25 @@ def _watch_status(status_r: int, med: MediationChannel, nested: Nested, ip: Plan
                   say: Callable[[str], None], mediator: Any,
                   init: list[int]) -> status.Message | None:
     failure: status.Message | None = None
-    buf = b""
-    while True:
-        try:
-            chunk = os.read(status_r, 4096)
-        except InterruptedError:
+    for msg in status.receive(status_r):
+        if isinstance(msg, status.Begin):
             continue
-        if not chunk:
-            break
-        buf += chunk
-        while b"\n" in buf:
-            line, buf = buf.split(b"\n", 1)
-            msg = status.parse(line)
-            if isinstance(msg, status.Begin):
+        if isinstance(msg, status.InitPid):
+            init.append(msg.pid)
+            continue
+        if isinstance(msg, status.Listener):
+            try:
+                nfd = med.take_listener()
+                mediator(nfd, med.broker_sup, nested.unix_roots, ip.identity.uid, warn=say,
+                         files=True, inet_routes=None, events=None,
+                         meta=nested.meta).start()
+            except OSError as e:
+                failure = status.SetupFailed("seccomp_notify", f"cannot take over the "
+                                             f"seccomp listener: {e}")
                 continue
-            if isinstance(msg, status.InitPid):
-                init.append(msg.pid)
-                continue
-            if isinstance(msg, status.Listener):
-                try:
-                    nfd = med.take_listener()
-                    mediator(nfd, med.broker_sup, nested.unix_roots, ip.identity.uid, warn=say,
-                             files=True, inet_routes=None, events=None,
-                             meta=nested.meta).start()
-                except OSError as e:
-                    failure = status.SetupFailed("seccomp_notify", f"cannot take over the "
-                                                 f"seccomp listener: {e}")
-                    continue
-                os.write(med.sync_w, b"g")
-            elif failure is None:
-                failure = msg
+            os.write(med.sync_w, b"g")
+        elif failure is None:
+            failure = msg
     return failure
 
 

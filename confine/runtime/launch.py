@@ -267,50 +267,37 @@ def _read_status(status_r: int, pid: int, plan: Plan, med: MediationChannel | No
     failure: status.Message | None = None
     holder: int | None = None if plan.pid_ns else pid   # who holds the seccomp listener
     listener: int | None = None
-    buf = b""
-    while True:
-        try:
-            chunk = os.read(status_r, 4096)
-        except InterruptedError:
-            continue
-        if not chunk:
-            break
-        buf += chunk
-        while b"\n" in buf:
-            line, buf = buf.split(b"\n", 1)
-            msg = status.parse(line)
-            if isinstance(msg, status.Begin):
-                outcome.steps.append(msg.step)
-            elif isinstance(msg, status.InitPid):
-                holder = msg.pid
-                if on_init is not None:
-                    on_init(msg.pid)      # pid 1 of the agent's namespace restricts itself
-            elif isinstance(msg, status.Listener) and med is not None:
-                listener = msg.fd
-            elif isinstance(msg, status.Sockets) and med is not None and on_sockets is not None:
-                try:
-                    _take_sockets(pid, msg.fds, on_sockets)
-                except (OSError, ConfineError) as e:
-                    os.kill(pid, signal.SIGKILL)
-                    failure = status.SetupFailed(
-                        "gateway_sockets", f"cannot take over the gateway's sockets: {e}")
-                else:
-                    os.write(med.sync_w, b"g")
-            elif failure is None:
-                failure = msg
-            if listener is not None and holder is not None:
-                assert med is not None
-                try:
-                    _start_mediator(holder, listener, med, plan, warn, inet, events)
-                except OSError as e:
-                    os.kill(pid, signal.SIGKILL)
-                    failure = status.SetupFailed(
-                        "seccomp_notify", f"cannot take over the seccomp listener: {e}")
-                else:
-                    os.write(med.sync_w, b"g")
-                listener = None
-    if buf and failure is None:
-        failure = status.parse(buf)
+    for msg in status.receive(status_r):
+        if isinstance(msg, status.Begin):
+            outcome.steps.append(msg.step)
+        elif isinstance(msg, status.InitPid):
+            holder = msg.pid
+            if on_init is not None:
+                on_init(msg.pid)      # pid 1 of the agent's namespace restricts itself
+        elif isinstance(msg, status.Listener) and med is not None:
+            listener = msg.fd
+        elif isinstance(msg, status.Sockets) and med is not None and on_sockets is not None:
+            try:
+                _take_sockets(pid, msg.fds, on_sockets)
+            except (OSError, ConfineError) as e:
+                os.kill(pid, signal.SIGKILL)
+                failure = status.SetupFailed(
+                    "gateway_sockets", f"cannot take over the gateway's sockets: {e}")
+            else:
+                os.write(med.sync_w, b"g")
+        elif failure is None:
+            failure = msg
+        if listener is not None and holder is not None:
+            assert med is not None
+            try:
+                _start_mediator(holder, listener, med, plan, warn, inet, events)
+            except OSError as e:
+                os.kill(pid, signal.SIGKILL)
+                failure = status.SetupFailed(
+                    "seccomp_notify", f"cannot take over the seccomp listener: {e}")
+            else:
+                os.write(med.sync_w, b"g")
+            listener = None
     return outcome, failure
 
 

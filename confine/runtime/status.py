@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from typing import Union
 
@@ -70,3 +71,22 @@ def parse(line: bytes) -> Message:
         return msg
     except (ValueError, KeyError, TypeError):
         return SetupFailed("unknown", f"unreadable status from the child: {line[:200]!r}")
+
+
+def receive(fd: int) -> Iterator[Message]:
+    """Every message on the pipe until the child's end is closed; a last line
+    without its newline is parsed too (garbage: a SetupFailed, never ignored)."""
+    buf = b""
+    while True:
+        try:
+            chunk = os.read(fd, 4096)
+        except InterruptedError:
+            continue
+        if not chunk:
+            break
+        buf += chunk
+        while b"\n" in buf:
+            line, buf = buf.split(b"\n", 1)
+            yield parse(line)
+    if buf:
+        yield parse(buf)
