@@ -14,7 +14,6 @@ import array
 import ctypes
 import errno
 import os
-import queue
 import select
 import socket
 import struct
@@ -57,7 +56,7 @@ def broker_main(sock: socket.socket, guard: Guard | None = None) -> NoReturn:
     files = FileBroker(guard)
     listener = [-1]  # the agent's seccomp listener (ListenerRequest), once sent
 
-    def reply(rid: int, answer: Reply, req: FileRequest | None = None) -> None:
+    def reply(rid: int, answer: Reply, req: FileRequest | SocketRequest | None = None) -> None:
         if req is not None and req.answer & ANSWER and listener[0] >= 0:
             got = _answer(listener[0], req, answer)
             if got is None:
@@ -90,7 +89,8 @@ def broker_main(sock: socket.socket, guard: Guard | None = None) -> NoReturn:
 
     def socket_call(rid: int, body: bytes, fds: list[int]) -> None:
         try:
-            reply(rid, _socket_call(files, SocketRequest.unpack(body), fds))
+            req = SocketRequest.unpack(body)
+            reply(rid, _socket_call(files, req, fds), req)
         finally:
             _close(fds)
 
@@ -112,54 +112,77 @@ def broker_main(sock: socket.socket, guard: Guard | None = None) -> NoReturn:
             _close(fds)
             reply(rid, Reply(-1, errno.ENOSYS))
 
-    # Workers are reused (starting a thread costs more than most calls); a call
-    # that blocks (a FIFO opened for writing) holds only its own worker, since
-    # every request gets an idle worker reserved for it or a new one.
-    jobs: queue.SimpleQueue = queue.SimpleQueue()
-    idle = [0]
-    idle_lock = threading.Lock()
-
-    def worker() -> None:
-        while True:
-            body, fds = jobs.get()
-            try:
-                handle(body, fds)
-            except Exception:  # noqa: BLE001 - answer rather than leave the agent waiting
-                reply(request_head(body)[0], Reply(-1, errno.EIO))
-            with idle_lock:
-                idle[0] += 1
-
-    answers: queue.SimpleQueue = queue.SimpleQueue()
-    answering: list[threading.Thread] = []
+    # One thread receives at a time (the leader) and performs right there the
+    # file calls that cannot block: no hand-off, no other thread woken. Before
+    # a call that can block (a socket or metadata call; a file call that
+    # stopped before changing anything, Deferred: a FIFO or device opened, a
+    # directory on a network or FUSE file system), or before installing a
+    # file while another request waits (ADDFD completes only once the agent's
+    # thread has run), it hands the receiving to another thread (a parked one,
+    # else a new one) and performs the call itself: waking that thread is not
+    # in the call's way, a call that blocks holds only its own thread, and
+    # calls of several agent threads go on side by side. What makes or moves
+    # a name is still judged and made under FileBroker.lock.
+    baton = threading.Condition()
+    parked = [0]    # threads waiting to receive next
+    tokens = [0]    # hand-overs not yet taken by a parked thread
     waiting = select.poll()
     waiting.register(sock, select.POLLIN)
 
-    def answerer() -> None:
-        while True:
-            rid, answer, req = answers.get()
-            try:
-                reply(rid, answer, req)
-            finally:
-                if answer.fd is not None:
-                    _close([answer.fd])
-
-    files.inline = threading.get_ident()
-    # One buffer for every request: socket.recv_fds would map (and unmap) a
-    # fresh REQUEST_MAX buffer per call.
-    inbox = bytearray(REQUEST_MAX)
-    while True:
+    def hand_over() -> bool:
+        """Another thread receives from now on; False: none could be had (this
+        one goes on receiving after the call)."""
+        files.inline = None     # the next leader sets its own
+        with baton:
+            if parked[0] > tokens[0]:
+                tokens[0] += 1
+                baton.notify()
+                return True
         try:
-            body, fds = _receive(sock, inbox)
-        except OSError:
-            os._exit(0)
-        if not body:
-            os._exit(0)
-        op = request_head(body)[1]
+            threading.Thread(target=lead, daemon=True).start()
+        except RuntimeError:
+            return False
+        return True
+
+    def follow() -> None:
+        with baton:
+            parked[0] += 1
+            while not tokens[0]:
+                baton.wait()
+            tokens[0] -= 1
+            parked[0] -= 1
+
+    def configure(op: int, body: bytes, fds: list[int]) -> bool:
+        """The run's configuration, sent once before any call (so received
+        in order by the first leader); False: op is a call."""
+        if op == Op.LISTENER:
+            if listener[0] < 0 and len(fds) == 1:
+                listener[0] = fds[0]
+            else:
+                _close(fds)
+        elif op == Op.ROOTS:
+            try:
+                files.set_socket_roots(fds, RootsRequest.unpack(body).names)
+            except (OSError, ValueError):
+                pass       # no roots: every pathname connect is refused
+            _close(fds)
+        elif op == Op.WRITABLE:
+            try:
+                w = WritableRequest.unpack(body)
+                files.set_writable(fds[:w.nroots], fds[w.nroots:w.nroots + w.nholes])
+            except (OSError, ValueError):
+                pass       # no roots: every metadata call is refused
+            _close(fds)
+        else:
+            return False
+        return True
+
+    def serve(body: bytes, fds: list[int]) -> bool:
+        """Perform one request; False once the receiving was handed over."""
+        rid, op = request_head(body)
+        if configure(op, body, fds):
+            return True
         if op in FILE_OPS:
-            # Here, without a hand-off to a worker (a thread wake-up per call):
-            # a file call that could block (a FIFO or device opened, a directory
-            # on a network or FUSE file system) stops before it changes
-            # anything (Deferred) and goes to a worker instead.
             answer = None
             req = None
             try:
@@ -170,52 +193,39 @@ def broker_main(sock: socket.socket, guard: Guard | None = None) -> NoReturn:
             except Exception:  # noqa: BLE001 - answer rather than leave the agent waiting
                 answer = Reply(-1, errno.EIO)
             if answer is not None:
-                if answer.fd is not None and req is not None and req.answer & ANSWER \
-                        and waiting.poll(0):
-                    # Installing the file completes only once the agent's thread
-                    # has run (ADDFD); with another request waiting, a thread of
-                    # its own waits for that, not the next call.
-                    _close(fds)
-                    if not answering:
-                        answering.append(threading.Thread(target=answerer, daemon=True))
-                        answering[0].start()
-                    answers.put((request_head(body)[0], answer, req))
-                    continue
+                leading = True
                 try:
-                    reply(request_head(body)[0], answer, req)
+                    if answer.fd is not None and req is not None and req.answer & ANSWER \
+                            and waiting.poll(0):
+                        leading = not hand_over()
+                    reply(rid, answer, req)
                 finally:
                     _close(fds + ([answer.fd] if answer.fd is not None else []))
-                continue
-        if op == Op.LISTENER:
-            if listener[0] < 0 and len(fds) == 1:
-                listener[0] = fds[0]
-            else:
-                _close(fds)
-            continue
-        if op == Op.ROOTS:
-            # Here, not on a worker: every request after it sees the roots.
-            try:
-                files.set_socket_roots(fds, RootsRequest.unpack(body).names)
-            except (OSError, ValueError):
-                pass       # no roots: every pathname connect is refused
-            _close(fds)
-            continue
-        if request_head(body)[1] == Op.WRITABLE:
-            try:
-                w = WritableRequest.unpack(body)
-                files.set_writable(fds[:w.nroots], fds[w.nroots:w.nroots + w.nholes])
-            except (OSError, ValueError):
-                pass       # no roots: every metadata call is refused
-            _close(fds)
-            continue
-        with idle_lock:
-            spawn = idle[0] == 0
-            if not spawn:
-                idle[0] -= 1
-        jobs.put((body, fds))
-        if spawn:
-            threading.Thread(target=worker, daemon=True).start()
+                return leading
+        leading = not hand_over()
+        try:
+            handle(body, fds)
+        except Exception:  # noqa: BLE001 - answer rather than leave the agent waiting
+            reply(rid, Reply(-1, errno.EIO))
+        return leading
 
+    def lead() -> None:
+        # One buffer per thread for every request: socket.recv_fds would map
+        # (and unmap) a fresh REQUEST_MAX buffer per call.
+        inbox = bytearray(REQUEST_MAX)
+        while True:
+            files.inline = threading.get_ident()
+            try:
+                body, fds = _receive(sock, inbox)
+            except OSError:
+                os._exit(0)
+            if not body:
+                os._exit(0)
+            if not serve(body, fds):
+                follow()
+
+    lead()
+    os._exit(0)
 
 # glibc probes these on every user or host lookup and falls back by itself;
 # still denied (nscd would resolve names: a DNS channel), just not reported.
@@ -274,7 +284,7 @@ def _perform(req: SocketRequest, sockfd: int, name: bytes, extra: list[int]) -> 
     return Reply(ret, ctypes.get_errno() if ret < 0 else 0)
 
 
-def _answer(listener: int, req: FileRequest, answer: Reply) -> Reply | None:
+def _answer(listener: int, req: FileRequest | SocketRequest, answer: Reply) -> Reply | None:
     """Give the agent the answer to req's notification here (the opened file
     installed in it, or the return value or errno): None, nothing is sent
     back. A notification that is gone (the agent's call was interrupted)

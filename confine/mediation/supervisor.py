@@ -177,13 +177,12 @@ class Mediator:
         self.denied: set[str] = set()
         self.unshown = 0
         self._send_roots(roots)
-        if files:
-            self._send_listener()
+        self._send_listener()
         if meta is not None:
             self._send_writable(*meta)
         self.getfd = True          # pidfd_getfd works here (False once the host refused it)
         self.made = sockfd.Made()  # without pidfd_getfd: sockets made for the agent, kept
-        self.tasks = _Tasks()      # file calls' per-thread facts (socket calls read them afresh)
+        self.tasks = _Tasks()      # per-thread facts and pidfds of file and socket calls
         self.warn = warn
         self.events = events
         self.thread = threading.Thread(target=self._loop, name="confine-mediator", daemon=True)
@@ -257,9 +256,9 @@ class Mediator:
                 os.close(f)
 
     def _send_listener(self) -> None:
-        """The listener, so that the broker answers file calls itself: the
-        agent waits for one hop fewer, and the file the broker opened goes into
-        it without coming here first (wire.ListenerRequest)."""
+        """The listener, so that the broker answers file and socket calls
+        itself: the agent waits for one hop fewer, and the file the broker
+        opened goes into it without coming here first (wire.ListenerRequest)."""
         try:
             socket.send_fds(self.broker, [ListenerRequest(0).pack()], [self.fd])
         except OSError:
@@ -593,23 +592,21 @@ class Mediator:
             return self._respond(nid, error=errno.EPERM)
         fds: list[int] = []
         passed: list[int] = []
-        pidfd = _pidfd(pid)
+        # the thread's pidfd, kept by the cache (no pidfd_open and close per call)
+        pidfd = self.tasks.facts(pid, umask=False)[3]
         try:
-            try:
-                fds.append(self._take_socket(pid, pidfd, call.fd & 0xFFFFFFFF))
-            except sockfd.Replace as r:
-                return sockfd.perform(self, n, call, r.kind)
-            try:
-                if call.passed and not self.getfd:
-                    raise sockfd.refuse_passing(self._report)
-                for afd in call.passed:
-                    passed.append(self._take_socket(pid, pidfd, afd))
-            except OSError:
-                for f in fds + passed:
-                    os.close(f)
-                raise
-        finally:
-            os.close(pidfd)
+            fds.append(self._take_socket(pid, pidfd, call.fd & 0xFFFFFFFF))
+        except sockfd.Replace as r:
+            return sockfd.perform(self, n, call, r.kind)
+        try:
+            if call.passed and not self.getfd:
+                raise sockfd.refuse_passing(self._report)
+            for afd in call.passed:
+                passed.append(self._take_socket(pid, pidfd, afd))
+        except OSError:
+            for f in fds + passed:
+                os.close(f)
+            raise
         try:
             # Everything above was read from the agent: make sure the thread that
             # asked is still waiting (its pid cannot have been reused meanwhile).
@@ -655,11 +652,15 @@ class Mediator:
                 # The agent's cwd (its own, by its thread id: not a name it chose),
                 # for a relative address; the broker resolves it (files.unix_target).
                 fds.append(os.open(f"/proc/{pid}/cwd", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC))
-                _, tgid, tid = _task_facts(pid)
+                _, tgid, tid, _ = self.tasks.facts(pid, umask=False)
+            # The broker answers the agent itself unless the reply is for `then`
+            # (a socket made for the agent) or has something to say (broker._answer).
+            answer = ANSWER if then is None else 0
             return self._send(nid, lambda rid: SocketRequest(rid, call.op, call.flags, resolve,
                                                              raw, call.data, len(passed), tgid,
-                                                             tid).pack(),
-                              [sock] + fds + passed, False, errno.ECONNREFUSED, what, then)
+                                                             tid, nid, answer).pack(),
+                              [sock] + fds + passed, False, errno.ECONNREFUSED, what, then,
+                              direct=then is None)
         finally:
             for f in fds:
                 os.close(f)
@@ -808,8 +809,9 @@ class Mediator:
                 return self._deny(nid, "listen() on a TCP socket with no port bound "
                                        "(would bind an ephemeral port without Landlock)")
             self._send(nid, lambda rid: SocketRequest(rid, Op.LISTEN, min(backlog, 0x7FFFFFFF),
-                                                      False, b"", b"", 0).pack(),
-                       [s.fileno()], False, errno.EACCES)
+                                                      False, b"", b"", 0, nid=nid,
+                                                      answer=ANSWER).pack(),
+                       [s.fileno()], False, errno.EACCES, direct=True)
         finally:
             s.close()
 

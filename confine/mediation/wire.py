@@ -31,7 +31,7 @@ class Op(enum.IntEnum):
     LISTEN = 4
     ROOTS = 5       # once, first: where pathname unix sockets may be (see RootsRequest)
     NEWSOCK = 6     # make a socket for the agent (no pidfd_getfd: mediation/sockfd.py)
-    LISTENER = 7    # once, before any file call: the notify listener (see ListenerRequest)
+    LISTENER = 7    # once, before any file or socket call: the notify listener (see ListenerRequest)
     OPEN = 10
     TRUNCATE = 11
     MKDIR = 12
@@ -61,8 +61,8 @@ MAX_FDS = 255                     # descriptors one request may carry
 REASON_CAP = 2048                 # bytes of a refusal's reason in a reply
 
 _HEAD = struct.Struct("<QB")                   # every request starts: id, op
-_SOCKET = struct.Struct("<QBiiIiii")           # id, op, flags, resolve, namelen, nfds_passed,
-                                               # tgid, tid
+_SOCKET = struct.Struct("<QBiiIiiiQB")         # id, op, flags, resolve, namelen, nfds_passed,
+                                               # tgid, tid, notification id, ANSWER bit
 _ROOTS = struct.Struct("<QBI")                 # id, op, number of roots
 _FILE = struct.Struct("<QBqQQIiiiiQB")         # id, op, flags, mode, dev/length, umask,
                                                # tgid, tid, fd index for path 1, for path 2,
@@ -86,7 +86,10 @@ class SocketRequest(NamedTuple):
     socket, then (resolve) the agent's cwd, then the ones the agent passes
     with SCM_RIGHTS. resolve: `name` is a pathname unix address the broker
     resolves in the agent's view and checks against the roots (RootsRequest);
-    tgid, tid: what "self" and "thread-self" mean in the agent's /proc."""
+    tgid, tid: what "self" and "thread-self" mean in the agent's /proc.
+    nid, answer: as FileRequest's (ANSWER: the broker answers the notification
+    itself, one hop fewer; never for a socket made for the agent, whose reply
+    the supervisor still has to act on)."""
     rid: int
     op: Op
     flags: int
@@ -96,17 +99,21 @@ class SocketRequest(NamedTuple):
     npassed: int
     tgid: int = 0
     tid: int = 0
+    nid: int = 0
+    answer: int = 0
 
     def pack(self) -> bytes:
         return _SOCKET.pack(self.rid, self.op, self.flags, 1 if self.resolve else 0,
-                            len(self.name), self.npassed, self.tgid, self.tid) + self.name + self.data
+                            len(self.name), self.npassed, self.tgid, self.tid, self.nid,
+                            self.answer & ANSWER) + self.name + self.data
 
     @classmethod
     def unpack(cls, body: bytes) -> "SocketRequest":
-        rid, op, flags, resolve, namelen, npassed, tgid, tid = _SOCKET.unpack_from(body)
+        rid, op, flags, resolve, namelen, npassed, tgid, tid, nid, answer = \
+            _SOCKET.unpack_from(body)
         rest = body[_SOCKET.size:]
         return cls(rid, Op(op), flags, bool(resolve), rest[:namelen], rest[namelen:], npassed,
-                   tgid, tid)
+                   tgid, tid, nid, answer)
 
 
 class RootsRequest(NamedTuple):
@@ -166,8 +173,9 @@ ANSWER_CLOEXEC = 2
 
 class ListenerRequest(NamedTuple):
     """The agent's seccomp listener, sent once with SCM_RIGHTS before any file
-    call: the broker answers file calls on it (FileRequest.answer); it replies
-    to the supervisor only when the supervisor is to answer (and say why)."""
+    or socket call: the broker answers those on it (FileRequest.answer,
+    SocketRequest.answer); it replies to the supervisor only when the
+    supervisor is to answer (and say why)."""
     rid: int
 
     def pack(self) -> bytes:

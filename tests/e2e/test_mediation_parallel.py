@@ -284,3 +284,77 @@ def test_runs_from_the_api_leave_no_listener_behind(sandbox):
     assert r["status"] == [0, 0, 0, 0], (r, p.stderr)
     assert os.path.isfile(os.path.join(sandbox.workdir, "x7_19"))      # the calls were made
     assert r["listeners"] == 0, r
+
+
+CONNECT_KILL_BODY = r'''
+import signal, socket, threading, time
+me = os.getpid()
+broker = None
+for pid in os.listdir("/proc"):
+    if pid.isdigit() and int(pid) not in (1, me):
+        try:
+            if open("/proc/%s/status" % pid).read().find("Tgid:\t%s\n" % pid) >= 0 and \
+                    int(open("/proc/%s/stat" % pid).read().rsplit(")", 1)[1].split()[1]) == 1:
+                broker = int(pid)
+        except OSError:
+            pass
+R["found"] = broker is not None
+srv = socket.socket(socket.AF_UNIX)
+srv.bind("s.sock")
+srv.listen(0)
+other = socket.socket(socket.AF_UNIX)
+other.bind("o.sock")
+other.listen(64)
+# more connects than the supervisor keeps before it forgets those the broker
+# answered itself, each accepted
+for i in range(150):
+    c = socket.socket(socket.AF_UNIX)
+    attempt("before", lambda: c.connect("s.sock"))
+    if R["before"] != "ok":
+        break
+    srv.accept()[0].close()
+    c.close()
+# fill the backlog (non-blocking: EAGAIN once it is full), then a blocking
+# connect waits in the broker for an accept that never comes
+held = []
+for i in range(8):
+    c = socket.socket(socket.AF_UNIX)
+    c.setblocking(False)
+    attempt("fill", lambda: c.connect("s.sock"))
+    held.append(c)
+    if R["fill"] == "EAGAIN":
+        break
+def blocked():
+    s = socket.socket(socket.AF_UNIX)
+    attempt("blocked connect", lambda: s.connect("s.sock"))
+t = threading.Thread(target=blocked)
+t.start()
+time.sleep(0.5)
+c = socket.socket(socket.AF_UNIX)
+attempt("while blocked", lambda: c.connect("o.sock"))
+R["still waiting"] = t.is_alive()
+if broker:
+    os.kill(broker, signal.SIGKILL)
+t.join(10)
+R["answered"] = not t.is_alive()
+c = socket.socket(socket.AF_UNIX)
+attempt("after", lambda: c.connect("o.sock"))
+'''
+
+
+def test_a_broker_killed_mid_connect_refuses_the_connect(root_sandbox):
+    """Unix connects are answered by the broker itself (one hop fewer): the
+    supervisor still remembers each one the broker has not answered, so a
+    broker that dies while a connect waits in it (a full backlog) leaves that
+    connect ECONNREFUSED, never success, and every later one too. Controls:
+    150 connects before (more than the supervisor keeps of those answered
+    directly), another listener reachable while the first connect waits
+    (refusals through this path: test_unix_sockets.py, root and user)."""
+    p, r = root_sandbox.probe(CONNECT_KILL_BODY, timeout=60)
+    assert r is not None, p.stderr
+    assert r["found"] is True, (r, p.stderr)
+    assert r["before"] == "ok" and r["while blocked"] == "ok", (r, p.stderr)
+    assert r["fill"] == "EAGAIN" and r["still waiting"] is True, (r, p.stderr)
+    assert r["answered"] is True and r["blocked connect"] == "ECONNREFUSED", (r, p.stderr)
+    assert r["after"] == "ECONNREFUSED", r
+    assert "broker is gone" in p.stderr

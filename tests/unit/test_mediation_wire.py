@@ -82,6 +82,8 @@ def test_socket_and_roots_requests_round_trip():
     assert SocketRequest.unpack(s.pack()) == s
     listen = SocketRequest(4, Op.LISTEN, 511, False, b"", b"", 0)
     assert SocketRequest.unpack(listen.pack()) == listen
+    direct = s._replace(nid=2**64 - 5, answer=wire.ANSWER)
+    assert SocketRequest.unpack(direct.pack()) == direct
     r = wire.RootsRequest(0, (b"", b"docker.sock", b""))
     assert wire.RootsRequest.unpack(r.pack()) == r
     assert wire.request_head(r.pack()) == (0, Op.ROOTS)
