@@ -14,6 +14,7 @@ import array
 import ctypes
 import errno
 import os
+import queue
 import select
 import socket
 import struct
@@ -116,18 +117,28 @@ def broker_main(sock: socket.socket, guard: Guard | None = None) -> NoReturn:
     # file calls that cannot block: no hand-off, no other thread woken. Before
     # a call that can block (a socket or metadata call; a file call that
     # stopped before changing anything, Deferred: a FIFO or device opened, a
-    # directory on a network or FUSE file system), or before installing a
-    # file while another request waits (ADDFD completes only once the agent's
-    # thread has run), it hands the receiving to another thread (a parked one,
-    # else a new one) and performs the call itself: waking that thread is not
-    # in the call's way, a call that blocks holds only its own thread, and
-    # calls of several agent threads go on side by side. What makes or moves
-    # a name is still judged and made under FileBroker.lock.
+    # directory on a network or FUSE file system) it hands the receiving to
+    # another thread (a parked one, else a new one) and performs the call
+    # itself: waking that thread is not in the call's way (a queue to a worker
+    # was: a wake-up per socket call), a call that blocks holds only its own
+    # thread, and such calls of several agent threads go on side by side.
+    # What makes or moves a name is still judged and made under FileBroker.lock.
     baton = threading.Condition()
     parked = [0]    # threads waiting to receive next
     tokens = [0]    # hand-overs not yet taken by a parked thread
     waiting = select.poll()
     waiting.register(sock, select.POLLIN)
+    answers: queue.SimpleQueue = queue.SimpleQueue()
+    answering: list[threading.Thread] = []
+
+    def answerer() -> None:
+        while True:
+            rid, answer, req = answers.get()
+            try:
+                reply(rid, answer, req)
+            finally:
+                if answer.fd is not None:
+                    _close([answer.fd])
 
     def hand_over() -> bool:
         """Another thread receives from now on; False: none could be had (this
@@ -193,15 +204,23 @@ def broker_main(sock: socket.socket, guard: Guard | None = None) -> NoReturn:
             except Exception:  # noqa: BLE001 - answer rather than leave the agent waiting
                 answer = Reply(-1, errno.EIO)
             if answer is not None:
-                leading = True
+                if answer.fd is not None and req is not None and req.answer & ANSWER \
+                        and waiting.poll(0):
+                    # Installing the file completes only once the agent's thread
+                    # has run (ADDFD); with another request waiting, one thread
+                    # of its own waits for that (already running while calls
+                    # come in: no wake-up per call), not the next call.
+                    _close(fds)
+                    if not answering:
+                        answering.append(threading.Thread(target=answerer, daemon=True))
+                        answering[0].start()
+                    answers.put((rid, answer, req))
+                    return True
                 try:
-                    if answer.fd is not None and req is not None and req.answer & ANSWER \
-                            and waiting.poll(0):
-                        leading = not hand_over()
                     reply(rid, answer, req)
                 finally:
                     _close(fds + ([answer.fd] if answer.fd is not None else []))
-                return leading
+                return True
         leading = not hand_over()
         try:
             handle(body, fds)
