@@ -30,13 +30,13 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Union
 
 import yaml  # type: ignore[import-untyped]
 
 from ..errors import ConfineError
+from ..record import dataclass, field
 
 IPAddress = Union[ipaddress.IPv4Address, ipaddress.IPv6Address]
 IPNetwork = Union[ipaddress.IPv4Network, ipaddress.IPv6Network]

@@ -19,9 +19,9 @@ import fnmatch
 import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 
 from ..paths import is_under
+from ..record import dataclass
 from . import runlater
 from .secrets import HOME_SECRETS, SYSTEM_SECRETS
 

@@ -10,7 +10,6 @@ import os
 import re
 import stat
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any, NoReturn
@@ -20,6 +19,7 @@ import yaml  # type: ignore[import-untyped]
 from ..errors import ProfileError
 from ..gateway import rules as host_rules
 from ..paths import is_under
+from ..record import dataclass
 from . import runlater, secrets
 from .model import Env, Limits, Network, PathGrant, Policy, Scope, Seccomp
 from .patterns import DEFAULT_PATTERNS, compile_patterns
