@@ -6,15 +6,13 @@ because a profile typo that silently drops a rule is a security bug.
 from __future__ import annotations
 
 import difflib
+import functools
 import os
 import re
 import stat
 from collections.abc import Iterable, Mapping
-from importlib import resources
 from pathlib import Path
 from typing import Any, NoReturn
-
-import yaml  # type: ignore[import-untyped]
 
 from ..errors import ProfileError
 from ..gateway import rules as host_rules
@@ -53,9 +51,22 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\*?$")
 _SYSCALL = re.compile(r"^[a-z0-9_:]+$")
 
 
+# PyYAML, imported by the first profile parsed from YAML: a built-in profile whose
+# file is the text policy/_shipped.py was made from is read from there, and importing
+# PyYAML (its regexes included) was a tenth of a start.
+yaml: Any = None
 # libyaml's parser when PyYAML has it (20x faster: profiles are read on every
 # run); the same nodes and marks either way.
-_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_LOADER: Any = None
+
+
+def _yaml() -> Any:
+    global yaml, _LOADER
+    if yaml is None:
+        import yaml as y  # type: ignore[import-untyped]
+        _LOADER = getattr(y, "CSafeLoader", y.SafeLoader)
+        yaml = y
+    return yaml
 
 
 def _construct(node: Any) -> Any:
@@ -70,11 +81,14 @@ class Item:
     where: str
 
 
+@functools.cache
 def builtin_dir() -> Path:
-    try:
-        return Path(str(resources.files("confine.profiles")))
-    except ModuleNotFoundError:  # running from a source checkout
-        return Path(__file__).resolve().parents[2] / "profiles"
+    # confine.profiles is a plain package (pyproject's package-dir): the directory beside
+    # confine/policy, found without importlib.resources (and the zipfile it imports)
+    installed = Path(__file__).resolve().parents[1] / "profiles"
+    if (installed / "__init__.py").is_file():
+        return installed
+    return Path(__file__).resolve().parents[2] / "profiles"   # running from a source checkout
 
 
 def user_dirs() -> list[Path]:
@@ -134,6 +148,16 @@ class _Parser:
             text = self.path.read_text()
         except OSError as e:
             raise ProfileError(f"cannot read profile {self.path}: {e.strerror}") from None
+        if self.path.parent == builtin_dir():
+            from . import _shipped
+            data = _shipped.parsed(self.path.stem, text, Item)
+            if data is not None:
+                return data
+        return self.parse_text(text)
+
+    def parse_text(self, text: str) -> dict[str, Any]:
+        """The profile `text` (read from self.path), parsed and checked."""
+        _yaml()
         try:
             root = yaml.compose(text, Loader=_LOADER)
         except yaml.YAMLError as e:
