@@ -5,7 +5,6 @@ because a profile typo that silently drops a rule is a security bug.
 """
 from __future__ import annotations
 
-import difflib
 import functools
 import os
 import re
@@ -121,6 +120,7 @@ def find_profile(ref: str, relative_to: Path | None = None) -> Path:
         p = d / f"{ref}.yaml"
         if p.is_file():
             return p
+    import difflib  # only for this message: not on every start
     known = builtin_names()
     near = difflib.get_close_matches(ref, known, n=1)
     hint = f" (did you mean {near[0]!r}?)" if near else ""
@@ -128,6 +128,7 @@ def find_profile(ref: str, relative_to: Path | None = None) -> Path:
 
 
 def _suggest(key: str, valid: Iterable[str]) -> str:
+    import difflib
     near = difflib.get_close_matches(key, list(valid), n=1, cutoff=0.5)
     return f" (did you mean {near[0]!r}?)" if near else f" (valid keys: {', '.join(valid)})"
 
