@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from ..errors import ProfileError
-from ..gateway import rules as host_rules
 from ..paths import is_under
 from ..record import dataclass
 from . import runlater, secrets
@@ -319,6 +318,7 @@ def host_entry_error(kind: str, v: object) -> str | None:
     if not isinstance(v, str) or not v.strip():
         return f"{v!r} is not a host entry (a name, *.suffix, an address or network, " \
                "with an optional :port)"
+    from ..gateway import rules as host_rules  # a profile with host entries only
     try:
         if kind == "hosts":
             host_rules.parse_rule(v)
