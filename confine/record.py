@@ -145,7 +145,10 @@ def _process(cls: Any, frozen: bool) -> Any:
                                 if frozen else
                                 "cannot inherit non-frozen dataclass from a frozen one")
             fields.update(base)
-    for name, ann in cls.__dict__.get("__annotations__", {}).items():
+    own_ann = cls.__dict__.get("__annotations__")
+    if own_ann is None:                   # annotations made on first access (3.14)
+        own_ann = getattr(cls, "__annotations__", {})
+    for name, ann in own_ann.items():
         if _unsupported(ann):
             raise TypeError(f"{cls.__qualname__}.{name}: confine.record does not support {ann!r}")
         default = cls.__dict__.get(name, MISSING)
