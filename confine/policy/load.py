@@ -38,15 +38,17 @@ SCHEMA: dict[str, object] = {
                "file_size": "size", "tmp_size": "size", "shm_size": "size"},
 }
 
-_SIZE = re.compile(r"^([0-9]+)\s*([KMGT]?)(i?B)?$", re.IGNORECASE)
+# Patterns for YAML values only, as strings: re compiles them on first use (a built-in
+# profile is read parsed and never needs them).
+_SIZE = r"^([0-9]+)\s*([KMGT]?)(i?B)?$"
 _UNIT = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 # Far above any host: a typo with an extra digit is an error, not "unlimited".
 _MAX_COUNT = 1 << 30
 _MAX_SIZE = 1 << 60
 
 _VAR = re.compile(r"\{([^{}]*)\}")
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\*?$")
-_SYSCALL = re.compile(r"^[a-z0-9_:]+$")
+_ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*\*?$"
+_SYSCALL = r"^[a-z0-9_:]+$"
 
 
 # PyYAML, imported by the first profile parsed from YAML: a built-in profile whose
@@ -262,7 +264,7 @@ class _Parser:
                     self.fail(el, f"{full}: {v!r} must be absolute or start with ~, "
                                   "{workdir}, {home} or {tmp}")
             elif kind == "envnames":
-                if not isinstance(v, str) or not _ENV_NAME.match(v):
+                if not isinstance(v, str) or not re.match(_ENV_NAME, v):
                     self.fail(el, f"{full}: {v!r} is not an environment variable name "
                                   "(NAME or PREFIX_*)")
             elif kind == "patterns":
@@ -273,7 +275,7 @@ class _Parser:
                 except ValueError as e:
                     self.fail(el, f"{full}: {e}")
             elif kind == "names":
-                if not isinstance(v, str) or not _SYSCALL.match(v):
+                if not isinstance(v, str) or not re.match(_SYSCALL, v):
                     self.fail(el, f"{full}: {v!r} is not a syscall or group name")
             elif kind in ("hosts", "denyhosts", "hostsets", "nets"):
                 why = host_entry_error(kind, v)
@@ -299,7 +301,7 @@ class _Parser:
         if isinstance(v, int):
             n = v
         else:
-            m = _SIZE.match(str(v).strip())
+            m = re.match(_SIZE, str(v).strip(), re.IGNORECASE)
             if not isinstance(v, str) or m is None:
                 self.fail(node, f"{full}: {v!r} is not {unit} or unlimited")
             n = int(m.group(1)) * _UNIT[m.group(2).upper()]
