@@ -110,6 +110,30 @@ spec="$here"
 # when the source checkout is not.
 "$prefix/bin/python" -m pip install -q --force-reinstall --no-deps "$here"
 "$prefix/bin/python" -m pip install -q "$spec"
+# The launcher pip wrote, started with -I -S: no PYTHON* variables, user site or current
+# directory on its path (root starts it for another account), and no site module (the
+# venv's .pth files and the system's sitecustomize, a few ms of every start); the venv's
+# prefix and site-packages are named by the script itself. A prefix too long or odd for a
+# "#!" line keeps pip's own script.
+"$prefix/bin/python" - "$prefix" <<'EOF'
+import os, sys, sysconfig
+prefix = os.path.abspath(sys.argv[1])
+python = os.path.join(prefix, "bin", "python")
+line = f"#!{python} -IS"
+if len(line) <= 127 and not any(c.isspace() or c in "'\"\\" for c in python):
+    paths = list(dict.fromkeys([sysconfig.get_path("purelib"), sysconfig.get_path("platlib")]))
+    script = os.path.join(prefix, "bin", "confine")
+    with open(script + ".new", "w") as f:
+        f.write(f"{line}\n"
+                "# confine's launcher, written by install.sh: -I -S, so the venv is named here\n"
+                "import sys\n"
+                f"sys.prefix = sys.exec_prefix = {prefix!r}\n"
+                f"sys.path.extend({paths!r})\n"
+                "from confine.cli import console\n"
+                "sys.exit(console())\n")
+    os.chmod(script + ".new", 0o755)
+    os.replace(script + ".new", script)
+EOF
 chmod -R a+rX "$prefix"
 apparmor_step || true
 if [ -n "${CONFINE_NO_LINK:-}" ]; then

@@ -18,6 +18,7 @@ from typing import Any
 
 from .errors import default_warn
 from .plan import HostFacts, Plan
+from .record import dataclass, field
 from .runtime.session import Request, Result, Session, Warn, refuse_missing
 from .runtime.workdir import check_workdir, remove_tree
 
@@ -59,7 +60,7 @@ def run(argv: Sequence[str], *, allow_degraded: bool | Collection[str] = False,
     return run_result(argv, allow_degraded=allow_degraded, warn=warn, **options).status
 
 
-@dataclasses.dataclass
+@dataclass
 class Completed:
     """One Sandbox.run: like subprocess.CompletedProcess, plus what confine saw."""
     argv: list[str]
@@ -68,7 +69,7 @@ class Completed:
     stderr: bytes | None = None      # the agent's stderr (confine's own lines go to warn)
     timed_out: bool = False
     report: Any = None               # the exit check's protect Report
-    steps: list[str] = dataclasses.field(default_factory=list)
+    steps: list[str] = field(default_factory=list)
 
 
 class Sandbox:

@@ -1,5 +1,6 @@
 #!/bin/sh
-# Regenerate apparmor/ and selinux/ from profiles/default.yaml (tests fail on drift).
+# Regenerate apparmor/ and selinux/ from profiles/default.yaml, and confine/policy/_shipped.py
+# from profiles/*.yaml (tests fail on drift).
 # Uses the checkout's code with a Python that has confine's dependencies:
 # $PYTHON, else an installed confine's own, else python3.
 set -eu

@@ -1,4 +1,5 @@
-"""The shipped policy files in apparmor/ and selinux/, generated from the default profile.
+"""The shipped policy files in apparmor/ and selinux/, generated from the default profile,
+and confine/policy/_shipped.py (every built-in profile parsed: policy/ship.py).
 
     python -m confine.export.artefacts [REPO]      (scripts/gen-artefacts.sh)
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 import os
 import sys
 
+from ..policy import ship
 from . import apparmor, selinux, source
 
 PROFILE = "default"
@@ -25,6 +27,7 @@ def generate() -> dict[str, str]:
            "apparmor/tunables/confine": apparmor.tunables()}
     for rel, text in selinux.parts(policy, None, f"confine export selinux -p {PROFILE}").items():
         out[f"selinux/{rel}"] = text
+    out["confine/policy/_shipped.py"] = ship.render()
     return out
 
 

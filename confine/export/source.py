@@ -17,11 +17,11 @@ import dataclasses
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass
 
 from ..errors import ConfineError
 from ..policy import load as _load
 from ..policy.model import PathGrant, Policy
+from ..record import dataclass
 
 ROOTS = ("workdir", "home", "tmp")
 

@@ -25,10 +25,10 @@ import socket
 import struct
 import threading
 import time
-from dataclasses import dataclass
 from typing import Callable, Iterable, Union
 
 from ..kernel.sysfs import read_text
+from ..record import dataclass
 
 IPAddress = Union[ipaddress.IPv4Address, ipaddress.IPv6Address]
 IPNetwork = Union[ipaddress.IPv4Network, ipaddress.IPv6Network]

@@ -39,10 +39,10 @@ import subprocess
 import termios
 import threading
 import time
-from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ..errors import ConfineError
+from ..record import dataclass, field
 from .rules import RuleError, parse_rule
 
 Log = Callable[[dict[str, Any]], None]

@@ -25,9 +25,9 @@ import struct
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import IO, Any, Callable, Sequence
 
+from ..record import dataclass
 from . import dnswire as w
 from .addresses import HostAddresses, IPAddress, refusal
 from .approve import Answer, Question

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import ipaddress
 import struct
-from dataclasses import dataclass, field
 from typing import Sequence
+
+from ..record import dataclass, field
 
 A, NS, CNAME, SOA, PTR, MX, TXT, AAAA, SRV, OPT, SVCB, HTTPS = 1, 2, 5, 6, 12, 15, 16, 28, 33, 41, 64, 65
 IXFR, AXFR, ANY = 251, 252, 255

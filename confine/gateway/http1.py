@@ -9,7 +9,8 @@ head at MAX_HEAD bytes; the proxy forwards exactly one request per connection.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+
+from ..record import dataclass
 
 MAX_HEAD = 16384
 MAX_HEADERS = 100

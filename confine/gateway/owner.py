@@ -16,8 +16,9 @@ import os
 import socket
 import struct
 import threading
-from dataclasses import dataclass
 from typing import Callable, Iterable
+
+from ..record import dataclass
 
 MAX_TABLE = 16 << 20  # bytes of /proc/net/tcp read (about 100k sockets)
 MAX_PROCS = 4096      # processes looked at

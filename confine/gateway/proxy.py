@@ -36,9 +36,9 @@ import select
 import socket
 import threading
 import time
-from dataclasses import dataclass
 from typing import Any, Callable
 
+from ..record import dataclass
 from . import http1
 from .addresses import IPAddress, normalise
 from .approve import Answer, Question

@@ -30,13 +30,11 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Union
 
-import yaml  # type: ignore[import-untyped]
-
 from ..errors import ConfineError
+from ..record import dataclass, field
 
 IPAddress = Union[ipaddress.IPv4Address, ipaddress.IPv6Address]
 IPNetwork = Union[ipaddress.IPv4Network, ipaddress.IPv6Network]
@@ -271,6 +269,7 @@ def load_set(name: str, directory: Path = SETS_DIR) -> tuple[str, ...]:
     """The host entries of a named set (sets/NAME.yaml: `hosts: [...]`)."""
     if not re.match(r"^[a-z0-9][a-z0-9_-]*$", name):
         raise RuleError(f"host set name {name!r}: letters, digits, '-' and '_' only")
+    import yaml  # type: ignore[import-untyped]  # only for a set: not on every start
     path = directory / f"{name}.yaml"
     try:
         data = yaml.safe_load(path.read_text())

@@ -9,7 +9,8 @@ cap, anything malformed is refused, never guessed at.
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
+
+from ..record import dataclass
 
 MAX_HELLO = 16384          # handshake bytes accepted for one ClientHello (post-quantum hellos are ~2 KiB)
 MAX_RECORD = 16384 + 256   # a TLS plaintext record (RFC 8446 5.1), with slack for TLS 1.2 padding

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import glob
 import os
 
 libc = ctypes.CDLL(None, use_errno=True)
@@ -25,6 +24,7 @@ _found: dict[str, str | None] = {}
 
 
 _FAST = ("c", "seccomp")
+_SONAME = {"seccomp": "libseccomp.so.2"}
 
 
 def find_library(name: str) -> str | None:
@@ -37,6 +37,11 @@ def find_library(name: str) -> str | None:
             hit = "libc.so.6"
         else:
             for d in _LIB_DIRS:
+                # libseccomp 2's soname by name: the glob lists the whole directory (~1 ms)
+                if os.path.exists(os.path.join(d, _SONAME[name])):
+                    hit = _SONAME[name]
+                    break
+                import glob
                 cands = sorted(glob.glob(os.path.join(d, f"lib{glob.escape(name)}.so.[0-9]*")))
                 if cands:
                     hit = os.path.basename(cands[0])

@@ -28,8 +28,9 @@ import os
 import socket
 import struct
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
+
+from ..record import dataclass
 
 AF_UNSPEC = 0
 MSG_FASTOPEN = 0x20000000

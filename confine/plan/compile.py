@@ -16,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from landlockpy import AccessFS, AccessNet, Scope
@@ -25,6 +24,7 @@ from ..kernel import caps, landlock, seccomp
 from ..kernel.seccomp import ioctls as seccomp_ioctls
 from ..paths import is_under
 from ..policy.model import Policy
+from ..record import dataclass, field
 from . import carve as _carve
 from . import env as _env
 from . import features

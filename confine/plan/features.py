@@ -7,7 +7,7 @@ run while any is left, unless the caller accepted it by name.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from ..record import dataclass
 
 
 @dataclass(frozen=True)

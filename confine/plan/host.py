@@ -15,7 +15,8 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
-from dataclasses import dataclass
+
+from ..record import dataclass
 
 NO_NAMESPACES_ENV = "CONFINE_TEST_NO_NAMESPACES"
 

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import os
 import pwd
-from dataclasses import dataclass, field
 
 from ..errors import ConfineError
+from ..record import dataclass, field
 
 
 @dataclass(frozen=True)

@@ -23,10 +23,10 @@ Order matters and is explained where it is not obvious:
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..kernel import landlock, seccomp
+from ..record import dataclass, field
 
 if TYPE_CHECKING:
     from .compile import Plan

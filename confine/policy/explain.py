@@ -19,9 +19,9 @@ import fnmatch
 import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 
 from ..paths import is_under
+from ..record import dataclass
 from . import runlater
 from .secrets import HOME_SECRETS, SYSTEM_SECRETS
 
@@ -107,24 +107,25 @@ def from_landlock(fields: Mapping[str, str]) -> Refusal | None:
     return None
 
 
-_PROTECTED = re.compile(r"protected path \(([^)]*)\)")
-_BRINGS = re.compile(r"(?:protected by|paths protected by) (\S+)")
-_UNIX = re.compile(r"^connect to unix socket (.*?)(?: \(-> (.*)\))?: outside the workdir")
+# as strings: re compiles them for the first refusal (most runs have none)
+_PROTECTED = r"protected path \(([^)]*)\)"
+_BRINGS = r"(?:protected by|paths protected by) (\S+)"
+_UNIX = r"^connect to unix socket (.*?)(?: \(-> (.*)\))?: outside the workdir"
 
 
 def from_reason(reason: str) -> Refusal:
     """A refusal of the mediator or the name guard, from its reason string
     (mediation/files.py, protect/guard.py, mediation/supervisor.py)."""
-    m = _UNIX.match(reason)
+    m = re.match(_UNIX, reason)
     if m:
         return Refusal("unix_socket", MEDIATION, m.group(2) or m.group(1), reason)
     if reason.startswith("listen() on a TCP socket with no port bound"):
         return Refusal("bind_tcp", MEDIATION, "", reason)
     if "another name" in reason or "a file protected at start" in reason:
         return Refusal("other", GUARD, "", reason)
-    m = _PROTECTED.search(reason)
+    m = re.search(_PROTECTED, reason)
     if m is None:
-        m = _BRINGS.search(reason)
+        m = re.search(_BRINGS, reason)
     if m is not None:
         pat = m.group(1)
         return Refusal("protected", GUARD, _subject(reason), reason, pat)

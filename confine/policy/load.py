@@ -5,21 +5,17 @@ because a profile typo that silently drops a rule is a security bug.
 """
 from __future__ import annotations
 
-import difflib
+import functools
 import os
 import re
 import stat
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import Any, NoReturn
 
-import yaml  # type: ignore[import-untyped]
-
 from ..errors import ProfileError
-from ..gateway import rules as host_rules
 from ..paths import is_under
+from ..record import dataclass
 from . import runlater, secrets
 from .model import Env, Limits, Network, PathGrant, Policy, Scope, Seccomp
 from .patterns import DEFAULT_PATTERNS, compile_patterns
@@ -42,20 +38,35 @@ SCHEMA: dict[str, object] = {
                "file_size": "size", "tmp_size": "size", "shm_size": "size"},
 }
 
-_SIZE = re.compile(r"^([0-9]+)\s*([KMGT]?)(i?B)?$", re.IGNORECASE)
+# Patterns for YAML values only, as strings: re compiles them on first use (a built-in
+# profile is read parsed and never needs them).
+_SIZE = r"^([0-9]+)\s*([KMGT]?)(i?B)?$"
 _UNIT = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 # Far above any host: a typo with an extra digit is an error, not "unlimited".
 _MAX_COUNT = 1 << 30
 _MAX_SIZE = 1 << 60
 
 _VAR = re.compile(r"\{([^{}]*)\}")
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\*?$")
-_SYSCALL = re.compile(r"^[a-z0-9_:]+$")
+_ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*\*?$"
+_SYSCALL = r"^[a-z0-9_:]+$"
 
 
+# PyYAML, imported by the first profile parsed from YAML: a built-in profile whose
+# file is the text policy/_shipped.py was made from is read from there, and importing
+# PyYAML (its regexes included) was a tenth of a start.
+yaml: Any = None
 # libyaml's parser when PyYAML has it (20x faster: profiles are read on every
 # run); the same nodes and marks either way.
-_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_LOADER: Any = None
+
+
+def _yaml() -> Any:
+    global yaml, _LOADER
+    if yaml is None:
+        import yaml as y  # type: ignore[import-untyped]
+        _LOADER = getattr(y, "CSafeLoader", y.SafeLoader)
+        yaml = y
+    return yaml
 
 
 def _construct(node: Any) -> Any:
@@ -70,11 +81,14 @@ class Item:
     where: str
 
 
+@functools.cache
 def builtin_dir() -> Path:
-    try:
-        return Path(str(resources.files("confine.profiles")))
-    except ModuleNotFoundError:  # running from a source checkout
-        return Path(__file__).resolve().parents[2] / "profiles"
+    # confine.profiles is a plain package (pyproject's package-dir): the directory beside
+    # confine/policy, found without importlib.resources (and the zipfile it imports)
+    installed = Path(__file__).resolve().parents[1] / "profiles"
+    if (installed / "__init__.py").is_file():
+        return installed
+    return Path(__file__).resolve().parents[2] / "profiles"   # running from a source checkout
 
 
 def user_dirs() -> list[Path]:
@@ -107,6 +121,7 @@ def find_profile(ref: str, relative_to: Path | None = None) -> Path:
         p = d / f"{ref}.yaml"
         if p.is_file():
             return p
+    import difflib  # only for this message: not on every start
     known = builtin_names()
     near = difflib.get_close_matches(ref, known, n=1)
     hint = f" (did you mean {near[0]!r}?)" if near else ""
@@ -114,6 +129,7 @@ def find_profile(ref: str, relative_to: Path | None = None) -> Path:
 
 
 def _suggest(key: str, valid: Iterable[str]) -> str:
+    import difflib
     near = difflib.get_close_matches(key, list(valid), n=1, cutoff=0.5)
     return f" (did you mean {near[0]!r}?)" if near else f" (valid keys: {', '.join(valid)})"
 
@@ -134,6 +150,16 @@ class _Parser:
             text = self.path.read_text()
         except OSError as e:
             raise ProfileError(f"cannot read profile {self.path}: {e.strerror}") from None
+        if self.path.parent == builtin_dir():
+            from . import _shipped
+            data = _shipped.parsed(self.path.stem, text, Item)
+            if data is not None:
+                return data
+        return self.parse_text(text)
+
+    def parse_text(self, text: str) -> dict[str, Any]:
+        """The profile `text` (read from self.path), parsed and checked."""
+        _yaml()
         try:
             root = yaml.compose(text, Loader=_LOADER)
         except yaml.YAMLError as e:
@@ -238,7 +264,7 @@ class _Parser:
                     self.fail(el, f"{full}: {v!r} must be absolute or start with ~, "
                                   "{workdir}, {home} or {tmp}")
             elif kind == "envnames":
-                if not isinstance(v, str) or not _ENV_NAME.match(v):
+                if not isinstance(v, str) or not re.match(_ENV_NAME, v):
                     self.fail(el, f"{full}: {v!r} is not an environment variable name "
                                   "(NAME or PREFIX_*)")
             elif kind == "patterns":
@@ -249,7 +275,7 @@ class _Parser:
                 except ValueError as e:
                     self.fail(el, f"{full}: {e}")
             elif kind == "names":
-                if not isinstance(v, str) or not _SYSCALL.match(v):
+                if not isinstance(v, str) or not re.match(_SYSCALL, v):
                     self.fail(el, f"{full}: {v!r} is not a syscall or group name")
             elif kind in ("hosts", "denyhosts", "hostsets", "nets"):
                 why = host_entry_error(kind, v)
@@ -275,7 +301,7 @@ class _Parser:
         if isinstance(v, int):
             n = v
         else:
-            m = _SIZE.match(str(v).strip())
+            m = re.match(_SIZE, str(v).strip(), re.IGNORECASE)
             if not isinstance(v, str) or m is None:
                 self.fail(node, f"{full}: {v!r} is not {unit} or unlimited")
             n = int(m.group(1)) * _UNIT[m.group(2).upper()]
@@ -294,6 +320,7 @@ def host_entry_error(kind: str, v: object) -> str | None:
     if not isinstance(v, str) or not v.strip():
         return f"{v!r} is not a host entry (a name, *.suffix, an address or network, " \
                "with an optional :port)"
+    from ..gateway import rules as host_rules  # a profile with host entries only
     try:
         if kind == "hosts":
             host_rules.parse_rule(v)

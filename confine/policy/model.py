@@ -7,7 +7,7 @@ exporters can emit variables instead of one machine's paths.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from ..record import dataclass, field
 
 
 @dataclass(frozen=True)

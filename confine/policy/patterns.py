@@ -22,8 +22,9 @@ Patterns:
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterable
+
+from ..record import dataclass
 
 if TYPE_CHECKING:
     from .model import Policy

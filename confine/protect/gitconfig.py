@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import fnmatch
 from collections import Counter
-from dataclasses import dataclass
 from typing import Sequence
+
+from ..record import dataclass
 
 __all__ = ["ConfigItem", "parse_git_config", "render_git_config", "sanitize_git_config",
            "is_dangerous_key", "is_safe_key", "vet_git_config"]

@@ -37,9 +37,9 @@ import os
 import stat
 import struct
 import zlib
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Iterable
 
+from ..record import dataclass, field
 from .gitconfig import parse_git_config
 
 if TYPE_CHECKING:   # types only: snapshot.py and revert.py import this module

@@ -37,9 +37,9 @@ import stat
 import struct
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..record import dataclass, field
 from .report import _safe
 
 if TYPE_CHECKING:

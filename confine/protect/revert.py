@@ -20,9 +20,9 @@ import os
 import re
 import stat
 import time
-from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
+from ..record import dataclass, field
 from . import gitdata, index
 from .gitconfig import is_dangerous_key, parse_git_config, sanitize_git_config, vet_git_config
 from .report import _safe, format_report

@@ -37,12 +37,12 @@ import hashlib
 import os
 import stat
 import time
-from dataclasses import dataclass, field
 from typing import Any, Collection, Iterable, Iterator, Sequence
 
 from ..kernel import namespaces
 from ..paths import rel_under
 from ..policy.patterns import Pattern, compile_patterns
+from ..record import dataclass, field
 from . import index as _index
 from .gitconfig import _BOOL_WORDS, _COMMAND_KEYS, parse_git_config
 from .index import RACY_NS, Record

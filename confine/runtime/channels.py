@@ -7,13 +7,13 @@ import os
 import signal
 import socket
 import time
-from dataclasses import dataclass
 from typing import Any
 
 from ..kernel import caps, seccomp
 
 # imported before the fork: the broker cannot read confine's files after Landlock
 from ..mediation import broker_main
+from ..record import dataclass
 
 
 @dataclass

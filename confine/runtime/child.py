@@ -14,11 +14,11 @@ import resource
 import signal
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from ..kernel import caps, cgroup, hostview, keyring, landlock, lsm, namespaces, rlimits, seccomp
 from ..plan import Plan
+from ..record import dataclass, field
 from . import status
 from .channels import MediationChannel
 from .supervise import FORWARD, wait_for

@@ -49,6 +49,7 @@ from ..kernel.libc import libc
 from ..mediation import broker_main
 from ..paths import is_under
 from ..plan import HostFacts, Plan, Protected, compile
+from ..record import dataclass, field
 from . import child, status
 from . import delegate as proto
 from .channels import MediationChannel
@@ -67,7 +68,7 @@ class Refused(Exception):
     """The nested run is refused: the reason goes to the inner confine (125)."""
 
 
-@dataclasses.dataclass
+@dataclass
 class Outer:
     """What the server knows of the outer run (a copy, made at the fork)."""
     plan: Plan
@@ -271,7 +272,7 @@ def _strs(v: Any, what: str, limit: int = 1024) -> list[str]:
     return [_str(x, what) for x in v]
 
 
-@dataclasses.dataclass
+@dataclass
 class NestedRequest:
     argv: list[str]
     cwd: str
@@ -376,13 +377,13 @@ def _handle(conn: socket.socket, outer: Outer) -> None:
 
 # -- the nested plan ----------------------------------------------------------------------
 
-@dataclasses.dataclass
+@dataclass
 class Nested:
     plan: Plan
     guard: Any
     unix_roots: list[str]
     meta: tuple[list[str], list[str]]
-    degraded: list[str] = dataclasses.field(default_factory=list)   # accepted, said at start
+    degraded: list[str] = field(default_factory=list)   # accepted, said at start
 
 
 def intersect(a: Sequence[str], b: Sequence[str]) -> list[str]:

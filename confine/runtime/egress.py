@@ -25,7 +25,6 @@ import dataclasses
 import ipaddress
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ConfineError
@@ -34,6 +33,7 @@ from ..gateway.approve import make_asker
 from ..mediation import InetRoutes
 from ..plan import Plan
 from ..plan.env import proxy_env
+from ..record import dataclass
 from .events import Events
 
 RESOLV_CONF = "/etc/resolv.conf"

@@ -13,7 +13,6 @@ import signal
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import CommandNotExecutable, CommandNotFound, ConfineError, default_warn
@@ -22,6 +21,7 @@ from ..kernel.seccomp import ioctls as seccomp_ioctls
 from ..mediation import Mediator
 from ..mediation import signals as signal_judge
 from ..plan import Plan
+from ..record import dataclass, field
 from . import child, status
 from .channels import MediationChannel
 from .supervise import FORWARD, Terminal, kill_leftovers, own_children, wait_until

@@ -16,7 +16,6 @@ import re
 import signal
 import threading
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ConfineError, default_warn
@@ -28,6 +27,7 @@ from ..plan.identity import resolve as resolve_identity
 from ..policy import load as _load
 from ..policy.model import Policy
 from ..protect.report import _safe
+from ..record import dataclass, field
 from . import home as _home
 from .events import Events
 from .workdir import check_workdir, make_tmp, remove_tree

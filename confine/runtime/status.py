@@ -9,8 +9,10 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import Union
+
+from ..record import dataclass
 
 
 @dataclass(frozen=True)

@@ -87,20 +87,21 @@ def test_no_import_circles():
 def test_policy_imports_no_runtime():
     bad = {(m, t) for m, t in _edges(_graph(), "confine.policy")
            if not any(_under(t, ok) for ok in ("confine.policy", "confine.errors",
-                                               "confine.paths", "confine.gateway.rules"))}
+                                               "confine.paths", "confine.gateway.rules",
+                                               "confine.record"))}
     assert bad == set()
 
 
 def test_kernel_imports_nothing_of_confine_above_it():
     bad = {(m, t) for m, t in _edges(_graph(), "confine.kernel")
            if not any(_under(t, ok) for ok in ("confine.kernel", "confine.errors",
-                                               "confine.paths"))}
+                                               "confine.paths", "confine.record"))}
     assert bad == set()
 
 
 def test_exporters_read_only_the_policy():
     allowed = ("confine.export", "confine.policy", "confine.errors", "confine.paths",
-               "confine.kernel.seccomp")
+               "confine.kernel.seccomp", "confine.record")
     bad = {(m, t) for m, t in _edges(_graph(), "confine.export")
            if not any(_under(t, ok) for ok in allowed)}
     assert bad == set()
@@ -122,7 +123,7 @@ def test_nothing_imports_the_cli():
 
 def test_gateway_is_self_contained():
     # the gateway core reads no policy, plan or runtime: the wiring hands it Rules
-    allowed = ("confine.gateway", "confine.errors", "confine.kernel.sysfs")
+    allowed = ("confine.gateway", "confine.errors", "confine.kernel.sysfs", "confine.record")
     bad = {(m, t) for m, t in _edges(_graph(), "confine.gateway")
            if not any(_under(t, ok) for ok in allowed)}
     assert bad == set()

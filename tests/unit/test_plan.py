@@ -265,6 +265,22 @@ def test_find_library_shortcut_serves_only_confines_own_libraries():
     assert libc.find_library("c") == "libc.so.6"
 
 
+def test_find_library_answers_libseccomp_as_ldconfig_would(monkeypatch):
+    """The soname shortcut and the directory glob behind it give what ctypes' own
+    lookup (ldconfig -p) gives, and a libseccomp that is not there is not made up."""
+    from confine.kernel import libc
+    expect = libc._original_find_library("seccomp")
+    monkeypatch.setattr(libc, "_found", {})
+    assert libc.find_library("seccomp") == expect
+    monkeypatch.setattr(libc, "_found", {})
+    monkeypatch.setattr(libc, "_SONAME", {"seccomp": "libseccomp.so.no-such"})
+    assert libc.find_library("seccomp") == expect            # through the glob
+    monkeypatch.setattr(libc, "_found", {})
+    monkeypatch.setattr(libc, "_LIB_DIRS", ())
+    monkeypatch.setattr(libc, "_original_find_library", lambda name: None)
+    assert libc.find_library("seccomp") is None
+
+
 def test_no_mount_namespace_grants_no_shared_dev_shm_nor_pts(dirs, monkeypatch):
     """The host's /dev/shm and /dev/pts are shared with every process of the
     user: without the namespace no rule names them (but the agent's own

@@ -28,9 +28,9 @@ encoding, LP64 struct sizes); powerpc, mips and sparc encode ioctls differently.
 from __future__ import annotations
 
 import errno as _errno
-from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
+from ...record import dataclass
 from .syscalls import native_arch, syscall_number
 
 __all__ = ["ArgMatch", "Rule", "DEFAULT_RULES", "rules_for", "udp_rules", "no_inet_rules", "describe",
