@@ -162,8 +162,8 @@ class Snapshot:
             "notes": list(self.notes),
             "seconds": round(self.seconds, 3),
             "index": {"directories": len(self.dir_index), "reused": self.index_reused,
-                      "stored_in": self.index_dir, "note": self.index_note},
-            "exit_reports": self.changes_note or "the kernel's (fanotify)",
+                      "stored_in": self.index_dir, "note": self.index_note,
+                      "exit_reports": self.changes_note or "the kernel's (fanotify)"},
         }
 
     def summary(self) -> str:
