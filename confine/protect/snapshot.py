@@ -633,7 +633,9 @@ class _Scan:
                     sub = rec[5]
                     if type(sub) is not tuple:
                         raise ValueError(f"index record of {child!r}")
-                    if sub:         # a directory without subdirectories needs no frame
+                    # a directory without subdirectories needs no frame, nor one where
+                    # nothing below changed or is listed every time (changed, need)
+                    if sub and (changed is None or child in need):
                         stack.append([child, None, [n for n in sub if not (
                             (r := roots.get(f"{child}/{n}")) and r.tree)], cst])
                 else:
