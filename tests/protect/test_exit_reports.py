@@ -11,8 +11,8 @@ check that the check found it with the reports in use; a control with the
 reports emptied shows the reports are what found it. Then what makes the
 reports incomplete (a queue overflow, a mount point in the workdir, the
 workdir replaced) and must fall back to a stamp of every directory.
-In-process (the protect API), root only: unprivileged, there is no mark and
-the exit check takes every stamp (tests/protect/test_index_cache.py).
+In-process (the protect API), root only; the real run also as the test account
+(no mark there: the exit check takes every stamp).
 """
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ import pytest
 from confine import protect
 from confine.protect import changes, index
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="a filesystem mark needs root")
+root_only = pytest.mark.skipif(os.geteuid() != 0, reason="a filesystem mark needs root")
 
 RACY_S = index.RACY_NS / 1e9 + 0.2
 
@@ -129,6 +129,7 @@ def make(wd: str, what: str) -> str:
 KINDS = ["new name", "socket", "fifo", "bare repository", "renamed in", "hard link", "hook mode"]
 
 
+@root_only
 @pytest.mark.parametrize("what", KINDS)
 def test_the_reports_find_what_was_made_below_vouched_directories(tree, what):
     top, wd, store = tree
@@ -146,6 +147,7 @@ def test_the_reports_find_what_was_made_below_vouched_directories(tree, what):
     assert not protect.verify_and_revert(again, quarantine_dir=os.path.join(top, "q2")).alerts
 
 
+@root_only
 @pytest.mark.parametrize("what", ["new name", "bare repository", "renamed in"])
 def test_control_without_the_reports_the_same_change_is_missed(tree, what, monkeypatch):
     """The reports emptied (as if the kernel had said nothing): the same change
@@ -160,6 +162,7 @@ def test_control_without_the_reports_the_same_change_is_missed(tree, what, monke
     assert os.path.lexists(os.path.join(wd, path))      # left in place
 
 
+@root_only
 def test_a_queue_overflow_takes_every_stamp(tree):
     top, wd, store = tree
     snap = start(wd, store)
@@ -174,6 +177,7 @@ def test_a_queue_overflow_takes_every_stamp(tree):
     assert path in {c.path for c in rep.alerts}
 
 
+@root_only
 def test_a_mount_point_in_the_workdir_takes_every_stamp(tree):
     top, wd, store = tree
     snap = start(wd, store)
@@ -191,6 +195,7 @@ def test_a_mount_point_in_the_workdir_takes_every_stamp(tree):
         subprocess.run(["umount", "-l", os.path.join(wd, "t/u")], check=True)
 
 
+@root_only
 def test_a_workdir_replaced_during_the_run_takes_every_stamp(tree):
     top, wd, store = tree
     snap = start(wd, store)
@@ -202,6 +207,7 @@ def test_a_workdir_replaced_during_the_run_takes_every_stamp(tree):
     assert "p/q/r/s/.envrc" in {c.path for c in rep.alerts}
 
 
+@root_only
 def test_without_an_index_directory_there_is_no_mark(tree):
     top, wd, store = tree
     snap = protect.snapshot(wd, git_configs=[])
@@ -210,14 +216,15 @@ def test_without_an_index_directory_there_is_no_mark(tree):
     assert rep.exit_walk.startswith("every directory's stamp"), rep.exit_walk
 
 
-def test_a_real_run_finds_a_name_another_process_made_while_the_agent_made_none(
-        root_sandbox):
-    """confine exec as root: the agent makes no name at all (it waits on stdin);
-    meanwhile another process makes .envrc below a vouched directory, mtime put
-    back. The exit check finds it and moves it away."""
-    sb = root_sandbox
-    for rel in ("a/b", "p/q/r/s"):
-        os.makedirs(os.path.join(sb.workdir, rel), exist_ok=True)
+def test_a_real_run_finds_a_name_another_process_made_while_the_agent_made_none(sandbox):
+    """confine exec (root: from the reports; the test account: every stamp): the
+    agent makes no name at all (it waits on stdin); meanwhile another process
+    makes .envrc below a vouched directory, mtime put back. The exit check
+    finds it and moves it away."""
+    sb = sandbox
+    for rel in ("a", "a/b", "p", "p/q", "p/q/r", "p/q/r/s"):
+        os.mkdir(os.path.join(sb.workdir, rel))
+        os.lchown(os.path.join(sb.workdir, rel), sb.pw.pw_uid, sb.pw.pw_gid)
     time.sleep(RACY_S)
     assert sb.run(["true"]).returncode == 0         # stores the index
     time.sleep(RACY_S)
@@ -232,6 +239,7 @@ def test_a_real_run_finds_a_name_another_process_made_while_the_agent_made_none(
         with keep_mtime(d):
             with open(os.path.join(d, ".envrc"), "w") as f:
                 f.write("export X=1\n")
+            os.lchown(os.path.join(d, ".envrc"), sb.pw.pw_uid, sb.pw.pw_gid)
         out, err = agent.communicate("\n", timeout=60)
     finally:
         if agent.poll() is None:
