@@ -70,6 +70,9 @@ class Report:
     namespaces_active: bool = False
     seconds: float = 0.0
     specials: list[str] = field(default_factory=list)   # quarantine paths of specials not copied
+    # how the scan found what changed: the kernel's reports (changes.py), or why every
+    # directory's stamp was taken instead
+    exit_walk: str = ""
 
     @property
     def alerts(self) -> list[Change]:
@@ -696,6 +699,7 @@ def _verify_and_revert(snap: Snapshot, quarantine_dir: str | None, trust_mounts:
     cur = _ExitScan(snap.workdir, snap.patterns, copy=False, prev=snap, extra=snap.extra,
                     global_hooks=snap.global_hooks, parse_configs=False,
                     cached=snap.dir_index or None)
+    report.exit_walk = _only_changed(snap, cur)
     complete = False
     try:
         try:
@@ -709,6 +713,7 @@ def _verify_and_revert(snap: Snapshot, quarantine_dir: str | None, trust_mounts:
                                           extra=snap.extra, global_hooks=snap.global_hooks,
                                           parse_configs=False)
                 old.fs.close()
+                report.exit_walk = "every directory's stamp: the index is not as the snapshot made it"
                 cur.walk()
             complete = True
         except Exception as e:  # noqa: BLE001 - revert what was seen, say what was not
@@ -771,6 +776,31 @@ def _verify_and_revert(snap: Snapshot, quarantine_dir: str | None, trust_mounts:
                                          alert=False))
     report.seconds = time.monotonic() - t0
     return report
+
+
+def _only_changed(snap: Snapshot, cur: _Scan) -> str:
+    """Let the scan walk only the directories the kernel reported a name in
+    since the start's walk began (and what leads to those listed every time),
+    where the reports are complete; otherwise it takes every directory's stamp.
+    Says which."""
+    if snap.changes is None:
+        return f"every directory's stamp: {snap.changes_note or 'no reports'}"
+    if not snap.dir_index or snap.unchecked:
+        return "every directory's stamp: " + ("the start's walk could not look at "
+                                              f"{snap.unchecked[0][0] or '.'}" if snap.unchecked
+                                              else "no index of the start")
+    try:
+        st, top = os.fstat(cur.fs.fd), snap.dir_index.get("")
+        if top is None or (top[0], top[1]) != (st.st_dev, st.st_ino):
+            return "every directory's stamp: the workdir is not the directory walked at start"
+        dirty, why = snap.changes.changed(cur.fs.fd, snap.workdir)
+        if dirty is None:
+            return f"every directory's stamp: {why}"
+        cur.only_changed(dirty, snap.dir_index)
+    except (OSError, TypeError, ValueError, IndexError) as e:
+        cur.changed, cur.need, cur.index = None, set(), {}
+        return f"every directory's stamp: the reports could not be used ({type(e).__name__})"
+    return f"the kernel's reports: {len(dirty)} directories changed"
 
 
 def _ancestors(rel: str) -> Iterator[str]:

@@ -23,7 +23,8 @@ and build trees are walked too: a nested repository anywhere can be reached
 by a person's `git status` through a gitlink, so skipping them would leave a
 hole; measured: 100k directories with 300k files take about 1.7 s (2-core VM), and from
 the second run on about a fifth of that: the directory index (index.py) vouches for
-the directories that did not change, so they are not listed again.  Nesting is followed
+the directories that did not change, so they are not listed again (and as root the exit
+check lists only where the kernel reported a new name: changes.py).  Nesting is followed
 up to MAX_DEPTH directories; symlinks are resolved by descriptor, at most MAX_LINKS of them.
 What the walk cannot look at (deeper nesting, more than ENTRY_CAP protected entries, a
 directory it cannot list, a longer link chain) is recorded in `unchecked`: the exit check
@@ -43,6 +44,7 @@ from ..kernel import namespaces
 from ..paths import rel_under
 from ..policy.patterns import Pattern, compile_patterns
 from ..record import dataclass, field
+from . import changes as _changes
 from . import index as _index
 from .gitconfig import _BOOL_WORDS, _COMMAND_KEYS, parse_git_config
 from .index import RACY_NS, Record
@@ -135,6 +137,11 @@ class Snapshot:
     index_reused: int = 0          # directories the index vouched for (not listed again)
     index_note: str = ""           # why no stored index was used
     index_stored: bool = False     # dir_index is the very index stored (nothing to write)
+    # the kernel's reports of names made in the workdir's filesystem since before the
+    # walk (changes.py; None: not available, `changes_note` says why)
+    changes: Any = field(default=None, repr=False)
+    changes_note: str = ""
+    unchecked: tuple[tuple[str, str], ...] = ()    # (rel, why) the walk could not look at
 
     def describe(self) -> dict[str, object]:
         """JSON-able view for --dry-run: what is protected and how."""
@@ -155,7 +162,8 @@ class Snapshot:
             "notes": list(self.notes),
             "seconds": round(self.seconds, 3),
             "index": {"directories": len(self.dir_index), "reused": self.index_reused,
-                      "stored_in": self.index_dir, "note": self.index_note},
+                      "stored_in": self.index_dir, "note": self.index_note,
+                      "exit_reports": self.changes_note or "the kernel's (fanotify)"},
         }
 
     def summary(self) -> str:
@@ -398,6 +406,22 @@ class _Scan:
         self._listed: tuple[bool, tuple[str, ...]] | None = None
         self._racy = 0
         self._dev = -1
+        # Where the kernel reported, since before the start's walk, every directory a
+        # name appeared in (changes.py): those (`changed`), and only what leads to one of
+        # them or to a directory listed every time (`need`), are walked; a directory
+        # vouched for has its entries as at start, so its subdirectories need no stat.
+        self.changed: set[str] | None = None
+        self.need: set[str] = set()
+
+    def only_changed(self, changed: set[str], start: dict[str, Record]) -> None:
+        """Walk only what `changed` (complete reports of where names appeared since
+        `start`, this run's index, was taken) and the directories listed every time need."""
+        need: set[str] = set()
+        for r in [*changed, *(r for r, v in start.items() if not v[4])]:
+            while r and r not in need:
+                need.add(r)
+                r = _parent_of(r)
+        self.changed, self.need, self.index = changed, need, dict(start)
 
     def _unchecked(self, rel: str, why: str) -> None:
         self.unchecked.append((rel, why))
@@ -537,6 +561,7 @@ class _Scan:
         cached = self.cached if self.cached is not None else {}
         index, roots, wfd, lstat = self.index, self.roots, self.fs.fd, os.stat
         targets, reused = self.pointer_targets, 0
+        changed, need = self.changed, self.need
         # frames: [rel, fd (None: not opened, the index vouched for it), pending, stat]
         stack: list[list] = [["", os.dup(self.fs.fd), None, st0]]
         try:
@@ -559,7 +584,23 @@ class _Scan:
                 # just now, so each name on the way is the directory it was.
                 rec = cached.get(child)
                 cst = cfd = None
-                if rec is not None and rec[4] and child not in targets:
+                if changed is not None and fd is None:
+                    # below a directory vouched for: the same entries as at start
+                    if child not in need:
+                        continue
+                    if rec is not None and rec[4] and child not in changed \
+                            and child not in targets and len(stack) < MAX_DEPTH:
+                        index[child] = rec
+                        reused += 1
+                        sub = rec[5]
+                        if type(sub) is not tuple:
+                            raise ValueError(f"index record of {child!r}")
+                        if sub:
+                            stack.append([child, None, [n for n in sub if not (
+                                (r := roots.get(f"{child}/{n}")) and r.tree)], None])
+                        continue
+                if rec is not None and rec[4] and child not in targets \
+                        and (changed is None or child not in changed):
                     try:
                         cst = lstat(child, dir_fd=wfd, follow_symlinks=False)
                     except OSError:
@@ -592,7 +633,9 @@ class _Scan:
                     sub = rec[5]
                     if type(sub) is not tuple:
                         raise ValueError(f"index record of {child!r}")
-                    if sub:         # a directory without subdirectories needs no frame
+                    # a directory without subdirectories needs no frame, nor one where
+                    # nothing below changed or is listed every time (changed, need)
+                    if sub and (changed is None or child in need):
                         stack.append([child, None, [n for n in sub if not (
                             (r := roots.get(f"{child}/{n}")) and r.tree)], cst])
                 else:
@@ -1154,11 +1197,14 @@ def _snapshot(workdir: str, pats: tuple[Pattern, ...], home: str | None,
     from . import gitdata  # it reads what the walk found; it imports this module
     sc = _Scan(workdir, pats, copy=True, home=home, git_configs=git_configs)
     key, note = None, ""
+    changes, changes_note = None, "no directory index"
     try:
         why = _index.unsupported(sc.fs.fd)
         if why is not None:
             index_dir, note = None, why
         if index_dir is not None:
+            # before the walk: a name made while it runs is reported as well
+            changes, changes_note = _changes.open_changes(sc.fs.fd)
             key = _index.cache_key(workdir, sc.fs.fd, pats)
             sc.cached = _index.load(index_dir, key)
             note = "" if sc.cached is not None else "no stored index for this workdir"
@@ -1178,13 +1224,16 @@ def _snapshot(workdir: str, pats: tuple[Pattern, ...], home: str | None,
         sc.fs.close()
     if why is not None:
         sc.index = {}   # nor for this run's exit check
+        changes, changes_note = None, why
     checked = _checked_configs(sc) if guarded else []
     plan, guard_only = _mount_plan(workdir, sc, set(checked))
-    return Snapshot(workdir, pats, run_id or _run_id(), sc.roots, sc.entries, sc.gitdirs,
+    snap = Snapshot(workdir, pats, run_id or _run_id(), sc.roots, sc.entries, sc.gitdirs,
                     tuple(sorted(sc.pins)), tuple(sc.extra), tuple(sc.global_hooks), plan,
                     tuple(guard_only), tuple(sc.notes), time.time(), time.monotonic() - t0,
                     modes, state, tuple(checked), sc.index, index_dir, key, sc.reused, note,
                     sc.cached is not None and sc.index == sc.cached)
+    snap.changes, snap.changes_note, snap.unchecked = changes, changes_note, tuple(sc.unchecked)
+    return snap
 
 
 def _checked_configs(sc: _Scan) -> list[str]:
