@@ -61,13 +61,16 @@ def launch(plan: Plan, *, guard: Any = None,
            warn: Callable[[str], None] | None = None, stdio: Stdio | None = None,
            timeout: float | None = None, inet: Any = None,
            on_sockets: Callable[[list[int]], None] | None = None,
-           events: Any = None, in_tmp: Callable[[], None] | None = None) -> Outcome:
+           events: Any = None, in_tmp: Callable[[], None] | None = None,
+           before_walk: Callable[[], None] | None = None) -> Outcome:
     """Run the plan. Returns the command's status (128+N if killed by signal N);
     raises CommandNotFound/CommandNotExecutable/ConfineError for failures before exec.
     inet: the egress gateway's routes (mediation.InetRoutes), required when it runs;
     on_sockets: starts it on the sockets the child made in the agent's network namespace;
     events: the run's runtime.events.Events (every refusal goes there);
-    in_tmp: called once the TMPDIR is what the agent will see (its tmpfs mounted)."""
+    in_tmp: called once the TMPDIR is what the agent will see (its tmpfs mounted);
+    before_walk: called once the agent has exited, before the leftover walk (it
+    ends the caller's own helpers of the run, which the walk would else freeze)."""
     if plan.egress and plan.unix_mediation and inet is None:
         raise ConfineError("the egress gateway is not running: refusing to run")
     if plan.gateway_ports and on_sockets is None:
@@ -89,7 +92,7 @@ def launch(plan: Plan, *, guard: Any = None,
                 raise ConfineError(f"cannot make the run's cgroup under {plan.cgroup}: "
                                    f"{e.strerror or e}") from None
         return _launch(plan, guard, warn, cg, stdio=stdio, timeout=timeout, inet=inet,
-                       on_sockets=on_sockets, events=events)
+                       on_sockets=on_sockets, events=events, before_walk=before_walk)
     finally:
         if cg is not None:
             try:
@@ -150,7 +153,7 @@ def _launch(plan: Plan, guard: Any, warn: Callable[[str], None] | None,
             cg: str | None, stdio: Stdio | None = None,
             timeout: float | None = None, inet: Any = None,
             on_sockets: Callable[[list[int]], None] | None = None,
-            events: Any = None) -> Outcome:
+            events: Any = None, before_walk: Callable[[], None] | None = None) -> Outcome:
     ruleset = _ruleset(plan)
     filters = _filters(plan)
     status_r, status_w = os.pipe2(os.O_CLOEXEC)
@@ -213,6 +216,8 @@ def _launch(plan: Plan, guard: Any, warn: Callable[[str], None] | None,
         # point (the exit check runs next), and none of it keeps the terminal.
         try:
             terminal.take_back()
+            if before_walk is not None:
+                before_walk()
             stuck = kill_leftovers(spare, (lambda: _cgroup_kill(cg)) if cg else None)
             if stuck:
                 (warn or default_warn)(

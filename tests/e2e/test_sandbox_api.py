@@ -98,3 +98,27 @@ def test_unknown_option_is_refused_before_any_run(sandbox):
             out["err"] = str(e)
     """)
     assert "bogus" in out["err"], out
+
+
+def test_nothing_of_a_run_outlives_it(sandbox):
+    """After runs that offered the nested-run endpoint (control: the agent saw
+    it in its environment), the launcher has no child left: the endpoint's
+    server ends with each run instead of living on until the program exits."""
+    from confine.runtime import delegate
+    out = _api(sandbox, f"""
+        def kids():
+            got = []
+            for t in os.listdir("/proc/self/task"):
+                with open(f"/proc/self/task/{{t}}/children") as f:
+                    got += f.read().split()
+            return got
+        with confine.Sandbox(workdir=WD) as sb:
+            seen = []
+            for i in range(3):
+                r = sb.run(["/bin/sh", "-c", "echo ${{{delegate.ENV}:-none}}"], capture=True)
+                seen.append(r.stdout.decode().strip())
+                out.setdefault("after", []).append(kids())
+        out["seen"] = seen
+    """)
+    assert all(s.endswith(delegate.SOCKET_NAME) for s in out["seen"]), out
+    assert out["after"] == [[], [], []], out
