@@ -239,10 +239,11 @@ class Session:
                 raise ConfineError(f"--env {name}: not set in this environment, so there is "
                                    f"nothing to pass (set it with --env {name}=VALUE)")
         wd = os.path.abspath(req.workdir or os.getcwd())
-        check_workdir(wd, [os.path.expanduser("~")], req.force_workdir)
+        mine = os.path.expanduser("~")
+        real = check_workdir(wd, [mine], req.force_workdir)
         ident = resolve_identity(os.path.realpath(wd), req.user)
-        homes = {ident.home, os.path.expanduser("~")}
-        wd = check_workdir(wd, sorted(homes), req.force_workdir)
+        # the agent's home too, when it is another (each home costs its run-later list)
+        wd = check_workdir(wd, [ident.home], req.force_workdir) if ident.home != mine else real
         for p in list(req.read) + list(req.write):
             if not os.path.exists(os.path.expanduser(p)):
                 raise ConfineError(f"{p} does not exist (from --read/--write)")
