@@ -175,7 +175,8 @@ def _launch(plan: Plan, guard: Any, warn: Callable[[str], None] | None,
     # its thread started after (nothing of it is copied into the child).
     watch = _landlock_watch(plan, events)
     cg_r, cg_w = os.pipe2(os.O_CLOEXEC) if cg is not None else (None, None)
-    pid = os.fork()
+    born = cgroup.fork_into(cg) if cg is not None else None    # in the run's cgroup already
+    pid = os.fork() if born is None else born
     if pid == 0:
         try:
             os.close(status_r)
@@ -194,7 +195,7 @@ def _launch(plan: Plan, guard: Any, warn: Callable[[str], None] | None,
         finally:
             os._exit(125)
     try:
-        cg_failure = _move_to_cgroup(cg, pid, cg_r, cg_w)
+        cg_failure = _move_to_cgroup(cg, pid, cg_r, cg_w, moved=born is not None)
         if watch is not None:
             watch.add_pid(pid)
             watch.start()
@@ -237,14 +238,16 @@ def _launch(plan: Plan, guard: Any, warn: Callable[[str], None] | None,
 
 
 def _move_to_cgroup(cg: str | None, pid: int, cg_r: int | None,
-                    cg_w: int | None) -> status.SetupFailed | None:
+                    cg_w: int | None, moved: bool = False) -> status.SetupFailed | None:
     """The child into the run's cgroup, while it runs its first steps; its cgroup
-    step waits for the byte that says it is done (none: it stops there)."""
+    step waits for the byte that says it is done (none: it stops there). moved:
+    it was born there (cgroup.fork_into); its step checks that as ever."""
     if cg is None or cg_r is None or cg_w is None:
         return None
     os.close(cg_r)
     try:
-        cgroup.move(cg, pid)
+        if not moved:
+            cgroup.move(cg, pid)
     except OSError as e:
         os.kill(pid, signal.SIGKILL)
         return status.SetupFailed("cgroup", f"cannot move the child into the run's cgroup: "

@@ -122,3 +122,38 @@ def test_nothing_of_a_run_outlives_it(sandbox):
     """)
     assert all(s.endswith(delegate.SOCKET_NAME) for s in out["seen"]), out
     assert out["after"] == [[], [], []], out
+
+
+def test_the_child_is_born_in_the_runs_cgroup(root_sandbox):
+    """A single-threaded launcher forks the child straight into the run's cgroup
+    (clone3 CLONE_INTO_CGROUP: no migration to wait for); one with another thread
+    forks and moves it, as before. Either way the agent is in the run's own cgroup
+    (control: the launcher itself is not) and the run behaves the same."""
+    out = _api(root_sandbox, """
+        import threading
+        from confine.kernel import cgroup
+        moves = []
+        real = cgroup.move
+        cgroup.move = lambda path, pid: (moves.append(pid), real(path, pid))[1]
+        def where():
+            with open("/proc/self/cgroup") as f:
+                return [x for x in f.read().splitlines() if x.startswith("0::")][0]
+        cmd = ["/bin/sh", "-c", "grep ^0:: /proc/self/cgroup; echo x > born"]
+        with confine.Sandbox(workdir=WD) as sb:
+            r = sb.run(cmd, capture=True)
+            out["single"] = [r.status, r.stdout.decode().strip(), len(moves)]
+            stop = threading.Event()
+            t = threading.Thread(target=stop.wait)
+            t.start()
+            r = sb.run(cmd, capture=True)
+            stop.set()
+            t.join()
+            out["threaded"] = [r.status, r.stdout.decode().strip(), len(moves)]
+        out["launcher"] = where()
+    """)
+    for key, want_moves in (("single", 0), ("threaded", 1)):
+        status, line, moves = out[key]
+        assert status == 0 and moves == want_moves, out
+        assert line.startswith("0::/") and "/confine-" in line, out
+        assert line != out["launcher"], out
+    assert os.path.exists(os.path.join(root_sandbox.workdir, "born"))
