@@ -163,18 +163,28 @@ def fork_into(path: str) -> int | None:
         fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError:
         return None
+    # Every signal blocked from before to after: os.fork runs no Python code between
+    # the two halves, and neither may this one (a handler that raised there could
+    # leave the import lock taken, or a child running on as the parent). A signal
+    # that comes meanwhile is delivered at the restore, as after os.fork.
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
     try:
         args = _CloneArgs(flags=CLONE_INTO_CGROUP, exit_signal=signal.SIGCHLD, cgroup=fd)
         sys.audit("os.fork")
         api = ctypes.pythonapi
         api.PyOS_BeforeFork()
-        pid = _clone3(ctypes.c_long(_SYS_CLONE3), ctypes.byref(args),
-                      ctypes.c_size_t(ctypes.sizeof(args)))
+        try:
+            pid = _clone3(ctypes.c_long(_SYS_CLONE3), ctypes.byref(args),
+                          ctypes.c_size_t(ctypes.sizeof(args)))
+        except BaseException:
+            api.PyOS_AfterFork_Parent()
+            raise
         if pid == 0:
             api.PyOS_AfterFork_Child()
         else:
             api.PyOS_AfterFork_Parent()
     finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         os.close(fd)
     return int(pid) if pid >= 0 else None
 
