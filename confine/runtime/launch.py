@@ -175,6 +175,7 @@ def _launch(plan: Plan, guard: Any, warn: Callable[[str], None] | None,
     # its thread started after (nothing of it is copied into the child).
     watch = _landlock_watch(plan, events)
     cg_r, cg_w = os.pipe2(os.O_CLOEXEC) if cg is not None else (None, None)
+    ns_fds: list[int] = []
     born = cgroup.fork_into(cg) if cg is not None else None    # in the run's cgroup already
     pid = os.fork() if born is None else born
     if pid == 0:
@@ -205,7 +206,8 @@ def _launch(plan: Plan, guard: Any, warn: Callable[[str], None] | None,
         if med is not None:
             med.close_child_ends()
         outcome, failure = _read_status(status_r, pid, plan, med, warn, inet, on_sockets,
-                                        events, watch.add_pid if watch is not None else None)
+                                        events, watch.add_pid if watch is not None else None,
+                                        ns_fds)
         os.close(status_r)
         if failure is None:
             failure = cg_failure      # else the child's own failure came first: it says why
@@ -232,6 +234,8 @@ def _launch(plan: Plan, guard: Any, warn: Callable[[str], None] | None,
             signal.signal(signal.SIGCHLD, old_chld)
             if watch is not None:
                 watch.stop()        # every agent process is gone: drain what they caused
+            for fd in ns_fds:
+                os.close(fd)        # the namespace's teardown, now nothing is in it
     if failure is not None:
         raise _error(failure, plan)
     return outcome
@@ -269,8 +273,8 @@ def _cgroup_kill(path: str) -> None:
 def _read_status(status_r: int, pid: int, plan: Plan, med: MediationChannel | None,
                  warn: Callable[[str], None] | None, inet: Any = None,
                  on_sockets: Callable[[list[int]], None] | None = None,
-                 events: Any = None, on_init: Callable[[int], None] | None = None
-                 ) -> tuple[Outcome, status.Message | None]:
+                 events: Any = None, on_init: Callable[[int], None] | None = None,
+                 ns_fds: list[int] | None = None) -> tuple[Outcome, status.Message | None]:
     outcome = Outcome(status=125)
     failure: status.Message | None = None
     holder: int | None = None if plan.pid_ns else pid   # who holds the seccomp listener
@@ -280,6 +284,8 @@ def _read_status(status_r: int, pid: int, plan: Plan, med: MediationChannel | No
             outcome.steps.append(msg.step)
         elif isinstance(msg, status.InitPid):
             holder = msg.pid
+            if plan.mount_ns and ns_fds is not None:
+                ns_fds.extend(_hold_mount_ns(pid))
             if on_init is not None:
                 on_init(msg.pid)      # pid 1 of the agent's namespace restricts itself
         elif isinstance(msg, status.Listener) and med is not None:
@@ -307,6 +313,18 @@ def _read_status(status_r: int, pid: int, plan: Plan, med: MediationChannel | No
                 os.write(med.sync_w, b"g")
             listener = None
     return outcome, failure
+
+
+def _hold_mount_ns(pid: int) -> list[int]:
+    """A reference to the child's mount namespace, so that its teardown (a copy of
+    every host mount, undone) is not done by the last of the run's processes on
+    its way out, which the supervisor waits for, but at the close after it. Done
+    only for the time (the child's processes are gone when it is closed); where
+    it cannot be had (another identity), the exit does it as before."""
+    try:
+        return [os.open(f"/proc/{pid}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)]
+    except OSError:
+        return []
 
 
 def _take_sockets(pid: int, fds: list[int], on_sockets: Callable[[list[int]], None]) -> None:

@@ -119,9 +119,19 @@ def test_nothing_of_a_run_outlives_it(sandbox):
                 seen.append(r.stdout.decode().strip())
                 out.setdefault("after", []).append(kids())
         out["seen"] = seen
+        # nor a descriptor of it: the mount namespace held through the run's exit
+        links = []
+        for fd in os.listdir("/proc/self/fd"):
+            try:
+                links.append(os.readlink("/proc/self/fd/" + fd))
+            except OSError:
+                pass                       # the listing's own descriptor
+        out["ns"] = [x for x in links if x.startswith("mnt:")]
+        out["mine"] = os.readlink("/proc/self/ns/mnt")
     """)
     assert all(s.endswith(delegate.SOCKET_NAME) for s in out["seen"]), out
     assert out["after"] == [[], [], []], out
+    assert out["ns"] == [] and out["mine"].startswith("mnt:"), out
 
 
 def test_the_child_is_born_in_the_runs_cgroup(root_sandbox):
