@@ -40,7 +40,6 @@ class ChildContext:
     cgroup_sync: int | None = None       # one byte from the supervisor: moved there
     landlock_log: bool = False           # the supervisor reads Landlock's audit records
     expect_parent: int = 0
-    spawn: bool = False                  # pid 1: the exec step starts the agent (_fork_agent)
     trace: list[str] = field(default_factory=list)
 
     def close_child_ends(self) -> None:
@@ -287,41 +286,22 @@ def _fork_agent(ctx: ChildContext) -> None:
     # under its uid: without this the agent could ptrace it or read its
     # /proc/1/environ (the launcher's full environment). After the listener
     # hand-off, which needed it dumpable.
-    # The agent itself is started by the exec step with posix_spawn (a vfork-like
-    # clone that shares this process's memory until its exec): what a fork would
-    # copy of this Python process (its page tables, then every page either side
-    # touches) is never copied. It inherits all this process has applied
-    # (namespaces, identity, Landlock, seccomp, no_new_privs), as a fork would.
     caps.set_dumpable(False)
-    ctx.spawn = True
-
-
-def _spawn_agent(ctx: ChildContext, path: str) -> None:
-    """pid 1 starts the agent and stays as its init (reaps, forwards signals)."""
-    try:
-        agent = os.posix_spawn(path, list(ctx.plan.argv), dict(ctx.plan.env),
-                               setsigmask=ctx.old_mask, setsigdef=_PY_IGNORED)
-    except OSError as e:
-        if e.errno in (errno.EAGAIN, errno.ENOMEM):
-            raise                   # no process for it (a limit): a setup failure, 125
-        status.send(ctx.status_w, status.ExecFailed(e.errno or errno.EIO,
-                                                    e.strerror or str(e)))
-        os._exit(127 if e.errno == errno.ENOENT else 126)
-    os.close(ctx.status_w)
-    if ctx.ruleset is not None:
-        ctx.ruleset.close()
-    os._exit(wait_for(agent))
+    agent = os.fork()
+    if agent != 0:
+        os.close(ctx.status_w)
+        if ctx.ruleset is not None:
+            ctx.ruleset.close()
+        os._exit(wait_for(agent))
 
 
 def _exec(ctx: ChildContext) -> None:
     plan = ctx.plan
+    signal.pthread_sigmask(signal.SIG_SETMASK, ctx.old_mask)
     path = which(plan.argv[0], plan.env.get("PATH", os.defpath))
     if path is None:
         status.send(ctx.status_w, status.ExecFailed(errno.ENOENT, "not found"))
         os._exit(127)
-    if ctx.spawn:
-        _spawn_agent(ctx, path)
-    signal.pthread_sigmask(signal.SIG_SETMASK, ctx.old_mask)
     try:
         os.execve(path, list(plan.argv), dict(plan.env))
     except OSError as e:
