@@ -18,15 +18,23 @@ the child joins it as its first step.
 """
 from __future__ import annotations
 
+import ctypes
 import errno
 import os
 import secrets
+import signal
+import sys
 import time
 
 from .libc import oserror
 from .mounts import unescape
 
-__all__ = ["v2_mount", "parent_for_run", "controllers", "create", "join", "kill", "remove"]
+__all__ = ["v2_mount", "parent_for_run", "controllers", "create", "join", "kill", "remove",
+           "fork_into"]
+
+# Holds the GIL through the call, unlike the libc handle of libc.py (fork_into).
+_clone3 = ctypes.PyDLL(None, use_errno=True).syscall
+_clone3.restype = ctypes.c_long
 
 
 def v2_mount(mountinfo: str = "/proc/self/mountinfo") -> str | None:
@@ -124,6 +132,61 @@ def move(path: str, pid: int) -> None:
     migration after a quiet spell waits for an RCU grace period (about 10 ms):
     the supervisor does it while the child runs its first steps."""
     _write(os.path.join(path, "cgroup.procs"), str(pid))
+
+
+# clone3(2) (x86_64 and aarch64 share the number) and CLONE_INTO_CGROUP (Linux 5.7).
+_SYS_CLONE3 = 435
+CLONE_INTO_CGROUP = 0x200000000
+
+
+class _CloneArgs(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_uint64) for n in (
+        "flags", "pidfd", "child_tid", "parent_tid", "exit_signal", "stack", "stack_size",
+        "tls", "set_tid", "set_tid_size", "cgroup")]
+
+
+def fork_into(path: str) -> int | None:
+    """os.fork() with the child born in the cgroup at path (clone3 with
+    CLONE_INTO_CGROUP): no migration, so not the wait of move() (an RCU grace
+    period, 5-15 ms on a busy host, which the child's cgroup step waits out).
+    Returns 0 in the child, its pid in the parent, or None, with nothing done,
+    where it cannot be had: the caller then forks and moves.
+
+    Only in a process with one thread: a raw clone skips the C library's fork
+    handlers, which exist for locks (malloc's, stdio's) another thread could hold
+    at the fork; with no other thread none can be held. Python's own fork work is
+    done as os.fork does it (the audit event, PyOS_BeforeFork, PyOS_AfterFork_*),
+    with the GIL held throughout (a PyDLL call never releases it)."""
+    try:
+        if len(os.listdir("/proc/self/task")) != 1:
+            return None
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    # Every signal blocked from before to after: os.fork runs no Python code between
+    # the two halves, and neither may this one (a handler that raised there could
+    # leave the import lock taken, or a child running on as the parent). A signal
+    # that comes meanwhile is delivered at the restore, as after os.fork.
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
+    try:
+        args = _CloneArgs(flags=CLONE_INTO_CGROUP, exit_signal=signal.SIGCHLD, cgroup=fd)
+        sys.audit("os.fork")
+        api = ctypes.pythonapi
+        api.PyOS_BeforeFork()
+        try:
+            pid = _clone3(ctypes.c_long(_SYS_CLONE3), ctypes.byref(args),
+                          ctypes.c_size_t(ctypes.sizeof(args)))
+        except BaseException:
+            api.PyOS_AfterFork_Parent()
+            raise
+        if pid == 0:
+            api.PyOS_AfterFork_Child()
+        else:
+            api.PyOS_AfterFork_Parent()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        os.close(fd)
+    return int(pid) if pid >= 0 else None
 
 
 def is_member(path: str, proc_cgroup: str = "/proc/self/cgroup") -> bool:

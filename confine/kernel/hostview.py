@@ -25,6 +25,8 @@ import os
 from ..paths import is_under
 from .libc import oserror
 from .mounts import (
+    MOUNT_ATTR_NODEV,
+    MOUNT_ATTR_RDONLY,
     MS_BIND,
     MS_NOATIME,
     MS_NODEV,
@@ -44,6 +46,9 @@ from .mounts import (
     ST_RDONLY,
     ST_RELATIME,
     mount,
+    mount_setattr,
+    move_mount,
+    open_tree,
     unescape,
 )
 
@@ -88,6 +93,56 @@ def readonly_except(writable: list[str], devices: list[str] | None = None) -> No
     mount is made nodev as well except binds of those device grants: a device node
     anywhere else (a copied root filesystem in the workdir, a node under a read
     grant) cannot be opened at all, so no ioctl can reach its driver."""
+    if not _readonly_by_tree(writable, devices):
+        _readonly_by_mount(writable, devices)
+    nodev = devices is not None
+    root = os.statvfs("/").f_flag
+    if not root & ST_RDONLY or (nodev and not root & ST_NODEV):
+        raise oserror("namespaces: / is still writable after making the host read-only",
+                      errno.EIO)
+    for w in writable:
+        if os.statvfs(w).f_flag & ST_RDONLY:
+            raise oserror(f"namespaces: {w} became read-only", errno.EIO)
+
+
+def _readonly_by_tree(writable: list[str], devices: list[str] | None) -> bool:
+    """readonly_except in a few calls whatever the number of mounts (a host with
+    hundreds pays one remount each otherwise): detached copies of the writable
+    trees and device binds (open_tree) are taken first, then every mount of the
+    tree, covered ones included, is made read-only (and nodev) at once
+    (mount_setattr: all or none), then the copies are attached where they were,
+    as the binds of the mount-by-mount way are. False, with nothing changed,
+    where the kernel (or a container's filter) refuses the new mount API."""
+    nodev = devices is not None
+    trees: list[tuple[str, int, bool]] = []        # (path, detached copy, is a device)
+    try:
+        try:
+            for w in writable:
+                trees.append((w, open_tree(w, f"copy {w}"), False))
+            for d in devices or ():
+                if os.path.exists(d):
+                    trees.append((d, open_tree(d, f"copy device {d}"), True))
+            mount_setattr("/", MOUNT_ATTR_RDONLY | (MOUNT_ATTR_NODEV if nodev else 0),
+                          "make every mount read-only")
+        except OSError:
+            return False        # nothing attached or changed yet: the other way decides
+        for path, fd, device in trees:
+            if device:
+                if not any(is_under(path, w) for w in writable):
+                    mount_setattr(fd, MOUNT_ATTR_RDONLY, f"device {path} read-only")
+            elif nodev:
+                mount_setattr(fd, MOUNT_ATTR_NODEV, f"{path} nodev")
+        for path, fd, device in trees:
+            move_mount(fd, path, f"bind {'device ' if device else ''}{path}"
+                       + ("" if device else " read-write"))
+    finally:
+        for _, fd, _ in trees:
+            os.close(fd)
+    return True
+
+
+def _readonly_by_mount(writable: list[str], devices: list[str] | None) -> None:
+    """The same with mount(2): a bind per writable path, a remount per mount."""
     for w in writable:
         mount(w, w, None, MS_BIND | MS_REC, None, f"bind {w} read-write")
     kept: list[str] = []
@@ -121,9 +176,6 @@ def readonly_except(writable: list[str], devices: list[str] | None = None) -> No
             if (add & MS_RDONLY and not now & ST_RDONLY) or (add & MS_NODEV
                                                             and not now & ST_NODEV):
                 raise
-    for w in writable:
-        if os.statvfs(w).f_flag & ST_RDONLY:
-            raise oserror(f"namespaces: {w} became read-only", errno.EIO)
 
 
 def private_shm(size: int | None = None) -> bool:

@@ -15,6 +15,19 @@ from ..kernel import caps, seccomp
 from ..mediation import broker_main
 from ..record import dataclass
 
+# The notifying filter's raw BPF by (files, meta, bind, signals): it depends on
+# nothing else (confine's own syscall tables), so a Sandbox's runs build it once.
+_PROGRAMS: dict[tuple[bool, bool, bool, bool], bytes] = {}
+
+
+def _notify_program(files: bool, meta: bool, bind: bool, signals: bool) -> bytes:
+    key = (files, meta, bind, signals)
+    got = _PROGRAMS.get(key)
+    if got is None:
+        got = _PROGRAMS[key] = seccomp.notify_program(seccomp.build_notify(
+            files=files, meta=meta, bind=bind, signals=signals))
+    return got
+
 
 @dataclass
 class MediationChannel:
@@ -40,8 +53,7 @@ class MediationChannel:
         return cls(broker_sup=sup, broker_fd=child.detach(), sync_r=sync_r, sync_w=sync_w,
                    guard=guard, hand_sup=hsup,
                    hand_child=hchild.detach() if hchild is not None else -1,
-                   notify_program=seccomp.notify_program(seccomp.build_notify(
-                       files=files, meta=meta, bind=handoff, signals=signals)))
+                   notify_program=_notify_program(files, meta, handoff, signals))
 
     @property
     def handoff(self) -> bool:

@@ -35,6 +35,7 @@ import os
 import re
 import stat
 import tempfile
+import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -68,6 +69,8 @@ FILES = ((".bashrc", BASHRC), (".profile", PROFILE))
 DIRS = (".cache", ".config", ".local", ".local/share", ".local/state")
 
 _COLLECT_AT_MOST = 20     # homes of vanished workdirs removed per run: bounded work
+_COLLECT_EVERY = 60.0     # seconds between two collections of one homes directory
+_COLLECTED: dict[tuple[int, int], float] = {}    # (dev, ino) of homes -> when collected
 _NOFOLLOW_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
@@ -329,14 +332,24 @@ def _record_and_collect(sfd: int, name: str, workdir: str) -> list[str]:
     an agent framework would otherwise leave one home each, forever)."""
     notes: list[str] = []
     rec = f".{name}.workdir"
-    try:
-        fd = os.open(rec + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
-                     | os.O_CLOEXEC, 0o600, dir_fd=sfd)
-        with os.fdopen(fd, "wb") as f:
-            f.write(os.fsencode(workdir))
-        os.rename(rec + ".tmp", rec, src_dir_fd=sfd, dst_dir_fd=sfd)
-    except OSError as e:
-        return [f"agent home: could not record its workdir: {e.strerror}"]
+    if _read_record(sfd, rec) != os.fsencode(workdir):
+        try:
+            fd = os.open(rec + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
+                         | os.O_CLOEXEC, 0o600, dir_fd=sfd)
+            with os.fdopen(fd, "wb") as f:
+                f.write(os.fsencode(workdir))
+            os.rename(rec + ".tmp", rec, src_dir_fd=sfd, dst_dir_fd=sfd)
+        except OSError as e:
+            return [f"agent home: could not record its workdir: {e.strerror}"]
+    # Reading every other home's record costs a file per home: a program running
+    # many runs (confine.Sandbox) collects at most once a minute per homes directory.
+    st = os.fstat(sfd)
+    key = (st.st_dev, st.st_ino)
+    now = time.monotonic()
+    last = _COLLECTED.get(key)
+    if last is not None and now - last < _COLLECT_EVERY:
+        return notes
+    _COLLECTED[key] = now
     removed = 0
     for entry in sorted(os.listdir(sfd)):
         if removed >= _COLLECT_AT_MOST:
@@ -364,6 +377,15 @@ def _record_and_collect(sfd: int, name: str, workdir: str) -> list[str]:
         except OSError as e:
             notes.append(f"agent home {other}: not removed ({e.strerror})")
     return notes
+
+
+def _read_record(sfd: int, rec: str) -> bytes | None:
+    try:
+        fd = os.open(rec, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=sfd)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as f:
+        return f.read(8193)
 
 
 def _fill(hfd: int, path: str, links: list[tuple[str, str]]) -> list[str]:

@@ -61,13 +61,16 @@ def launch(plan: Plan, *, guard: Any = None,
            warn: Callable[[str], None] | None = None, stdio: Stdio | None = None,
            timeout: float | None = None, inet: Any = None,
            on_sockets: Callable[[list[int]], None] | None = None,
-           events: Any = None, in_tmp: Callable[[], None] | None = None) -> Outcome:
+           events: Any = None, in_tmp: Callable[[], None] | None = None,
+           before_walk: Callable[[], None] | None = None) -> Outcome:
     """Run the plan. Returns the command's status (128+N if killed by signal N);
     raises CommandNotFound/CommandNotExecutable/ConfineError for failures before exec.
     inet: the egress gateway's routes (mediation.InetRoutes), required when it runs;
     on_sockets: starts it on the sockets the child made in the agent's network namespace;
     events: the run's runtime.events.Events (every refusal goes there);
-    in_tmp: called once the TMPDIR is what the agent will see (its tmpfs mounted)."""
+    in_tmp: called once the TMPDIR is what the agent will see (its tmpfs mounted);
+    before_walk: called once the agent has exited, before the leftover walk (it
+    ends the caller's own helpers of the run, which the walk would else freeze)."""
     if plan.egress and plan.unix_mediation and inet is None:
         raise ConfineError("the egress gateway is not running: refusing to run")
     if plan.gateway_ports and on_sockets is None:
@@ -89,7 +92,7 @@ def launch(plan: Plan, *, guard: Any = None,
                 raise ConfineError(f"cannot make the run's cgroup under {plan.cgroup}: "
                                    f"{e.strerror or e}") from None
         return _launch(plan, guard, warn, cg, stdio=stdio, timeout=timeout, inet=inet,
-                       on_sockets=on_sockets, events=events)
+                       on_sockets=on_sockets, events=events, before_walk=before_walk)
     finally:
         if cg is not None:
             try:
@@ -150,7 +153,7 @@ def _launch(plan: Plan, guard: Any, warn: Callable[[str], None] | None,
             cg: str | None, stdio: Stdio | None = None,
             timeout: float | None = None, inet: Any = None,
             on_sockets: Callable[[list[int]], None] | None = None,
-            events: Any = None) -> Outcome:
+            events: Any = None, before_walk: Callable[[], None] | None = None) -> Outcome:
     ruleset = _ruleset(plan)
     filters = _filters(plan)
     status_r, status_w = os.pipe2(os.O_CLOEXEC)
@@ -172,7 +175,9 @@ def _launch(plan: Plan, guard: Any, warn: Callable[[str], None] | None,
     # its thread started after (nothing of it is copied into the child).
     watch = _landlock_watch(plan, events)
     cg_r, cg_w = os.pipe2(os.O_CLOEXEC) if cg is not None else (None, None)
-    pid = os.fork()
+    ns_fds: list[int] = []
+    born = cgroup.fork_into(cg) if cg is not None else None    # in the run's cgroup already
+    pid = os.fork() if born is None else born
     if pid == 0:
         try:
             os.close(status_r)
@@ -191,7 +196,7 @@ def _launch(plan: Plan, guard: Any, warn: Callable[[str], None] | None,
         finally:
             os._exit(125)
     try:
-        cg_failure = _move_to_cgroup(cg, pid, cg_r, cg_w)
+        cg_failure = _move_to_cgroup(cg, pid, cg_r, cg_w, moved=born is not None)
         if watch is not None:
             watch.add_pid(pid)
             watch.start()
@@ -201,7 +206,8 @@ def _launch(plan: Plan, guard: Any, warn: Callable[[str], None] | None,
         if med is not None:
             med.close_child_ends()
         outcome, failure = _read_status(status_r, pid, plan, med, warn, inet, on_sockets,
-                                        events, watch.add_pid if watch is not None else None)
+                                        events, watch.add_pid if watch is not None else None,
+                                        ns_fds)
         os.close(status_r)
         if failure is None:
             failure = cg_failure      # else the child's own failure came first: it says why
@@ -213,6 +219,8 @@ def _launch(plan: Plan, guard: Any, warn: Callable[[str], None] | None,
         # point (the exit check runs next), and none of it keeps the terminal.
         try:
             terminal.take_back()
+            if before_walk is not None:
+                before_walk()
             stuck = kill_leftovers(spare, (lambda: _cgroup_kill(cg)) if cg else None)
             if stuck:
                 (warn or default_warn)(
@@ -226,20 +234,24 @@ def _launch(plan: Plan, guard: Any, warn: Callable[[str], None] | None,
             signal.signal(signal.SIGCHLD, old_chld)
             if watch is not None:
                 watch.stop()        # every agent process is gone: drain what they caused
+            for fd in ns_fds:
+                os.close(fd)        # the namespace's teardown, now nothing is in it
     if failure is not None:
         raise _error(failure, plan)
     return outcome
 
 
 def _move_to_cgroup(cg: str | None, pid: int, cg_r: int | None,
-                    cg_w: int | None) -> status.SetupFailed | None:
+                    cg_w: int | None, moved: bool = False) -> status.SetupFailed | None:
     """The child into the run's cgroup, while it runs its first steps; its cgroup
-    step waits for the byte that says it is done (none: it stops there)."""
+    step waits for the byte that says it is done (none: it stops there). moved:
+    it was born there (cgroup.fork_into); its step checks that as ever."""
     if cg is None or cg_r is None or cg_w is None:
         return None
     os.close(cg_r)
     try:
-        cgroup.move(cg, pid)
+        if not moved:
+            cgroup.move(cg, pid)
     except OSError as e:
         os.kill(pid, signal.SIGKILL)
         return status.SetupFailed("cgroup", f"cannot move the child into the run's cgroup: "
@@ -261,8 +273,8 @@ def _cgroup_kill(path: str) -> None:
 def _read_status(status_r: int, pid: int, plan: Plan, med: MediationChannel | None,
                  warn: Callable[[str], None] | None, inet: Any = None,
                  on_sockets: Callable[[list[int]], None] | None = None,
-                 events: Any = None, on_init: Callable[[int], None] | None = None
-                 ) -> tuple[Outcome, status.Message | None]:
+                 events: Any = None, on_init: Callable[[int], None] | None = None,
+                 ns_fds: list[int] | None = None) -> tuple[Outcome, status.Message | None]:
     outcome = Outcome(status=125)
     failure: status.Message | None = None
     holder: int | None = None if plan.pid_ns else pid   # who holds the seccomp listener
@@ -272,6 +284,8 @@ def _read_status(status_r: int, pid: int, plan: Plan, med: MediationChannel | No
             outcome.steps.append(msg.step)
         elif isinstance(msg, status.InitPid):
             holder = msg.pid
+            if plan.mount_ns and ns_fds is not None:
+                ns_fds.extend(_hold_mount_ns(pid))
             if on_init is not None:
                 on_init(msg.pid)      # pid 1 of the agent's namespace restricts itself
         elif isinstance(msg, status.Listener) and med is not None:
@@ -299,6 +313,18 @@ def _read_status(status_r: int, pid: int, plan: Plan, med: MediationChannel | No
                 os.write(med.sync_w, b"g")
             listener = None
     return outcome, failure
+
+
+def _hold_mount_ns(pid: int) -> list[int]:
+    """A reference to the child's mount namespace, so that its teardown (a copy of
+    every host mount, undone) is not done by the last of the run's processes on
+    its way out, which the supervisor waits for, but at the close after it. Done
+    only for the time (the child's processes are gone when it is closed); where
+    it cannot be had (another identity), the exit does it as before."""
+    try:
+        return [os.open(f"/proc/{pid}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)]
+    except OSError:
+        return []
 
 
 def _take_sockets(pid: int, fds: list[int], on_sockets: Callable[[list[int]], None]) -> None:

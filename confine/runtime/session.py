@@ -193,6 +193,7 @@ class Session:
         self.events: Events = Events(None, warn)
         self.host: HostFacts | None = None
         self.egress: Any = None             # the running egress gateway (runtime/egress.py)
+        self._server: tuple[int, int] | None = None   # the nested-run endpoint's (pid, pidfd)
         self.plan: Plan = self._prepare(protect, host,
                                         dict(os.environ) if parent_env is None else parent_env)
 
@@ -204,6 +205,7 @@ class Session:
 
     def close(self) -> None:
         try:
+            self._stop_server()
             self._stop_egress()
             self.events.close()
             if self.tmp is not None:
@@ -237,10 +239,11 @@ class Session:
                 raise ConfineError(f"--env {name}: not set in this environment, so there is "
                                    f"nothing to pass (set it with --env {name}=VALUE)")
         wd = os.path.abspath(req.workdir or os.getcwd())
-        check_workdir(wd, [os.path.expanduser("~")], req.force_workdir)
+        mine = os.path.expanduser("~")
+        real = check_workdir(wd, [mine], req.force_workdir)
         ident = resolve_identity(os.path.realpath(wd), req.user)
-        homes = {ident.home, os.path.expanduser("~")}
-        wd = check_workdir(wd, sorted(homes), req.force_workdir)
+        # the agent's home too, when it is another (each home costs its run-later list)
+        wd = check_workdir(wd, [ident.home], req.force_workdir) if ident.home != mine else real
         for p in list(req.read) + list(req.write):
             if not os.path.exists(os.path.expanduser(p)):
                 raise ConfineError(f"{p} does not exist (from --read/--write)")
@@ -367,7 +370,8 @@ class Session:
                              inet=eg.routes if eg is not None else None,
                              on_sockets=eg.start_on if eg is not None and plan.gateway_ports
                              else None, events=self.events,
-                             in_tmp=lambda: self._in_tmp(held_fd, offer))
+                             in_tmp=lambda: self._in_tmp(held_fd, offer),
+                             before_walk=self._stop_server)
             result.status, result.steps = outcome.status, outcome.steps
             result.timed_out = outcome.timed_out
         except OSError as e:
@@ -410,10 +414,35 @@ class Session:
 
         def offer() -> None:
             try:
-                delegate_server.start(plan, path)
+                pid = delegate_server.start(plan, path)
             except ConfineError as e:     # the inner confine then refuses: fail closed
                 self.warn(f"{e}: confine inside this run will refuse")
+            else:
+                # our unreaped child: the pid cannot name another process yet
+                self._server = (pid, os.pidfd_open(pid))
         return plan, offer
+
+    def _stop_server(self) -> None:
+        """The endpoint's server ends with the agent. Killed and reaped here, before
+        the leftover walk: that walk then finds nothing of ours to freeze first, and
+        whatever the server started (nested runs) is re-parented to this subreaper
+        and found by the walk as before. One that does not go within a second
+        (stuck in the kernel) is left to the walk."""
+        import select
+        srv, self._server = self._server, None
+        if srv is None:
+            return
+        pid, fd = srv
+        try:
+            signal.pidfd_send_signal(fd, signal.SIGKILL)
+            poll = select.poll()
+            poll.register(fd, select.POLLIN)
+            if poll.poll(1000):
+                os.waitpid(pid, os.WNOHANG)
+        except (OSError, ChildProcessError):
+            pass
+        finally:
+            os.close(fd)
 
     def _start_egress(self, plan: Plan) -> Plan:
         if not plan.egress:

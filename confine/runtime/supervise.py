@@ -142,6 +142,13 @@ def _no_children(spare: frozenset[tuple[int, int]]) -> bool:
     return all((c, p.start) in spare for c in kids if (p := _stat(c)) is not None)
 
 
+def _one_thread() -> bool:
+    try:
+        return len(os.listdir("/proc/self/task")) == 1
+    except OSError:
+        return False
+
+
 def _children_of_self() -> list[int] | None:
     """This process's children from /proc/self/task/*/children (each thread's own:
     a child belongs to the thread that forked it), without reading every process
@@ -251,6 +258,14 @@ def kill_leftovers(spare: frozenset[tuple[int, int]] = frozenset(),
 
     if cgroup_kill is not None:
         cgroup_kill()
+    if _one_thread() and _no_children(spare):
+        # Every descendant has an ancestor among this process's children (orphans
+        # come back to this subreaper, or to a pid namespace's init, a descendant
+        # too), and with a single thread they are all in one children list, read
+        # at once: none now, none later. With more threads a child could move from
+        # a list not yet read to one already read (its thread exits), so the walk
+        # below decides, as it always did.
+        return []
     held = _Held()
     try:
         quiet, end = 0, time.monotonic() + FREEZE_SECONDS

@@ -335,3 +335,31 @@ def test_no_children_counts_every_child_but_the_spared():
         p.kill()
         p.wait()
     assert supervise._no_children(before)
+
+
+def test_single_threaded_walk_without_children_returns_at_once_and_kills_the_rest():
+    """The walk's shortcut (one thread, no child but the spared): it returns without
+    the full scan and a spared child lives on; a child that is not spared is found
+    and killed (control: it was alive until the walk)."""
+    import subprocess
+
+    from confine.runtime import supervise
+    assert supervise._one_thread()
+    kept = subprocess.Popen(["sleep", "30"])
+    try:
+        spare = supervise.own_children()
+        scans = []
+        real = supervise.scan
+        supervise.scan = lambda: (scans.append(1), real())[1]
+        try:
+            assert supervise.kill_leftovers(spare) == [] and scans == []
+            assert kept.poll() is None
+            extra = subprocess.Popen(["sleep", "30"])
+            assert extra.poll() is None
+            assert supervise.kill_leftovers(spare) == [] and scans
+            assert extra.poll() is not None and kept.poll() is None
+        finally:
+            supervise.scan = real
+    finally:
+        kept.kill()
+        kept.wait()

@@ -98,3 +98,97 @@ def test_unknown_option_is_refused_before_any_run(sandbox):
             out["err"] = str(e)
     """)
     assert "bogus" in out["err"], out
+
+
+def test_nothing_of_a_run_outlives_it(sandbox):
+    """After runs that offered the nested-run endpoint (control: the agent saw
+    it in its environment), the launcher has no child left: the endpoint's
+    server ends with each run instead of living on until the program exits."""
+    from confine.runtime import delegate
+    out = _api(sandbox, f"""
+        def kids():
+            got = []
+            for t in os.listdir("/proc/self/task"):
+                with open(f"/proc/self/task/{{t}}/children") as f:
+                    got += f.read().split()
+            return got
+        with confine.Sandbox(workdir=WD) as sb:
+            seen = []
+            for i in range(3):
+                r = sb.run(["/bin/sh", "-c", "echo ${{{delegate.ENV}:-none}}"], capture=True)
+                seen.append(r.stdout.decode().strip())
+                out.setdefault("after", []).append(kids())
+        out["seen"] = seen
+        # nor a descriptor of it: the mount namespace held through the run's exit
+        links = []
+        for fd in os.listdir("/proc/self/fd"):
+            try:
+                links.append(os.readlink("/proc/self/fd/" + fd))
+            except OSError:
+                pass                       # the listing's own descriptor
+        out["ns"] = [x for x in links if x.startswith("mnt:")]
+        out["mine"] = os.readlink("/proc/self/ns/mnt")
+    """)
+    assert all(s.endswith(delegate.SOCKET_NAME) for s in out["seen"]), out
+    assert out["after"] == [[], [], []], out
+    assert out["ns"] == [] and out["mine"].startswith("mnt:"), out
+
+
+def test_the_child_is_born_in_the_runs_cgroup(root_sandbox):
+    """A single-threaded launcher forks the child straight into the run's cgroup
+    (clone3 CLONE_INTO_CGROUP: no migration to wait for); one with another thread
+    forks and moves it, as before. Either way the agent is in the run's own cgroup
+    (control: the launcher itself is not) and the run behaves the same."""
+    out = _api(root_sandbox, """
+        import threading
+        from confine.kernel import cgroup
+        moves = []
+        real = cgroup.move
+        cgroup.move = lambda path, pid: (moves.append(pid), real(path, pid))[1]
+        def where():
+            with open("/proc/self/cgroup") as f:
+                return [x for x in f.read().splitlines() if x.startswith("0::")][0]
+        cmd = ["/bin/sh", "-c", "grep ^0:: /proc/self/cgroup; echo x > born"]
+        with confine.Sandbox(workdir=WD) as sb:
+            r = sb.run(cmd, capture=True)
+            out["single"] = [r.status, r.stdout.decode().strip(), len(moves)]
+            stop = threading.Event()
+            t = threading.Thread(target=stop.wait)
+            t.start()
+            r = sb.run(cmd, capture=True)
+            stop.set()
+            t.join()
+            out["threaded"] = [r.status, r.stdout.decode().strip(), len(moves)]
+        out["launcher"] = where()
+    """)
+    for key, want_moves in (("single", 0), ("threaded", 1)):
+        status, line, moves = out[key]
+        assert status == 0 and moves == want_moves, out
+        assert line.startswith("0::/") and "/confine-" in line, out
+        assert line != out["launcher"], out
+    assert os.path.exists(os.path.join(root_sandbox.workdir, "born"))
+
+
+def test_signals_at_every_moment_of_the_fork(root_sandbox):
+    """A launcher whose SIGALRM handler fires every half millisecond (through the
+    fork into the cgroup and everything around it) still gets every run right, and
+    stays able to import and fork afterwards (the import lock was released on both
+    sides). Control: the handler did run, many times."""
+    out = _api(root_sandbox, """
+        import signal, subprocess
+        hits = []
+        signal.signal(signal.SIGALRM, lambda *_: hits.append(1))
+        signal.setitimer(signal.ITIMER_REAL, 0.0005, 0.0005)
+        res = []
+        with confine.Sandbox(workdir=WD) as sb:
+            for i in range(10):
+                r = sb.run(["/bin/sh", "-c", f"echo {i}"], capture=True)
+                res.append([r.status, r.stdout.decode().strip()])
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        import xml.dom.minidom  # noqa: F401 - an import after the runs
+        out["res"] = res
+        out["hits"] = len(hits)
+        out["after"] = subprocess.run(["/bin/echo", "ok"], capture_output=True).stdout.decode()
+    """)
+    assert out["res"] == [[0, str(i)] for i in range(10)], out
+    assert out["hits"] > 10 and out["after"] == "ok\n", out
