@@ -257,8 +257,12 @@ class Sandbox:
         return p, last_json(p.stdout)
 
 
+_MY_WORKDIRS: set[str] = set()
+
+
 def make_workdir(pw) -> str:
     d = tempfile.mkdtemp(prefix="confine-wd-", dir="/tmp")
+    _MY_WORKDIRS.add(d)
     os.chmod(d, 0o755)
     if os.geteuid() == 0:
         os.chown(d, pw.pw_uid, pw.pw_gid)
@@ -530,11 +534,25 @@ def _no_held_leftovers():
     person; what a test's runs left goes with the test."""
     def runs(b):
         return set(os.listdir(b)) if os.path.isdir(b) else set()
+    def others(d):
+        # another pytest on this machine (a second checkout's suite) makes runs in
+        # the same bases: those are its to remove, not ours
+        try:
+            with open(os.path.join(d, "manifest.json")) as f:
+                wd = json.load(f).get("workdir", "")
+        except OSError:
+            return True     # still being written, or not a run: leave it
+        except (ValueError, AttributeError):
+            return False
+        return (isinstance(wd, str) and wd.startswith("/tmp/confine-wd-")
+                and not any(wd == w or wd.startswith(w + "/") for w in _MY_WORKDIRS))
     before = {b: runs(b) for b in HELD_BASES}
     yield
     for b, old in before.items():
         for n in runs(b) - old:
-            shutil.rmtree(os.path.join(b, n), ignore_errors=True)
+            d = os.path.join(b, n)
+            if not others(d):
+                shutil.rmtree(d, ignore_errors=True)
 
 
 def make_sdist(where: str, pw) -> str:
