@@ -8,9 +8,9 @@ Order matters and is explained where it is not obvious:
   * the mount and pid namespaces come before the identity switch (making them
     needs the capabilities the switch drops);
   * the cgroup step comes right before the pid namespace, the first step that
-    forks: the supervisor moves the child into the run's cgroup meanwhile (the
-    first migration after a quiet spell waits ~10 ms for the kernel), and the
-    child goes no further until it is there;
+    forks: the child is born in the run's cgroup (clone3 CLONE_INTO_CGROUP)
+    where the launcher has one thread, else the supervisor moves it there
+    meanwhile; either way the child goes no further until it is there;
   * the LSM requests come after the switch and before no_new_privs (which
     blocks most AppArmor transitions) and Landlock (which makes /proc/self/attr
     unwritable);
@@ -53,8 +53,9 @@ def child_steps(plan: Plan) -> list[Step]:
     ]
     cg_step = None
     if plan.cgroup:
-        cg_step = Step("cgroup", "in the run's own cgroup (the supervisor moves the child there "
-                       "while the steps above run; checked here, before anything forks): "
+        cg_step = Step("cgroup", "in the run's own cgroup (born there, or moved there by the "
+                       "supervisor while the steps above run; checked here, before anything "
+                       "forks): "
                        "killed as a whole when the run ends"
                        + (", limits " + ", ".join(k for k, v in plan.limits.items()
                                                   if v.startswith("cgroup"))
