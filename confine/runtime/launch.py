@@ -102,6 +102,7 @@ def launch(plan: Plan, *, guard: Any = None,
         if tmp is not None:
             try:
                 tmpfs.detach(tmp)
+                tmpfs.forget(tmp)
             except OSError as e:
                 (warn or default_warn)(f"cannot detach the TMPDIR tmpfs {tmp}: {e}")
 
@@ -112,9 +113,12 @@ def _mount_tmp(plan: Plan) -> str | None:
     size = plan.policy.limits.tmp_size
     if size is None or not plan.limits.get("tmp_size", "").startswith("size of a tmpfs"):
         return None
+    tmpfs.sweep()       # what supervisors killed with SIGKILL left mounted
     try:
+        tmpfs.record(plan.policy.tmp)
         tmpfs.mount_tmp(plan.policy.tmp, size, plan.identity.uid, plan.identity.gid)
     except OSError as e:
+        tmpfs.forget(plan.policy.tmp)
         raise ConfineError(f"limits: tmp_size: {e.strerror or e}") from None
     return plan.policy.tmp
 
