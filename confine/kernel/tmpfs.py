@@ -23,7 +23,7 @@ import json
 import os
 
 from .libc import libc, oserror
-from .mounts import MS_NODEV, MS_NOSUID, mount
+from .mounts import MS_NODEV, MS_NOSUID, mount, unescape
 from .sysfs import proc_stat
 
 __all__ = ["mount_tmp", "detach", "record", "forget", "sweep"]
@@ -76,19 +76,6 @@ def forget(path: str, state: str = STATE) -> None:
         pass
 
 
-def _unescape(field: str) -> str:
-    """mountinfo writes space, tab, newline and backslash as octal escapes."""
-    out, i = [], 0
-    while i < len(field):
-        if field[i] == "\\" and field[i + 1:i + 4].isdigit():
-            out.append(chr(int(field[i + 1:i + 4], 8)))
-            i += 4
-        else:
-            out.append(field[i])
-            i += 1
-    return "".join(out)
-
-
 def _ours_mounted(path: str) -> bool:
     """A tmpfs of ours is mounted at path in this mount namespace."""
     try:
@@ -99,7 +86,7 @@ def _ours_mounted(path: str) -> bool:
     for line in lines:
         left, _, right = line.partition(" - ")
         a, b = left.split(), right.split()
-        if len(a) > 4 and len(b) > 1 and _unescape(a[4]) == path and \
+        if len(a) > 4 and len(b) > 1 and unescape(a[4]) == path and \
                 b[0] == "tmpfs" and b[1] == SOURCE:
             return True
     return False
