@@ -176,6 +176,27 @@ class _Quarantine:
             self.fd = None
 
 
+def _run_time(stamp: str) -> float | None:
+    """The local time a run id's YYYYMMDD-HHMMSS names, None if it names none. By
+    hand rather than time.strptime, which imports _strptime, calendar and locale
+    and compiles their patterns: ~5 ms on every exit."""
+    try:
+        y, mo, d = int(stamp[0:4]), int(stamp[4:6]), int(stamp[6:8])
+        h, mi, sec = int(stamp[9:11]), int(stamp[11:13]), int(stamp[13:15])
+    except ValueError:
+        return None
+    if len(stamp) != 15 or stamp[8] != "-" or not (1 <= mo <= 12 and h < 24 and mi < 60
+                                                    and sec <= 61):
+        return None
+    leap = y % 4 == 0 and (y % 100 != 0 or y % 400 == 0)
+    if not 1 <= d <= (31, 29 if leap else 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)[mo - 1]:
+        return None
+    try:
+        return time.mktime((y, mo, d, h, mi, sec, 0, 0, -1))
+    except (OverflowError, ValueError):
+        return None
+
+
 def expire_quarantine(base: str, keep: str | None = None, *, runs: int = QUARANTINE_KEEP_RUNS,
                       days: int = QUARANTINE_KEEP_DAYS, now: float | None = None) -> list[str]:
     """Remove the oldest runs from the quarantine directory `base` (only
@@ -195,9 +216,8 @@ def expire_quarantine(base: str, keep: str | None = None, *, runs: int = QUARANT
             m = _RUN_ID.fullmatch(n)
             if m is None or n == keep:
                 continue
-            try:
-                t = time.mktime(time.strptime(m.group(1), "%Y%m%d-%H%M%S"))
-            except (ValueError, OverflowError):
+            t = _run_time(m.group(1))
+            if t is None:
                 continue
             dated.append((t, n))
         dated.sort(reverse=True)
