@@ -12,15 +12,11 @@ def console() -> NoReturn:
     """The `confine` executable."""
     import sys
 
-    from .fast import exec_args, leave, run
+    from .fast import exec_args, imports_without_gc, leave, run
     got = exec_args(sys.argv[1:])
     if got is None:
-        import gc
-        gc.disable()              # as in confine/__init__.py: imports, no passes
-        try:
+        with imports_without_gc():
             from .main import console as with_click
-        finally:
-            gc.enable()
         with_click()
     leave(run(*got))
 
@@ -28,13 +24,8 @@ def console() -> NoReturn:
 def __getattr__(name: str) -> Any:
     if name not in ("cli", "main"):
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import gc
-    was_on = gc.isenabled()
-    gc.disable()                  # as in confine/__init__.py: imports, no passes
-    try:
+    from .fast import imports_without_gc
+    with imports_without_gc():
         from . import main as _m
-    finally:
-        if was_on:
-            gc.enable()
     globals().update(cli=_m.cli, main=_m.main)   # the functions, not the submodule
     return globals()[name]

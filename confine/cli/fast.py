@@ -10,6 +10,8 @@ with its own messages. tests/unit/test_cli_fast.py checks both agree."""
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, NoReturn
 
 # name -> (option key, repeatable); the names are main.py's exec options
@@ -78,19 +80,28 @@ def exec_args(argv: list[str]) -> tuple[list[str], dict[str, Any]] | None:
     return command, opts
 
 
+@contextmanager
+def imports_without_gc() -> Iterator[None]:
+    """As in confine/__init__.py: imports make many objects and almost no garbage,
+    so the collector's passes are off while they run, then back as they were."""
+    import gc
+    was_on = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_on:
+            gc.enable()
+
+
 def run(command: list[str], opts: dict[str, Any]) -> int:
     """api.run, with cli/main.py main()'s exit codes and one-line errors."""
     import gc
     import sys
-    was_on = gc.isenabled()
-    gc.disable()                          # as in confine/__init__.py: imports, no passes
-    try:
+    with imports_without_gc():
         from .. import api
         from ..errors import ConfineError
         from ..runtime import launch  # noqa: F401 - what every run imports, here
-    finally:
-        if was_on:
-            gc.enable()
     gc.freeze()
     try:
         return api.run(command, **opts)

@@ -299,18 +299,26 @@ class Mediator:
             if own:
                 pidfd = _pidfd(pid)
             try:
-                return notify.pidfd_getfd(pidfd, fd)
-            except OSError as e:
-                if e.errno not in (errno.EPERM, errno.ENOSYS, errno.EACCES):
-                    raise
-                self.getfd = False
+                got = self._getfd(pidfd, fd)
             finally:
                 if own:
                     os.close(pidfd)
+            if got is not None:
+                return got
         try:
             return os.open(f"/proc/{pid}/fd/{fd}", os.O_PATH | os.O_CLOEXEC)
         except FileNotFoundError:
             raise OSError(errno.EBADF, "bad descriptor") from None
+
+    def _getfd(self, pidfd: int, fd: int) -> int | None:
+        """pidfd_getfd; None (and never again this run) where the host refuses it."""
+        try:
+            return notify.pidfd_getfd(pidfd, fd)
+        except OSError as e:
+            if e.errno not in (errno.EPERM, errno.ENOSYS, errno.EACCES):
+                raise
+            self.getfd = False
+            return None
 
     def _take_socket(self, pid: int, pidfd: int, fd: int, keep: bool = False) -> int:
         """The agent's socket itself: pidfd_getfd. Where the host refuses it (a
@@ -320,12 +328,9 @@ class Mediator:
         call (bind, setsockopt) comes before the listen or connect a kept
         stream socket is kept for."""
         if self.getfd:
-            try:
-                return notify.pidfd_getfd(pidfd, fd)
-            except OSError as e:
-                if e.errno not in (errno.EPERM, errno.ENOSYS, errno.EACCES):
-                    raise
-                self.getfd = False
+            got = self._getfd(pidfd, fd)
+            if got is not None:
+                return got
         got = self.made.take(pid, fd, keep)
         if got is not None:
             return got
