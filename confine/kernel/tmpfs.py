@@ -59,7 +59,8 @@ def record(path: str, state: str = STATE) -> None:
     if st.st_uid != os.geteuid() or st.st_mode & 0o077:
         raise OSError(f"{state} is not this user's private directory")
     me = proc_stat(os.getpid())
-    data = json.dumps({"path": path, "pid": os.getpid(), "start": me.start if me else -1})
+    data = json.dumps({"path": path, "pid": os.getpid(), "start": me.start if me else -1,
+                       "pidns": _pidns()})
     tmp = _record_path(path, state) + ".new"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
     try:
@@ -67,6 +68,13 @@ def record(path: str, state: str = STATE) -> None:
     finally:
         os.close(fd)
     os.rename(tmp, _record_path(path, state))
+
+
+def _pidns() -> str:
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return ""
 
 
 def forget(path: str, state: str = STATE) -> None:
@@ -109,8 +117,11 @@ def sweep(state: str = STATE) -> list[str]:
             with open(rec, "rb") as f:
                 data = json.loads(f.read(4096))
             path, pid, start = data["path"], int(data["pid"]), int(data["start"])
+            pidns = data["pidns"]
         except (OSError, ValueError, KeyError, TypeError):
             continue
+        if start < 0 or not pidns or pidns != _pidns():
+            continue        # its supervisor cannot be judged from here: it may be alive
         if not isinstance(path, str) or not os.path.isabs(path) or \
                 rec != _record_path(path, state):
             continue

@@ -2,6 +2,7 @@
 by the next run (kernel/tmpfs.py sweep); a live run's is left alone."""
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -62,10 +63,21 @@ def test_a_record_of_ours_names_only_our_own_mounts(root_sandbox, tmp_path):
     other.mkdir()
     (other / "keep").write_text("x")
     tmpfs.record(str(other), state)
-    # pretend its supervisor is gone: a pid that cannot be ours with start -1
     rec = os.path.join(state, os.listdir(state)[0])
-    with open(rec, "w") as f:
-        f.write('{"path": "%s", "pid": 2147483647, "start": -1}' % other)
+    with open(rec) as f:
+        data = json.load(f)
+
+    def rewrite(**kw):
+        with open(rec, "w") as f:
+            json.dump({**data, **kw}, f)
+    # a supervisor that cannot be judged from here is taken to be alive: another pid
+    # namespace's, or one whose start time was not known
+    for kw in ({"pid": 2147483647, "pidns": "pid:[1]"}, {"pid": 2147483647, "start": -1},
+               {"pid": 2147483647, "pidns": ""}):
+        rewrite(**kw)
+        assert tmpfs.sweep(state) == [] and len(os.listdir(state)) == 1, kw
+    # its supervisor gone (no such pid): swept
+    rewrite(pid=2147483647)
     assert tmpfs.sweep(state) == [str(other)]
     assert (other / "keep").read_text() == "x"        # not empty: never removed
     assert os.listdir(state) == []
