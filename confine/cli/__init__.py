@@ -15,7 +15,7 @@ def console() -> NoReturn:
     from .fast import exec_args, imports_without_gc, leave, run
     got = exec_args(sys.argv[1:])
     if got is None:
-        with imports_without_gc():
+        with imports_without_gc(freeze=True):   # main's console freezes first anyway
             from .main import console as with_click
         with_click()
     leave(run(*got))

@@ -81,28 +81,30 @@ def exec_args(argv: list[str]) -> tuple[list[str], dict[str, Any]] | None:
 
 
 @contextmanager
-def imports_without_gc() -> Iterator[None]:
+def imports_without_gc(freeze: bool = False) -> Iterator[None]:
     """As in confine/__init__.py: imports make many objects and almost no garbage,
-    so the collector's passes are off while they run, then back as they were."""
+    so the collector's passes are off while they run, then back as they were.
+    `freeze`: what is there is kept out of every collection (gc.freeze) before
+    the collector is back, which would otherwise scan it all once first."""
     import gc
     was_on = gc.isenabled()
     gc.disable()
     try:
         yield
     finally:
+        if freeze:
+            gc.freeze()
         if was_on:
             gc.enable()
 
 
 def run(command: list[str], opts: dict[str, Any]) -> int:
     """api.run, with cli/main.py main()'s exit codes and one-line errors."""
-    import gc
     import sys
-    with imports_without_gc():
+    with imports_without_gc(freeze=True):
         from .. import api
         from ..errors import ConfineError
         from ..runtime import launch  # noqa: F401 - what every run imports, here
-    gc.freeze()
     try:
         return api.run(command, **opts)
     except ConfineError as e:
