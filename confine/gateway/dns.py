@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
-import secrets
+import os
 import socket
 import struct
 import threading
@@ -187,7 +187,7 @@ class Resolver:
         query_bytes: bytes | None = None
         last = "no upstream answered"
         for host, port in self.upstreams:
-            mid = secrets.randbits(16)
+            mid = int.from_bytes(os.urandom(2), "big")
             query_bytes = w.build_query(mid, name, qtype)
             with self._lock:
                 self.upstream_queries += 1

@@ -29,7 +29,6 @@ from __future__ import annotations
 import errno
 import os
 import re
-import secrets
 import select
 import socket
 import struct
@@ -155,7 +154,7 @@ class LandlockWatch:
         comes back: every record the agent caused before is through by then."""
         try:
             if self.thread.is_alive():
-                self._fence = "confine-fence-" + secrets.token_hex(8)
+                self._fence = "confine-fence-" + os.urandom(8).hex()
                 if self._send_user(self._fence):
                     self._fenced.wait(wait)
         finally:

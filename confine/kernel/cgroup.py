@@ -21,7 +21,6 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
-import secrets
 import signal
 import sys
 import time
@@ -97,7 +96,7 @@ def create(parent: str, *, pids: int | None, memory: int | None) -> str:
         enable = " ".join("+" + c for c in want if c in usable)
         if enable:
             _write(os.path.join(parent, "cgroup.subtree_control"), enable)
-    path = os.path.join(parent, f"confine-{os.getpid()}-{secrets.token_hex(4)}")
+    path = os.path.join(parent, f"confine-{os.getpid()}-{os.urandom(4).hex()}")
     os.mkdir(path, 0o755)
     try:
         if pids is not None and "pids" in usable:

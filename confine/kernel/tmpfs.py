@@ -18,10 +18,10 @@ path; the directory under it is removed only if empty).
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import json
 import os
 
+from ..digest import sha256
 from .libc import libc, oserror
 from .mounts import MS_NODEV, MS_NOSUID, mount, unescape
 from .sysfs import proc_stat
@@ -49,7 +49,7 @@ def detach(path: str) -> None:
 
 
 def _record_path(path: str, state: str) -> str:
-    return os.path.join(state, hashlib.sha256(path.encode()).hexdigest()[:32])
+    return os.path.join(state, sha256(path.encode()).hexdigest()[:32])
 
 
 def record(path: str, state: str = STATE) -> None:

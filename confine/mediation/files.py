@@ -60,7 +60,6 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
-import secrets
 import stat
 import struct
 import threading
@@ -735,7 +734,7 @@ class FileBroker:
     def _held_open(self, hfd: int, base: bytes, flags: int, mode: int) -> int:
         """A new file at `base` in the held directory hfd, replacing a held
         one (for the agent the name does not exist, so every creation is new)."""
-        tmp = (INTERNAL + secrets.token_hex(8)).encode()
+        tmp = (INTERNAL + os.urandom(8).hex()).encode()
         fd = os.open(tmp, (flags | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC)
                      & ~os.O_TRUNC, mode, dir_fd=hfd)
         try:
@@ -1099,7 +1098,7 @@ class FileBroker:
                           "config written inside the sandbox (they could run programs for the "
                           "next person using git there)")
         self._pin_replaced(npfd, nbase)
-        tmp = (INTERNAL + secrets.token_hex(8)).encode()
+        tmp = (INTERNAL + os.urandom(8).hex()).encode()
         tfd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
                       0, dir_fd=npfd)
         try:

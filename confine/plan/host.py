@@ -12,10 +12,10 @@ unless the caller accepts the loss by name):
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import stat
 
+from ..digest import sha256
 from ..record import dataclass
 
 NO_NAMESPACES_ENV = "CONFINE_TEST_NO_NAMESPACES"
@@ -149,7 +149,7 @@ def probe_key(as_root: bool) -> str:
     """Everything the probe's answer depends on: this boot, the sysctls that allow
     namespaces, this process's own namespaces, credentials, seccomp state and LSM
     label, and the code that probes."""
-    h = hashlib.sha256(f"{as_root}\0{os.geteuid()}\0".encode())
+    h = sha256(f"{as_root}\0{os.geteuid()}\0".encode())
     for path in _KEY_FILES:
         try:
             with open(path, "rb") as f:

@@ -32,13 +32,13 @@ follows what changed, not the size of the repository.
 from __future__ import annotations
 
 import fnmatch
-import hashlib
 import os
 import stat
 import struct
 import zlib
 from typing import TYPE_CHECKING, Callable, Iterable
 
+from ..digest import sha256
 from ..record import dataclass, field
 from .gitconfig import parse_git_config
 
@@ -570,7 +570,7 @@ def _state(sc: _Scan, gd: str, hashlen: int, names: _Names,
     for rel in SMALL_FILES:
         data = _read(sc, _j(gd, rel), 16 << 20)
         if data is not None or sc.fs.lstat(_j(gd, rel)) is not None:
-            st.files[rel] = hashlib.sha256(data).hexdigest() if data is not None else "?"
+            st.files[rel] = sha256(data).hexdigest() if data is not None else "?"
     ist = sc.fs.lstat(_j(gd, "index"))
     if ist is not None:
         # ctime, not mtime: utime() can put an mtime back, only the kernel sets ctime

@@ -29,7 +29,6 @@ nothing exists, never through a symlink.
 from __future__ import annotations
 
 import errno
-import hashlib
 import json
 import os
 import re
@@ -39,6 +38,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
+from ..digest import in_broker, sha256
 from ..record import dataclass, field
 from .report import _safe
 
@@ -74,7 +74,7 @@ class _Index:
             return
         self.hashlen, self.zero = 0, False
         for n, algo in ((20, "sha1"), (32, "sha256")):
-            if len(data) > 12 + n and hashlib.new(algo, data[:-n]).digest() == data[-n:]:
+            if len(data) > 12 + n and in_broker(algo, data[:-n]).digest() == data[-n:]:
                 self.hashlen = n
                 break
         if not self.hashlen:
@@ -154,7 +154,7 @@ class _Index:
             out.append(entry)
         body = (b"DIRC" + struct.pack(">II", ver, len(self.entries)) + b"".join(out)
                 + b"".join(self.exts))
-        trailer = b"\0" * self.hashlen if self.zero else hashlib.new(
+        trailer = b"\0" * self.hashlen if self.zero else in_broker(
             "sha1" if self.hashlen == 20 else "sha256", body).digest()
         return body + trailer
 
@@ -281,7 +281,7 @@ class _Copier:
                 return None
             out = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
                           | os.O_CLOEXEC, 0o600, dir_fd=dfd)
-            h = hashlib.sha256()
+            h = sha256(expect=st.st_size)
             n = 0
             try:
                 while True:
@@ -670,7 +670,7 @@ def _stored(m: dict[str, Any], item: dict[str, Any]) -> tuple[bytes, str]:
             if not b:
                 break
             data += b
-        return data, hashlib.sha256(data).hexdigest()
+        return data, sha256(data).hexdigest()
     finally:
         os.close(fd)
 

@@ -29,13 +29,13 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import hashlib
 import marshal
 import os
 import stat
 import time
 from typing import Any, Iterator, Sequence
 
+from ..digest import sha256
 from ..paths import is_under
 from ..policy.patterns import Pattern
 
@@ -147,7 +147,7 @@ def cache_key(workdir: str, fd: int, patterns: Sequence[Pattern]) -> tuple[Any, 
 
 
 def _name(key: tuple[Any, ...]) -> str:
-    return hashlib.sha256(repr(key).encode("utf-8", "surrogateescape")).hexdigest()[:32]
+    return sha256(repr(key).encode("utf-8", "surrogateescape")).hexdigest()[:32]
 
 
 def _open_dir(path: str, create: bool) -> int | None:
@@ -193,7 +193,7 @@ def load(path: str, key: tuple[Any, ...]) -> dict[str, Record] | None:
     finally:
         os.close(fd)
     n = len(_MAGIC)
-    if not data.startswith(_MAGIC) or hashlib.sha256(data[n + 32:]).digest() != data[n:n + 32]:
+    if not data.startswith(_MAGIC) or sha256(data[n + 32:]).digest() != data[n:n + 32]:
         return None     # not written whole by save (a torn or damaged file)
     try:
         got = marshal.loads(data[n + 32:])
@@ -220,7 +220,7 @@ def save(path: str, key: tuple[Any, ...], index: dict[str, Record]) -> None:
                      0o600, dir_fd=dfd)
         try:
             body = marshal.dumps((key, index))
-            view = memoryview(_MAGIC + hashlib.sha256(body).digest() + body)
+            view = memoryview(_MAGIC + sha256(body).digest() + body)
             while view:
                 view = view[os.write(fd, view):]
         finally:

@@ -15,13 +15,13 @@ workdir except into the quarantine directory.
 from __future__ import annotations
 
 import errno
-import hashlib
 import os
 import re
 import stat
 import time
 from typing import Callable, Iterator
 
+from ..digest import sha256
 from ..record import dataclass, field
 from . import gitdata, index
 from .gitconfig import is_dangerous_key, parse_git_config, sanitize_git_config, vet_git_config
@@ -128,7 +128,7 @@ class _Quarantine:
         comps = rel.split("/")
         if len(os.fsencode(os.path.join(self.path, rel))) > _QPATH_MAX:
             # a path no tool could open by name (PATH_MAX): a short one, named in the report
-            digest = hashlib.sha256(os.fsencode(rel)).hexdigest()[:16]
+            digest = sha256(os.fsencode(rel)).hexdigest()[:16]
             comps = ["long-paths", f"{digest}-{comps[-1][:64]}"]
         try:
             for c in comps[:-1]:

@@ -29,7 +29,6 @@ the granted paths; Landlock judges the target, so a link the agent plants to
 from __future__ import annotations
 
 import errno
-import hashlib
 import json
 import os
 import re
@@ -39,6 +38,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from ..digest import sha256
 from ..errors import ConfineError
 from ..kernel import caps
 from ..paths import is_under
@@ -79,7 +79,7 @@ def name_for(profile: str, workdir: str) -> str:
     both (a profile given as a file is keyed by its real path)."""
     key = profile if "/" not in profile and not profile.endswith((".yaml", ".yml")) \
         else os.path.realpath(profile)
-    digest = hashlib.sha256(os.fsencode(f"{key}\0{os.path.realpath(workdir)}")).hexdigest()[:12]
+    digest = sha256(os.fsencode(f"{key}\0{os.path.realpath(workdir)}")).hexdigest()[:12]
     stem = os.path.basename(key).removesuffix(".yaml").removesuffix(".yml")
 
     def clean(s: str) -> str:

@@ -1,0 +1,52 @@
+"""What `confine exec` imports before it confines (cli/fast.py's run: the API and
+runtime.launch) leaves out what a run does not need: OpenSSL (confine/digest.py
+hashes without it; hmac and secrets load it too), click, PyYAML, the probe and
+the exporters. And importing confine does not change the program's collector:
+on as it was, nothing left frozen (confine/__init__.py)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import confine
+
+# the confine these tests import (installed, or the checkout in the unit tier)
+_ROOT = os.path.dirname(os.path.dirname(confine.__file__))
+NOT_ON_EXEC = ("_hashlib", "hashlib", "hmac", "secrets", "click", "yaml", "confine.probe",
+               "confine.export", "confine.cli.main")
+
+
+def _python(code: str) -> dict:
+    out = subprocess.run([sys.executable, "-I", "-c",
+                          f"import sys; sys.path.insert(0, {_ROOT!r})\n" + code],
+                         capture_output=True, text=True, check=True).stdout
+    return json.loads(out)
+
+
+def test_exec_path_imports() -> None:
+    got = _python("import gc, json\n"
+                  "import confine.cli.fast, confine.api, confine.runtime.launch\n"
+                  f"print(json.dumps(sorted(set({NOT_ON_EXEC!r}) & set(sys.modules))))")
+    assert got == []
+
+
+def test_import_leaves_the_collector_as_it_was() -> None:
+    got = _python("import gc, json\n"
+                  "import confine\n"
+                  "print(json.dumps([gc.isenabled(), gc.get_freeze_count()]))")
+    assert got == [True, 0]
+    got = _python("import gc, json\n"
+                  "gc.disable()\n"
+                  "import confine\n"
+                  "print(json.dumps([gc.isenabled(), gc.get_freeze_count()]))")
+    assert got == [False, 0]
+    # what the program froze stays frozen (gc.get_objects lists no frozen object)
+    got = _python("import gc, json\n"
+                  "keep = [[] for _ in range(1000)]\n"
+                  "gc.freeze()\n"
+                  "import confine\n"
+                  "ids = {id(o) for o in gc.get_objects()}\n"
+                  "print(json.dumps([id(k) in ids for k in keep].count(True)))")
+    assert got == 0
