@@ -28,6 +28,7 @@ encoding, LP64 struct sizes); powerpc, mips and sparc encode ioctls differently.
 from __future__ import annotations
 
 import errno as _errno
+from bisect import bisect_left
 from typing import Any, Iterable, Sequence
 
 from ...record import dataclass
@@ -112,8 +113,10 @@ def _blocks_outside(allowed: Iterable[int], width: int = 32) -> list[tuple[int, 
     out: list[tuple[int, int]] = []
 
     def walk(lo: int, bits: int) -> None:  # block [lo, lo + 2**bits)
-        hi = lo + (1 << bits)
-        if not any(lo <= a < hi for a in allowed):
+        # bisect, not a scan of `allowed` per block: the scans were a third of the
+        # time the default table takes to build at import
+        i = bisect_left(allowed, lo)
+        if i == len(allowed) or allowed[i] >= lo + (1 << bits):
             out.append((lo, full & ~((1 << bits) - 1)))
         elif bits:
             walk(lo, bits - 1)
