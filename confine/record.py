@@ -1,4 +1,4 @@
-"""`dataclass` and `field` for confine's own records, cheaper to define.
+"""`dataclass`, `field` and `NamedTuple` for confine's own records, cheaper to define.
 
 The standard decorator compiles five or six functions per class (an exec each)
 and calls inspect.signature for a class without a docstring: for the ~50
@@ -16,23 +16,33 @@ side by side). Only what confine uses is supported: `frozen`, field defaults,
 `__post_init__`; anything else (ClassVar, InitVar, KW_ONLY, other options) is
 refused at definition, and a Python whose dataclasses module lacks what this
 relies on gets the standard decorator.
+
+`NamedTuple` likewise: `class C(NamedTuple)` gives the class typing.NamedTuple
+would (tests/unit/test_record_namedtuple.py), without a ForwardRef compiled per
+annotation and with `__new__` compiled on first construction.
 """
 from __future__ import annotations
 
 import dataclasses
 import reprlib
+import sys
 from collections.abc import Callable
 from dataclasses import MISSING, Field, FrozenInstanceError, field
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 from typing import TYPE_CHECKING, Any, TypeVar
 
-__all__ = ["dataclass", "field"]
+__all__ = ["dataclass", "field", "NamedTuple"]
 
 T = TypeVar("T")
 
 _FIELD = getattr(dataclasses, "_FIELD", None)
 _FIELDS = getattr(dataclasses, "_FIELDS", "__dataclass_fields__")
 _PARAMS = getattr(dataclasses, "_PARAMS", "__dataclass_params__")
+try:
+    from _collections import _tuplegetter  # what collections.namedtuple uses
+except ImportError:                                 # pragma: no cover - other Pythons
+    def _tuplegetter(index: int, doc: str) -> Any:
+        return property(itemgetter(index), doc=doc)
 _HAS_FACTORY = object()            # a factory field's default in the generated __init__
 _UNSUPPORTED = ("ClassVar", "InitVar", "KW_ONLY")
 
@@ -216,9 +226,106 @@ def _process(cls: Any, frozen: bool) -> Any:
     return cls
 
 
+def _lazy_new(fields: tuple[str, ...], defaults: tuple[Any, ...],
+              owner: list[Any]) -> Callable[..., Any]:
+    """`__new__` as collections.namedtuple compiles it, compiled on first use."""
+    def __new__(_cls: Any, *args: Any, **kwargs: Any) -> Any:
+        cls = owner[0]
+        arg_list = ", ".join(fields) + ("," if len(fields) == 1 else "")
+        real = eval(f"lambda _cls, {arg_list}: _tuple_new(_cls, ({arg_list}))",  # noqa: S307
+                    {"_tuple_new": tuple.__new__, "__builtins__": {}})
+        real.__name__, real.__qualname__ = "__new__", f"{cls.__name__}.__new__"
+        real.__doc__ = f"Create new instance of {cls.__name__}({arg_list})"
+        if defaults:
+            real.__defaults__ = defaults
+        cls.__new__ = staticmethod(real)
+        return real(_cls, *args, **kwargs)
+    return __new__
+
+
+class _TupleMethods(tuple):  # type: ignore[type-arg]
+    """What collections.namedtuple makes for each class, shared: they read `_fields`."""
+    _fields: tuple[str, ...]
+
+    @classmethod
+    def _make(cls, iterable: Any) -> Any:
+        result = tuple.__new__(cls, iterable)
+        if len(result) != len(cls._fields):
+            raise TypeError(f"Expected {len(cls._fields)} arguments, got {len(result)}")
+        return result
+
+    def _replace(self, /, **kwds: Any) -> Any:
+        result = self._make(map(kwds.pop, self._fields, self))
+        if kwds:
+            raise ValueError(f"Got unexpected field names: {list(kwds)!r}")
+        return result
+
+    def __repr__(self) -> str:
+        return self.__class__.__name__ + "(" + ", ".join(
+            f"{n}={v!r}" for n, v in zip(self._fields, self, strict=False)) + ")"
+
+    def _asdict(self) -> dict[str, Any]:
+        return dict(zip(self._fields, self, strict=False))
+
+    def __getnewargs__(self) -> tuple[Any, ...]:
+        return tuple(self)
+
+
+_SHARED = ("_make", "_replace", "__repr__", "_asdict", "__getnewargs__")
+_PROHIBITED = frozenset({"__new__", "__init__", "__slots__", "__getnewargs__", "_fields",
+                         "_field_defaults", "_make", "_replace", "_asdict", "_source"})
+
+
+class _NamedTupleMeta(type):
+    """`class C(NamedTuple)` made as typing makes it (a plain tuple subclass with
+    the same fields, methods, defaults and errors) without its per-class costs,
+    140 us a class for the 21 the exec path defines: a ForwardRef compiled for
+    each annotation (kept as written here) and an eval of `__new__` (on first
+    use here). tests/unit/test_record.py compares the two."""
+
+    def __new__(mcls, name: str, bases: tuple[type, ...], ns: dict[str, Any]) -> Any:
+        if not bases:                                   # NamedTuple itself
+            return super().__new__(mcls, name, bases, ns)
+        if bases != (NamedTuple,):
+            raise TypeError("confine.record.NamedTuple: no other base")
+        annotations = ns.get("__annotations__", {})
+        fields = tuple(sys.intern(n) for n in annotations)
+        defaults: dict[str, Any] = {}
+        for n in fields:
+            if n.startswith("_"):
+                raise ValueError(f"Field names cannot start with an underscore: {n!r}")
+            if n in ns:
+                defaults[n] = ns[n]
+            elif defaults:
+                raise TypeError(f"Non-default namedtuple field {n} cannot follow default field"
+                                f"{'s' if len(defaults) > 1 else ''} {', '.join(defaults)}")
+        body = {k: v for k, v in ns.items() if k not in fields and k != "__annotations__"}
+        for key in body:
+            if key in _PROHIBITED:
+                raise AttributeError("Cannot overwrite NamedTuple attribute " + key)
+        if body.get("__doc__") is None:
+            body["__doc__"] = f"{name}({', '.join(fields)}{',' if len(fields) == 1 else ''})"
+        for key in _SHARED:
+            body.setdefault(key, _TupleMethods.__dict__[key])
+        owner: list[Any] = []
+        body.update(__slots__=(), _fields=fields, _field_defaults=defaults,
+                    __match_args__=fields, __new__=_lazy_new(fields, tuple(defaults.values()),
+                                                             owner))
+        for i, n in enumerate(fields):
+            body[n] = _tuplegetter(i, sys.intern(f"Alias for field number {i}"))
+        cls = type(name, (tuple,), body)
+        cls.__annotations__ = annotations
+        owner.append(cls)
+        return cls
+
+
 if TYPE_CHECKING:                  # type checkers know the standard decorator's fields
     from dataclasses import dataclass
+    from typing import NamedTuple
 else:
+    class NamedTuple(metaclass=_NamedTupleMeta):
+        """`class C(NamedTuple)`, as typing.NamedTuple's (see _NamedTupleMeta)."""
+
     def dataclass(cls=None, /, *, frozen=False):
         """`@dataclass` or `@dataclass(frozen=True)`, as the standard library's."""
         def wrap(c):

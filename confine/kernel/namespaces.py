@@ -54,8 +54,8 @@ import ctypes
 import errno
 import os
 import stat
-from typing import NamedTuple
 
+from ..record import NamedTuple
 from . import caps
 from .libc import check, libc, oserror
 from .mounts import (

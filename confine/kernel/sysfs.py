@@ -1,7 +1,7 @@
 """The one reader of small /proc and /sys files (kernel knobs, LSM state)."""
 from __future__ import annotations
 
-from typing import NamedTuple
+from ..record import NamedTuple
 
 
 def read_text(path: str, *, strip: bool = False) -> str | None:

@@ -63,7 +63,7 @@ import os
 import stat
 import struct
 import threading
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
 from confine.kernel import landlock, notify
 from confine.kernel.libc import check, libc, oserror
@@ -74,6 +74,7 @@ from confine.protect.guard import INTERNAL, VET
 from confine.protect.held import mark_skip_worktree
 from confine.protect.report import _safe
 
+from ..record import NamedTuple
 from .wire import FileRequest, MetaRequest, Op, Reply, debug
 
 # Read once where this module is imported (the supervisor, before the broker's

@@ -29,11 +29,11 @@ import ctypes
 import errno
 import os
 import signal
-from typing import NamedTuple
 
 from ..kernel import notify, sysfs
 from ..kernel.libc import libc
 from ..kernel.seccomp.loader import SIGNAL_CALLS
+from ..record import NamedTuple
 
 SYS_pidfd_send_signal = 424
 SYS_rt_tgsigqueueinfo = 297 if os.uname().machine == "x86_64" else 240

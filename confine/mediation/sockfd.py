@@ -51,11 +51,12 @@ import stat
 import struct
 import threading
 from collections import OrderedDict
-from typing import TYPE_CHECKING, Any, Callable, NamedTuple
+from typing import TYPE_CHECKING, Any, Callable
 
 from confine.kernel import notify
 from confine.kernel.libc import check, libc
 
+from ..record import NamedTuple
 from .wire import Op, Reply, SocketRequest
 
 if TYPE_CHECKING:

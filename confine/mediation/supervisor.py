@@ -42,7 +42,7 @@ import socket
 import struct
 import sys
 import threading
-from typing import Any, Callable, NamedTuple, Sequence
+from typing import Any, Callable, Sequence
 
 from confine.errors import default_warn
 from confine.kernel import notify
@@ -54,6 +54,7 @@ from confine.kernel.seccomp import (
     syscall_number,
 )
 
+from ..record import NamedTuple
 from . import inet, sockfd
 from .signals import CALLS as _SIGNAL_CALLS
 from .wire import (

@@ -20,7 +20,8 @@ import enum
 import os
 import socket
 import struct
-from typing import NamedTuple
+
+from ..record import NamedTuple
 
 
 class Op(enum.IntEnum):

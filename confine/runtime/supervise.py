@@ -10,9 +10,9 @@ import os
 import signal
 import time
 from collections.abc import Callable, Mapping
-from typing import NamedTuple
 
 from ..kernel import sysfs
+from ..record import NamedTuple
 
 FORWARD = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT,
            signal.SIGUSR1, signal.SIGUSR2, signal.SIGWINCH)

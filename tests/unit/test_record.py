@@ -181,10 +181,12 @@ def test_frozen_and_plain_do_not_mix():
 _BUILD = r"""
 import dataclasses, json, sys
 stdlib = sys.argv[1] == "stdlib"
-if stdlib:                                # every record below is made by dataclasses
+if stdlib:                                # every record below is made by dataclasses (typing)
     import types
     stub = types.ModuleType("confine.record")
+    import typing
     stub.dataclass, stub.field = dataclasses.dataclass, dataclasses.field
+    stub.NamedTuple = typing.NamedTuple
     sys.modules["confine.record"] = stub
 from confine.plan import HostFacts, compile
 from confine.plan.identity import Identity

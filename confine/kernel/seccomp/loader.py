@@ -21,8 +21,9 @@ import errno as _errno
 import os
 import struct
 import sys
-from typing import TYPE_CHECKING, Any, Iterable, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
+from ...record import NamedTuple
 from ..libc import libc, oserror
 from .rules import (
     FILE_CALLS,
