@@ -62,6 +62,7 @@ def launch(plan: Plan, *, guard: Any = None,
            timeout: float | None = None, inet: Any = None,
            on_sockets: Callable[[list[int]], None] | None = None,
            events: Any = None, in_tmp: Callable[[], None] | None = None,
+           after_fork: Callable[[], None] | None = None,
            before_walk: Callable[[], None] | None = None) -> Outcome:
     """Run the plan. Returns the command's status (128+N if killed by signal N);
     raises CommandNotFound/CommandNotExecutable/ConfineError for failures before exec.
@@ -69,6 +70,8 @@ def launch(plan: Plan, *, guard: Any = None,
     on_sockets: starts it on the sockets the child made in the agent's network namespace;
     events: the run's runtime.events.Events (every refusal goes there);
     in_tmp: called once the TMPDIR is what the agent will see (its tmpfs mounted);
+    after_fork: called once the child is forked and holds the only copies of its ends
+    of the pipes and sockets (the supervisor still single-threaded), while it runs;
     before_walk: called once the agent has exited, before the leftover walk (it
     ends the caller's own helpers of the run, which the walk would else freeze)."""
     if plan.egress and plan.unix_mediation and inet is None:
@@ -92,7 +95,8 @@ def launch(plan: Plan, *, guard: Any = None,
                 raise ConfineError(f"cannot make the run's cgroup under {plan.cgroup}: "
                                    f"{e.strerror or e}") from None
         return _launch(plan, guard, warn, cg, stdio=stdio, timeout=timeout, inet=inet,
-                       on_sockets=on_sockets, events=events, before_walk=before_walk)
+                       on_sockets=on_sockets, events=events, after_fork=after_fork,
+                       before_walk=before_walk)
     finally:
         if cg is not None:
             try:
@@ -157,7 +161,8 @@ def _launch(plan: Plan, guard: Any, warn: Callable[[str], None] | None,
             cg: str | None, stdio: Stdio | None = None,
             timeout: float | None = None, inet: Any = None,
             on_sockets: Callable[[list[int]], None] | None = None,
-            events: Any = None, before_walk: Callable[[], None] | None = None) -> Outcome:
+            events: Any = None, after_fork: Callable[[], None] | None = None,
+            before_walk: Callable[[], None] | None = None) -> Outcome:
     ruleset = _ruleset(plan)
     filters = _filters(plan)
     status_r, status_w = os.pipe2(os.O_CLOEXEC)
@@ -201,14 +206,16 @@ def _launch(plan: Plan, guard: Any, warn: Callable[[str], None] | None,
             os._exit(125)
     try:
         cg_failure = _move_to_cgroup(cg, pid, cg_r, cg_w, moved=born is not None)
-        if watch is not None:
-            watch.add_pid(pid)
-            watch.start()
         os.close(status_w)
         if ruleset is not None:
             ruleset.close()
         if med is not None:
             med.close_child_ends()
+        if after_fork is not None:
+            after_fork()
+        if watch is not None:
+            watch.add_pid(pid)
+            watch.start()
         outcome, failure = _read_status(status_r, pid, plan, med, warn, inet, on_sockets,
                                         events, watch.add_pid if watch is not None else None,
                                         ns_fds)

@@ -194,6 +194,7 @@ class Session:
         self.host: HostFacts | None = None
         self.egress: Any = None             # the running egress gateway (runtime/egress.py)
         self._server: tuple[int, int] | None = None   # the nested-run endpoint's (pid, pidfd)
+        self._unbind: Callable[[], None] = lambda: None  # its socket, if never served
         self.plan: Plan = self._prepare(protect, host,
                                         dict(os.environ) if parent_env is None else parent_env)
 
@@ -364,14 +365,14 @@ class Session:
         held_fd: list[int] = []
         try:
             plan = self._start_egress(plan)
-            plan, offer = self._delegation(plan)
+            plan, offer, serve = self._delegation(plan)
             eg = self.egress
             outcome = launch(plan, guard=self.guard, warn=say, stdio=stdio, timeout=timeout,
                              inet=eg.routes if eg is not None else None,
                              on_sockets=eg.start_on if eg is not None and plan.gateway_ports
                              else None, events=self.events,
                              in_tmp=lambda: self._in_tmp(held_fd, offer),
-                             before_walk=self._stop_server)
+                             after_fork=serve, before_walk=self._stop_server)
             result.status, result.steps = outcome.status, outcome.steps
             result.timed_out = outcome.timed_out
         except OSError as e:
@@ -405,22 +406,37 @@ class Session:
         path = delegate.offered(plan, self.tmp)
         return plan if path is None else delegate.with_endpoint(plan, path)
 
-    def _delegation(self, plan: Plan) -> tuple[Plan, Callable[[], None]]:
-        """What starts the endpoint's server once the TMPDIR is what the agent sees."""
+    def _delegation(self, plan: Plan) -> tuple[Plan, Callable[[], None], Callable[[], None]]:
+        """What binds the endpoint once the TMPDIR is what the agent sees, and what
+        forks its server once the child is forked (off the way to the agent's exec)."""
         from . import delegate, delegate_server
         path = delegate.endpoint_of(plan)
         if path is None:
-            return plan, lambda: None
+            return plan, lambda: None, lambda: None
+        bound: list[delegate_server.Endpoint] = []
 
         def offer() -> None:
             try:
-                pid = delegate_server.start(plan, path)
+                bound.append(delegate_server.bind(plan, path))
             except ConfineError as e:     # the inner confine then refuses: fail closed
+                self.warn(f"{e}: confine inside this run will refuse")
+
+        def serve() -> None:
+            if not bound:
+                return
+            try:
+                pid = delegate_server.fork_server(bound.pop())
+            except ConfineError as e:     # the socket is closed: a connect is refused
                 self.warn(f"{e}: confine inside this run will refuse")
             else:
                 # our unreaped child: the pid cannot name another process yet
                 self._server = (pid, os.pidfd_open(pid))
-        return plan, offer
+
+        def unbound() -> None:
+            while bound:                  # never forked (the run failed before its child)
+                bound.pop().lsock.close()
+        self._unbind = unbound
+        return plan, offer, serve
 
     def _stop_server(self) -> None:
         """The endpoint's server ends with the agent. Killed and reaped here, before
@@ -429,6 +445,7 @@ class Session:
         and found by the walk as before. One that does not go within a second
         (stuck in the kernel) is left to the walk."""
         import select
+        self._unbind()
         srv, self._server = self._server, None
         if srv is None:
             return
