@@ -25,6 +25,7 @@ from ..plan.compile import unreachable_servers
 from ..plan.identity import Identity
 from ..plan.identity import resolve as resolve_identity
 from ..policy import load as _load
+from ..policy import realpaths
 from ..policy.model import Policy
 from ..protect.report import _safe
 from ..record import dataclass, field
@@ -229,6 +230,11 @@ class Session:
 
     def _prepare(self, protect: bool, host: HostFacts | None,
                  parent_env: dict[str, str]) -> Plan:
+        with realpaths.one_view():
+            return self._prepare_in_view(protect, host, parent_env)
+
+    def _prepare_in_view(self, protect: bool, host: HostFacts | None,
+                         parent_env: dict[str, str]) -> Plan:
         req = self.req
         if not req.argv:
             raise ConfineError("no command given (usage: confine exec [OPTIONS] -- CMD [ARGS...])")
@@ -242,7 +248,7 @@ class Session:
         wd = os.path.abspath(req.workdir or os.getcwd())
         mine = os.path.expanduser("~")
         real = check_workdir(wd, [mine], req.force_workdir)
-        ident = resolve_identity(os.path.realpath(wd), req.user)
+        ident = resolve_identity(realpaths.realpath(wd), req.user)
         # the agent's home too, when it is another (each home costs its run-later list)
         wd = check_workdir(wd, [ident.home], req.force_workdir) if ident.home != mine else real
         for p in list(req.read) + list(req.write):
@@ -250,7 +256,7 @@ class Session:
                 raise ConfineError(f"{p} does not exist (from --read/--write)")
         self.tmp = make_tmp(ident.uid, ident.gid, parent_env.get("TMPDIR"))
         try:
-            policy = _load.load(req.profile, workdir=wd, home=os.path.realpath(ident.home),
+            policy = _load.load(req.profile, workdir=wd, home=realpaths.realpath(ident.home),
                                 create_state=self.create_state,
                                 tmp=self.tmp, extra_read=req.read, extra_write=req.write,
                                 extra_allow=req.allow_host)
