@@ -14,12 +14,12 @@ import resource
 import signal
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 from ..kernel import caps, cgroup, hostview, keyring, landlock, lsm, namespaces, rlimits, seccomp
 from ..plan import Plan
 from ..record import dataclass, field
-from . import status
+from . import spawn, status
 from .channels import MediationChannel
 from .supervise import FORWARD, wait_for
 
@@ -40,6 +40,7 @@ class ChildContext:
     cgroup_sync: int | None = None       # one byte from the supervisor: moved there
     landlock_log: bool = False           # the supervisor reads Landlock's audit records
     expect_parent: int = 0
+    spawn_agent: bool = False            # the exec step starts the agent beside pid 1
     trace: list[str] = field(default_factory=list)
 
     def close_child_ends(self) -> None:
@@ -287,27 +288,39 @@ def _fork_agent(ctx: ChildContext) -> None:
     # /proc/1/environ (the launcher's full environment). After the listener
     # hand-off, which needed it dumpable.
     caps.set_dumpable(False)
+    if spawn.AVAILABLE:
+        ctx.spawn_agent = True      # the exec step starts it from here (runtime/spawn.py)
+        return
     agent = os.fork()
     if agent != 0:
-        os.close(ctx.status_w)
-        if ctx.ruleset is not None:
-            ctx.ruleset.close()
-        os._exit(wait_for(agent))
+        _init_until(ctx, agent)
+
+
+def _init_until(ctx: ChildContext, agent: int) -> NoReturn:
+    """pid 1 from here on: reaps, forwards signals, passes the agent's status on."""
+    os.close(ctx.status_w)
+    if ctx.ruleset is not None:
+        ctx.ruleset.close()
+    os._exit(wait_for(agent))
 
 
 def _exec(ctx: ChildContext) -> None:
     plan = ctx.plan
-    signal.pthread_sigmask(signal.SIG_SETMASK, ctx.old_mask)
     path = which(plan.argv[0], plan.env.get("PATH", os.defpath))
     if path is None:
         status.send(ctx.status_w, status.ExecFailed(errno.ENOENT, "not found"))
         os._exit(127)
     try:
-        os.execve(path, list(plan.argv), dict(plan.env))
+        if ctx.spawn_agent:
+            agent = spawn.spawn(path, plan.argv, plan.env, ctx.old_mask)
+        else:
+            signal.pthread_sigmask(signal.SIG_SETMASK, ctx.old_mask)
+            os.execve(path, list(plan.argv), dict(plan.env))
     except OSError as e:
         status.send(ctx.status_w, status.ExecFailed(e.errno or errno.EIO,
                                                     e.strerror or str(e)))
         os._exit(127 if e.errno == errno.ENOENT else 126)
+    _init_until(ctx, agent)
 
 
 RUNNERS: dict[str, Callable[[ChildContext], None]] = {
