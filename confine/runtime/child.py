@@ -39,6 +39,7 @@ class ChildContext:
     cgroup: str | None = None            # the run's cgroup, made by the supervisor
     cgroup_sync: int | None = None       # one byte from the supervisor: moved there
     landlock_log: bool = False           # the supervisor reads Landlock's audit records
+    rules_sync: int | None = None        # one byte from the supervisor: the ruleset is complete
     expect_parent: int = 0
     spawn_agent: bool = False            # the exec step starts the agent beside pid 1
     trace: list[str] = field(default_factory=list)
@@ -71,6 +72,8 @@ def _close_fds(ctx: ChildContext) -> None:
     keep = {ctx.status_w}
     if ctx.cgroup_sync is not None:
         keep.add(ctx.cgroup_sync)
+    if ctx.rules_sync is not None:
+        keep.add(ctx.rules_sync)
     if ctx.ruleset is not None:
         keep.add(ctx.ruleset.fileno())
     if ctx.mediation is not None:
@@ -180,9 +183,22 @@ def _proc_masks(ctx: ChildContext) -> None:
 def _landlock_new_mounts(ctx: ChildContext) -> None:
     # Rules made in the supervisor name the host's /dev/shm, /dev/pts and /proc;
     # these are new mounts, so grant them again here.
+    _rules_complete(ctx)
     for path, access in ctx.plan.child_rules:
         if ctx.ruleset is not None and os.path.exists(path):
             landlock.add(ctx.ruleset, path, access)
+
+
+def _rules_complete(ctx: ChildContext) -> None:
+    """The supervisor adds the plan's rules to the ruleset while the first steps
+    run (launch.py); it is used only once they are all in."""
+    if ctx.rules_sync is None:
+        return
+    got = os.read(ctx.rules_sync, 1)
+    os.close(ctx.rules_sync)
+    ctx.rules_sync = None
+    if got != b"r":
+        raise OSError(errno.EIO, "the supervisor did not complete the Landlock ruleset")
 
 
 def _chdir(ctx: ChildContext) -> None:
@@ -227,6 +243,7 @@ def _no_new_privs(ctx: ChildContext) -> None:
 def _landlock(ctx: ChildContext) -> None:
     if ctx.ruleset is None:
         raise OSError(errno.EINVAL, "no Landlock ruleset was built")
+    _rules_complete(ctx)
     landlock.restrict(ctx.ruleset, log_new_exec=ctx.landlock_log)
 
 

@@ -1,9 +1,13 @@
 """Fork the child that runs the plan's steps; supervise it until it exits.
 
 Kernel objects the child applies (the Landlock ruleset, the seccomp filters,
-the notifying filter) are built here, in the supervisor, before the fork: a
-bad rule is reported before anything runs, and the child needs no library
-that could fail half-way.
+the notifying filter) are built here, in the supervisor: a bad rule is
+reported before anything runs, and the child needs no library that could fail
+half-way. The ruleset is made before the fork and its rules are added after
+it, while the child runs its first steps: the child's descriptor names the
+same kernel object, and the child uses it only once the supervisor says every
+rule is in (a domain is a copy of the ruleset when it is enforced: nothing
+added later could widen it).
 """
 from __future__ import annotations
 
@@ -40,10 +44,37 @@ Stdio = tuple[int | None, int | None, int | None]
 
 
 def _ruleset(plan: Plan) -> Any:
+    """The plan's ruleset with all its rules (a nested run's, delegate_server.py)."""
+    rs = _empty_ruleset(plan)
+    if rs is not None:
+        try:
+            _add_rules(rs, plan)
+        except BaseException:
+            rs.close()
+            raise
+    return rs
+
+
+def _empty_ruleset(plan: Plan) -> Any:
+    """The ruleset, still without its rules (_add_rules)."""
     if plan.abi == 0:
         return None
-    return landlock.build(plan.handled_fs, plan.handled_net, plan.scoped,
-                          [(p, a) for p, a, _ in plan.path_rules], list(plan.port_rules))
+    return landlock.build(plan.handled_fs, plan.handled_net, plan.scoped, [], [])
+
+
+def _add_rules(ruleset: Any, plan: Plan) -> None:
+    """The plan's rules into the ruleset, as landlock.build adds them: a path gone
+    since the plan listed it grants nothing; any other failure names the path."""
+    for path, access, _ in plan.path_rules:
+        try:
+            ruleset.allow_path(path, access)
+        except FileNotFoundError:
+            continue
+        except OSError as e:
+            err = e.errno or errno.EIO
+            raise OSError(err, f"Landlock rule for {path}: {os.strerror(err)}") from None
+    for port, net_access in plan.port_rules:
+        ruleset.allow_port(port, net_access)
 
 
 def _filters(plan: Plan) -> list[Any]:
@@ -163,7 +194,8 @@ def _launch(plan: Plan, guard: Any, warn: Callable[[str], None] | None,
             on_sockets: Callable[[list[int]], None] | None = None,
             events: Any = None, after_fork: Callable[[], None] | None = None,
             before_walk: Callable[[], None] | None = None) -> Outcome:
-    ruleset = _ruleset(plan)
+    ruleset = _empty_ruleset(plan)
+    rules_r, rules_w = os.pipe2(os.O_CLOEXEC) if ruleset is not None else (None, None)
     filters = _filters(plan)
     status_r, status_w = os.pipe2(os.O_CLOEXEC)
     med = (MediationChannel.open(guard, files=plan.file_mediation, meta=plan.meta_mediation,
@@ -192,6 +224,8 @@ def _launch(plan: Plan, guard: Any, warn: Callable[[str], None] | None,
             os.close(status_r)
             if cg_w is not None:
                 os.close(cg_w)
+            if rules_w is not None:
+                os.close(rules_w)
             for target, fd in enumerate(stdio or ()):
                 if fd is not None and fd != target:
                     os.dup2(fd, target)     # inheritable; the fd step closes the originals
@@ -200,19 +234,18 @@ def _launch(plan: Plan, guard: Any, warn: Callable[[str], None] | None,
             child.run(child.ChildContext(plan=plan, ruleset=ruleset, filters=filters,
                                          status_w=status_w, supervisor=supervisor,
                                          old_mask=old_mask, mediation=med, cgroup=cg,
-                                         cgroup_sync=cg_r,
+                                         cgroup_sync=cg_r, rules_sync=rules_r,
                                          landlock_log=watch is not None))
         finally:
             os._exit(125)
     try:
         cg_failure = _move_to_cgroup(cg, pid, cg_r, cg_w, moved=born is not None)
         os.close(status_w)
-        if ruleset is not None:
-            ruleset.close()
         if med is not None:
             med.close_child_ends()
         if after_fork is not None:
             after_fork()
+        rules_failure = _complete_rules(ruleset, plan, pid, rules_r, rules_w)
         if watch is not None:
             watch.add_pid(pid)
             watch.start()
@@ -221,7 +254,8 @@ def _launch(plan: Plan, guard: Any, warn: Callable[[str], None] | None,
                                         ns_fds)
         os.close(status_r)
         if failure is None:
-            failure = cg_failure      # else the child's own failure came first: it says why
+            # else the child's own failure came first: it says why
+            failure = cg_failure or rules_failure
         if med is not None:
             os.close(med.sync_w)
         outcome.status, outcome.timed_out = wait_until(pid, deadline)
@@ -250,6 +284,27 @@ def _launch(plan: Plan, guard: Any, warn: Callable[[str], None] | None,
     if failure is not None:
         raise _error(failure, plan)
     return outcome
+
+
+def _complete_rules(ruleset: Any, plan: Plan, pid: int, rules_r: int | None,
+                    rules_w: int | None) -> status.SetupFailed | None:
+    """The plan's rules into the ruleset the child holds, then the byte that lets
+    it use them; a rule that cannot be added kills the child (it never uses a
+    ruleset that is not complete) and is the run's failure."""
+    if ruleset is None or rules_r is None or rules_w is None:
+        return None
+    os.close(rules_r)
+    try:
+        _add_rules(ruleset, plan)
+    except OSError as e:
+        os.kill(pid, signal.SIGKILL)
+        return status.SetupFailed("landlock", e.strerror or str(e))
+    else:
+        os.write(rules_w, b"r")
+    finally:
+        os.close(rules_w)
+        ruleset.close()
+    return None
 
 
 def _move_to_cgroup(cg: str | None, pid: int, cg_r: int | None,

@@ -242,3 +242,37 @@ def _relinked(sandbox, base: str) -> None:
             out["second"] = sb.run(["/bin/sh", "-c", {cmd!r}], capture=True).stdout.decode().split()
     """, relink=lambda: (os.symlink("v2", link + ".new"), os.rename(link + ".new", link)))
     assert out == {"first": ["refused", "v2"], "second": ["v1", "refused"]}, out
+
+
+def test_the_child_waits_for_every_landlock_rule(sandbox):
+    """The supervisor adds the ruleset's rules while the child runs its first
+    steps (runtime/launch.py); the child enforces it only once all are in. With
+    the supervisor slowed down, the agent still has every grant (it runs, reads
+    the system, writes the workdir); a rule that cannot be added refuses the run
+    (125, one line naming it) and the agent never runs."""
+    out = _api(sandbox, """
+        import time
+        import confine.runtime.launch as L
+        from confine.errors import ConfineError
+        orig = L._add_rules
+        def slow(rs, plan):
+            time.sleep(0.5)
+            orig(rs, plan)
+        def bad(rs, plan):
+            raise OSError(13, "Landlock rule for /nowhere: Permission denied")
+        with confine.Sandbox(workdir=WD) as sb:
+            L._add_rules = slow
+            r = sb.run(["/bin/sh", "-c", "head -c 0 /etc/passwd && echo x > slow.out && echo ok"],
+                       capture=True)
+            out["slow"] = [r.status, r.stdout.decode().strip(), os.path.exists("slow.out")]
+            L._add_rules = bad
+            try:
+                sb.run(["/bin/sh", "-c", "echo x > bad.out"], capture=True)
+                out["bad"] = "ran"
+            except ConfineError as e:
+                out["bad"] = [e.status, str(e), os.path.exists("bad.out")]
+    """)
+    assert out["slow"] == [0, "ok", True], out
+    status, msg, ran = out["bad"]
+    assert status == 125 and "Landlock rule for /nowhere" in msg and "\n" not in msg, out
+    assert ran is False, out
