@@ -243,9 +243,9 @@ def _launch(plan: Plan, guard: Any, warn: Callable[[str], None] | None,
         os.close(status_w)
         if med is not None:
             med.close_child_ends()
+        rules_failure = _complete_rules(ruleset, plan, pid, rules_r, rules_w)
         if after_fork is not None:
             after_fork()
-        rules_failure = _complete_rules(ruleset, plan, pid, rules_r, rules_w)
         if watch is not None:
             watch.add_pid(pid)
             watch.start()
