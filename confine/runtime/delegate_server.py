@@ -88,7 +88,7 @@ class Endpoint:
 def bind(plan: Plan, path: str) -> Endpoint:
     """Bind the endpoint, so that it is there before the agent runs; the server is
     forked later, beside the child's first steps (fork_server)."""
-    from .launch import _filters
+    from .launch import _filter_count
     lsock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC)
     try:
         lsock.bind(path)
@@ -101,7 +101,7 @@ def bind(plan: Plan, path: str) -> Endpoint:
         lsock.close()
         raise ConfineError(f"cannot offer the nested-run endpoint {path}: "
                            f"{e.strerror or e}") from None
-    return Endpoint(lsock=lsock, outer=Outer(plan=plan, filters=len(_filters(plan)),
+    return Endpoint(lsock=lsock, outer=Outer(plan=plan, filters=_filter_count(plan),
                                              supervisor=os.getpid()), inherit=inherit)
 
 

@@ -77,6 +77,15 @@ def _add_rules(ruleset: Any, plan: Plan) -> None:
         ruleset.allow_port(port, net_access)
 
 
+def _filter_count(plan: Plan) -> int:
+    """len(_filters(plan)), without looking the compiled programs up (each lookup
+    hashes every rule)."""
+    if any(m.feature == "seccomp" for m in plan.missing):
+        return 0
+    return sum(1 for r in (plan.seccomp_rules, plan.seccomp_extra) if r) + bool(
+        plan.ioctl_allowlist)
+
+
 def _filters(plan: Plan) -> list[Any]:
     if any(m.feature == "seccomp" for m in plan.missing):
         return []
