@@ -62,13 +62,28 @@ def spawn(path: str, argv: Sequence[str], env: Mapping[str, str],
                    _setsigdefault(attr, ctypes.byref(_sigset(_INTERNAL)))):
             if rc:
                 raise OSError(rc, os.strerror(rc))
-        args = (ctypes.c_char_p * (len(argv) + 1))(*[os.fsencode(a) for a in argv], None)
+        args = (ctypes.c_char_p * (len(argv) + 1))(*[_c(a) for a in argv], None)
         envp = (ctypes.c_char_p * (len(env) + 1))(
-            *[os.fsencode(k) + b"=" + os.fsencode(v) for k, v in env.items()], None)
+            *[_c(_name(k)) + b"=" + _c(v) for k, v in env.items()], None)
         pid = ctypes.c_int()
-        rc = _spawn(ctypes.byref(pid), os.fsencode(path), None, attr, args, envp)
+        rc = _spawn(ctypes.byref(pid), _c(path), None, attr, args, envp)
         if rc:
             raise OSError(rc, os.strerror(rc), path)
         return pid.value
     finally:
         _destroy(attr)
+
+
+def _c(text: str) -> bytes:
+    """As os.execve takes it: a string with a NUL byte is refused (ValueError), never
+    cut short there as a C string would be (another command than the one asked)."""
+    b = os.fsencode(text)
+    if b"\0" in b:
+        raise ValueError("embedded null byte")
+    return b
+
+
+def _name(key: str) -> str:
+    if not key or "=" in key[1:]:          # os.execve's rule
+        raise ValueError("illegal environment variable name")
+    return key
