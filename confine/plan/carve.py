@@ -27,9 +27,15 @@ def carve(path: str, denied: list[str]) -> tuple[list[str], list[str]]:
         names = sorted(os.listdir(path))
     except OSError:
         return [], carved  # cannot see inside: grant nothing rather than everything
+    # The denied paths below each entry, by the entry's name (one pass, not one
+    # per entry: /etc has hundreds).
+    cut = len(path.rstrip("/")) + 1
+    below: dict[str, list[str]] = {}
+    for d in inner:
+        below.setdefault(d[cut:].split("/", 1)[0], []).append(d)
     for name in names:
         child = os.path.join(path, name)
-        hits = [d for d in inner if is_under(d, child)]
+        hits = below.get(name, [])
         try:
             st = os.lstat(child)
         except OSError:

@@ -151,8 +151,9 @@ def child_steps(plan: Plan) -> list[Step]:
         out.append(Step("seccomp_notify", "load the notifying filter and hand its listener to "
                         "the supervisor", {"calls": calls}))
     if plan.pid_ns:
-        out.append(Step("fork_agent", "pid 1 forks the agent and stays as init: reaps, "
-                        "forwards signals, and takes every agent process with it"))
+        out.append(Step("fork_agent", "pid 1 starts the agent (posix_spawn, at the exec step) "
+                        "and stays as init: reaps, forwards signals, and takes every agent "
+                        "process with it"))
     out.append(Step("exec", "environment replaced by the plan's; exec the command",
                     {"argv": list(plan.argv), "environment": sorted(plan.env)}))
     return out

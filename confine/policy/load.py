@@ -16,7 +16,7 @@ from typing import Any, NoReturn
 from ..errors import ProfileError
 from ..paths import is_under
 from ..record import dataclass
-from . import runlater, secrets
+from . import realpaths, runlater, secrets
 from .model import Env, Limits, Network, PathGrant, Policy, Scope, Seccomp
 from .patterns import DEFAULT_PATTERNS, compile_patterns
 
@@ -405,7 +405,7 @@ def _grants(items: list[Item], vars: dict[str, str], *, must_exist: bool) -> tup
         optional = text.startswith("?")
         template = text.lstrip("?")
         path = os.path.normpath(expand(template, vars))
-        real = os.path.realpath(path)
+        real = realpaths.realpath(path)
         if must_exist and not optional and not os.path.exists(real):
             raise ProfileError(f"{it.where}: {template} ({path}) does not exist; "
                                "prefix it with '?' if it may be missing")
@@ -428,7 +428,7 @@ def _deny(items: list[Item], vars: dict[str, str]) -> tuple[PathGrant, ...]:
         path = os.path.normpath(expand(template, vars))
         paths = _glob.glob(path) if _glob.has_magic(path) else [path]
         for p in paths:
-            for q in {p, os.path.realpath(p)}:
+            for q in {p, realpaths.realpath(p)}:
                 out.setdefault(q, PathGrant(path=q, template=template, source=it.where,
                                             optional=True))
     return tuple(out.values())
@@ -443,7 +443,7 @@ def load(ref: str, *, workdir: str, home: str, tmp: str,
     answer made by the caller (a nested run's profile, sent as text)."""
     raw, chain = read_layers(ref) if layers is None else layers
     vars = {"workdir": workdir, "home": home, "tmp": tmp}
-    home = os.path.realpath(home)
+    home = realpaths.realpath(home)
     fs = raw.get("filesystem", {})
     net = raw.get("network", {})
     env = raw.get("env", {})
@@ -506,7 +506,7 @@ def _read_only(items: list[Item], vars: dict[str, str]) -> tuple[PathGrant, ...]
     """The built-in list plus the profile's `filesystem.read_only:` (globs allowed)."""
     import glob as _glob
     out: dict[str, PathGrant] = {}
-    home = os.path.realpath(vars["home"])
+    home = realpaths.realpath(vars["home"])
     for p, t, why in runlater.read_only_entries(home):
         out.setdefault(p, PathGrant(path=p, template=t, source=f"built-in: {why}",
                                     optional=True))
@@ -514,7 +514,7 @@ def _read_only(items: list[Item], vars: dict[str, str]) -> tuple[PathGrant, ...]
         template = str(it.value).lstrip("?")
         path = os.path.normpath(expand(template, vars))
         for q in (_glob.glob(path) if _glob.has_magic(path) else [path]):
-            for r in {q, os.path.realpath(q)}:
+            for r in {q, realpaths.realpath(q)}:
                 out.setdefault(r, PathGrant(path=r, template=template, source=it.where,
                                             optional=True))
     return tuple(sorted(out.values(), key=lambda g: g.path))
@@ -533,8 +533,8 @@ def _state(items: list[Item], vars: dict[str, str], never: list[tuple[str, str]]
     for it in items:
         text = str(it.value).lstrip("?")
         path = os.path.normpath(expand(text, vars))
-        for p in {path, os.path.realpath(path)}:
-            why = runlater.refusal(p, os.path.realpath(vars["home"]), never, ro)
+        for p in {path, realpaths.realpath(path)}:
+            why = runlater.refusal(p, realpaths.realpath(vars["home"]), never, ro)
             if why:
                 _refuse(it, p, why)
         if create and not os.path.lexists(path):
@@ -553,7 +553,7 @@ def _check_write(write: tuple[PathGrant, ...], vars: dict[str, str],
         it = Item(g.template, g.source)
         spelled = os.path.normpath(expand(g.template, vars))
         for p in dict.fromkeys((g.path, spelled)):
-            why = runlater.refusal(p, os.path.realpath(vars["home"]), never, ro)
+            why = runlater.refusal(p, realpaths.realpath(vars["home"]), never, ro)
             if why:
                 _refuse(it, p, why)
 

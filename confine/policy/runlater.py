@@ -34,6 +34,7 @@ import sys
 from collections.abc import Sequence
 
 from ..paths import is_under
+from . import realpaths
 
 # A writable path at or above any of these would hand the agent the system.
 SYSTEM_DIRS = ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32",
@@ -80,16 +81,21 @@ def expand_home(template: str, home: str) -> str:
 def _both(p: str) -> set[str]:
     """The spelled and the resolved path: a symlinked entry is caught either way."""
     p = os.path.normpath(p)
-    return {p, os.path.realpath(p)}
+    return {p, realpaths.realpath(p)}
 
 
 def never_writable(home: str, env_path: str | None = None) -> list[tuple[str, str]]:
     """(absolute path, why) of everything no write grant may touch."""
+    path = env_path if env_path is not None else os.environ.get("PATH", "")
+    return list(realpaths.once(("never_writable", home, path), lambda: _never(home, path)))
+
+
+def _never(home: str, env_path: str) -> list[tuple[str, str]]:
     out: list[tuple[str, str]] = []
     for t, why in NEVER_WRITABLE:
         out += [(p, why) for p in _both(expand_home(t, home))]
-    for d in (env_path if env_path is not None else os.environ.get("PATH", "")).split(":"):
-        if d and os.path.isabs(d) and is_under(os.path.realpath(d), home):
+    for d in env_path.split(":"):
+        if d and os.path.isabs(d) and is_under(realpaths.realpath(d), home):
             out += [(p, "on PATH") for p in _both(d)]
     install = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     for p in (sys.prefix, install):
@@ -101,6 +107,10 @@ def read_only_entries(home: str) -> list[tuple[str, str, str]]:
     """(absolute path, template, why) of the built-in carved entries; globs expand to
     what exists now (a name that does not exist cannot be created under a carved
     directory)."""
+    return list(realpaths.once(("read_only_entries", home), lambda: _read_only(home)))
+
+
+def _read_only(home: str) -> list[tuple[str, str, str]]:
     import glob
     out: dict[str, tuple[str, str]] = {}
     for t, why in READ_ONLY_IN_GRANTS:

@@ -14,12 +14,12 @@ import resource
 import signal
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 from ..kernel import caps, cgroup, hostview, keyring, landlock, lsm, namespaces, rlimits, seccomp
 from ..plan import Plan
 from ..record import dataclass, field
-from . import status
+from . import spawn, status
 from .channels import MediationChannel
 from .supervise import FORWARD, wait_for
 
@@ -39,7 +39,9 @@ class ChildContext:
     cgroup: str | None = None            # the run's cgroup, made by the supervisor
     cgroup_sync: int | None = None       # one byte from the supervisor: moved there
     landlock_log: bool = False           # the supervisor reads Landlock's audit records
+    rules_sync: int | None = None        # one byte from the supervisor: the ruleset is complete
     expect_parent: int = 0
+    spawn_agent: bool = False            # the exec step starts the agent beside pid 1
     trace: list[str] = field(default_factory=list)
 
     def close_child_ends(self) -> None:
@@ -70,6 +72,8 @@ def _close_fds(ctx: ChildContext) -> None:
     keep = {ctx.status_w}
     if ctx.cgroup_sync is not None:
         keep.add(ctx.cgroup_sync)
+    if ctx.rules_sync is not None:
+        keep.add(ctx.rules_sync)
     if ctx.ruleset is not None:
         keep.add(ctx.ruleset.fileno())
     if ctx.mediation is not None:
@@ -179,9 +183,22 @@ def _proc_masks(ctx: ChildContext) -> None:
 def _landlock_new_mounts(ctx: ChildContext) -> None:
     # Rules made in the supervisor name the host's /dev/shm, /dev/pts and /proc;
     # these are new mounts, so grant them again here.
+    _rules_complete(ctx)
     for path, access in ctx.plan.child_rules:
         if ctx.ruleset is not None and os.path.exists(path):
             landlock.add(ctx.ruleset, path, access)
+
+
+def _rules_complete(ctx: ChildContext) -> None:
+    """The supervisor adds the plan's rules to the ruleset while the first steps
+    run (launch.py); it is used only once they are all in."""
+    if ctx.rules_sync is None:
+        return
+    got = os.read(ctx.rules_sync, 1)
+    os.close(ctx.rules_sync)
+    ctx.rules_sync = None
+    if got != b"r":
+        raise OSError(errno.EIO, "the supervisor did not complete the Landlock ruleset")
 
 
 def _chdir(ctx: ChildContext) -> None:
@@ -226,6 +243,7 @@ def _no_new_privs(ctx: ChildContext) -> None:
 def _landlock(ctx: ChildContext) -> None:
     if ctx.ruleset is None:
         raise OSError(errno.EINVAL, "no Landlock ruleset was built")
+    _rules_complete(ctx)
     landlock.restrict(ctx.ruleset, log_new_exec=ctx.landlock_log)
 
 
@@ -287,27 +305,39 @@ def _fork_agent(ctx: ChildContext) -> None:
     # /proc/1/environ (the launcher's full environment). After the listener
     # hand-off, which needed it dumpable.
     caps.set_dumpable(False)
+    if spawn.AVAILABLE:
+        ctx.spawn_agent = True      # the exec step starts it from here (runtime/spawn.py)
+        return
     agent = os.fork()
     if agent != 0:
-        os.close(ctx.status_w)
-        if ctx.ruleset is not None:
-            ctx.ruleset.close()
-        os._exit(wait_for(agent))
+        _init_until(ctx, agent)
+
+
+def _init_until(ctx: ChildContext, agent: int) -> NoReturn:
+    """pid 1 from here on: reaps, forwards signals, passes the agent's status on."""
+    os.close(ctx.status_w)
+    if ctx.ruleset is not None:
+        ctx.ruleset.close()
+    os._exit(wait_for(agent))
 
 
 def _exec(ctx: ChildContext) -> None:
     plan = ctx.plan
-    signal.pthread_sigmask(signal.SIG_SETMASK, ctx.old_mask)
     path = which(plan.argv[0], plan.env.get("PATH", os.defpath))
     if path is None:
         status.send(ctx.status_w, status.ExecFailed(errno.ENOENT, "not found"))
         os._exit(127)
     try:
-        os.execve(path, list(plan.argv), dict(plan.env))
+        if ctx.spawn_agent:
+            agent = spawn.spawn(path, plan.argv, plan.env, ctx.old_mask)
+        else:
+            signal.pthread_sigmask(signal.SIG_SETMASK, ctx.old_mask)
+            os.execve(path, list(plan.argv), dict(plan.env))
     except OSError as e:
         status.send(ctx.status_w, status.ExecFailed(e.errno or errno.EIO,
                                                     e.strerror or str(e)))
         os._exit(127 if e.errno == errno.ENOENT else 126)
+    _init_until(ctx, agent)
 
 
 RUNNERS: dict[str, Callable[[ChildContext], None]] = {

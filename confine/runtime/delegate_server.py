@@ -1,10 +1,11 @@
 """The outer supervisor's side of confine inside confine (see delegate.py).
 
-The outer run's supervisor forks a delegation server before its child: it listens
-on a unix socket in the run's private TMPDIR and forks one handler per request
-(bounded). A handler never runs agent code: it validates the request, parses the
-inner profile itself and plans the nested run for a host without namespaces of
-its own (the nested run lives in the outer agent's), then forks the nested child:
+The outer run's supervisor binds the endpoint, a unix socket in the run's private
+TMPDIR, before its child, and forks a delegation server beside the child's first
+steps, which forks one handler per request (bounded). A handler never runs agent
+code: it validates the request, parses the inner profile itself and plans the
+nested run for a host without namespaces of its own (the nested run lives in the
+outer agent's), then forks the nested child:
 
   handler (outside, unconfined: the nested run's mediator)
    `- relay: setns() into the outer agent's namespaces (user, mount, net, ipc,
@@ -76,10 +77,18 @@ class Outer:
     supervisor: int           # the outer's supervisor: every process of the run descends from it
 
 
-def start(plan: Plan, path: str) -> int:
-    """Bind the endpoint and fork the server (before the outer's child: it must
-    not inherit the child's descriptors). Its pid; it dies with the supervisor."""
-    from .launch import _filters
+@dataclass
+class Endpoint:
+    """The endpoint bound and listening, its server not yet forked (fork_server)."""
+    lsock: socket.socket
+    outer: Outer
+    inherit: dict[int, tuple[int, int]]   # open at the bind (fd: its file): all it may keep
+
+
+def bind(plan: Plan, path: str) -> Endpoint:
+    """Bind the endpoint, so that it is there before the agent runs; the server is
+    forked later, beside the child's first steps (fork_server)."""
+    from .launch import _filter_count
     lsock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC)
     try:
         lsock.bind(path)
@@ -87,23 +96,56 @@ def start(plan: Plan, path: str) -> int:
             os.chown(path, plan.identity.uid, plan.identity.gid)
         os.chmod(path, 0o600)
         lsock.listen(16)
+        inherit = _open_files()
     except OSError as e:
         lsock.close()
         raise ConfineError(f"cannot offer the nested-run endpoint {path}: "
                            f"{e.strerror or e}") from None
-    parent = os.getpid()
-    outer = Outer(plan=plan, filters=len(_filters(plan)), supervisor=parent)
-    pid = os.fork()
+    return Endpoint(lsock=lsock, outer=Outer(plan=plan, filters=_filter_count(plan),
+                                             supervisor=os.getpid()), inherit=inherit)
+
+
+def fork_server(ep: Endpoint) -> int:
+    """Fork the server (its pid; it dies with the supervisor). Done after the outer's
+    child is forked, so the server must not keep what was opened since the bind:
+    the child's pipes and sockets (their ends must close when the supervisor
+    closes them) and the run's own; it closes every descriptor but those open at
+    the bind, which is what it would have held forked then. The endpoint's socket
+    is closed here either way: without a server, a connect is refused."""
+    parent = ep.outer.supervisor
+    try:
+        pid = os.fork()
+    except OSError as e:
+        ep.lsock.close()
+        raise ConfineError(f"cannot start the nested-run endpoint's server: "
+                           f"{e.strerror or e}") from None
     if pid == 0:
         try:
             caps.set_pdeathsig(signal.SIGKILL)
             if os.getppid() != parent:
                 os._exit(0)
-            _serve(lsock, outer)
+            for fd, ident in _open_files().items():
+                if fd > 2 and ep.inherit.get(fd) != ident:
+                    os.close(fd)
+            _serve(ep.lsock, ep.outer)
         finally:
             os._exit(0)
-    lsock.close()
+    ep.lsock.close()
     return pid
+
+
+def _open_files() -> dict[int, tuple[int, int]]:
+    """This process's descriptors and what each is (device, inode): a number the
+    supervisor closed and opened again for a pipe or socket of the child (each has
+    an inode of its own) is not the same one."""
+    out = {}
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            st = os.fstat(int(name))
+        except OSError:
+            continue            # the listing's own descriptor, closed already
+        out[int(name)] = (st.st_dev, st.st_ino)
+    return out
 
 
 def _serve(lsock: socket.socket, outer: Outer) -> None:

@@ -1,9 +1,13 @@
 """Fork the child that runs the plan's steps; supervise it until it exits.
 
 Kernel objects the child applies (the Landlock ruleset, the seccomp filters,
-the notifying filter) are built here, in the supervisor, before the fork: a
-bad rule is reported before anything runs, and the child needs no library
-that could fail half-way.
+the notifying filter) are built here, in the supervisor: a bad rule is
+reported before anything runs, and the child needs no library that could fail
+half-way. The ruleset is made before the fork and its rules are added after
+it, while the child runs its first steps: the child's descriptor names the
+same kernel object, and the child uses it only once the supervisor says every
+rule is in (a domain is a copy of the ruleset when it is enforced: nothing
+added later could widen it).
 """
 from __future__ import annotations
 
@@ -40,10 +44,46 @@ Stdio = tuple[int | None, int | None, int | None]
 
 
 def _ruleset(plan: Plan) -> Any:
+    """The plan's ruleset with all its rules (a nested run's, delegate_server.py)."""
+    rs = _empty_ruleset(plan)
+    if rs is not None:
+        try:
+            _add_rules(rs, plan)
+        except BaseException:
+            rs.close()
+            raise
+    return rs
+
+
+def _empty_ruleset(plan: Plan) -> Any:
+    """The ruleset, still without its rules (_add_rules)."""
     if plan.abi == 0:
         return None
-    return landlock.build(plan.handled_fs, plan.handled_net, plan.scoped,
-                          [(p, a) for p, a, _ in plan.path_rules], list(plan.port_rules))
+    return landlock.build(plan.handled_fs, plan.handled_net, plan.scoped, [], [])
+
+
+def _add_rules(ruleset: Any, plan: Plan) -> None:
+    """The plan's rules into the ruleset, as landlock.build adds them: a path gone
+    since the plan listed it grants nothing; any other failure names the path."""
+    for path, access, _ in plan.path_rules:
+        try:
+            ruleset.allow_path(path, access)
+        except FileNotFoundError:
+            continue
+        except OSError as e:
+            err = e.errno or errno.EIO
+            raise OSError(err, f"Landlock rule for {path}: {os.strerror(err)}") from None
+    for port, net_access in plan.port_rules:
+        ruleset.allow_port(port, net_access)
+
+
+def _filter_count(plan: Plan) -> int:
+    """len(_filters(plan)), without looking the compiled programs up (each lookup
+    hashes every rule)."""
+    if any(m.feature == "seccomp" for m in plan.missing):
+        return 0
+    return sum(1 for r in (plan.seccomp_rules, plan.seccomp_extra) if r) + bool(
+        plan.ioctl_allowlist)
 
 
 def _filters(plan: Plan) -> list[Any]:
@@ -62,6 +102,7 @@ def launch(plan: Plan, *, guard: Any = None,
            timeout: float | None = None, inet: Any = None,
            on_sockets: Callable[[list[int]], None] | None = None,
            events: Any = None, in_tmp: Callable[[], None] | None = None,
+           after_fork: Callable[[], None] | None = None,
            before_walk: Callable[[], None] | None = None) -> Outcome:
     """Run the plan. Returns the command's status (128+N if killed by signal N);
     raises CommandNotFound/CommandNotExecutable/ConfineError for failures before exec.
@@ -69,6 +110,8 @@ def launch(plan: Plan, *, guard: Any = None,
     on_sockets: starts it on the sockets the child made in the agent's network namespace;
     events: the run's runtime.events.Events (every refusal goes there);
     in_tmp: called once the TMPDIR is what the agent will see (its tmpfs mounted);
+    after_fork: called once the child is forked and holds the only copies of its ends
+    of the pipes and sockets (the supervisor still single-threaded), while it runs;
     before_walk: called once the agent has exited, before the leftover walk (it
     ends the caller's own helpers of the run, which the walk would else freeze)."""
     if plan.egress and plan.unix_mediation and inet is None:
@@ -92,7 +135,8 @@ def launch(plan: Plan, *, guard: Any = None,
                 raise ConfineError(f"cannot make the run's cgroup under {plan.cgroup}: "
                                    f"{e.strerror or e}") from None
         return _launch(plan, guard, warn, cg, stdio=stdio, timeout=timeout, inet=inet,
-                       on_sockets=on_sockets, events=events, before_walk=before_walk)
+                       on_sockets=on_sockets, events=events, after_fork=after_fork,
+                       before_walk=before_walk)
     finally:
         if cg is not None:
             try:
@@ -157,8 +201,10 @@ def _launch(plan: Plan, guard: Any, warn: Callable[[str], None] | None,
             cg: str | None, stdio: Stdio | None = None,
             timeout: float | None = None, inet: Any = None,
             on_sockets: Callable[[list[int]], None] | None = None,
-            events: Any = None, before_walk: Callable[[], None] | None = None) -> Outcome:
-    ruleset = _ruleset(plan)
+            events: Any = None, after_fork: Callable[[], None] | None = None,
+            before_walk: Callable[[], None] | None = None) -> Outcome:
+    ruleset = _empty_ruleset(plan)
+    rules_r, rules_w = os.pipe2(os.O_CLOEXEC) if ruleset is not None else (None, None)
     filters = _filters(plan)
     status_r, status_w = os.pipe2(os.O_CLOEXEC)
     med = (MediationChannel.open(guard, files=plan.file_mediation, meta=plan.meta_mediation,
@@ -187,6 +233,8 @@ def _launch(plan: Plan, guard: Any, warn: Callable[[str], None] | None,
             os.close(status_r)
             if cg_w is not None:
                 os.close(cg_w)
+            if rules_w is not None:
+                os.close(rules_w)
             for target, fd in enumerate(stdio or ()):
                 if fd is not None and fd != target:
                     os.dup2(fd, target)     # inheritable; the fd step closes the originals
@@ -195,26 +243,28 @@ def _launch(plan: Plan, guard: Any, warn: Callable[[str], None] | None,
             child.run(child.ChildContext(plan=plan, ruleset=ruleset, filters=filters,
                                          status_w=status_w, supervisor=supervisor,
                                          old_mask=old_mask, mediation=med, cgroup=cg,
-                                         cgroup_sync=cg_r,
+                                         cgroup_sync=cg_r, rules_sync=rules_r,
                                          landlock_log=watch is not None))
         finally:
             os._exit(125)
     try:
         cg_failure = _move_to_cgroup(cg, pid, cg_r, cg_w, moved=born is not None)
+        os.close(status_w)
+        if med is not None:
+            med.close_child_ends()
+        rules_failure = _complete_rules(ruleset, plan, pid, rules_r, rules_w)
+        if after_fork is not None:
+            after_fork()
         if watch is not None:
             watch.add_pid(pid)
             watch.start()
-        os.close(status_w)
-        if ruleset is not None:
-            ruleset.close()
-        if med is not None:
-            med.close_child_ends()
         outcome, failure = _read_status(status_r, pid, plan, med, warn, inet, on_sockets,
                                         events, watch.add_pid if watch is not None else None,
                                         ns_fds)
         os.close(status_r)
         if failure is None:
-            failure = cg_failure      # else the child's own failure came first: it says why
+            # else the child's own failure came first: it says why
+            failure = cg_failure or rules_failure
         if med is not None:
             os.close(med.sync_w)
         outcome.status, outcome.timed_out = wait_until(pid, deadline)
@@ -243,6 +293,27 @@ def _launch(plan: Plan, guard: Any, warn: Callable[[str], None] | None,
     if failure is not None:
         raise _error(failure, plan)
     return outcome
+
+
+def _complete_rules(ruleset: Any, plan: Plan, pid: int, rules_r: int | None,
+                    rules_w: int | None) -> status.SetupFailed | None:
+    """The plan's rules into the ruleset the child holds, then the byte that lets
+    it use them; a rule that cannot be added kills the child (it never uses a
+    ruleset that is not complete) and is the run's failure."""
+    if ruleset is None or rules_r is None or rules_w is None:
+        return None
+    os.close(rules_r)
+    try:
+        _add_rules(ruleset, plan)
+    except OSError as e:
+        os.kill(pid, signal.SIGKILL)
+        return status.SetupFailed("landlock", e.strerror or str(e))
+    else:
+        os.write(rules_w, b"r")
+    finally:
+        os.close(rules_w)
+        ruleset.close()
+    return None
 
 
 def _move_to_cgroup(cg: str | None, pid: int, cg_r: int | None,

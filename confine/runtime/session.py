@@ -25,6 +25,7 @@ from ..plan.compile import unreachable_servers
 from ..plan.identity import Identity
 from ..plan.identity import resolve as resolve_identity
 from ..policy import load as _load
+from ..policy import realpaths
 from ..policy.model import Policy
 from ..protect.report import _safe
 from ..record import dataclass, field
@@ -194,6 +195,7 @@ class Session:
         self.host: HostFacts | None = None
         self.egress: Any = None             # the running egress gateway (runtime/egress.py)
         self._server: tuple[int, int] | None = None   # the nested-run endpoint's (pid, pidfd)
+        self._unbind: Callable[[], None] = lambda: None  # its socket, if never served
         self.plan: Plan = self._prepare(protect, host,
                                         dict(os.environ) if parent_env is None else parent_env)
 
@@ -228,6 +230,11 @@ class Session:
 
     def _prepare(self, protect: bool, host: HostFacts | None,
                  parent_env: dict[str, str]) -> Plan:
+        with realpaths.one_view():
+            return self._prepare_in_view(protect, host, parent_env)
+
+    def _prepare_in_view(self, protect: bool, host: HostFacts | None,
+                         parent_env: dict[str, str]) -> Plan:
         req = self.req
         if not req.argv:
             raise ConfineError("no command given (usage: confine exec [OPTIONS] -- CMD [ARGS...])")
@@ -241,7 +248,7 @@ class Session:
         wd = os.path.abspath(req.workdir or os.getcwd())
         mine = os.path.expanduser("~")
         real = check_workdir(wd, [mine], req.force_workdir)
-        ident = resolve_identity(os.path.realpath(wd), req.user)
+        ident = resolve_identity(realpaths.realpath(wd), req.user)
         # the agent's home too, when it is another (each home costs its run-later list)
         wd = check_workdir(wd, [ident.home], req.force_workdir) if ident.home != mine else real
         for p in list(req.read) + list(req.write):
@@ -249,7 +256,7 @@ class Session:
                 raise ConfineError(f"{p} does not exist (from --read/--write)")
         self.tmp = make_tmp(ident.uid, ident.gid, parent_env.get("TMPDIR"))
         try:
-            policy = _load.load(req.profile, workdir=wd, home=os.path.realpath(ident.home),
+            policy = _load.load(req.profile, workdir=wd, home=realpaths.realpath(ident.home),
                                 create_state=self.create_state,
                                 tmp=self.tmp, extra_read=req.read, extra_write=req.write,
                                 extra_allow=req.allow_host)
@@ -364,14 +371,14 @@ class Session:
         held_fd: list[int] = []
         try:
             plan = self._start_egress(plan)
-            plan, offer = self._delegation(plan)
+            plan, offer, serve = self._delegation(plan)
             eg = self.egress
             outcome = launch(plan, guard=self.guard, warn=say, stdio=stdio, timeout=timeout,
                              inet=eg.routes if eg is not None else None,
                              on_sockets=eg.start_on if eg is not None and plan.gateway_ports
                              else None, events=self.events,
                              in_tmp=lambda: self._in_tmp(held_fd, offer),
-                             before_walk=self._stop_server)
+                             after_fork=serve, before_walk=self._stop_server)
             result.status, result.steps = outcome.status, outcome.steps
             result.timed_out = outcome.timed_out
         except OSError as e:
@@ -405,22 +412,37 @@ class Session:
         path = delegate.offered(plan, self.tmp)
         return plan if path is None else delegate.with_endpoint(plan, path)
 
-    def _delegation(self, plan: Plan) -> tuple[Plan, Callable[[], None]]:
-        """What starts the endpoint's server once the TMPDIR is what the agent sees."""
+    def _delegation(self, plan: Plan) -> tuple[Plan, Callable[[], None], Callable[[], None]]:
+        """What binds the endpoint once the TMPDIR is what the agent sees, and what
+        forks its server once the child is forked (off the way to the agent's exec)."""
         from . import delegate, delegate_server
         path = delegate.endpoint_of(plan)
         if path is None:
-            return plan, lambda: None
+            return plan, lambda: None, lambda: None
+        bound: list[delegate_server.Endpoint] = []
 
         def offer() -> None:
             try:
-                pid = delegate_server.start(plan, path)
+                bound.append(delegate_server.bind(plan, path))
             except ConfineError as e:     # the inner confine then refuses: fail closed
+                self.warn(f"{e}: confine inside this run will refuse")
+
+        def serve() -> None:
+            if not bound:
+                return
+            try:
+                pid = delegate_server.fork_server(bound.pop())
+            except ConfineError as e:     # the socket is closed: a connect is refused
                 self.warn(f"{e}: confine inside this run will refuse")
             else:
                 # our unreaped child: the pid cannot name another process yet
                 self._server = (pid, os.pidfd_open(pid))
-        return plan, offer
+
+        def unbound() -> None:
+            while bound:                  # never forked (the run failed before its child)
+                bound.pop().lsock.close()
+        self._unbind = unbound
+        return plan, offer, serve
 
     def _stop_server(self) -> None:
         """The endpoint's server ends with the agent. Killed and reaped here, before
@@ -429,6 +451,7 @@ class Session:
         and found by the walk as before. One that does not go within a second
         (stuck in the kernel) is left to the walk."""
         import select
+        self._unbind()
         srv, self._server = self._server, None
         if srv is None:
             return

@@ -10,7 +10,7 @@ from ..kernel.sysfs import read_text
 from ..paths import is_under
 
 # one list for the workdir and for write grants
-from ..policy import runlater
+from ..policy import realpaths, runlater
 from ..policy.runlater import SYSTEM_DIRS, SYSTEM_ROOTS
 from ..protect.revert import remove_at
 
@@ -20,7 +20,7 @@ def check_workdir(workdir: str, homes: Sequence[str], force: bool) -> str:
     the system or a home directory (unless force)."""
     if not os.path.exists(workdir):
         raise ConfineError(f"workdir {workdir} does not exist")
-    real = os.path.realpath(workdir)
+    real = realpaths.realpath(workdir)
     if not os.path.isdir(real):
         raise ConfineError(f"workdir {workdir} is not a directory")
     if force:
@@ -33,7 +33,7 @@ def check_workdir(workdir: str, homes: Sequence[str], force: bool) -> str:
     elif any(is_under(real, d) for d in SYSTEM_DIRS):
         why = "is a system directory"
     for h in homes if why is None else ():
-        h = os.path.realpath(h)
+        h = realpaths.realpath(h)
         if real == h:
             why = "is your home directory itself"
         elif is_under(h, real):
@@ -45,7 +45,7 @@ def check_workdir(workdir: str, homes: Sequence[str], force: bool) -> str:
     # workdir that is ~/.claude, ~/.config or ~/.local/bin would hand over files in HOME
     # that run later (confine's own profiles among them), as a write grant would.
     for h in homes:
-        h = os.path.realpath(h)
+        h = realpaths.realpath(h)
         entries = runlater.never_writable(h) + [(p, w) for p, _, w in
                                                 runlater.read_only_entries(h)]
         for p, what in entries:

@@ -41,3 +41,31 @@ def test_the_agent_has_every_restriction_and_default_signals(sandbox):
 
 def test_landlock_only_run_starts_the_agent_the_same(sandbox):
     _check(sandbox.without_namespaces())
+
+
+def test_a_nul_byte_in_the_command_or_environment_is_refused(sandbox):
+    """As exec refuses it: a NUL byte in an argument or a value is never cut short
+    there (that would run another command than the one asked). Control: the same
+    command without it runs."""
+    import json
+    import subprocess
+
+    from conftest import PREFIX
+    code = (
+        "import json, sys, confine\n"
+        "from confine.errors import ConfineError\n"
+        "out = []\n"
+        "for argv, env in ((['/bin/echo', 'a\\0b'], ()), (['/bin/sh', '-c', 'echo $X'], ('X=a\\0b',)),"
+        " (['/bin/echo', 'ab'], ())):\n"
+        "    try:\n"
+        "        r = confine.Sandbox(workdir=sys.argv[1], env=env).run(argv, capture=True)\n"
+        "        out.append([r.status, r.stdout.decode()])\n"
+        "    except ConfineError as e:\n"
+        "        out.append([e.status, str(e)])\n"
+        "print(json.dumps(out))\n")
+    argv = sandbox.cmd([])[:-1] + [f"{PREFIX}/bin/python", "-c", code, sandbox.workdir]
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=60, cwd=sandbox.workdir)
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    assert [o[0] for o in out] == [125, 125, 0], out
+    assert "null byte" in out[0][1] and "null byte" in out[1][1] and out[2][1] == "ab\n", out

@@ -397,6 +397,39 @@ def test_carve_out_read_home_keeps_secrets(sandbox, planted_home):
         assert alone[k] in DENIED, f"Landlock alone: {k}: {alone}"
 
 
+def test_carve_out_keeps_secrets_below_a_granted_directory(sandbox, planted_home):
+    """A secret two levels below a grant (~/.config/gcloud under --read HOME): its
+    siblings on the way down stay readable, the secret does not."""
+    import shutil
+    made = [os.path.join(planted_home, ".config", "gcloud", "key"),
+            os.path.join(planted_home, ".config", "plain.txt")]
+    new_dirs = [d for d in (os.path.join(planted_home, ".config"),
+                            os.path.join(planted_home, ".config", "gcloud")) if not os.path.exists(d)]
+    for d in new_dirs:
+        os.mkdir(d, 0o755)
+        os.chown(d, sandbox.agent.pw_uid, sandbox.agent.pw_gid)
+    for f in made:
+        write_owned(f, "x", sandbox.agent, mode=0o600)
+    try:
+        body = r'''
+    H = P["home"]
+    attempt("read ~/.config/plain.txt", lambda: read_file(H + "/.config/plain.txt"))
+    attempt("read ~/.config/gcloud/key", lambda: read_file(H + "/.config/gcloud/key"))
+    '''
+        p, granted = sandbox.probe(body, {"home": planted_home}, "--read", planted_home)
+        _check(p, granted)
+        p, outside = sandbox.outside_probe(body, {"home": planted_home})
+        _check(p, outside, "outside control")
+        assert outside == {"read ~/.config/plain.txt": "ok", "read ~/.config/gcloud/key": "ok"}
+        assert granted["read ~/.config/plain.txt"] == "ok", granted
+        assert granted["read ~/.config/gcloud/key"] in DENIED, granted
+    finally:
+        for f in made:
+            os.unlink(f)
+        for d in reversed(new_dirs):
+            shutil.rmtree(d, ignore_errors=True)
+
+
 def test_carve_out_tilde_spelling(user_sandbox, planted_home):
     """`--read ~` (literally, expanded by confine from HOME) carves out the same."""
     body = r'''

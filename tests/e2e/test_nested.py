@@ -612,3 +612,51 @@ def test_a_bad_inner_profile_is_one_line_with_its_own_name(sandbox):
     assert p.stderr.count("\n") == 1 and f"{bad}:4:" in p.stderr, p.stderr
     assert "confine-nested-profile" not in p.stderr, p.stderr
     assert sandbox.run([CONFINE, "exec", "-w", wd, "-p", good, "--", "true"]).returncode == 0
+
+
+def _links(pid: int) -> dict[int, str]:
+    out = {}
+    for name in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            out[int(name)] = os.readlink(f"/proc/{pid}/fd/{name}")
+        except OSError:
+            pass
+    return out
+
+
+def test_the_endpoint_server_holds_none_of_the_runs_pipes_and_sockets(sandbox):
+    """The server is forked beside the child's first steps, after the supervisor
+    opened the child's pipes and sockets (status, broker, sync, the audit socket):
+    it must keep none of them (each end must close when the supervisor closes it),
+    only its endpoint and what was open when the endpoint was bound."""
+    import subprocess
+    import time
+    p = sandbox.popen(_sh("echo $CONFINE_DELEGATE; exec sleep 30"), stdout=subprocess.PIPE,
+                      text=True)
+    try:
+        ep = p.stdout.readline().strip()
+        assert ep, "no endpoint offered"
+        with open("/proc/net/unix") as f:
+            inodes = {ln.split()[6] for ln in f if ln.split()[-1] == ep}
+        assert len(inodes) == 1, inodes
+        sock = f"socket:[{inodes.pop()}]"
+        server = None
+        deadline = time.monotonic() + 10
+        while server is None and time.monotonic() < deadline:
+            for pid in (int(n) for n in os.listdir("/proc") if n.isdigit()):
+                try:
+                    if sock in _links(pid).values():
+                        server = pid
+                except OSError:
+                    continue
+        assert server is not None, "no process holds the endpoint"
+        with open(f"/proc/{server}/stat") as f:
+            supervisor = int(f.read().rsplit(")", 1)[1].split()[1])
+        kinds = ("socket:", "pipe:")
+        mine = {v for k, v in _links(server).items() if k > 2 and v.startswith(kinds)}
+        theirs = {v for k, v in _links(supervisor).items() if k > 2 and v.startswith(kinds)}
+        assert sock in mine and sock not in theirs
+        assert not mine & theirs, (mine, theirs)
+    finally:
+        p.terminate()           # forwarded to the agent: the run ends as it would
+        p.wait(timeout=30)

@@ -17,8 +17,9 @@ from conftest import PREFIX
 API_PY = os.path.join(PREFIX, "bin", "python")
 
 
-def _api(sandbox, body: str, timeout: float = 120) -> dict:
-    """Run `body` (it sets `out`) as the launcher of `sandbox`; returns out."""
+def _api(sandbox, body: str, timeout: float = 120, relink=None) -> dict:
+    """Run `body` (it sets `out`) as the launcher of `sandbox`; returns out.
+    relink: called when the program prints its line, before it goes on."""
     code = textwrap.dedent("""
         import json, os, sys
         import confine
@@ -26,10 +27,20 @@ def _api(sandbox, body: str, timeout: float = 120) -> dict:
         out = {}
     """) + textwrap.dedent(body) + "\nprint(json.dumps(out))\n"
     argv = sandbox.cmd([])[:-1] + [API_PY, "-c", code, sandbox.workdir]
-    p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
-                       cwd=sandbox.workdir)
-    assert p.returncode == 0, p.stderr
-    return json.loads(p.stdout.strip().splitlines()[-1])
+    if relink is None:
+        p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
+                           cwd=sandbox.workdir)
+        assert p.returncode == 0, p.stderr
+        return json.loads(p.stdout.strip().splitlines()[-1])
+    with subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True, cwd=sandbox.workdir) as q:
+        assert q.stdout is not None and q.stdin is not None
+        first = q.stdout.readline()
+        assert "relink" in first, (first, q.stderr.read() if q.stderr else "")
+        relink()
+        rest, err = q.communicate("go\n", timeout=timeout)
+    assert q.returncode == 0, err
+    return json.loads(rest.strip().splitlines()[-1])
 
 
 def test_capture_input_and_status(sandbox):
@@ -192,3 +203,76 @@ def test_signals_at_every_moment_of_the_fork(root_sandbox):
     """)
     assert out["res"] == [[0, str(i)] for i in range(10)], out
     assert out["hits"] > 10 and out["after"] == "ok\n", out
+
+
+def test_each_run_resolves_the_profile_paths_again(sandbox):
+    """A secret named through a symlink is carved out where the link points at
+    each run: relinked between two runs of one Sandbox, the second run refuses
+    the new target and reads the old one (the paths a preparation resolves are
+    kept for that preparation only)."""
+    import shutil
+    import tempfile
+    base = tempfile.mkdtemp(prefix="confine-relinked-", dir="/var/tmp")
+    try:
+        _relinked(sandbox, base)
+    finally:
+        shutil.rmtree(base)
+
+
+def _relinked(sandbox, base: str) -> None:
+    os.chmod(base, 0o755)
+    for v in ("v1", "v2"):
+        os.mkdir(os.path.join(base, v), 0o755)
+        with open(os.path.join(base, v, "secret"), "w") as f:
+            f.write(v)
+        os.chmod(os.path.join(base, v, "secret"), 0o644)
+    link = os.path.join(base, "current")
+    os.symlink("v1", link)
+    prof = os.path.join(sandbox.workdir, "relinked.yaml")
+    with open(prof, "w") as f:
+        f.write(f"extends: default\nfilesystem:\n  read:\n    - {base}\n  deny:\n    - {link}\n")
+    if os.geteuid() == 0:
+        os.chown(prof, sandbox.pw.pw_uid, sandbox.pw.pw_gid)
+    cmd = f"for v in v1 v2; do cat {base}/$v/secret 2>/dev/null || echo refused; echo; done"
+    out = _api(sandbox, f"""
+        with confine.Sandbox(workdir=WD, profile={prof!r}) as sb:
+            out["first"] = sb.run(["/bin/sh", "-c", {cmd!r}], capture=True).stdout.decode().split()
+            print(json.dumps({{"relink": True}}), flush=True)
+            sys.stdin.readline()
+            out["second"] = sb.run(["/bin/sh", "-c", {cmd!r}], capture=True).stdout.decode().split()
+    """, relink=lambda: (os.symlink("v2", link + ".new"), os.rename(link + ".new", link)))
+    assert out == {"first": ["refused", "v2"], "second": ["v1", "refused"]}, out
+
+
+def test_the_child_waits_for_every_landlock_rule(sandbox):
+    """The supervisor adds the ruleset's rules while the child runs its first
+    steps (runtime/launch.py); the child enforces it only once all are in. With
+    the supervisor slowed down, the agent still has every grant (it runs, reads
+    the system, writes the workdir); a rule that cannot be added refuses the run
+    (125, one line naming it) and the agent never runs."""
+    out = _api(sandbox, """
+        import time
+        import confine.runtime.launch as L
+        from confine.errors import ConfineError
+        orig = L._add_rules
+        def slow(rs, plan):
+            time.sleep(0.5)
+            orig(rs, plan)
+        def bad(rs, plan):
+            raise OSError(13, "Landlock rule for /nowhere: Permission denied")
+        with confine.Sandbox(workdir=WD) as sb:
+            L._add_rules = slow
+            r = sb.run(["/bin/sh", "-c", "head -c 0 /etc/passwd && echo x > slow.out && echo ok"],
+                       capture=True)
+            out["slow"] = [r.status, r.stdout.decode().strip(), os.path.exists("slow.out")]
+            L._add_rules = bad
+            try:
+                sb.run(["/bin/sh", "-c", "echo x > bad.out"], capture=True)
+                out["bad"] = "ran"
+            except ConfineError as e:
+                out["bad"] = [e.status, str(e), os.path.exists("bad.out")]
+    """)
+    assert out["slow"] == [0, "ok", True], out
+    status, msg, ran = out["bad"]
+    assert status == 125 and "Landlock rule for /nowhere" in msg and "\n" not in msg, out
+    assert ran is False, out
