@@ -1203,11 +1203,15 @@ def _snapshot(workdir: str, pats: tuple[Pattern, ...], home: str | None,
         if why is not None:
             index_dir, note = None, why
         if index_dir is not None:
-            # before the walk: a name made while it runs is reported as well
-            changes, changes_note = _changes.open_changes(sc.fs.fd)
             key = _index.cache_key(workdir, sc.fs.fd, pats)
             sc.cached = _index.load(index_dir, key)
             note = "" if sc.cached is not None else "no stored index for this workdir"
+            if sc.cached is not None and len(sc.cached) < _changes.WORTH_DIRS:
+                changes_note = (f"{len(sc.cached)} directories at the last run: their "
+                                "stamps cost less than the reports")
+            else:
+                # before the walk: a name made while it runs is reported as well
+                changes, changes_note = _changes.open_changes(sc.fs.fd)
         try:
             sc.walk()
         except (TypeError, ValueError, IndexError, AttributeError) as e:
