@@ -276,3 +276,32 @@ def test_a_workdir_below_worth_dirs_gets_no_mark_and_its_stamps_find_the_change(
     rep = protect.verify_and_revert(snap, quarantine_dir=os.path.join(top, "q1"))
     assert rep.exit_walk.startswith("every directory's stamp"), rep.exit_walk
     assert "p/q/r/s/.envrc" in {c.path for c in rep.alerts}
+
+
+@root_only
+def test_a_restarted_group_reports_only_what_follows_and_only_for_its_filesystem(tree):
+    """Changes.restart (a Sandbox's kept group): what was queued before is
+    forgotten, what follows is reported; a workdir on another filesystem gets
+    False (a new group), as does a closed group."""
+    top, wd, store = tree
+    wfd = os.open(wd, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        g, why = changes.open_changes(wfd)
+        assert g is not None, why
+        os.mkdir(os.path.join(wd, "m/n/before"))
+        dirty, why = g.changed(wfd, wd)
+        assert dirty == {"m/n"}, (dirty, why)          # control: it was reported
+        assert g.restart(wfd)
+        with open(os.path.join(wd, "t/u/after.txt"), "w"):
+            pass
+        dirty, why = g.changed(wfd, wd)
+        assert dirty == {"t/u"}, (dirty, why)
+        other = os.open("/dev/shm", os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            assert not g.restart(other)
+        finally:
+            os.close(other)
+        g.close()
+        assert not g.restart(wfd)
+    finally:
+        os.close(wfd)
