@@ -97,6 +97,7 @@ class Sandbox:
         # The last run's fanotify group (protect/changes.py), restarted for the next:
         # closing one costs each run a wait for the kernel (4-16 ms).
         self._changes: Any = None
+        self._pid = os.getpid()
         self._lock = threading.Lock()
 
     def __enter__(self) -> Sandbox:
@@ -111,7 +112,7 @@ class Sandbox:
 
     def _keep(self, changes: Any) -> None:
         with self._lock:
-            old, self._changes = self._changes, changes
+            old, self._changes, self._pid = self._changes, changes, os.getpid()
         if old is not None and old is not changes:
             old.close()
 
@@ -139,6 +140,11 @@ class Sandbox:
             req = _request(argv, dict(self.options))
             with self._lock:                 # a group serves one run at a time
                 kept, self._changes = self._changes, None
+                if kept is not None and self._pid != os.getpid():
+                    # a forked copy of this Sandbox: the group's queue is shared with
+                    # the parent, whose reads would take this run's reports
+                    kept.close()
+                    kept = None
             used = None
             try:
                 with Session(req, warn=self.warn, create_state=True, host=self.host,

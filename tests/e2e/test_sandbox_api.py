@@ -233,6 +233,17 @@ def test_a_kept_change_report_serves_the_next_run_and_closes_with_the_sandbox(ro
             time.sleep(racy)
             sb.run(["true"])
             first = sb._changes
+            r_, w_ = os.pipe()
+            pid = os.fork()
+            if pid == 0:                       # a forked copy must not share the queue
+                try:
+                    sb.run(["true"])
+                    os.write(w_, b"1" if sb._changes is not first else b"0")
+                finally:
+                    os._exit(0)
+            os.close(w_)
+            out["fork"] = os.read(r_, 1).decode()
+            os.waitpid(pid, 0)
             t = threading.Thread(target=other)
             t.start()
             r = sb.run(["/bin/sh", "-c", "touch started; while [ ! -e go ]; do sleep 0.02; done"],
@@ -244,7 +255,7 @@ def test_a_kept_change_report_serves_the_next_run_and_closes_with_the_sandbox(ro
             out["open"] = len(fanotify_fds())
         out["closed"] = len(fanotify_fds())
     """)
-    assert out["kept"], out
+    assert out["kept"] and out["fork"] == "1", out
     assert out["walk"].startswith("the kernel's reports"), out
     assert "p/q/r/s/.envrc" in out["alerts"], out
     assert not os.path.exists(os.path.join(root_sandbox.workdir, "p/q/r/s/.envrc"))
