@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import threading
 from collections.abc import Collection, Sequence
 from typing import Any
 
@@ -93,6 +94,11 @@ class Sandbox:
         self.warn = warn or default_warn
         _request(["true"], dict(options))             # unknown options fail here
         self.host: HostFacts | None = None
+        # The last run's fanotify group (protect/changes.py), restarted for the next:
+        # closing one costs each run a wait for the kernel (4-16 ms).
+        self._changes: Any = None
+        self._pid = os.getpid()
+        self._lock = threading.Lock()
 
     def __enter__(self) -> Sandbox:
         return self
@@ -101,7 +107,14 @@ class Sandbox:
         self.close()
 
     def close(self) -> None:
-        """Nothing is held between runs; kept for the `with` form."""
+        """Close what is kept between runs (the workdir's change reports)."""
+        self._keep(None)
+
+    def _keep(self, changes: Any) -> None:
+        with self._lock:
+            old, self._changes, self._pid = self._changes, changes, os.getpid()
+        if old is not None and old is not changes:
+            old.close()
 
     def run(self, argv: Sequence[str], *, input: bytes | None = None, capture: bool = False,
             timeout: float | None = None) -> Completed:
@@ -125,10 +138,27 @@ class Sandbox:
                 err = os.memfd_create("confine-stderr", os.MFD_CLOEXEC)
                 fds += [out, err]
             req = _request(argv, dict(self.options))
-            with Session(req, warn=self.warn, create_state=True, host=self.host) as s:
-                if self.host is None:
-                    self.host = s.host
-                r = s.run(self.allow_degraded, stdio=(stdin, out, err), timeout=timeout)
+            with self._lock:                 # a group serves one run at a time
+                kept, self._changes = self._changes, None
+                if kept is not None and self._pid != os.getpid():
+                    # a forked copy of this Sandbox: the group's queue is shared with
+                    # the parent, whose reads would take this run's reports
+                    kept.close()
+                    kept = None
+            used = None
+            try:
+                with Session(req, warn=self.warn, create_state=True, host=self.host,
+                             changes=kept) as s:
+                    if self.host is None:
+                        self.host = s.host
+                    try:
+                        r = s.run(self.allow_degraded, stdio=(stdin, out, err), timeout=timeout)
+                    finally:
+                        used = getattr(s.snapshot, "changes", None)
+            finally:
+                if kept is not None and kept is not used:
+                    kept.close()
+                self._keep(used)
             return Completed(argv=list(argv), status=r.status, timed_out=r.timed_out,
                              report=r.report, steps=r.steps,
                              stdout=_read_all(out) if out is not None else None,

@@ -1162,7 +1162,7 @@ def _run_id() -> str:
 def snapshot(workdir: str, patterns: Iterable[str] | Sequence[Pattern] | None = None, *,
              home: str | None = None, git_configs: Sequence[str] | None = None,
              run_id: str | None = None, guarded: bool = False,
-             index_dir: str | None = None) -> Snapshot:
+             index_dir: str | None = None, changes: Any = None) -> Snapshot:
     """Record every protected path of `workdir` and plan the mount namespace.
 
     Runs in the supervisor before the fork (single-threaded).  `patterns`:
@@ -1176,6 +1176,8 @@ def snapshot(workdir: str, patterns: Iterable[str] | Sequence[Pattern] | None = 
     config.lock onto it is checked by the guard instead (`checked_configs`).
     `index_dir`: where the directory index is kept between runs (index.py;
     None: neither read nor kept); verify_and_revert stores the exit's there.
+    `changes`: a kept changes.Changes group to serve this run, where it can
+    (an earlier run's `Snapshot.changes`; else a new one is made).
     Raises OSError if the workdir cannot be opened, ValueError for a bad
     pattern.
     """
@@ -1188,12 +1190,13 @@ def snapshot(workdir: str, patterns: Iterable[str] | Sequence[Pattern] | None = 
         pats = tuple(plist) if plist and all(isinstance(p, Pattern) for p in plist) \
             else compile_patterns(plist)
     with _index.no_gc():
-        return _snapshot(workdir, pats, home, git_configs, run_id, guarded, index_dir, t0)
+        return _snapshot(workdir, pats, home, git_configs, run_id, guarded, index_dir, t0,
+                         changes)
 
 
 def _snapshot(workdir: str, pats: tuple[Pattern, ...], home: str | None,
               git_configs: Sequence[str] | None, run_id: str | None, guarded: bool,
-              index_dir: str | None, t0: float) -> Snapshot:
+              index_dir: str | None, t0: float, kept: Any) -> Snapshot:
     from . import gitdata  # it reads what the walk found; it imports this module
     sc = _Scan(workdir, pats, copy=True, home=home, git_configs=git_configs)
     key, note = None, ""
@@ -1203,11 +1206,17 @@ def _snapshot(workdir: str, pats: tuple[Pattern, ...], home: str | None,
         if why is not None:
             index_dir, note = None, why
         if index_dir is not None:
-            # before the walk: a name made while it runs is reported as well
-            changes, changes_note = _changes.open_changes(sc.fs.fd)
             key = _index.cache_key(workdir, sc.fs.fd, pats)
             sc.cached = _index.load(index_dir, key)
             note = "" if sc.cached is not None else "no stored index for this workdir"
+            if sc.cached is not None and len(sc.cached) < _changes.WORTH_DIRS:
+                changes_note = (f"{len(sc.cached)} directories at the last run: their "
+                                "stamps cost less than the reports")
+            elif kept is not None and kept.restart(sc.fs.fd):
+                changes, changes_note = kept, ""
+            else:
+                # before the walk: a name made while it runs is reported as well
+                changes, changes_note = _changes.open_changes(sc.fs.fd)
         try:
             sc.walk()
         except (TypeError, ValueError, IndexError, AttributeError) as e:

@@ -182,8 +182,9 @@ def _check_approver(approver: str | None, default: str) -> None:
 class Session:
     def __init__(self, req: Request, *, warn: Warn = default_warn, protect: bool = True,
                  host: HostFacts | None = None, parent_env: dict[str, str] | None = None,
-                 create_state: bool = False):
+                 create_state: bool = False, changes: Any = None):
         self.req = req
+        self.kept_changes = changes        # a Sandbox's fanotify group from its last run
         self.create_state = create_state   # make the profile's missing `state:` (a run)
         self.warn = warn
         self.tmp: str | None = None
@@ -315,7 +316,8 @@ class Session:
         try:
             snap = protect.snapshot(policy.workdir, protect.effective(policy), home=home,
                                     guarded=facts.seccomp_user_notif,
-                                    index_dir=index.dir_for(policy)[0])
+                                    index_dir=index.dir_for(policy)[0],
+                                    changes=self.kept_changes)
         except (OSError, ValueError) as e:
             raise ConfineError(f"cannot snapshot the protected workdir paths: {e}") from None
         self.snapshot = snap

@@ -276,3 +276,71 @@ def test_the_child_waits_for_every_landlock_rule(sandbox):
     status, msg, ran = out["bad"]
     assert status == 125 and "Landlock rule for /nowhere" in msg and "\n" not in msg, out
     assert ran is False, out
+
+
+def test_a_kept_change_report_serves_the_next_run_and_closes_with_the_sandbox(root_sandbox):
+    """A Sandbox keeps the last run's fanotify group (protect/changes.py) and
+    restarts it for the next run instead of paying its teardown each time. The
+    restarted group still reports what happens during the run: another process
+    makes .envrc below a vouched directory (mtime put back) while the agent
+    waits, and the exit check finds it from the reports. Closing the Sandbox
+    closes the group (control: it was open before)."""
+    for rel in ("p", "p/q", "p/q/r", "p/q/r/s"):
+        os.mkdir(os.path.join(root_sandbox.workdir, rel))
+        os.lchown(os.path.join(root_sandbox.workdir, rel), root_sandbox.agent.pw_uid,
+                  root_sandbox.agent.pw_gid)
+    out = _api(root_sandbox, """
+        import threading, time
+        from confine.protect import changes, index
+        changes.WORTH_DIRS = 0                 # this tree is small: mark it all the same
+        racy = index.RACY_NS / 1e9 + 0.2
+        def fanotify_fds():
+            got = []
+            for fd in os.listdir("/proc/self/fd"):
+                try:
+                    got += [fd] if "fanotify" in os.readlink("/proc/self/fd/" + fd) else []
+                except OSError:
+                    pass
+            return got
+        def other():
+            while not os.path.exists(os.path.join(WD, "started")):
+                time.sleep(0.02)
+            d = os.path.join(WD, "p/q/r/s")
+            st = os.stat(d)
+            with open(os.path.join(d, ".envrc"), "w") as f:
+                f.write("export X=1\\n")
+            os.utime(d, ns=(st.st_atime_ns, st.st_mtime_ns))
+            open(os.path.join(WD, "go"), "w").close()
+        with confine.Sandbox(workdir=WD) as sb:
+            time.sleep(racy)
+            sb.run(["true"])                   # stores the index
+            time.sleep(racy)
+            sb.run(["true"])
+            first = sb._changes
+            r_, w_ = os.pipe()
+            pid = os.fork()
+            if pid == 0:                       # a forked copy must not share the queue
+                try:
+                    sb.run(["true"])
+                    os.write(w_, b"1" if sb._changes is not first else b"0")
+                finally:
+                    os._exit(0)
+            os.close(w_)
+            out["fork"] = os.read(r_, 1).decode()
+            os.waitpid(pid, 0)
+            t = threading.Thread(target=other)
+            t.start()
+            r = sb.run(["/bin/sh", "-c", "touch started; while [ ! -e go ]; do sleep 0.02; done"],
+                       capture=True)
+            t.join()
+            out["kept"] = first is not None and sb._changes is first
+            out["walk"] = r.report.exit_walk
+            out["alerts"] = [c.path for c in r.report.alerts]
+            out["open"] = len(fanotify_fds())
+        out["closed"] = len(fanotify_fds())
+    """)
+    assert out["kept"] and out["fork"] == "1", out
+    assert out["walk"].startswith("the kernel's reports"), out
+    assert "p/q/r/s/.envrc" in out["alerts"], out
+    assert not os.path.exists(os.path.join(root_sandbox.workdir, "p/q/r/s/.envrc"))
+    assert out["open"] == 1 and out["closed"] == 0, out

@@ -46,6 +46,12 @@ def keep_mtime(path: str):
     return _K()
 
 
+@pytest.fixture(autouse=True)
+def marks_for_small_trees(monkeypatch):
+    """These trees are far below changes.WORTH_DIRS: mark them all the same."""
+    monkeypatch.setattr(changes, "WORTH_DIRS", 0)
+
+
 @pytest.fixture
 def tree():
     """A workdir of plain directories and a repository, its index stored by one
@@ -247,3 +253,55 @@ def test_a_real_run_finds_a_name_another_process_made_while_the_agent_made_none(
             agent.wait()
     assert "p/q/r/s/.envrc" in err, err
     assert not os.path.exists(os.path.join(sb.workdir, "p/q/r/s/.envrc"))
+
+
+@root_only
+def test_a_workdir_below_worth_dirs_gets_no_mark_and_its_stamps_find_the_change(tree, monkeypatch):
+    """A workdir whose last index held fewer directories than WORTH_DIRS is not
+    marked (the group's teardown would cost more than its stamps); the exit check
+    takes every stamp and still finds a change made with the mtime put back. At
+    the threshold exactly, the mark is placed."""
+    top, wd, store = tree
+    n = len(protect.snapshot(wd, git_configs=[], index_dir=store).dir_index)
+    monkeypatch.setattr(changes, "WORTH_DIRS", n)
+    assert protect.snapshot(wd, git_configs=[], index_dir=store).changes is not None
+    monkeypatch.setattr(changes, "WORTH_DIRS", n + 1)
+    snap = protect.snapshot(wd, git_configs=[], index_dir=store)
+    assert snap.changes is None and "directories at the last run" in snap.changes_note
+    assert snap.index_reused >= 8, snap.describe()["index"]
+    d = os.path.join(wd, "p/q/r/s")
+    with keep_mtime(d):
+        with open(os.path.join(d, ".envrc"), "w") as f:
+            f.write("export X=1\n")
+    rep = protect.verify_and_revert(snap, quarantine_dir=os.path.join(top, "q1"))
+    assert rep.exit_walk.startswith("every directory's stamp"), rep.exit_walk
+    assert "p/q/r/s/.envrc" in {c.path for c in rep.alerts}
+
+
+@root_only
+def test_a_restarted_group_reports_only_what_follows_and_only_for_its_filesystem(tree):
+    """Changes.restart (a Sandbox's kept group): what was queued before is
+    forgotten, what follows is reported; a workdir on another filesystem gets
+    False (a new group), as does a closed group."""
+    top, wd, store = tree
+    wfd = os.open(wd, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        g, why = changes.open_changes(wfd)
+        assert g is not None, why
+        os.mkdir(os.path.join(wd, "m/n/before"))
+        dirty, why = g.changed(wfd, wd)
+        assert dirty == {"m/n"}, (dirty, why)          # control: it was reported
+        assert g.restart(wfd)
+        with open(os.path.join(wd, "t/u/after.txt"), "w"):
+            pass
+        dirty, why = g.changed(wfd, wd)
+        assert dirty == {"t/u"}, (dirty, why)
+        other = os.open("/dev/shm", os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            assert not g.restart(other)
+        finally:
+            os.close(other)
+        g.close()
+        assert not g.restart(wfd)
+    finally:
+        os.close(wfd)
