@@ -105,6 +105,8 @@ def run(command: list[str], opts: dict[str, Any]) -> int:
         from .. import api
         from ..errors import ConfineError
         from ..runtime import launch  # noqa: F401 - what every run imports, here
+        from ..protect import index
+    index.OWN_PROCESS = True
     try:
         return api.run(command, **opts)
     except ConfineError as e:
