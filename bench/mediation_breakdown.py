@@ -76,29 +76,33 @@ SUP = [
 ]
 BRK = [
     ("import threading\n", "import threading\nimport time as _T\nimport json as _J\n_BL = []\n_R = [0]\n"),
-    ("""            try:
-                req = FileRequest.unpack(body)
-                answer = files.handle(req, fds)""", """            try:
-                req = FileRequest.unpack(body)
+    ("""                req = FileRequest.unpack(body)
+                answer = files.handle(req, fds)
+            except Deferred:""", """                req = FileRequest.unpack(body)
                 _t2 = _T.perf_counter_ns()
                 answer = files.handle(req, fds)
-                _t3 = _T.perf_counter_ns()"""),
+                _t3 = _T.perf_counter_ns()
+            except Deferred:"""),
     ("""                    reply(rid, answer, req)
                 finally:
                     _close(fds + ([answer.fd] if answer.fd is not None else []))
-                return leading""", """                    reply(rid, answer, req)
+                return True
+        leading""", """                    reply(rid, answer, req)
                     _BL.append((rid, _R[0], _t2, _t3, _T.perf_counter_ns()))
                     if len(_BL) % 100 == 0 and files.guard is not None:
                         with open(files.guard.workdir + '/broker.json', 'w') as _f:
                             _J.dump(_BL, _f)
                 finally:
                     _close(fds + ([answer.fd] if answer.fd is not None else []))
-                return leading"""),
+                return True
+        leading"""),
     ("""                body, fds = _receive(sock, inbox)
             except OSError:""", """                body, fds = _receive(sock, inbox)
                 _R[0] = _T.perf_counter_ns()
             except OSError:"""),
 ]
+# confine's launcher, with the patched copy first on sys.path (PYTHONPATH)
+LAUNCH = "import sys; from confine.cli import console; sys.argv[0] = 'confine'; sys.exit(console())"
 STEPS = (
     "agent's syscall -> supervisor's poll() returns",
     "NOTIF_RECV",
@@ -131,7 +135,8 @@ def _patch(path, edits):
 def measure(n=2000, user="nobody", confine=None):
     confine = confine or os.environ.get("CONFINE") or shutil.which("confine") or "confine"
     with open(confine) as f:
-        python = f.readline()[2:].strip()
+        # the interpreter without the launcher's -I -S, which would ignore PYTHONPATH
+        python = f.readline()[2:].split()[0]
     pkg = subprocess.run([python, "-c", "import confine, os; print(os.path.dirname(confine.__file__))"],
                          capture_output=True, text=True, check=True, cwd="/").stdout.strip()
     tmp = tempfile.mkdtemp(prefix="confine-breakdown-", dir=os.environ.get("BREAKDOWN_DIR"))
@@ -149,7 +154,7 @@ def measure(n=2000, user="nobody", confine=None):
         os.chown(wd, pw.pw_uid, pw.pw_gid)
         env = dict(os.environ, PYTHONPATH=os.path.join(tmp, "lib"),
                    BREAKDOWN_OUT=os.path.join(tmp, "supervisor.json"))
-        p = subprocess.run([confine, "exec", "-w", wd, "--user", user, "--", "/usr/bin/python3",
+        p = subprocess.run([python, "-c", LAUNCH, "exec", "-w", wd, "--user", user, "--", "/usr/bin/python3",
                             "agent.py", str(n)], cwd=wd, env=env, capture_output=True, text=True)
         if p.returncode:
             sys.exit(f"confine failed: {p.stderr.strip()}")
