@@ -287,6 +287,17 @@ attempt("openat2", lambda: sysc(437, -100, b"u", ctypes.c_char_p(bytes(24)), 24)
 attempt("enoent", lambda: opened("nodir/x", os.O_WRONLY | os.O_CREAT))
 attempt("outside workdir", lambda: opened("/etc/confine-guard-test", os.O_WRONLY | os.O_CREAT))
 attempt("dev null", lambda: opened("/dev/null", os.O_WRONLY | os.O_CREAT | os.O_TRUNC))
+# a name in the dirfd itself (broker: no walk for it): the kernel's checks still come first
+nf = os.open("u", os.O_RDONLY)
+attempt("file dirfd", lambda: os.open("f", os.O_WRONLY | os.O_CREAT, 0o600, dir_fd=nf))
+attempt("file dirfd mkdir", lambda: os.mkdir("m", dir_fd=nf))
+os.mkdir("nx", 0o700)
+nx = os.open("nx", os.O_PATH | os.O_DIRECTORY)
+os.chmod("nx", 0o600)                        # no search permission, even for its owner
+attempt("no search", lambda: os.open("f", os.O_WRONLY | os.O_CREAT, 0o600, dir_fd=nx))
+attempt("no search mkdir", lambda: os.mkdir("m", dir_fd=nx))
+os.chmod("nx", 0o700)
+attempt("made nothing", lambda: sorted(os.listdir("nx")))
 '''
 
 
@@ -298,7 +309,9 @@ def test_mediated_calls_keep_the_kernel_semantics(sandbox):
             "trunc append": "xyz", "truncate()": "x", "dev fd pipe": "p", "thread-self": "t",
             "dirfd": "ok", "exchange": "ok", "noreplace": "EEXIST", "creat slash": "EISDIR",
             "fifo nonblock": "ENXIO", "openat2": "ENOSYS", "enoent": "ENOENT",
-            "outside workdir": "EACCES", "dev null": "ok"}
+            "outside workdir": "EACCES", "dev null": "ok", "file dirfd": "ENOTDIR",
+            "file dirfd mkdir": "ENOTDIR", "no search": "EACCES", "no search mkdir": "EACCES",
+            "made nothing": []}
     assert r.pop("outside workdir") in ("EACCES", "EROFS"), (r, p.stderr)
     want.pop("outside workdir")
     assert r == want, (r, p.stderr)
