@@ -60,8 +60,8 @@ SUP = [
                 return
             _ST['f'] = _T.perf_counter_ns()
             # the name a call makes"""),
-    ("""                fds, cloexec, errno.EIO, what, direct=True)
-        finally:""", """                fds, cloexec, errno.EIO, what, direct=True)
+    ("""                retry=functools.partial(self._file, decode, n) if later else None)
+        finally:""", """                retry=functools.partial(self._file, decode, n) if later else None)
             _LOG.append((self.next_id - 1, *(_ST[k] for k in 'abcdefg'), _T.perf_counter_ns()))
         finally:"""),
     ("""        try:

@@ -34,6 +34,7 @@ from .wire import (
     META_OPS,
     REQUEST_MAX,
     SOCKET_OPS,
+    UMASK_UNREAD,
     FileRequest,
     MetaRequest,
     MsgHdr,
@@ -168,7 +169,7 @@ def broker_main(sock: socket.socket, guard: Guard | None = None) -> NoReturn:
         in order by the first leader); False: op is a call."""
         if op == Op.LISTENER:
             if listener[0] < 0 and len(fds) == 1:
-                listener[0] = fds[0]
+                listener[0] = files.umasks.listener = fds[0]
             else:
                 _close(fds)
         elif op == Op.ROOTS:
@@ -313,7 +314,7 @@ def _answer(listener: int, req: FileRequest | SocketRequest, answer: Reply) -> R
     from the waiting thread's cwd) is returned unanswered, for the
     supervisor: said before the agent goes on, never lost when it exits."""
     if answer.reason or (answer.ret < 0 and answer.err in (errno.EACCES, errno.EROFS,
-                                                            errno.EBUSY)):
+                                                            errno.EBUSY, UMASK_UNREAD)):
         return answer
     try:
         if answer.fd is not None and answer.ret >= 0:

@@ -41,7 +41,10 @@ outside the writable paths (a hard link made before the run), and no
 descriptor can tell where.
 
 The agent's umask is applied here (the broker's own is 0), its "self" in /proc
-is its own pid in its pid namespace.
+is its own pid in its pid namespace. Where the supervisor did not read the
+umask (a mkdir, an open with O_CREAT but not O_EXCL: most name something that
+exists, and nothing is made), it is read here only when a name is made
+(Umasks).
 
 Held names (guard.hold_at, protect/held.py): a new protected file or directory
 of the working tree that would be refused is made in the run's held area
@@ -75,7 +78,7 @@ from confine.protect.guard import INTERNAL, VET
 from confine.protect.held import mark_skip_worktree
 from confine.protect.report import _safe
 
-from .wire import FileRequest, MetaRequest, Op, Reply, debug
+from .wire import UMASK_READ, UMASK_UNREAD, FileRequest, MetaRequest, Op, Reply, debug
 
 # Read once where this module is imported (the supervisor, before the broker's
 # fork): the broker's own seccomp filter may refuse the Landlock calls.
@@ -228,10 +231,83 @@ def _name_in(up: int, st: os.stat_result, guess: bytes | None) -> bytes | None:
 
 class Task(NamedTuple):
     """The agent thread a call is made for: what "self" and "thread-self" mean
-    in its /proc (ids in its pid namespace), and its umask."""
+    in its /proc (ids in its pid namespace), and its umask (UMASK_READ: read
+    when needed, Umasks); nid: the notification it waits in."""
     tgid: int
     tid: int
     umask: int
+    nid: int = 0
+
+
+def _status_umask(raw: bytes) -> int:
+    """The Umask: line of a /proc/TID/status text (0o022 if absent, as the
+    supervisor's)."""
+    i = raw.find(b"\nUmask:")
+    if i < 0:
+        return 0o022
+    end = raw.find(b"\n", i + 7)
+    return int(raw[i + 7:end if end >= 0 else len(raw)], 8)
+
+
+class Unread(Exception):
+    """The umask could not be read here (Umasks); nothing was made."""
+
+
+class Umasks:
+    """The umask of an agent thread, read from its status file in this view's
+    /proc (the agent's pid namespace: its tid there) when a call makes a name
+    and the supervisor did not read it. The umask changes at any time, so it
+    is read on every call; the file stays open per thread. A read through it
+    fails (ESRCH) once the thread it was opened for is gone, so a read that
+    succeeds proves that thread still holds this tid, the one the notifying
+    thread held when the supervisor checked its notification. A file opened
+    now is proved the same way by the notification itself (ID_VALID after the
+    read): its thread still waits, so it held this tid throughout. A status
+    file that cannot be read here (a profile without /proc), or no listener
+    to prove it with: Unread, before anything is made."""
+
+    CAP = 64
+
+    def __init__(self) -> None:
+        self.listener = -1          # the agent's seccomp listener (broker.py)
+        self.by_tid: dict[int, int] = {}
+        self.lock = threading.Lock()
+
+    def get(self, task: Task) -> int:
+        with self.lock:
+            fd = self.by_tid.get(task.tid)
+            if fd is not None:
+                try:
+                    raw = os.pread(fd, 512, 0)
+                except OSError:
+                    raw = b""
+                if raw:
+                    return _status_umask(raw)
+                del self.by_tid[task.tid]
+                os.close(fd)
+            if self.listener < 0:
+                raise Unread()
+            try:
+                fd = os.open(b"/proc/%d/task/%d/status" % (task.tgid, task.tid),
+                             os.O_RDONLY | os.O_CLOEXEC)
+            except OSError:
+                raise Unread() from None
+            try:
+                try:
+                    raw = os.pread(fd, 512, 0)
+                except OSError:
+                    raw = b""
+                if not raw or _fstype(fd) != PROC_SUPER_MAGIC:
+                    raise Unread()
+                if not notify.id_valid(self.listener, task.nid):
+                    raise oserror(err=errno.ESRCH)    # gone: nothing is made for it
+            except BaseException:
+                os.close(fd)
+                raise
+            while len(self.by_tid) >= self.CAP:
+                os.close(self.by_tid.pop(next(iter(self.by_tid))))
+            self.by_tid[task.tid] = fd
+            return _status_umask(raw)
 
 
 class FileBroker:
@@ -264,6 +340,7 @@ class FileBroker:
                 else:
                     os.close(fd)
         self.root = os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        self.umasks = Umasks()
         # The thread that receives requests (broker.py): a call on it that might
         # block raises Deferred instead.
         self.inline: int | None = None
@@ -834,12 +911,16 @@ class FileBroker:
 
     # ------------------------------------------------------------ operations
 
+    def _mode(self, task: Task, mode: int, bits: int) -> int:
+        """The mode a name is made with: the agent's umask applied."""
+        umask = task.umask if task.umask != UMASK_READ else self.umasks.get(task)
+        return mode & bits & ~umask
+
     def open(self, task: Task, dirfd: int, path: bytes, flags: int, mode: int) -> int:
         acc = flags & os.O_ACCMODE
         writing = acc != os.O_RDONLY or bool(flags & os.O_TRUNC)
         creat = bool(flags & os.O_CREAT)
         excl = creat and bool(flags & os.O_EXCL)
-        mode = mode & 0o7777 & ~task.umask
         if flags & os.O_PATH:           # no access, no creation: only "self" matters
             pfd, base, slash = self._walk(task, dirfd, path)
             try:
@@ -859,19 +940,22 @@ class FileBroker:
                         base = me if base == b"self" else me + b"/task/" + str(task.tid).encode()
                     name = base + (b"/" if slash else b"")
                     if slash and creat:        # the kernel refuses (EISDIR): nothing is made
-                        return os.open(name, flags | os.O_CLOEXEC, mode, dir_fd=pfd)
+                        return os.open(name, flags | os.O_CLOEXEC, self._mode(task, mode, 0o7777),
+                                       dir_fd=pfd)
                     if excl:
                         with self.lock:
                             hfd = self._check_create(pfd, base, "file", hold=True)
                             if hfd is not None:
                                 try:
-                                    return self._held_open(hfd, base, flags, mode)
+                                    return self._held_open(hfd, base, flags,
+                                                           self._mode(task, mode, 0o7777))
                                 finally:
                                     os.close(hfd)
                             if self._in_held(pfd):
-                                return self._held_open(pfd, base, flags, mode)
-                            return os.open(base, flags | os.O_CLOEXEC | os.O_NOFOLLOW, mode,
-                                           dir_fd=pfd)
+                                return self._held_open(pfd, base, flags,
+                                                       self._mode(task, mode, 0o7777))
+                            return os.open(base, flags | os.O_CLOEXEC | os.O_NOFOLLOW,
+                                           self._mode(task, mode, 0o7777), dir_fd=pfd)
                     proc = _fstype(pfd) == PROC_SUPER_MAGIC
                     try:
                         # In /proc the kernel follows magic links (fd/N) to files that
@@ -886,11 +970,13 @@ class FileBroker:
                                 hfd = self._check_create(pfd, base, "file", hold=True)
                                 if hfd is not None:
                                     try:
-                                        return self._held_open(hfd, base, flags, mode)
+                                        return self._held_open(hfd, base, flags,
+                                                           self._mode(task, mode, 0o7777))
                                     finally:
                                         os.close(hfd)
                                 return os.open(base, flags | os.O_CLOEXEC | os.O_EXCL
-                                               | os.O_NOFOLLOW, mode, dir_fd=pfd)
+                                               | os.O_NOFOLLOW, self._mode(task, mode, 0o7777),
+                                               dir_fd=pfd)
                         except FileExistsError:
                             continue       # made meanwhile: judge what is there now
                     try:
@@ -917,8 +1003,11 @@ class FileBroker:
                             self._check_truncate(opath)
                         # The very file judged, opened the way the agent asked (O_TRUNC,
                         # permissions, read-only mounts: the kernel's own order).
+                        # (only O_TMPFILE makes a file here: the mode is for it)
                         return os.open(f"/proc/self/fd/{opath}", (flags | os.O_CLOEXEC)
-                                       & ~(os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW), mode)
+                                       & ~(os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW),
+                                       self._mode(task, mode, 0o7777)
+                                       if flags & os.O_TMPFILE == os.O_TMPFILE else 0)
                     finally:
                         os.close(opath)
                 finally:
@@ -951,7 +1040,7 @@ class FileBroker:
             hfd = self._check_create(pfd, base, "dir", hold=True)
             if hfd is None:
                 try:
-                    os.mkdir(base, mode & 0o1777 & ~task.umask, dir_fd=pfd)
+                    os.mkdir(base, self._mode(task, mode, 0o1777), dir_fd=pfd)
                 except FileExistsError:
                     if not (_is_dir(pfd, base) and self._in_held(pfd)):
                         raise
@@ -959,7 +1048,7 @@ class FileBroker:
             try:
                 # Made again (git's checkout asks once per file below it): the
                 # agent sees no directory there, so mkdir succeeds; what is held stays.
-                os.mkdir(base, (mode & 0o1777 & ~task.umask) | 0o700, dir_fd=hfd)
+                os.mkdir(base, self._mode(task, mode, 0o1777) | 0o700, dir_fd=hfd)
             except FileExistsError:
                 if not _is_dir(hfd, base):
                     raise
@@ -985,7 +1074,7 @@ class FileBroker:
         try:
             fmt = stat.S_IFMT(mode)
             self._check_create(pfd, base, "file" if fmt in (0, stat.S_IFREG) else "node")
-            os.mknod(base + (b"/" if slash else b""), fmt | (mode & 0o7777 & ~task.umask), dev,
+            os.mknod(base + (b"/" if slash else b""), fmt | self._mode(task, mode, 0o7777), dev,
                      dir_fd=pfd)
         finally:
             os.close(pfd)
@@ -1323,7 +1412,7 @@ class FileBroker:
     def handle(self, req: FileRequest, fds: list[int]) -> Reply:
         """Perform req; fds are the directories req.dirs index. Never raises
         OSError or Refused: they become the reply."""
-        task = Task(req.tgid, req.tid, req.umask)
+        task = Task(req.tgid, req.tid, req.umask, req.nid)
         d1, d2 = (fds[i] if i >= 0 else self.root for i in req.dirs)
         (p1, p2), op = req.paths, req.op
         self._said.line = ""
@@ -1350,6 +1439,8 @@ class FileBroker:
             return Reply(ret, reason=self._said.line)
         except Refused as r:
             return Reply(-1, r.errno, r.reason)
+        except Unread:
+            return Reply(-1, UMASK_UNREAD)
         except OSError as e:
             if debug():
                 import traceback

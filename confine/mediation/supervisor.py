@@ -63,6 +63,8 @@ from .wire import (
     IOVEC,
     MSGHDR_SIZE,
     REPLY_MAX,
+    UMASK_READ,
+    UMASK_UNREAD,
     XATTR_NAME_MAX,
     XATTR_SIZE_MAX,
     FileRequest,
@@ -106,6 +108,9 @@ class _Pending(NamedTuple):
     # the broker answers it itself (FileRequest.answer) and then sends no
     # reply: dropped by _prune once the notification is gone
     direct: bool = False
+    # a file call sent without its umask: handed over again, umask read here,
+    # if the broker could not read it (wire.UMASK_UNREAD)
+    retry: Callable[[], None] | None = None
 
 
 class _SocketCall(NamedTuple):
@@ -181,6 +186,7 @@ class Mediator:
         if meta is not None:
             self._send_writable(*meta)
         self.getfd = True          # pidfd_getfd works here (False once the host refused it)
+        self.umask_here = False    # the broker cannot read umasks (wire.UMASK_UNREAD)
         self.made = sockfd.Made()  # without pidfd_getfd: sockets made for the agent, kept
         self.tasks = _Tasks()      # per-thread facts and pidfds of file and socket calls
         self.warn = warn
@@ -412,6 +418,18 @@ class Mediator:
             got = self.pending.pop(rid, None)
             if got is None:
                 return True
+            if rep.ret < 0 and rep.err == UMASK_UNREAD:
+                # nothing was made: from now on the umask is read here
+                self.umask_here = True
+                try:
+                    if got.retry is None:
+                        raise OSError(errno.EIO, "umask unread")
+                    got.retry()
+                except OSError as e:
+                    self._respond(got.nid, error=e.errno or errno.EIO)
+                except Exception:  # noqa: BLE001 - never leave the agent waiting, never pass
+                    self._respond(got.nid, error=errno.EPERM)
+                return True
             self._said(rep, got)
             if got.then is not None:
                 try:
@@ -451,7 +469,8 @@ class Mediator:
 
     def _send(self, nid: int, make: Callable[[int], bytes], fds: list[int], cloexec: bool,
               lost: int, what: tuple | None = None,
-              then: Callable[[Any, list[int]], None] | None = None, direct: bool = False) -> bool:
+              then: Callable[[Any, list[int]], None] | None = None, direct: bool = False,
+              retry: Callable[[], None] | None = None) -> bool:
         """Hand the request make(request id) to the broker; the agent gets
         `lost` if it cannot be sent (False) or the broker dies before answering."""
         rid = self.next_id
@@ -461,7 +480,7 @@ class Mediator:
         except OSError:
             self._respond(nid, error=lost)
             return False
-        self.pending[rid] = _Pending(nid, cloexec, lost, what, then, direct)
+        self.pending[rid] = _Pending(nid, cloexec, lost, what, then, direct, retry)
         if len(self.pending) >= self.prune_at:
             self._prune()
         return True
@@ -870,9 +889,15 @@ class Mediator:
         if call is None:
             return self._respond(nid, error=errno.EINVAL)
         strs = [notify.read_cstr(pid, addr) for _, addr in call.paths]
-        umask, tgid, tid, pidfd = self.tasks.facts(
-            pid, call.op in (Op.MKDIR, Op.MKNOD)
-            or (call.op == Op.OPEN and bool(call.flags & (os.O_CREAT | _O_TMPFILE))))
+        # The umask where a name may be made; the broker reads it itself for a
+        # mkdir or a plain O_CREAT (mostly of names that exist), if it makes one.
+        needs = call.op in (Op.MKDIR, Op.MKNOD) or (
+            call.op == Op.OPEN and bool(call.flags & (os.O_CREAT | _O_TMPFILE)))
+        later = needs and not self.umask_here and (call.op == Op.MKDIR or (
+            call.op == Op.OPEN and call.flags & (os.O_EXCL | _O_TMPFILE) == 0))
+        umask, tgid, tid, pidfd = self.tasks.facts(pid, needs and not later)
+        if later:
+            umask = UMASK_READ
         fds: list[int] = []
         index: list[int] = []
         try:
@@ -906,7 +931,8 @@ class Mediator:
                 rid, call.op, call.flags, call.mode & 0xFFFFFFFF, call.arg, umask, tgid, tid,
                 (index[0], index[1]), (strs[0], strs[1]), call.target, nid,
                 ANSWER | (ANSWER_CLOEXEC if cloexec else 0)).pack(),
-                fds, cloexec, errno.EIO, what, direct=True)
+                fds, cloexec, errno.EIO, what, direct=True,
+                retry=functools.partial(self._file, decode, n) if later else None)
         finally:
             for f in fds:
                 os.close(f)
