@@ -41,16 +41,15 @@ SUP = [
                     try:
                         n = notify.recv(self.fd)
                         _ST['b'] = _T.perf_counter_ns()"""),
-    ("""        strs = [notify.read_cstr(pid, addr) for _, addr in call.paths]
-        umask, tgid, tid, pidfd = self.tasks.facts(
-            pid, call.op in (Op.MKDIR, Op.MKNOD)
-            or (call.op == Op.OPEN and bool(call.flags & (os.O_CREAT | _O_TMPFILE))))""",
+    ("""        strs = [notify.read_cstr(pid, addr) for _, addr in call.paths]""",
      """        strs = [notify.read_cstr(pid, addr) for _, addr in call.paths]
-        _ST['c'] = _T.perf_counter_ns()
-        umask, tgid, tid, pidfd = self.tasks.facts(
-            pid, call.op in (Op.MKDIR, Op.MKNOD)
-            or (call.op == Op.OPEN and bool(call.flags & (os.O_CREAT | _O_TMPFILE))))
-        _ST['d'] = _T.perf_counter_ns()"""),
+        _ST['c'] = _T.perf_counter_ns()"""),
+    ("""        if later:
+            umask = UMASK_READ
+""", """        if later:
+            umask = UMASK_READ
+        _ST['d'] = _T.perf_counter_ns()
+"""),
     ("""        try:
             if not notify.id_valid(self.fd, nid):
                 return
@@ -107,7 +106,7 @@ STEPS = (
     "agent's syscall -> supervisor's poll() returns",
     "NOTIF_RECV",
     "decode arguments, copy the path (process_vm_readv)",
-    "the thread's umask and ids (cached: pread of /proc/TID/status)",
+    "the thread's umask (if the supervisor reads it) and ids",
     "take the directory (/proc/TID/cwd or pidfd_getfd)",
     "ID_VALID",
     "pack + send_fds to the broker",

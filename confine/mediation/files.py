@@ -633,19 +633,30 @@ class FileBroker:
 
     def _placed(self, fd: int, st: os.stat_result) -> tuple[int, bytes] | None:
         """(its directory, its name) for the non-directory fd: the kernel's
-        name for it, confirmed component by component by descriptor from the
-        root of this view; None if that name does not lead to this very file.
-        The caller closes the directory."""
+        name for it, followed from the root of this view through no symlink
+        (one openat2, else component by component); None if that name does not
+        lead to this very file. The caller closes the directory."""
         hint = _hint(fd)
         if not hint:
             return None
-        cur = os.dup(self.root)
+        cur = -1
         try:
-            for c in hint[:-1]:
-                nxt = os.open(c, os.O_PATH | os.O_NOFOLLOW | os.O_DIRECTORY | os.O_CLOEXEC,
-                              dir_fd=cur)
-                os.close(cur)
-                cur = nxt
+            if len(hint) > 1 and not self.slow_only:
+                try:
+                    cur = notify.openat2(b"/".join(hint[:-1]), os.O_PATH | os.O_DIRECTORY,
+                                         notify.RESOLVE_NO_SYMLINKS
+                                         | notify.RESOLVE_NO_MAGICLINKS, dirfd=self.root)
+                except OSError as e:
+                    if e.errno != errno.ENOSYS:
+                        raise
+                    self.slow_only = True
+            if cur < 0:
+                cur = os.dup(self.root)
+                for c in hint[:-1]:
+                    nxt = os.open(c, os.O_PATH | os.O_NOFOLLOW | os.O_DIRECTORY | os.O_CLOEXEC,
+                                  dir_fd=cur)
+                    os.close(cur)
+                    cur = nxt
             if _ident(os.stat(hint[-1], dir_fd=cur, follow_symlinks=False)) == _ident(st):
                 cur, found = -1, cur
                 return found, hint[-1]
@@ -704,14 +715,15 @@ class FileBroker:
                 raise Refused(errno.EACCES, f"connect to unix socket {os.fsdecode(path)}"
                               + (f" (-> {where})" if where and where.encode() != path else "")
                               + ": outside the workdir and unix_sockets.allow")
-            return os.dup(opath)
-        finally:
+        except BaseException:
             os.close(opath)
+            raise
+        return opath
 
     def _socket_allowed(self, pfd: int, base: bytes) -> bool:
         try:
             st = os.fstat(pfd)
-            if (_ident(st), base) in self.socket_entries:
+            if (_ident(st), base) in self.socket_entries or _ident(st) in self.socket_dirs:
                 return True
             cur = os.dup(pfd)
             try:

@@ -650,13 +650,13 @@ class Mediator:
         fds: list[int] = []
         try:
             try:
-                stype = socket.socket(fileno=os.dup(sock))
+                stype = socket.socket(fileno=sock)
             except OSError:
                 stype = None
             is_stream = stype is not None and stype.type == socket.SOCK_STREAM
             family = stype.family if stype is not None else None
             if stype is not None:
-                stype.close()
+                stype.detach()      # only asked: `sock` stays the caller's
             if call.op == Op.SENDTO and call.full and call.full > DATA_CAP and not is_stream:
                 self._respond(nid, error=errno.EMSGSIZE)
                 return False
