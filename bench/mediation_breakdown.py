@@ -63,11 +63,10 @@ SUP = [
         finally:""", """                retry=functools.partial(self._file, decode, n) if later else None)
             _LOG.append((self.next_id - 1, *(_ST[k] for k in 'abcdefg'), _T.perf_counter_ns()))
         finally:"""),
-    ("""        try:
-            socket.send_fds(self.broker, [make(rid)], fds)""", """        try:
-            _m = make(rid)
-            socket.send_fds(self.broker, [_m], fds)
-            _ST['g'] = _T.perf_counter_ns()"""),
+    ("""                socket.send_fds(self.broker, [msg], fds)
+        except OSError:""", """                socket.send_fds(self.broker, [msg], fds)
+            _ST['g'] = _T.perf_counter_ns()
+        except OSError:"""),
     ("""            self.tasks.clear()      # a process running many sandboxes keeps no descriptors""",
      """            self.tasks.clear()      # a process running many sandboxes keeps no descriptors
             with open(os.environ['BREAKDOWN_OUT'], 'w') as _f:

@@ -172,6 +172,10 @@ class Mediator:
         # A stuck broker must not freeze every mediated call: a send that cannot
         # complete in time is answered ECONNREFUSED.
         self.broker.settimeout(5)
+        # The same socket without the timeout (its descriptor stays non-blocking),
+        # for the per-call send: a socket with a timeout polls before every send.
+        # A send that would block goes through self.broker and its timeout.
+        self.post = socket.socket(fileno=os.dup(broker.fileno()))
         self.uid = agent_uid
         self.pending: dict[int, _Pending] = {}      # request id -> its notification
         self.prune_at = PRUNE_AT
@@ -352,6 +356,7 @@ class Mediator:
             self._serve()
         finally:
             self.tasks.clear()      # a process running many sandboxes keeps no descriptors
+            self.post.close()
         # No process uses the filter any more: the listener is done with too.
         os.close(self.fd)
 
@@ -476,7 +481,11 @@ class Mediator:
         rid = self.next_id
         self.next_id += 1
         try:
-            socket.send_fds(self.broker, [make(rid)], fds)
+            msg = make(rid)
+            try:
+                socket.send_fds(self.post, [msg], fds)
+            except BlockingIOError:
+                socket.send_fds(self.broker, [msg], fds)
         except OSError:
             self._respond(nid, error=lost)
             return False
