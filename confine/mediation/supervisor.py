@@ -684,7 +684,9 @@ class Mediator:
             if resolve:
                 # The agent's cwd (its own, by its thread id: not a name it chose),
                 # for a relative address; the broker resolves it (files.unix_target).
-                fds.append(os.open(f"/proc/{pid}/cwd", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC))
+                if raw[2] != ord("/"):
+                    fds.append(os.open(f"/proc/{pid}/cwd",
+                                       os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC))
                 _, tgid, tid, _ = self.tasks.facts(pid, umask=False)
             # The broker answers the agent itself unless the reply is for `then`
             # (a socket made for the agent) or has something to say (broker._answer).

@@ -83,8 +83,8 @@ def request_head(body: bytes) -> tuple[int, int]:
 
 class SocketRequest(NamedTuple):
     """connect/sendto/sendmsg/listen (flags: the backlog). Descriptors: the
-    socket, then (resolve) the agent's cwd, then the ones the agent passes
-    with SCM_RIGHTS. resolve: `name` is a pathname unix address the broker
+    socket, then (resolve, and the path in `name` is relative) the agent's
+    cwd, then the ones the agent passes with SCM_RIGHTS. resolve: `name` is a pathname unix address the broker
     resolves in the agent's view and checks against the roots (RootsRequest);
     tgid, tid: what "self" and "thread-self" mean in the agent's /proc.
     nid, answer: as FileRequest's (ANSWER: the broker answers the notification
