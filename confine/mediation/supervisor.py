@@ -911,14 +911,19 @@ class Mediator:
             umask = UMASK_READ
         fds: list[int] = []
         index: list[int] = []
+        cwd = -1        # one cwd for both names of a rename or link (as one lookup would see)
         try:
             for (dfd, _), path in zip(call.paths, strs, strict=True):
                 if path.startswith(b"/"):
                     index.append(-1)
                     continue
                 dfd = _i32(dfd)
+                if dfd == AT_FDCWD and cwd >= 0:
+                    index.append(cwd)
+                    continue
                 if dfd == AT_FDCWD:
                     fds.append(os.open(f"/proc/{pid}/cwd", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC))
+                    cwd = len(fds) - 1
                 else:
                     fds.append(self._take(pid, dfd, pidfd))
                 index.append(len(fds) - 1)

@@ -311,6 +311,14 @@ attempt("dirfd", dirfd_rel)
 attempt("exchange", lambda: (opened("x1", os.O_WRONLY | os.O_CREAT), opened("x2", os.O_WRONLY | os.O_CREAT),
                              sysc(316, -100, b"x1", -100, b"x2", 2))[-1])
 attempt("noreplace", lambda: sysc(316, -100, b"x1", -100, b"x2", 1))
+def two_dirs():
+    # a rename's two names, one from the cwd and one from a dirfd, then back
+    d = os.open("dd", os.O_RDONLY | os.O_DIRECTORY)
+    os.rename("x1", "moved", dst_dir_fd=d)
+    os.link("moved", "x1", src_dir_fd=d)
+    os.rename("x1", "x3")
+    return [os.path.exists("dd/moved"), os.path.exists("x3"), os.path.exists("x1")]
+attempt("two dirs", two_dirs)
 attempt("creat slash", lambda: opened("newdir/", os.O_WRONLY | os.O_CREAT))
 attempt("fifo nonblock", lambda: (os.mkfifo("ff"), opened("ff", os.O_WRONLY | os.O_NONBLOCK))[-1])
 attempt("openat2", lambda: sysc(437, -100, b"u", ctypes.c_char_p(bytes(24)), 24))
@@ -345,7 +353,7 @@ def test_mediated_calls_keep_the_kernel_semantics(sandbox):
             "fifo nonblock": "ENXIO", "openat2": "ENOSYS", "enoent": "ENOENT",
             "outside workdir": "EACCES", "dev null": "ok", "file dirfd": "ENOTDIR",
             "file dirfd mkdir": "ENOTDIR", "no search": "EACCES", "no search mkdir": "EACCES",
-            "made nothing": []}
+            "made nothing": [], "two dirs": [True, True, False]}
     assert r.pop("outside workdir") in ("EACCES", "EROFS"), (r, p.stderr)
     want.pop("outside workdir")
     assert r == want, (r, p.stderr)
