@@ -756,6 +756,10 @@ class FileBroker:
             return None
         assert comps is not None
         if hold and self.held_fd is not None and self.guard.hold_at(folded, kind):
+            # Made elsewhere, so the kernel's own check comes first: search
+            # permission on this directory (_walk_to did not walk to it for a
+            # name in the dirfd itself). EACCES, as the kernel.
+            os.stat(b".", dir_fd=pfd)
             try:
                 hfd = self._held_parent(comps)
             except OSError as e:

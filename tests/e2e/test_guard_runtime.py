@@ -334,6 +334,8 @@ nx = os.open("nx", os.O_PATH | os.O_DIRECTORY)
 os.chmod("nx", 0o600)                        # no search permission, even for its owner
 attempt("no search", lambda: os.open("f", os.O_WRONLY | os.O_CREAT, 0o600, dir_fd=nx))
 attempt("no search mkdir", lambda: os.mkdir("m", dir_fd=nx))
+attempt("no search held", lambda: os.open(".envrc", os.O_WRONLY | os.O_CREAT, 0o600, dir_fd=nx))
+attempt("no search held dir", lambda: os.mkdir(".vscode", dir_fd=nx))
 os.chmod("nx", 0o700)
 attempt("made nothing", lambda: sorted(os.listdir("nx")))
 '''
@@ -353,6 +355,7 @@ def test_mediated_calls_keep_the_kernel_semantics(sandbox):
             "fifo nonblock": "ENXIO", "openat2": "ENOSYS", "enoent": "ENOENT",
             "outside workdir": "EACCES", "dev null": "ok", "file dirfd": "ENOTDIR",
             "file dirfd mkdir": "ENOTDIR", "no search": "EACCES", "no search mkdir": "EACCES",
+            "no search held": "EACCES", "no search held dir": "EACCES",
             "made nothing": [], "two dirs": [True, True, False]}
     assert r.pop("outside workdir") in ("EACCES", "EROFS"), (r, p.stderr)
     want.pop("outside workdir")
