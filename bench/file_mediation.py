@@ -29,7 +29,7 @@ def timed(fn):
     return (time.perf_counter() - t) / n * 1e6
 W = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
 open("f", "w").close()
-os.mkdir("e")
+os.makedirs("e", exist_ok=True)
 def mkdir_existing():
     try:
         os.mkdir("e")
