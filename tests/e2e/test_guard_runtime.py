@@ -399,6 +399,20 @@ def test_the_umask_without_proc_in_the_profile(confine_bin, test_user):
         shutil.rmtree(wd, ignore_errors=True)
 
 
+def test_the_umask_without_namespaces(confine_bin, test_user):
+    """Without a pid namespace the broker reads the agent's umask through the
+    host's /proc, by host ids."""
+    from conftest import Sandbox, make_workdir
+    wd = make_workdir(test_user)
+    try:
+        box = Sandbox("root", test_user, wd).without_namespaces()
+        p, r = box.probe(UMASK_NO_PROC_BODY.replace('attempt("proc", ', '(lambda *a: 0)(0, '))
+        assert r == {"modes": ["0o750", "0o640", "0o750", "0o640"],
+                     "changed": ["0o775", "0o664"], "existing": "EEXIST"}, (r, p.stderr)
+    finally:
+        shutil.rmtree(wd, ignore_errors=True)
+
+
 RACE_BODY = r'''
 import threading, time
 os.mkdir(".claude")
