@@ -194,6 +194,14 @@ def _hint(fd: int) -> list[bytes]:
     return [c for c in p.split(b"/") if c] if p.startswith(b"/") else []
 
 
+def _same(pfd: int, name: bytes, st: os.stat_result) -> bool:
+    """`name` in directory pfd is, itself (no symlink followed), the file st."""
+    try:
+        return _ident(os.stat(name, dir_fd=pfd, follow_symlinks=False)) == _ident(st)
+    except OSError:
+        return False
+
+
 def _name_in(up: int, st: os.stat_result, guess: bytes | None) -> bytes | None:
     """The name under which directory `up` holds the directory `st`, None if
     it cannot be told (unreadable, not found, more than SCAN_CAP entries)."""
@@ -704,20 +712,33 @@ class FileBroker:
         agent names can steer a lookup into the supervisor's /proc), as an
         O_PATH descriptor, if it lies under an allowed root: judged by
         descriptor, walking ".." from its directory. Refused otherwise."""
-        opath = self.open(task, dirfd, path, os.O_PATH, 0)
+        pfd, base, slash = self._walk(task, dirfd, path)
+        opath = -1
         try:
+            # as open() with O_PATH: a final symlink is followed
+            opath = os.open(base + (b"/" if slash else b""), os.O_PATH | os.O_CLOEXEC, dir_fd=pfd)
             st = os.fstat(opath)
             if not stat.S_ISSOCK(st.st_mode):
                 raise oserror(err=errno.ECONNREFUSED)
-            placed = self._placed(opath, st)
+            # The name walked to is this very socket (no symlink followed at the
+            # end): placed by the directory walked to, else by the kernel's name.
+            if not slash and _same(pfd, base, st):
+                placed: tuple[int, bytes] | None = (pfd, base)
+                pfd = -1                        # _socket_allowed closes it
+            else:
+                placed = self._placed(opath, st)
             if placed is None or not self._socket_allowed(*placed):
                 where = path_of(opath)
                 raise Refused(errno.EACCES, f"connect to unix socket {os.fsdecode(path)}"
                               + (f" (-> {where})" if where and where.encode() != path else "")
                               + ": outside the workdir and unix_sockets.allow")
         except BaseException:
-            os.close(opath)
+            if opath >= 0:
+                os.close(opath)
             raise
+        finally:
+            if pfd >= 0:
+                os.close(pfd)
         return opath
 
     def _socket_allowed(self, pfd: int, base: bytes) -> bool:
