@@ -29,11 +29,18 @@ def timed(fn):
     return (time.perf_counter() - t) / n * 1e6
 W = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
 open("f", "w").close()
+os.makedirs("e", exist_ok=True)
+def mkdir_existing():
+    try:
+        os.mkdir("e")
+    except FileExistsError:
+        pass
 out = {
     "open read-only (not mediated)": timed(lambda: os.close(os.open("f", os.O_RDONLY))),
     "open O_WRONLY|O_CREAT|O_TRUNC, existing": timed(lambda: os.close(os.open("f", W))),
     "create + unlink a new file": timed(lambda: (os.close(os.open("g", W | os.O_EXCL)), os.unlink("g"))),
     "mkdir + rmdir": timed(lambda: (os.mkdir("d"), os.rmdir("d"))),
+    "mkdir of an existing directory (EEXIST)": timed(mkdir_existing),
     "rename there and back": timed(lambda: (os.rename("f", "h"), os.rename("h", "f"))),
 }
 print(json.dumps(out))
@@ -44,6 +51,7 @@ MEDIATED_CALLS = {
     "open O_WRONLY|O_CREAT|O_TRUNC, existing": 1,
     "create + unlink a new file": 1,
     "mkdir + rmdir": 1,
+    "mkdir of an existing directory (EEXIST)": 1,
     "rename there and back": 2,
 }
 GIT = r"""

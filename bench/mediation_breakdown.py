@@ -41,16 +41,15 @@ SUP = [
                     try:
                         n = notify.recv(self.fd)
                         _ST['b'] = _T.perf_counter_ns()"""),
-    ("""        strs = [notify.read_cstr(pid, addr) for _, addr in call.paths]
-        umask, tgid, tid, pidfd = self.tasks.facts(
-            pid, call.op in (Op.MKDIR, Op.MKNOD)
-            or (call.op == Op.OPEN and bool(call.flags & (os.O_CREAT | _O_TMPFILE))))""",
+    ("""        strs = [notify.read_cstr(pid, addr) for _, addr in call.paths]""",
      """        strs = [notify.read_cstr(pid, addr) for _, addr in call.paths]
-        _ST['c'] = _T.perf_counter_ns()
-        umask, tgid, tid, pidfd = self.tasks.facts(
-            pid, call.op in (Op.MKDIR, Op.MKNOD)
-            or (call.op == Op.OPEN and bool(call.flags & (os.O_CREAT | _O_TMPFILE))))
-        _ST['d'] = _T.perf_counter_ns()"""),
+        _ST['c'] = _T.perf_counter_ns()"""),
+    ("""        if later:
+            umask = UMASK_READ
+""", """        if later:
+            umask = UMASK_READ
+        _ST['d'] = _T.perf_counter_ns()
+"""),
     ("""        try:
             if not notify.id_valid(self.fd, nid):
                 return
@@ -60,15 +59,14 @@ SUP = [
                 return
             _ST['f'] = _T.perf_counter_ns()
             # the name a call makes"""),
-    ("""                fds, cloexec, errno.EIO, what, direct=True)
-        finally:""", """                fds, cloexec, errno.EIO, what, direct=True)
+    ("""                retry=functools.partial(self._file, decode, n) if later else None)
+        finally:""", """                retry=functools.partial(self._file, decode, n) if later else None)
             _LOG.append((self.next_id - 1, *(_ST[k] for k in 'abcdefg'), _T.perf_counter_ns()))
         finally:"""),
-    ("""        try:
-            socket.send_fds(self.broker, [make(rid)], fds)""", """        try:
-            _m = make(rid)
-            socket.send_fds(self.broker, [_m], fds)
-            _ST['g'] = _T.perf_counter_ns()"""),
+    ("""                socket.send_fds(self.broker, [msg], fds)
+        except OSError:""", """                socket.send_fds(self.broker, [msg], fds)
+            _ST['g'] = _T.perf_counter_ns()
+        except OSError:"""),
     ("""            self.tasks.clear()      # a process running many sandboxes keeps no descriptors""",
      """            self.tasks.clear()      # a process running many sandboxes keeps no descriptors
             with open(os.environ['BREAKDOWN_OUT'], 'w') as _f:
@@ -76,34 +74,38 @@ SUP = [
 ]
 BRK = [
     ("import threading\n", "import threading\nimport time as _T\nimport json as _J\n_BL = []\n_R = [0]\n"),
-    ("""            try:
-                req = FileRequest.unpack(body)
-                answer = files.handle(req, fds)""", """            try:
-                req = FileRequest.unpack(body)
+    ("""                req = FileRequest.unpack(body)
+                answer = files.handle(req, fds)
+            except Deferred:""", """                req = FileRequest.unpack(body)
                 _t2 = _T.perf_counter_ns()
                 answer = files.handle(req, fds)
-                _t3 = _T.perf_counter_ns()"""),
+                _t3 = _T.perf_counter_ns()
+            except Deferred:"""),
     ("""                    reply(rid, answer, req)
                 finally:
                     _close(fds + ([answer.fd] if answer.fd is not None else []))
-                return leading""", """                    reply(rid, answer, req)
+                return True
+        leading""", """                    reply(rid, answer, req)
                     _BL.append((rid, _R[0], _t2, _t3, _T.perf_counter_ns()))
                     if len(_BL) % 100 == 0 and files.guard is not None:
                         with open(files.guard.workdir + '/broker.json', 'w') as _f:
                             _J.dump(_BL, _f)
                 finally:
                     _close(fds + ([answer.fd] if answer.fd is not None else []))
-                return leading"""),
+                return True
+        leading"""),
     ("""                body, fds = _receive(sock, inbox)
             except OSError:""", """                body, fds = _receive(sock, inbox)
                 _R[0] = _T.perf_counter_ns()
             except OSError:"""),
 ]
+# confine's launcher, with the patched copy first on sys.path (PYTHONPATH)
+LAUNCH = "import sys; from confine.cli import console; sys.argv[0] = 'confine'; sys.exit(console())"
 STEPS = (
     "agent's syscall -> supervisor's poll() returns",
     "NOTIF_RECV",
     "decode arguments, copy the path (process_vm_readv)",
-    "the thread's umask and ids (cached: pread of /proc/TID/status)",
+    "the thread's umask (if the supervisor reads it) and ids",
     "take the directory (/proc/TID/cwd or pidfd_getfd)",
     "ID_VALID",
     "pack + send_fds to the broker",
@@ -131,7 +133,8 @@ def _patch(path, edits):
 def measure(n=2000, user="nobody", confine=None):
     confine = confine or os.environ.get("CONFINE") or shutil.which("confine") or "confine"
     with open(confine) as f:
-        python = f.readline()[2:].strip()
+        # the interpreter without the launcher's -I -S, which would ignore PYTHONPATH
+        python = f.readline()[2:].split()[0]
     pkg = subprocess.run([python, "-c", "import confine, os; print(os.path.dirname(confine.__file__))"],
                          capture_output=True, text=True, check=True, cwd="/").stdout.strip()
     tmp = tempfile.mkdtemp(prefix="confine-breakdown-", dir=os.environ.get("BREAKDOWN_DIR"))
@@ -149,7 +152,7 @@ def measure(n=2000, user="nobody", confine=None):
         os.chown(wd, pw.pw_uid, pw.pw_gid)
         env = dict(os.environ, PYTHONPATH=os.path.join(tmp, "lib"),
                    BREAKDOWN_OUT=os.path.join(tmp, "supervisor.json"))
-        p = subprocess.run([confine, "exec", "-w", wd, "--user", user, "--", "/usr/bin/python3",
+        p = subprocess.run([python, "-c", LAUNCH, "exec", "-w", wd, "--user", user, "--", "/usr/bin/python3",
                             "agent.py", str(n)], cwd=wd, env=env, capture_output=True, text=True)
         if p.returncode:
             sys.exit(f"confine failed: {p.stderr.strip()}")

@@ -34,6 +34,7 @@ from .wire import (
     META_OPS,
     REQUEST_MAX,
     SOCKET_OPS,
+    UMASK_UNREAD,
     FileRequest,
     MetaRequest,
     MsgHdr,
@@ -168,7 +169,7 @@ def broker_main(sock: socket.socket, guard: Guard | None = None) -> NoReturn:
         in order by the first leader); False: op is a call."""
         if op == Op.LISTENER:
             if listener[0] < 0 and len(fds) == 1:
-                listener[0] = fds[0]
+                listener[0] = files.umasks.listener = fds[0]
             else:
                 _close(fds)
         elif op == Op.ROOTS:
@@ -252,8 +253,8 @@ QUIET = (b"/run/nscd/socket", b"/run/systemd/userdb/", b"/run/systemd/resolve/io
 
 
 def _socket_call(files: FileBroker, req: SocketRequest, fds: list[int]) -> Reply:
-    """fds: the socket, then the agent's cwd if req.resolve, then the
-    descriptors to pass."""
+    """fds: the socket, then the agent's cwd if req.resolve and the path is
+    relative, then the descriptors to pass."""
     sockfd, extra = fds[0], fds[1:]
     ctypes.set_errno(0)
     if req.op == Op.LISTEN:
@@ -266,8 +267,10 @@ def _socket_call(files: FileBroker, req: SocketRequest, fds: list[int]) -> Reply
     opath = -1
     if req.resolve:
         path = name[2:].split(b"\0", 1)[0]
+        relative = not path.startswith(b"/")
         try:
-            opath = files.unix_target(Task(req.tgid, req.tid, 0), extra[0], path)
+            opath = files.unix_target(Task(req.tgid, req.tid, 0),
+                                      extra[0] if relative else files.root, path)
         except Refused as r:
             return Reply(-1, r.errno, "" if path.startswith(QUIET) else r.reason)
         except OSError as e:
@@ -275,7 +278,8 @@ def _socket_call(files: FileBroker, req: SocketRequest, fds: list[int]) -> Reply
         # Connecting through /proc/self/fd reaches the very file judged,
         # whatever was renamed or swapped in at its name since.
         name = struct.pack("<H", socket.AF_UNIX) + b"/proc/self/fd/%d\0" % opath
-        extra = extra[1:]
+        if relative:
+            extra = extra[1:]
     try:
         return _perform(req, sockfd, name, extra)
     finally:
@@ -313,7 +317,7 @@ def _answer(listener: int, req: FileRequest | SocketRequest, answer: Reply) -> R
     from the waiting thread's cwd) is returned unanswered, for the
     supervisor: said before the agent goes on, never lost when it exits."""
     if answer.reason or (answer.ret < 0 and answer.err in (errno.EACCES, errno.EROFS,
-                                                            errno.EBUSY)):
+                                                            errno.EBUSY, UMASK_UNREAD)):
         return answer
     try:
         if answer.fd is not None and answer.ret >= 0:

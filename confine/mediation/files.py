@@ -41,7 +41,10 @@ outside the writable paths (a hard link made before the run), and no
 descriptor can tell where.
 
 The agent's umask is applied here (the broker's own is 0), its "self" in /proc
-is its own pid in its pid namespace.
+is its own pid in its pid namespace. Where the supervisor did not read the
+umask (a mkdir, an open with O_CREAT but not O_EXCL: most name something that
+exists, and nothing is made), it is read here only when a name is made
+(Umasks).
 
 Held names (guard.hold_at, protect/held.py): a new protected file or directory
 of the working tree that would be refused is made in the run's held area
@@ -75,7 +78,7 @@ from confine.protect.held import mark_skip_worktree
 from confine.protect.report import _safe
 
 from ..record import NamedTuple
-from .wire import FileRequest, MetaRequest, Op, Reply, debug
+from .wire import UMASK_READ, UMASK_UNREAD, FileRequest, MetaRequest, Op, Reply, debug
 
 # Read once where this module is imported (the supervisor, before the broker's
 # fork): the broker's own seccomp filter may refuse the Landlock calls.
@@ -140,11 +143,24 @@ class Refused(Exception):
         self.reason = reason
 
 
+class _StatfsBuf(threading.local):
+    """A struct statfs per thread: one per call was a fifth of _fstype's time."""
+
+    def __init__(self) -> None:
+        self.buf = ctypes.create_string_buffer(_STATFS_SIZE)
+
+
+_statfs = _StatfsBuf()
+
+
 def _fstype(fd: int) -> int:
-    buf = ctypes.create_string_buffer(_STATFS_SIZE)
+    buf = _statfs.buf
     if libc.fstatfs(fd, buf) != 0:
         return 0
-    return struct.unpack_from("<q", buf.raw)[0]
+    return _F_TYPE.unpack_from(buf)[0]
+
+
+_F_TYPE = struct.Struct("<q")
 
 
 def _proc_root(fd: int) -> bool:
@@ -176,6 +192,14 @@ def _hint(fd: int) -> list[bytes]:
     except OSError:
         return []
     return [c for c in p.split(b"/") if c] if p.startswith(b"/") else []
+
+
+def _same(pfd: int, name: bytes, st: os.stat_result) -> bool:
+    """`name` in directory pfd is, itself (no symlink followed), the file st."""
+    try:
+        return _ident(os.stat(name, dir_fd=pfd, follow_symlinks=False)) == _ident(st)
+    except OSError:
+        return False
 
 
 def _name_in(up: int, st: os.stat_result, guess: bytes | None) -> bytes | None:
@@ -215,10 +239,83 @@ def _name_in(up: int, st: os.stat_result, guess: bytes | None) -> bytes | None:
 
 class Task(NamedTuple):
     """The agent thread a call is made for: what "self" and "thread-self" mean
-    in its /proc (ids in its pid namespace), and its umask."""
+    in its /proc (ids in its pid namespace), and its umask (UMASK_READ: read
+    when needed, Umasks); nid: the notification it waits in."""
     tgid: int
     tid: int
     umask: int
+    nid: int = 0
+
+
+def _status_umask(raw: bytes) -> int:
+    """The Umask: line of a /proc/TID/status text (0o022 if absent, as the
+    supervisor's)."""
+    i = raw.find(b"\nUmask:")
+    if i < 0:
+        return 0o022
+    end = raw.find(b"\n", i + 7)
+    return int(raw[i + 7:end if end >= 0 else len(raw)], 8)
+
+
+class Unread(Exception):
+    """The umask could not be read here (Umasks); nothing was made."""
+
+
+class Umasks:
+    """The umask of an agent thread, read from its status file in this view's
+    /proc (the agent's pid namespace: its tid there) when a call makes a name
+    and the supervisor did not read it. The umask changes at any time, so it
+    is read on every call; the file stays open per thread. A read through it
+    fails (ESRCH) once the thread it was opened for is gone, so a read that
+    succeeds proves that thread still holds this tid, the one the notifying
+    thread held when the supervisor checked its notification. A file opened
+    now is proved the same way by the notification itself (ID_VALID after the
+    read): its thread still waits, so it held this tid throughout. A status
+    file that cannot be read here (a profile without /proc), or no listener
+    to prove it with: Unread, before anything is made."""
+
+    CAP = 64
+
+    def __init__(self) -> None:
+        self.listener = -1          # the agent's seccomp listener (broker.py)
+        self.by_tid: dict[int, int] = {}
+        self.lock = threading.Lock()
+
+    def get(self, task: Task) -> int:
+        with self.lock:
+            fd = self.by_tid.get(task.tid)
+            if fd is not None:
+                try:
+                    raw = os.pread(fd, 512, 0)
+                except OSError:
+                    raw = b""
+                if raw:
+                    return _status_umask(raw)
+                del self.by_tid[task.tid]
+                os.close(fd)
+            if self.listener < 0:
+                raise Unread()
+            try:
+                fd = os.open(b"/proc/%d/task/%d/status" % (task.tgid, task.tid),
+                             os.O_RDONLY | os.O_CLOEXEC)
+            except OSError:
+                raise Unread() from None
+            try:
+                try:
+                    raw = os.pread(fd, 512, 0)
+                except OSError:
+                    raw = b""
+                if not raw or _fstype(fd) != PROC_SUPER_MAGIC:
+                    raise Unread()
+                if not notify.id_valid(self.listener, task.nid):
+                    raise oserror(err=errno.ESRCH)    # gone: nothing is made for it
+            except BaseException:
+                os.close(fd)
+                raise
+            while len(self.by_tid) >= self.CAP:
+                os.close(self.by_tid.pop(next(iter(self.by_tid))))
+            self.by_tid[task.tid] = fd
+            return _status_umask(raw)
 
 
 class FileBroker:
@@ -251,6 +348,7 @@ class FileBroker:
                 else:
                     os.close(fd)
         self.root = os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        self.umasks = Umasks()
         # The thread that receives requests (broker.py): a call on it that might
         # block raises Deferred instead.
         self.inline: int | None = None
@@ -332,6 +430,17 @@ class FileBroker:
         elif not head:
             head = b"/"
         if self.slow_only:
+            return (*self._slow(task, dirfd, path), None)
+        if head == b"." and sep == b"":
+            # A name in dirfd itself: what openat2(".") would give, without the
+            # walk (the lookup of the name itself checks search permission).
+            if not stat.S_ISDIR(os.fstat(dirfd).st_mode):
+                raise oserror(err=errno.ENOTDIR)
+            pfd = os.dup(dirfd)
+            fstype = _fstype(pfd)
+            if fstype != PROC_SUPER_MAGIC:
+                return pfd, base, slash, fstype
+            os.close(pfd)
             return (*self._slow(task, dirfd, path), None)
         try:
             pfd = notify.openat2(head, os.O_PATH | os.O_DIRECTORY, notify.RESOLVE_NO_MAGICLINKS,
@@ -532,19 +641,30 @@ class FileBroker:
 
     def _placed(self, fd: int, st: os.stat_result) -> tuple[int, bytes] | None:
         """(its directory, its name) for the non-directory fd: the kernel's
-        name for it, confirmed component by component by descriptor from the
-        root of this view; None if that name does not lead to this very file.
-        The caller closes the directory."""
+        name for it, followed from the root of this view through no symlink
+        (one openat2, else component by component); None if that name does not
+        lead to this very file. The caller closes the directory."""
         hint = _hint(fd)
         if not hint:
             return None
-        cur = os.dup(self.root)
+        cur = -1
         try:
-            for c in hint[:-1]:
-                nxt = os.open(c, os.O_PATH | os.O_NOFOLLOW | os.O_DIRECTORY | os.O_CLOEXEC,
-                              dir_fd=cur)
-                os.close(cur)
-                cur = nxt
+            if len(hint) > 1 and not self.slow_only:
+                try:
+                    cur = notify.openat2(b"/".join(hint[:-1]), os.O_PATH | os.O_DIRECTORY,
+                                         notify.RESOLVE_NO_SYMLINKS
+                                         | notify.RESOLVE_NO_MAGICLINKS, dirfd=self.root)
+                except OSError as e:
+                    if e.errno != errno.ENOSYS:
+                        raise
+                    self.slow_only = True
+            if cur < 0:
+                cur = os.dup(self.root)
+                for c in hint[:-1]:
+                    nxt = os.open(c, os.O_PATH | os.O_NOFOLLOW | os.O_DIRECTORY | os.O_CLOEXEC,
+                                  dir_fd=cur)
+                    os.close(cur)
+                    cur = nxt
             if _ident(os.stat(hint[-1], dir_fd=cur, follow_symlinks=False)) == _ident(st):
                 cur, found = -1, cur
                 return found, hint[-1]
@@ -592,25 +712,39 @@ class FileBroker:
         agent names can steer a lookup into the supervisor's /proc), as an
         O_PATH descriptor, if it lies under an allowed root: judged by
         descriptor, walking ".." from its directory. Refused otherwise."""
-        opath = self.open(task, dirfd, path, os.O_PATH, 0)
+        pfd, base, slash = self._walk(task, dirfd, path)
+        opath = -1
         try:
+            # as open() with O_PATH: a final symlink is followed
+            opath = os.open(base + (b"/" if slash else b""), os.O_PATH | os.O_CLOEXEC, dir_fd=pfd)
             st = os.fstat(opath)
             if not stat.S_ISSOCK(st.st_mode):
                 raise oserror(err=errno.ECONNREFUSED)
-            placed = self._placed(opath, st)
+            # The name walked to is this very socket (no symlink followed at the
+            # end): placed by the directory walked to, else by the kernel's name.
+            if not slash and _same(pfd, base, st):
+                placed: tuple[int, bytes] | None = (pfd, base)
+                pfd = -1                        # _socket_allowed closes it
+            else:
+                placed = self._placed(opath, st)
             if placed is None or not self._socket_allowed(*placed):
                 where = path_of(opath)
                 raise Refused(errno.EACCES, f"connect to unix socket {os.fsdecode(path)}"
                               + (f" (-> {where})" if where and where.encode() != path else "")
                               + ": outside the workdir and unix_sockets.allow")
-            return os.dup(opath)
+        except BaseException:
+            if opath >= 0:
+                os.close(opath)
+            raise
         finally:
-            os.close(opath)
+            if pfd >= 0:
+                os.close(pfd)
+        return opath
 
     def _socket_allowed(self, pfd: int, base: bytes) -> bool:
         try:
             st = os.fstat(pfd)
-            if (_ident(st), base) in self.socket_entries:
+            if (_ident(st), base) in self.socket_entries or _ident(st) in self.socket_dirs:
                 return True
             cur = os.dup(pfd)
             try:
@@ -643,6 +777,10 @@ class FileBroker:
             return None
         assert comps is not None
         if hold and self.held_fd is not None and self.guard.hold_at(folded, kind):
+            # Made elsewhere, so the kernel's own check comes first: search
+            # permission on this directory (_walk_to did not walk to it for a
+            # name in the dirfd itself). EACCES, as the kernel.
+            os.stat(b".", dir_fd=pfd)
             try:
                 hfd = self._held_parent(comps)
             except OSError as e:
@@ -810,12 +948,16 @@ class FileBroker:
 
     # ------------------------------------------------------------ operations
 
+    def _mode(self, task: Task, mode: int, bits: int) -> int:
+        """The mode a name is made with: the agent's umask applied."""
+        umask = task.umask if task.umask != UMASK_READ else self.umasks.get(task)
+        return mode & bits & ~umask
+
     def open(self, task: Task, dirfd: int, path: bytes, flags: int, mode: int) -> int:
         acc = flags & os.O_ACCMODE
         writing = acc != os.O_RDONLY or bool(flags & os.O_TRUNC)
         creat = bool(flags & os.O_CREAT)
         excl = creat and bool(flags & os.O_EXCL)
-        mode = mode & 0o7777 & ~task.umask
         if flags & os.O_PATH:           # no access, no creation: only "self" matters
             pfd, base, slash = self._walk(task, dirfd, path)
             try:
@@ -835,19 +977,22 @@ class FileBroker:
                         base = me if base == b"self" else me + b"/task/" + str(task.tid).encode()
                     name = base + (b"/" if slash else b"")
                     if slash and creat:        # the kernel refuses (EISDIR): nothing is made
-                        return os.open(name, flags | os.O_CLOEXEC, mode, dir_fd=pfd)
+                        return os.open(name, flags | os.O_CLOEXEC, self._mode(task, mode, 0o7777),
+                                       dir_fd=pfd)
                     if excl:
                         with self.lock:
                             hfd = self._check_create(pfd, base, "file", hold=True)
                             if hfd is not None:
                                 try:
-                                    return self._held_open(hfd, base, flags, mode)
+                                    return self._held_open(hfd, base, flags,
+                                                           self._mode(task, mode, 0o7777))
                                 finally:
                                     os.close(hfd)
                             if self._in_held(pfd):
-                                return self._held_open(pfd, base, flags, mode)
-                            return os.open(base, flags | os.O_CLOEXEC | os.O_NOFOLLOW, mode,
-                                           dir_fd=pfd)
+                                return self._held_open(pfd, base, flags,
+                                                       self._mode(task, mode, 0o7777))
+                            return os.open(base, flags | os.O_CLOEXEC | os.O_NOFOLLOW,
+                                           self._mode(task, mode, 0o7777), dir_fd=pfd)
                     proc = _fstype(pfd) == PROC_SUPER_MAGIC
                     try:
                         # In /proc the kernel follows magic links (fd/N) to files that
@@ -862,11 +1007,13 @@ class FileBroker:
                                 hfd = self._check_create(pfd, base, "file", hold=True)
                                 if hfd is not None:
                                     try:
-                                        return self._held_open(hfd, base, flags, mode)
+                                        return self._held_open(hfd, base, flags,
+                                                           self._mode(task, mode, 0o7777))
                                     finally:
                                         os.close(hfd)
                                 return os.open(base, flags | os.O_CLOEXEC | os.O_EXCL
-                                               | os.O_NOFOLLOW, mode, dir_fd=pfd)
+                                               | os.O_NOFOLLOW, self._mode(task, mode, 0o7777),
+                                               dir_fd=pfd)
                         except FileExistsError:
                             continue       # made meanwhile: judge what is there now
                     try:
@@ -893,8 +1040,11 @@ class FileBroker:
                             self._check_truncate(opath)
                         # The very file judged, opened the way the agent asked (O_TRUNC,
                         # permissions, read-only mounts: the kernel's own order).
+                        # (only O_TMPFILE makes a file here: the mode is for it)
                         return os.open(f"/proc/self/fd/{opath}", (flags | os.O_CLOEXEC)
-                                       & ~(os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW), mode)
+                                       & ~(os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW),
+                                       self._mode(task, mode, 0o7777)
+                                       if flags & os.O_TMPFILE == os.O_TMPFILE else 0)
                     finally:
                         os.close(opath)
                 finally:
@@ -927,7 +1077,7 @@ class FileBroker:
             hfd = self._check_create(pfd, base, "dir", hold=True)
             if hfd is None:
                 try:
-                    os.mkdir(base, mode & 0o1777 & ~task.umask, dir_fd=pfd)
+                    os.mkdir(base, self._mode(task, mode, 0o1777), dir_fd=pfd)
                 except FileExistsError:
                     if not (_is_dir(pfd, base) and self._in_held(pfd)):
                         raise
@@ -935,7 +1085,7 @@ class FileBroker:
             try:
                 # Made again (git's checkout asks once per file below it): the
                 # agent sees no directory there, so mkdir succeeds; what is held stays.
-                os.mkdir(base, (mode & 0o1777 & ~task.umask) | 0o700, dir_fd=hfd)
+                os.mkdir(base, self._mode(task, mode, 0o1777) | 0o700, dir_fd=hfd)
             except FileExistsError:
                 if not _is_dir(hfd, base):
                     raise
@@ -961,7 +1111,7 @@ class FileBroker:
         try:
             fmt = stat.S_IFMT(mode)
             self._check_create(pfd, base, "file" if fmt in (0, stat.S_IFREG) else "node")
-            os.mknod(base + (b"/" if slash else b""), fmt | (mode & 0o7777 & ~task.umask), dev,
+            os.mknod(base + (b"/" if slash else b""), fmt | self._mode(task, mode, 0o7777), dev,
                      dir_fd=pfd)
         finally:
             os.close(pfd)
@@ -1299,7 +1449,7 @@ class FileBroker:
     def handle(self, req: FileRequest, fds: list[int]) -> Reply:
         """Perform req; fds are the directories req.dirs index. Never raises
         OSError or Refused: they become the reply."""
-        task = Task(req.tgid, req.tid, req.umask)
+        task = Task(req.tgid, req.tid, req.umask, req.nid)
         d1, d2 = (fds[i] if i >= 0 else self.root for i in req.dirs)
         (p1, p2), op = req.paths, req.op
         self._said.line = ""
@@ -1326,6 +1476,8 @@ class FileBroker:
             return Reply(ret, reason=self._said.line)
         except Refused as r:
             return Reply(-1, r.errno, r.reason)
+        except Unread:
+            return Reply(-1, UMASK_UNREAD)
         except OSError as e:
             if debug():
                 import traceback

@@ -64,6 +64,8 @@ from .wire import (
     IOVEC,
     MSGHDR_SIZE,
     REPLY_MAX,
+    UMASK_READ,
+    UMASK_UNREAD,
     XATTR_NAME_MAX,
     XATTR_SIZE_MAX,
     FileRequest,
@@ -107,6 +109,9 @@ class _Pending(NamedTuple):
     # the broker answers it itself (FileRequest.answer) and then sends no
     # reply: dropped by _prune once the notification is gone
     direct: bool = False
+    # a file call sent without its umask: handed over again, umask read here,
+    # if the broker could not read it (wire.UMASK_UNREAD)
+    retry: Callable[[], None] | None = None
 
 
 class _SocketCall(NamedTuple):
@@ -168,6 +173,10 @@ class Mediator:
         # A stuck broker must not freeze every mediated call: a send that cannot
         # complete in time is answered ECONNREFUSED.
         self.broker.settimeout(5)
+        # The same socket without the timeout (its descriptor stays non-blocking),
+        # for the per-call send: a socket with a timeout polls before every send.
+        # A send that would block goes through self.broker and its timeout.
+        self.post = socket.socket(fileno=os.dup(broker.fileno()))
         self.uid = agent_uid
         self.pending: dict[int, _Pending] = {}      # request id -> its notification
         self.prune_at = PRUNE_AT
@@ -182,6 +191,7 @@ class Mediator:
         if meta is not None:
             self._send_writable(*meta)
         self.getfd = True          # pidfd_getfd works here (False once the host refused it)
+        self.umask_here = False    # the broker cannot read umasks (wire.UMASK_UNREAD)
         self.made = sockfd.Made()  # without pidfd_getfd: sockets made for the agent, kept
         self.tasks = _Tasks()      # per-thread facts and pidfds of file and socket calls
         self.warn = warn
@@ -347,6 +357,7 @@ class Mediator:
             self._serve()
         finally:
             self.tasks.clear()      # a process running many sandboxes keeps no descriptors
+            self.post.close()
         # No process uses the filter any more: the listener is done with too.
         os.close(self.fd)
 
@@ -413,6 +424,18 @@ class Mediator:
             got = self.pending.pop(rid, None)
             if got is None:
                 return True
+            if rep.ret < 0 and rep.err == UMASK_UNREAD:
+                # nothing was made: from now on the umask is read here
+                self.umask_here = True
+                try:
+                    if got.retry is None:
+                        raise OSError(errno.EIO, "umask unread")
+                    got.retry()
+                except OSError as e:
+                    self._respond(got.nid, error=e.errno or errno.EIO)
+                except Exception:  # noqa: BLE001 - never leave the agent waiting, never pass
+                    self._respond(got.nid, error=errno.EPERM)
+                return True
             self._said(rep, got)
             if got.then is not None:
                 try:
@@ -452,17 +475,22 @@ class Mediator:
 
     def _send(self, nid: int, make: Callable[[int], bytes], fds: list[int], cloexec: bool,
               lost: int, what: tuple | None = None,
-              then: Callable[[Any, list[int]], None] | None = None, direct: bool = False) -> bool:
+              then: Callable[[Any, list[int]], None] | None = None, direct: bool = False,
+              retry: Callable[[], None] | None = None) -> bool:
         """Hand the request make(request id) to the broker; the agent gets
         `lost` if it cannot be sent (False) or the broker dies before answering."""
         rid = self.next_id
         self.next_id += 1
         try:
-            socket.send_fds(self.broker, [make(rid)], fds)
+            msg = make(rid)
+            try:
+                socket.send_fds(self.post, [msg], fds)
+            except BlockingIOError:
+                socket.send_fds(self.broker, [msg], fds)
         except OSError:
             self._respond(nid, error=lost)
             return False
-        self.pending[rid] = _Pending(nid, cloexec, lost, what, then, direct)
+        self.pending[rid] = _Pending(nid, cloexec, lost, what, then, direct, retry)
         if len(self.pending) >= self.prune_at:
             self._prune()
         return True
@@ -632,13 +660,13 @@ class Mediator:
         fds: list[int] = []
         try:
             try:
-                stype = socket.socket(fileno=os.dup(sock))
+                stype = socket.socket(fileno=sock)
             except OSError:
                 stype = None
             is_stream = stype is not None and stype.type == socket.SOCK_STREAM
             family = stype.family if stype is not None else None
             if stype is not None:
-                stype.close()
+                stype.detach()      # only asked: `sock` stays the caller's
             if call.op == Op.SENDTO and call.full and call.full > DATA_CAP and not is_stream:
                 self._respond(nid, error=errno.EMSGSIZE)
                 return False
@@ -657,7 +685,9 @@ class Mediator:
             if resolve:
                 # The agent's cwd (its own, by its thread id: not a name it chose),
                 # for a relative address; the broker resolves it (files.unix_target).
-                fds.append(os.open(f"/proc/{pid}/cwd", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC))
+                if raw[2] != ord("/"):
+                    fds.append(os.open(f"/proc/{pid}/cwd",
+                                       os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC))
                 _, tgid, tid, _ = self.tasks.facts(pid, umask=False)
             # The broker answers the agent itself unless the reply is for `then`
             # (a socket made for the agent) or has something to say (broker._answer).
@@ -871,19 +901,30 @@ class Mediator:
         if call is None:
             return self._respond(nid, error=errno.EINVAL)
         strs = [notify.read_cstr(pid, addr) for _, addr in call.paths]
-        umask, tgid, tid, pidfd = self.tasks.facts(
-            pid, call.op in (Op.MKDIR, Op.MKNOD)
-            or (call.op == Op.OPEN and bool(call.flags & (os.O_CREAT | _O_TMPFILE))))
+        # The umask where a name may be made; the broker reads it itself for a
+        # mkdir or a plain O_CREAT (mostly of names that exist), if it makes one.
+        needs = call.op in (Op.MKDIR, Op.MKNOD) or (
+            call.op == Op.OPEN and bool(call.flags & (os.O_CREAT | _O_TMPFILE)))
+        later = needs and not self.umask_here and (call.op == Op.MKDIR or (
+            call.op == Op.OPEN and call.flags & (os.O_EXCL | _O_TMPFILE) == 0))
+        umask, tgid, tid, pidfd = self.tasks.facts(pid, needs and not later)
+        if later:
+            umask = UMASK_READ
         fds: list[int] = []
         index: list[int] = []
+        cwd = -1        # one cwd for both names of a rename or link (as one lookup would see)
         try:
             for (dfd, _), path in zip(call.paths, strs, strict=True):
                 if path.startswith(b"/"):
                     index.append(-1)
                     continue
                 dfd = _i32(dfd)
+                if dfd == AT_FDCWD and cwd >= 0:
+                    index.append(cwd)
+                    continue
                 if dfd == AT_FDCWD:
                     fds.append(os.open(f"/proc/{pid}/cwd", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC))
+                    cwd = len(fds) - 1
                 else:
                     fds.append(self._take(pid, dfd, pidfd))
                 index.append(len(fds) - 1)
@@ -907,7 +948,8 @@ class Mediator:
                 rid, call.op, call.flags, call.mode & 0xFFFFFFFF, call.arg, umask, tgid, tid,
                 (index[0], index[1]), (strs[0], strs[1]), call.target, nid,
                 ANSWER | (ANSWER_CLOEXEC if cloexec else 0)).pack(),
-                fds, cloexec, errno.EIO, what, direct=True)
+                fds, cloexec, errno.EIO, what, direct=True,
+                retry=functools.partial(self._file, decode, n) if later else None)
         finally:
             for f in fds:
                 os.close(f)

@@ -84,8 +84,8 @@ def request_head(body: bytes) -> tuple[int, int]:
 
 class SocketRequest(NamedTuple):
     """connect/sendto/sendmsg/listen (flags: the backlog). Descriptors: the
-    socket, then (resolve) the agent's cwd, then the ones the agent passes
-    with SCM_RIGHTS. resolve: `name` is a pathname unix address the broker
+    socket, then (resolve, and the path in `name` is relative) the agent's
+    cwd, then the ones the agent passes with SCM_RIGHTS. resolve: `name` is a pathname unix address the broker
     resolves in the agent's view and checks against the roots (RootsRequest);
     tgid, tid: what "self" and "thread-self" mean in the agent's /proc.
     nid, answer: as FileRequest's (ANSWER: the broker answers the notification
@@ -143,7 +143,7 @@ class FileRequest(NamedTuple):
     flags: int
     mode: int
     arg: int                    # dev for mknod, length for truncate
-    umask: int
+    umask: int                  # or UMASK_READ
     tgid: int                   # the agent's "self" in its /proc
     tid: int                    # and its "thread-self"
     dirs: tuple[int, int]
@@ -164,6 +164,15 @@ class FileRequest(NamedTuple):
         return cls(rid, Op(op), flags, mode, arg, umask, tgid, tid, (d1, d2), (p1, p2), target,
                    nid, answer)
 
+
+# FileRequest.umask: not read by the supervisor (a mkdir, an open with O_CREAT
+# but not O_EXCL: mostly of names that exist, which need none); the broker
+# reads it if it makes the name (files.Umasks).
+UMASK_READ = 0xFFFFFFFF
+# Reply.err when the broker could not read it (no /proc grant here, no
+# listener) before making anything: the supervisor reads it itself from then
+# on and hands the call over again.
+UMASK_UNREAD = 0x10000      # no errno
 
 # FileRequest.answer: the broker answers the notification itself (one hop
 # fewer: the opened file goes straight into the agent), and installs the file

@@ -232,6 +232,36 @@ def tmpfile_mode():
     return m
 attempt("umask tmpfile", tmpfile_mode)
 attempt("umask dir", lambda: (os.mkdir("ud", 0o777), oct(stat.S_IMODE(os.stat("ud").st_mode)))[-1])
+# the umask of the very thread, read afresh on each call (the broker reads it
+# for mkdir and plain O_CREAT, the supervisor for O_EXCL)
+def modes(tag, mask):
+    os.umask(mask)
+    os.mkdir(tag + "d", 0o777)
+    os.close(os.open(tag + "f", os.O_WRONLY | os.O_CREAT, 0o666))
+    os.close(os.open(tag + "x", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+    return [oct(stat.S_IMODE(os.stat(tag + k).st_mode)) for k in "dfx"]
+attempt("umask changed", lambda: modes("c1", 0o077) + modes("c2", 0o002))
+def thread_umask():
+    # a thread's own status file (unshare(CLONE_FS), a umask of its own, is denied)
+    out = {}
+    def t():
+        out["v"] = modes("t1", 0o066)
+    th = threading.Thread(target=t); th.start(); th.join()
+    return out["v"] + modes("t2", 0o027)
+attempt("thread umask", thread_umask)
+def child_umask():
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.write(w, repr(modes("k1", 0o007)).encode())
+        finally:
+            os._exit(0)
+    os.close(w); os.waitpid(pid, 0)
+    got = eval(os.read(r, 200).decode())
+    return got + modes("k2", 0o027)
+attempt("child umask", child_umask)
+os.umask(0o027)
 def raw_cloexec(flags):
     fd = libc.open(b"u", flags)
     if fd < 0:
@@ -281,27 +311,106 @@ attempt("dirfd", dirfd_rel)
 attempt("exchange", lambda: (opened("x1", os.O_WRONLY | os.O_CREAT), opened("x2", os.O_WRONLY | os.O_CREAT),
                              sysc(316, -100, b"x1", -100, b"x2", 2))[-1])
 attempt("noreplace", lambda: sysc(316, -100, b"x1", -100, b"x2", 1))
+def two_dirs():
+    # a rename's two names, one from the cwd and one from a dirfd, then back
+    d = os.open("dd", os.O_RDONLY | os.O_DIRECTORY)
+    os.rename("x1", "moved", dst_dir_fd=d)
+    os.link("moved", "x1", src_dir_fd=d)
+    os.rename("x1", "x3")
+    return [os.path.exists("dd/moved"), os.path.exists("x3"), os.path.exists("x1")]
+attempt("two dirs", two_dirs)
 attempt("creat slash", lambda: opened("newdir/", os.O_WRONLY | os.O_CREAT))
 attempt("fifo nonblock", lambda: (os.mkfifo("ff"), opened("ff", os.O_WRONLY | os.O_NONBLOCK))[-1])
 attempt("openat2", lambda: sysc(437, -100, b"u", ctypes.c_char_p(bytes(24)), 24))
 attempt("enoent", lambda: opened("nodir/x", os.O_WRONLY | os.O_CREAT))
 attempt("outside workdir", lambda: opened("/etc/confine-guard-test", os.O_WRONLY | os.O_CREAT))
 attempt("dev null", lambda: opened("/dev/null", os.O_WRONLY | os.O_CREAT | os.O_TRUNC))
+# a name in the dirfd itself (broker: no walk for it): the kernel's checks still come first
+nf = os.open("u", os.O_RDONLY)
+attempt("file dirfd", lambda: os.open("f", os.O_WRONLY | os.O_CREAT, 0o600, dir_fd=nf))
+attempt("file dirfd mkdir", lambda: os.mkdir("m", dir_fd=nf))
+os.mkdir("nx", 0o700)
+nx = os.open("nx", os.O_PATH | os.O_DIRECTORY)
+os.chmod("nx", 0o600)                        # no search permission, even for its owner
+attempt("no search", lambda: os.open("f", os.O_WRONLY | os.O_CREAT, 0o600, dir_fd=nx))
+attempt("no search mkdir", lambda: os.mkdir("m", dir_fd=nx))
+attempt("no search held", lambda: os.open(".envrc", os.O_WRONLY | os.O_CREAT, 0o600, dir_fd=nx))
+attempt("no search held dir", lambda: os.mkdir(".vscode", dir_fd=nx))
+os.chmod("nx", 0o700)
+attempt("made nothing", lambda: sorted(os.listdir("nx")))
 '''
 
 
 def test_mediated_calls_keep_the_kernel_semantics(sandbox):
     p, r = sandbox.probe(SEMANTICS_BODY)
     assert r is not None, p.stderr
-    want = {"umask file": "0o640", "umask tmpfile": "0o640", "umask dir": "0o750", "no cloexec": 0, "cloexec": 1,
+    want = {"umask file": "0o640", "umask tmpfile": "0o640", "umask dir": "0o750",
+            "umask changed": ["0o700", "0o600", "0o600", "0o775", "0o664", "0o664"],
+            "thread umask": ["0o711", "0o600", "0o600", "0o750", "0o640", "0o640"],
+            "child umask": ["0o770", "0o660", "0o660", "0o750", "0o640", "0o640"],
+            "no cloexec": 0, "cloexec": 1,
             "lowest fd": "ok", "excl existing": "EEXIST", "nofollow link": "ELOOP",
             "trunc append": "xyz", "truncate()": "x", "dev fd pipe": "p", "thread-self": "t",
             "dirfd": "ok", "exchange": "ok", "noreplace": "EEXIST", "creat slash": "EISDIR",
             "fifo nonblock": "ENXIO", "openat2": "ENOSYS", "enoent": "ENOENT",
-            "outside workdir": "EACCES", "dev null": "ok"}
+            "outside workdir": "EACCES", "dev null": "ok", "file dirfd": "ENOTDIR",
+            "file dirfd mkdir": "ENOTDIR", "no search": "EACCES", "no search mkdir": "EACCES",
+            "no search held": "EACCES", "no search held dir": "EACCES",
+            "made nothing": [], "two dirs": [True, True, False]}
     assert r.pop("outside workdir") in ("EACCES", "EROFS"), (r, p.stderr)
     want.pop("outside workdir")
     assert r == want, (r, p.stderr)
+
+
+UMASK_NO_PROC_BODY = r'''
+import stat
+attempt("proc", lambda: open("/proc/self/status").read(1))
+os.umask(0o027)
+def made(name, fn):
+    fn(name)
+    return oct(stat.S_IMODE(os.stat(name).st_mode))
+mk = lambda n: os.mkdir(n, 0o777)
+cr = lambda n: os.close(os.open(n, os.O_WRONLY | os.O_CREAT, 0o666))
+attempt("modes", lambda: [made("d1", mk), made("f1", cr), made("d2", mk), made("f2", cr)])
+os.umask(0o002)
+attempt("changed", lambda: [made("d3", mk), made("f3", cr)])
+attempt("existing", lambda: (cr("f1"), os.mkdir("d1"))[-1])
+'''
+
+
+def test_the_umask_without_proc_in_the_profile(confine_bin, test_user):
+    """A profile that grants no /proc: the broker cannot read the agent's
+    umask, so the supervisor does (once told) and hands the call over again."""
+    import tempfile
+
+    from conftest import Sandbox, make_workdir
+    wd = make_workdir(test_user)
+    prof = tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False)
+    prof.write("filesystem:\n  read:\n    - /usr\n    - ?/bin\n    - ?/lib\n    - ?/lib64\n"
+               "    - /etc\n  devices:\n    - /dev/null\n")
+    prof.close()
+    os.chmod(prof.name, 0o644)
+    try:
+        p, r = Sandbox("root", test_user, wd).probe(UMASK_NO_PROC_BODY, None, "-p", prof.name)
+        assert r == {"proc": "EACCES", "modes": ["0o750", "0o640", "0o750", "0o640"],
+                     "changed": ["0o775", "0o664"], "existing": "EEXIST"}, (r, p.stderr)
+    finally:
+        os.unlink(prof.name)
+        shutil.rmtree(wd, ignore_errors=True)
+
+
+def test_the_umask_without_namespaces(confine_bin, test_user):
+    """Without a pid namespace the broker reads the agent's umask through the
+    host's /proc, by host ids."""
+    from conftest import Sandbox, make_workdir
+    wd = make_workdir(test_user)
+    try:
+        box = Sandbox("root", test_user, wd).without_namespaces()
+        p, r = box.probe(UMASK_NO_PROC_BODY.replace('attempt("proc", ', '(lambda *a: 0)(0, '))
+        assert r == {"modes": ["0o750", "0o640", "0o750", "0o640"],
+                     "changed": ["0o775", "0o664"], "existing": "EEXIST"}, (r, p.stderr)
+    finally:
+        shutil.rmtree(wd, ignore_errors=True)
 
 
 RACE_BODY = r'''

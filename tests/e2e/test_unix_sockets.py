@@ -177,6 +177,13 @@ a, b = socket.socketpair()
 d.sendmsg([b"fd"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, __import__("array").array("i", [a.fileno()]))], 0, "in.dgram")
 msg, anc, _, _ = r.recvmsg(10, socket.CMSG_SPACE(4))
 res["sendmsg"] = msg.decode(); res["fds"] = len(anc)
+# the same to an absolute address (no cwd travels to the broker): the very socket passed
+import os, array
+d.sendmsg([b"abs"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [a.fileno()]))], 0,
+          os.path.abspath("in.dgram"))
+msg, anc, _, _ = r.recvmsg(10, socket.CMSG_SPACE(4))
+got = socket.socket(fileno=array.array("i", anc[0][2])[0])
+b.send(b"via"); res["abs"] = [msg.decode(), got.recv(10).decode()]
 try:
     d.sendmsg([b"x"], [], 0, {dgram_listener.path!r}); res["sendmsg_outside"] = "SENT"
 except OSError as e:
@@ -187,6 +194,7 @@ print(json.dumps(res))
     assert p.returncode == 0, p.stderr
     assert data["outside"] == 13 and data["sendmsg_outside"] == 13, data
     assert data["inside"] == "hello" and data["sendmsg"] == "fd" and data["fds"] == 1, data
+    assert data["abs"] == ["abs", "via"], data
     time.sleep(0.3)
     assert dgram_listener.hits == 0
 
