@@ -104,8 +104,8 @@ def run(command: list[str], opts: dict[str, Any]) -> int:
     with imports_without_gc(freeze=True):
         from .. import api
         from ..errors import ConfineError
-        from ..runtime import launch  # noqa: F401 - what every run imports, here
         from ..protect import index
+        from ..runtime import launch  # noqa: F401 - what every run imports, here
     index.OWN_PROCESS = True
     try:
         return api.run(command, **opts)
