@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import errno
 import os
+from collections.abc import Iterable
 from enum import Flag
 
 import landlockpy
@@ -86,22 +87,28 @@ def build(handled_fs: AccessFS, handled_net: AccessNet, scoped: Scope,
     rs = landlockpy.Ruleset(handled_fs=handled_fs, handled_net=handled_net,
                             scoped=scoped, best_effort=False)
     try:
-        for path, access in path_rules:
-            try:
-                rs.allow_path(path, access)
-            except FileNotFoundError:
-                # Gone since the plan listed it (a lock file in /etc, say): there
-                # is nothing left to grant, and granting less is the safe side.
-                continue
-            except OSError as e:
-                err = e.errno or errno.EIO
-                raise OSError(err, f"Landlock rule for {path}: {os.strerror(err)}") from None
-        for port, net_access in ports:
-            rs.allow_port(port, net_access)
+        add_rules(rs, path_rules, ports)
     except BaseException:
         rs.close()
         raise
     return rs
+
+
+def add_rules(rs: landlockpy.Ruleset, path_rules: Iterable[tuple[str, AccessFS]],
+              ports: Iterable[tuple[int, AccessNet]]) -> None:
+    """Add rules to a ruleset not yet enforced. Raises OSError naming the path."""
+    for path, access in path_rules:
+        try:
+            rs.allow_path(path, access)
+        except FileNotFoundError:
+            # Gone since the plan listed it (a lock file in /etc, say): there
+            # is nothing left to grant, and granting less is the safe side.
+            continue
+        except OSError as e:
+            err = e.errno or errno.EIO
+            raise OSError(err, f"Landlock rule for {path}: {os.strerror(err)}") from None
+    for port, net_access in ports:
+        rs.allow_port(port, net_access)
 
 
 def add(ruleset: landlockpy.Ruleset, path: str, access: AccessFS) -> None:

@@ -63,18 +63,9 @@ def _empty_ruleset(plan: Plan) -> Any:
 
 
 def _add_rules(ruleset: Any, plan: Plan) -> None:
-    """The plan's rules into the ruleset, as landlock.build adds them: a path gone
-    since the plan listed it grants nothing; any other failure names the path."""
-    for path, access, _ in plan.path_rules:
-        try:
-            ruleset.allow_path(path, access)
-        except FileNotFoundError:
-            continue
-        except OSError as e:
-            err = e.errno or errno.EIO
-            raise OSError(err, f"Landlock rule for {path}: {os.strerror(err)}") from None
-    for port, net_access in plan.port_rules:
-        ruleset.allow_port(port, net_access)
+    """The plan's rules into the ruleset (a path gone since the plan listed it
+    grants nothing; any other failure names the path)."""
+    landlock.add_rules(ruleset, ((p, a) for p, a, _ in plan.path_rules), plan.port_rules)
 
 
 def _filter_count(plan: Plan) -> int:
