@@ -2,8 +2,10 @@
 or the child itself, then exec): with every restriction the steps applied and
 nothing of the launcher's signal state (no blocked signal, none ignored, the C
 library's own 32 and 33 included: posix_spawn would leave those ignored).
-Controls: the same reads outside show no seccomp filter, and a pipe's reader
-that exits ends the writer with SIGPIPE there too."""
+The launcher is started ignoring SIGHUP, SIGINT and SIGQUIT (as under nohup, in a
+background job). Controls: the same reads outside (every disposition reset first)
+show no seccomp filter, and a pipe's reader that exits ends the writer with
+SIGPIPE there too."""
 from __future__ import annotations
 
 # the agent reads its own status (a shell would clear its signal mask first)
@@ -20,11 +22,36 @@ def _fields(text: str) -> dict[str, str]:
     return out
 
 
+def _defaults() -> None:
+    """In the child before exec: every disposition back to its default, so the
+    reading does not depend on what the test runner inherited (nohup, a
+    background job of a shell ignore SIGHUP, SIGINT, SIGQUIT)."""
+    import signal
+    for n in range(1, signal.NSIG):
+        if n not in (signal.SIGKILL, signal.SIGSTOP):
+            try:
+                signal.signal(n, signal.SIG_DFL)
+            except (OSError, ValueError):
+                pass                              # the C library's own (32, 33)
+
+
+def _ignoring() -> None:
+    """A launcher started under nohup as a background job: the agent must still
+    get none of these ignored."""
+    import signal
+    _defaults()
+    for n in (signal.SIGHUP, signal.SIGINT, signal.SIGQUIT):
+        signal.signal(n, signal.SIG_IGN)
+
+
 def _check(sb) -> None:
-    p = sb.run(STATUS)
+    import subprocess
+    p = subprocess.run(sb.exec_cmd(STATUS), capture_output=True, text=True, timeout=60,
+                       cwd=sb.workdir, preexec_fn=_ignoring)
     assert p.returncode == 0, p.stderr
     f = _fields(p.stdout)
-    o = _fields(sb.outside(STATUS).stdout)
+    o = _fields(subprocess.run(sb.outside_cmd(STATUS), capture_output=True, text=True,
+                               timeout=60, cwd=sb.workdir, preexec_fn=_defaults).stdout)
     assert f["NoNewPrivs"] == "1" and f["Seccomp"] == "2", f
     assert o["Seccomp"] == "0", o
     assert f["Uid"] == str(sb.agent.pw_uid), f
