@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from typing import Any
+from typing import Any, Sequence
 
 from .. import plan as _plan
 from ..errors import ConfineError
@@ -74,11 +74,15 @@ def protections(mech: dict[str, str], missing: list, facts: _plan.HostFacts) -> 
     return out
 
 
-def profiles() -> list[dict]:
+def profiles(names: Sequence[str] = ()) -> list[dict]:
+    """Each built-in profile, or each of `names` (a name or a file, as `exec -p` takes
+    it). A profile named by the caller that cannot be loaded is the caller's error
+    (ConfineError, exit 125), not a line of the table: a typo must not read as
+    "NOT fully enforceable"."""
     out = []
     facts = _plan.HostFacts.read(os.geteuid() == 0)
     with tempfile.TemporaryDirectory(prefix="confine-check-") as wd:
-        for name in _load.builtin_names():
+        for name in names or _load.builtin_names():
             try:
                 pol = _load.load(name, workdir=wd, home=os.path.expanduser("~"), tmp=wd)
                 missing = _plan.missing_features(pol, facts, os.geteuid() == 0)
@@ -90,6 +94,8 @@ def profiles() -> list[dict]:
                             "missing": [{"feature": m.feature, "detail": m.detail}
                                         for m in missing]})
             except ConfineError as e:
+                if names:
+                    raise
                 out.append({"profile": name, "enforceable": False,
                             "missing": [{"feature": "profile", "detail": str(e)}]})
     return out

@@ -361,6 +361,27 @@ def test_check(sandbox):
     assert not all(x["enforceable"] for x in dd["profiles"])
 
 
+def test_check_a_profile_of_ones_own(sandbox, profile_dir):
+    """`confine check -p FILE|NAME` judges exactly the named profiles (issue 23 item 7)."""
+    mine = profile_dir("mine.yaml", GOOD)
+    p = sandbox.confine("check", "--json", "-p", mine, "-p", "strict")
+    assert p.returncode == 0, p.stderr
+    d = json.loads(p.stdout)
+    assert [x["profile"] for x in d["profiles"]] == [mine, "strict"]
+    assert all(x["enforceable"] for x in d["profiles"]), d["profiles"]
+    human = sandbox.confine("check", "-p", mine)
+    assert human.returncode == 0 and mine in human.stdout and "claude-code" not in human.stdout
+    # the same file on a kernel believed to lack Landlock: exit 1, named
+    degraded = sandbox.confine("check", "--json", "-p", mine,
+                               env_extra=["CONFINE_TEST_LANDLOCK_ABI_MAX=0"])
+    assert degraded.returncode == 1, degraded.stderr
+    assert [x["enforceable"] for x in json.loads(degraded.stdout)["profiles"]] == [False]
+    # a profile that cannot be loaded is the caller's error, with its key
+    bad = profile_dir("bad.yaml", "extends: default\nfilesystem:\n  reed: [/usr]\n")
+    _refused(sandbox.confine("check", "-p", bad), "reed")
+    _refused(sandbox.confine("check", "-p", "no-such-profile"), "no-such-profile")
+
+
 def test_profile_commands(sandbox, profile_dir):
     p = sandbox.confine("profile", "list")
     assert p.returncode == 0
