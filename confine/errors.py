@@ -11,7 +11,13 @@ class ConfineError(Exception):
 
 
 class ProfileError(ConfineError):
-    """A profile is malformed; the message names file, line and key."""
+    """A profile is malformed; the message names file, line and key. `more` holds the
+    file's further errors (`confine profile validate` lists them all; a run says the
+    first in its one line)."""
+
+    def __init__(self, msg: str, more: tuple[str, ...] = ()):
+        super().__init__(msg)
+        self.more = more
 
 
 class CommandNotFound(ConfineError):

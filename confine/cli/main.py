@@ -409,13 +409,23 @@ def profile_show(name):
 @click.argument("profile_ref", metavar="NAME|FILE")
 def profile_validate(profile_ref: str) -> None:
     """Check a profile (a file, or a name as -p takes it): keys, types, variables,
-    paths, and everything it extends. Exit 0 if valid, 125 with file:line if not."""
+    paths, and everything it extends. Exit 0 if valid, 125 if not, with a line
+    (file:line: key and what is wrong) for every error of the file."""
     import tempfile
+
+    from ..errors import ProfileError
     ref = profile_ref
     if os.path.isfile(ref) and "/" not in ref:
         ref = "./" + ref               # a file in the current directory, not a name
     with tempfile.TemporaryDirectory(prefix="confine-validate-") as wd:
-        policy = _load.load(ref, workdir=wd, home=os.path.expanduser("~"), tmp=wd)
+        try:
+            policy = _load.load(ref, workdir=wd, home=os.path.expanduser("~"), tmp=wd)
+        except ProfileError as e:
+            if not e.more:
+                raise
+            for line in (str(e), *e.more):
+                click.echo(f"confine: {line}", err=True)
+            raise ProfileError(f"{profile_ref}: {len(e.more) + 1} errors") from None
     click.echo(f"{profile_ref}: valid ({', '.join(policy.sources)})")
 
 

@@ -138,6 +138,9 @@ class _Parser:
     def __init__(self, path: Path):
         self.path = path
         self.label = path.name if path.parent == builtin_dir() else str(path)
+        # every error of the file, not just the first: each key, and each list entry,
+        # is checked on its own, and the parse goes on after a bad one
+        self.errors: list[str] = []
 
     def where(self, node: Any) -> str:
         return f"{self.label}:{node.start_mark.line + 1}"
@@ -171,30 +174,40 @@ class _Parser:
             return {}
         if not isinstance(root, yaml.MappingNode):
             self.fail(root, "a profile must be a mapping of sections (filesystem:, network:, ...)")
-        return self.mapping(root, SCHEMA, "")
+        out = self.mapping(root, SCHEMA, "")
+        if self.errors:
+            raise ProfileError(self.errors[0], tuple(self.errors[1:]))
+        return out
 
     def mapping(self, node: Any, schema: Mapping[str, Any], prefix: str) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for knode, vnode in node.value:
-            if not isinstance(knode, yaml.ScalarNode):
-                self.fail(knode, f"{prefix or 'profile'}: keys must be plain names")
-            key = knode.value
-            full = f"{prefix}{key}"
-            if key not in schema:
-                self.fail(knode, f"unknown key {full!r}{_suggest(key, schema)}")
-            if key in out:
-                self.fail(knode, f"duplicate key {full!r}")
-            kind = schema[key]
-            if isinstance(kind, dict):
-                if _is_null(vnode):
-                    out[key] = {}
-                    continue
-                if not isinstance(vnode, yaml.MappingNode):
-                    self.fail(vnode, f"{full!r} must be a mapping with keys {', '.join(kind)}")
-                out[key] = self.mapping(vnode, kind, f"{full}.")
-            else:
-                out[key] = self.value(vnode, kind, full)
+            try:
+                self._entry(out, knode, vnode, schema, prefix)
+            except ProfileError as e:
+                self.errors.append(str(e))
         return out
+
+    def _entry(self, out: dict[str, Any], knode: Any, vnode: Any, schema: Mapping[str, Any],
+               prefix: str) -> None:
+        if not isinstance(knode, yaml.ScalarNode):
+            self.fail(knode, f"{prefix or 'profile'}: keys must be plain names")
+        key = knode.value
+        full = f"{prefix}{key}"
+        if key not in schema:
+            self.fail(knode, f"unknown key {full!r}{_suggest(key, schema)}")
+        if key in out:
+            self.fail(knode, f"duplicate key {full!r}")
+        kind = schema[key]
+        if isinstance(kind, dict):
+            if _is_null(vnode):
+                out[key] = {}
+                return
+            if not isinstance(vnode, yaml.MappingNode):
+                self.fail(vnode, f"{full!r} must be a mapping with keys {', '.join(kind)}")
+            out[key] = self.mapping(vnode, kind, f"{full}.")
+        else:
+            out[key] = self.value(vnode, kind, full)
 
     def scalar(self, node: Any, full: str) -> Any:
         if not isinstance(node, yaml.ScalarNode):
@@ -241,49 +254,54 @@ class _Parser:
             self.fail(node, f"{full!r} must be a list")
         items: list[Item] = []
         for el in node.value:
-            if (isinstance(el, yaml.MappingNode) and len(el.value) == 1
-                    and isinstance(el.value[0][0], yaml.ScalarNode) and _is_null(el.value[0][1])):
-                # `[/usr, ?/opt]`: in a flow list YAML reads `?` as "mapping key follows"
-                key = el.value[0][0].value
-                self.fail(el, f"{full}: '?{key}' inside [...] is read by YAML as a mapping key, "
-                              f"not an optional path; quote it ('?{key}') or write one entry "
-                              f"per line (- ?{key})")
-            v = self.scalar(el, full)
-            if kind == "ports":
-                if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= 65535:
-                    self.fail(el, f"{full}: {v!r} is not a TCP port (0-65535)")
-            elif kind == "paths":
-                if not isinstance(v, str) or not v.strip("?"):
-                    self.fail(el, f"{full}: {v!r} is not a path")
-                for var in _VAR.findall(v):
-                    if var not in ("workdir", "home", "tmp"):
-                        self.fail(el, f"{full}: unknown variable {{{var}}} in {v!r} "
-                                      "(known: {workdir}, {home}, {tmp})")
-                bare = v.lstrip("?")
-                if not (bare.startswith(("/", "~/", "{")) or bare == "~"):
-                    self.fail(el, f"{full}: {v!r} must be absolute or start with ~, "
-                                  "{workdir}, {home} or {tmp}")
-            elif kind == "envnames":
-                if not isinstance(v, str) or not re.match(_ENV_NAME, v):
-                    self.fail(el, f"{full}: {v!r} is not an environment variable name "
-                                  "(NAME or PREFIX_*)")
-            elif kind == "patterns":
-                try:
-                    # in context: `!.idea/` removes a default or an earlier entry
-                    compile_patterns(list(DEFAULT_PATTERNS) + [str(i.value) for i in items]
-                                     + [v if isinstance(v, str) else str(v)])
-                except ValueError as e:
-                    self.fail(el, f"{full}: {e}")
-            elif kind == "names":
-                if not isinstance(v, str) or not re.match(_SYSCALL, v):
-                    self.fail(el, f"{full}: {v!r} is not a syscall or group name")
-            elif kind in ("hosts", "denyhosts", "hostsets", "nets"):
-                why = host_entry_error(kind, v)
-                if why is not None:
-                    self.fail(el, f"{full}: {why}")
-            items.append(Item(v, self.where(el)))
+            try:
+                self._element(items, el, kind, full)
+            except ProfileError as e:
+                self.errors.append(str(e))
         return items
 
+    def _element(self, items: list[Item], el: Any, kind: str, full: str) -> None:
+        if (isinstance(el, yaml.MappingNode) and len(el.value) == 1
+                and isinstance(el.value[0][0], yaml.ScalarNode) and _is_null(el.value[0][1])):
+            # `[/usr, ?/opt]`: in a flow list YAML reads `?` as "mapping key follows"
+            key = el.value[0][0].value
+            self.fail(el, f"{full}: '?{key}' inside [...] is read by YAML as a mapping key, "
+                          f"not an optional path; quote it ('?{key}') or write one entry "
+                          f"per line (- ?{key})")
+        v = self.scalar(el, full)
+        if kind == "ports":
+            if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= 65535:
+                self.fail(el, f"{full}: {v!r} is not a TCP port (0-65535)")
+        elif kind == "paths":
+            if not isinstance(v, str) or not v.strip("?"):
+                self.fail(el, f"{full}: {v!r} is not a path")
+            for var in _VAR.findall(v):
+                if var not in ("workdir", "home", "tmp"):
+                    self.fail(el, f"{full}: unknown variable {{{var}}} in {v!r} "
+                                  "(known: {workdir}, {home}, {tmp})")
+            bare = v.lstrip("?")
+            if not (bare.startswith(("/", "~/", "{")) or bare == "~"):
+                self.fail(el, f"{full}: {v!r} must be absolute or start with ~, "
+                              "{workdir}, {home} or {tmp}")
+        elif kind == "envnames":
+            if not isinstance(v, str) or not re.match(_ENV_NAME, v):
+                self.fail(el, f"{full}: {v!r} is not an environment variable name "
+                              "(NAME or PREFIX_*)")
+        elif kind == "patterns":
+            try:
+                # in context: `!.idea/` removes a default or an earlier entry
+                compile_patterns(list(DEFAULT_PATTERNS) + [str(i.value) for i in items]
+                                 + [v if isinstance(v, str) else str(v)])
+            except ValueError as e:
+                self.fail(el, f"{full}: {e}")
+        elif kind == "names":
+            if not isinstance(v, str) or not re.match(_SYSCALL, v):
+                self.fail(el, f"{full}: {v!r} is not a syscall or group name")
+        elif kind in ("hosts", "denyhosts", "hostsets", "nets"):
+            why = host_entry_error(kind, v)
+            if why is not None:
+                self.fail(el, f"{full}: {why}")
+        items.append(Item(v, self.where(el)))
 
     def limit(self, node: Any, kind: str, full: str) -> int | None:
         """A count (4096) or a size (bytes, or 512M, 4G: powers of 1024), or

@@ -98,3 +98,35 @@ def test_exec_without_a_command_is_a_usage_error(capsys):
         main(["exec"])
     assert e.value.code == 125
     assert "no command given" in capsys.readouterr().err
+
+
+def test_profile_validate_lists_every_error_with_its_line(dirs, monkeypatch, capsys):
+    """Issue 23 item 7: not just the first error. Each bad key and each bad list entry is
+    named with its line; a good key between them is not; a run still says one line."""
+    root, *_ = dirs
+    monkeypatch.chdir(root)
+    (root / "bad.yaml").write_text(
+        "extends: default\n"                      # 1
+        "filesystem:\n"                           # 2
+        "  reed: [/usr]\n"                        # 3  unknown key
+        "  read: [/usr, relative/path]\n"         # 4  bad entry
+        "network:\n"                              # 5
+        "  connect_tcp: [80, 70000]\n"            # 6  bad port
+        "  allow: [example.org]\n"                # 7  fine
+        "colour: red\n")                          # 8  unknown section
+    from confine.cli.main import main
+    with pytest.raises(SystemExit) as e:
+        main(["profile", "validate", "bad.yaml"])
+    assert e.value.code == 125
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 5, lines
+    for n, needle in ((3, "reed"), (4, "relative/path"), (6, "70000"), (8, "colour")):
+        assert any(f"bad.yaml:{n}:" in ln and needle in ln for ln in lines), (n, lines)
+    assert lines[-1] == "confine: bad.yaml: 4 errors"
+    assert not any(":7:" in ln for ln in lines)
+    # the loader itself raises the first, with the others attached
+    from confine.errors import ProfileError
+    from confine.policy import load as _load
+    with pytest.raises(ProfileError) as pe:
+        _load.load("./bad.yaml", workdir=str(root), home=str(root), tmp=str(root))
+    assert ":3:" in str(pe.value) and len(pe.value.more) == 3
