@@ -125,6 +125,31 @@ def normalise(addr: IPAddress | str) -> IPAddress:
     return a
 
 
+def opening_error(net: IPNetwork) -> str | None:
+    """Why an allowed_ips network would open nothing, or None if it opens what it names.
+
+    Such a rule only lifts an OPT-IN refusal, and only where it lies wholly inside the
+    refused range (see refusal()); a HARD range is never lifted and public addresses
+    need no rule. A rule that does none of that would be accepted and do nothing: a
+    profile silently weaker than its author thinks, so it is refused at load."""
+    first = _range_of(net.network_address)
+    if first is not None and first.kind == OPT_IN and net.subnet_of(first.net):  # type: ignore[arg-type]
+        return None
+    if net.num_addresses == 1 and (first is None or first.kind == "ok"):
+        return None                   # a public address of this host needs exactly this
+    if first is not None and net.subnet_of(first.net) and first.kind == HARD:  # type: ignore[arg-type]
+        return f"{net} is {first.why}: never dialled, whatever the rules say"
+    public = (first.kind == "ok" and net.subnet_of(first.net)) if first is not None else \
+        not any(r.net.version == net.version and r.kind != "ok" and r.net.overlaps(net)  # type: ignore[arg-type]
+                for r in RANGES)
+    if public:
+        return (f"{net} is public: an allowed name may resolve there without an "
+                "allowed_ips entry")
+    return (f"{net} spans several kinds of address; an allowed_ips entry must lie wholly "
+            "inside one loopback, private (RFC 1918), unique-local or carrier-grade NAT "
+            "range, or be one address of this host")
+
+
 def refusal(addr: IPAddress | str, *, explicit: IPNetwork | None = None,
             own: Iterable[IPAddress] = ()) -> str | None:
     """Why `addr` must not be dialled, or None if it may be.

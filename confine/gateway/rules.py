@@ -321,9 +321,14 @@ class Rules:
         nets: list[IPNetwork] = []
         for e in allowed_ips:
             try:
-                nets.append(ipaddress.ip_network(e.strip(), strict=True))
+                net = ipaddress.ip_network(e.strip(), strict=True)
             except (ValueError, AttributeError) as err:
                 raise RuleError(f"allowed address {e!r}: not an address or network ({err})") from None
+            from .addresses import opening_error  # only for profiles that have the key
+            why = opening_error(net)
+            if why is not None:
+                raise RuleError(f"allowed address {e!r}: {why}")
+            nets.append(net)
         return cls(allow=tuple(a), deny=tuple(d), resolve_nets=tuple(nets), labels=tuple(labels))
 
     def resolve_net(self, ip: IPAddress) -> IPNetwork | None:

@@ -155,6 +155,27 @@ def test_allowed_ips():
         Rules.parse(allowed_ips=["10.1.0.1/16"])
 
 
+@pytest.mark.parametrize("net,why", [
+    ("203.0.113.0/24", "documentation"),     # HARD: it would validate and do nothing
+    ("169.254.169.254", "metadata"),
+    ("fe80::/64", "link-local"),
+    ("8.8.0.0/16", "public"),               # needs no entry
+    ("0.0.0.0/0", "spans several kinds"),   # opens no private range (not wholly inside one)
+    ("10.0.0.0/7", "spans several kinds"),
+])
+def test_allowed_ips_that_would_open_nothing_are_refused(net, why):
+    """Issue 23 item 7: `allowed_ips: [203.0.113.0/24]` validated and did nothing."""
+    with pytest.raises(RuleError, match=why):
+        Rules.parse(allowed_ips=[net])
+
+
+@pytest.mark.parametrize("net", ["10.1.0.0/16", "127.0.0.1", "192.168.4.0/24", "fd12::/64",
+                                 "100.64.1.0/24", "::1", "1.2.3.4"])
+def test_allowed_ips_that_open_something_are_kept(net):
+    ip = ipaddress.ip_network(net).network_address
+    assert Rules.parse(allowed_ips=[net]).resolve_net(ip) is not None
+
+
 # --- the address filter ---------------------------------------------------------------------
 OWN = [ipaddress.ip_address("198.51.100.77"), ipaddress.ip_address("2001:4860::77")]
 
