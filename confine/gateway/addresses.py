@@ -133,15 +133,21 @@ def opening_error(net: IPNetwork) -> str | None:
     need no rule. A rule that does none of that would be accepted and do nothing: a
     profile silently weaker than its author thinks, so it is refused at load."""
     first = _range_of(net.network_address)
-    if first is not None and first.kind == OPT_IN and net.subnet_of(first.net):  # type: ignore[arg-type]
+
+    def inside(r: Range) -> bool:
+        return r.net.version == net.version and net.subnet_of(r.net)  # type: ignore[arg-type]
+
+    if first is not None and first.kind == OPT_IN and inside(first):
         return None
     if net.num_addresses == 1 and (first is None or first.kind == "ok"):
         return None                   # a public address of this host needs exactly this
-    if first is not None and net.subnet_of(first.net) and first.kind == HARD:  # type: ignore[arg-type]
+    if first is not None and first.kind == HARD and inside(first):
         return f"{net} is {first.why}: never dialled, whatever the rules say"
-    public = (first.kind == "ok" and net.subnet_of(first.net)) if first is not None else \
-        not any(r.net.version == net.version and r.kind != "ok" and r.net.overlaps(net)  # type: ignore[arg-type]
-                for r in RANGES)
+    if first is not None:
+        public = first.kind == "ok" and inside(first)
+    else:                             # IPv4 lists no public range: outside every listed one
+        public = not any(r.net.version == net.version and r.net.overlaps(net)
+                         for r in RANGES)
     if public:
         return (f"{net} is public: an allowed name may resolve there without an "
                 "allowed_ips entry")
