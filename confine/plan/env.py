@@ -28,8 +28,22 @@ _INJECTION = re.compile(
     r"|PAGER|MANPAGER|GIT_PAGER|EDITOR_.*|VISUAL_.*|TCLLIBPATH|LUA_PATH|LUA_CPATH)$")
 
 
+# Names `_SECRETISH` catches whose value is a setting or a path, never a credential:
+# `confine audit` does not report them as secrets (they still pass only when named).
+_NOT_SECRET = re.compile(
+    r"^(AWS_(CA_BUNDLE|REGION|DEFAULT_REGION|DEFAULT_OUTPUT|PAGER|PROFILE|DEFAULT_PROFILE"
+    r"|CONFIG_FILE|SHARED_CREDENTIALS_FILE|SDK_LOAD_CONFIG|RETRY_MODE|MAX_ATTEMPTS"
+    r"|USE_FIPS_ENDPOINT|ENDPOINT_URL)"
+    r"|GOOGLE_CLOUD_PROJECT|GOOGLE_CLOUD_REGION|AZURE_CONFIG_DIR|.*_CA_BUNDLE|.*_CA_CERTS?)$")
+
+
 def looks_secret(name: str) -> bool:
     return bool(_SECRETISH.search(name))
+
+
+def holds_secret(name: str) -> bool:
+    """Does this variable look like it holds a credential (not just a setting or a path)?"""
+    return looks_secret(name) and not _NOT_SECRET.match(name)
 
 
 def is_injection(name: str) -> bool:

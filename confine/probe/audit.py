@@ -303,7 +303,7 @@ def _credentials(plan, home: str) -> list[dict]:
 def _environment(plan) -> list[dict]:
     out = []
     for name in sorted(os.environ):
-        if not _env.looks_secret(name):
+        if not _env.holds_secret(name):
             continue
         passed = name in plan.env
         out.append(_finding(

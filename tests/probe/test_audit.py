@@ -68,6 +68,7 @@ class Planted:
 
     def env(self):
         return ("GITHUB_TOKEN=ghp_fake", "AWS_SECRET_ACCESS_KEY=fake",
+                "AWS_CA_BUNDLE=/etc/ssl/certs/ca-certificates.crt", "AWS_REGION=eu-west-1",
                 f"SSH_AUTH_SOCK={self.path('ssh-agent')}",
                 f"CONFINE_AUDIT_METADATA=127.0.0.1:{self.meta_port}")
 
@@ -126,6 +127,8 @@ def test_audit_finds_planted_and_default_blocks_them(test_user, confine_cmd, pla
     for name in ("GITHUB_TOKEN", "AWS_SECRET_ACCESS_KEY", "SSH_AUTH_SOCK"):
         assert f["env:" + name]["blocked"] is True
         assert "ghp_fake" not in str(f["env:" + name])
+    # settings and paths are not credentials (issue 23 item 7), beside the real ones above
+    assert "env:AWS_CA_BUNDLE" not in f and "env:AWS_REGION" not in f
     assert f["metadata"]["severity"] == "high" and f["metadata"]["blocked"] is True
     assert "landlock" in f and "userns" in f and "lsm" in f
     assert p.returncode == r["exit_status"] == (1 if any(x["blocked"] is False

@@ -301,3 +301,16 @@ def test_no_mount_namespace_grants_no_shared_dev_shm_nor_pts(dirs, monkeypatch):
     roots, holes = bare.meta_roots()
     assert roots[:2] == [bare.policy.workdir, bare.policy.tmp]
     assert "/dev/shm" not in roots
+
+
+def test_settings_and_paths_are_not_credentials():
+    """The audit reports credentials, not AWS_CA_BUNDLE (issue 23 item 7); the
+    environment builder stays as careful as before for every secret-looking name."""
+    from confine.plan import env
+    for name in ("AWS_CA_BUNDLE", "AWS_REGION", "AWS_PROFILE", "REQUESTS_CA_BUNDLE",
+                 "NODE_EXTRA_CA_CERTS"):
+        assert not env.holds_secret(name), name
+    for name in ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ACCESS_KEY_ID",
+                 "GITHUB_TOKEN", "SSH_AUTH_SOCK", "MY_CA_BUNDLE_PASSWORD"):
+        assert env.holds_secret(name), name
+    assert env.looks_secret("AWS_CA_BUNDLE")
