@@ -17,7 +17,7 @@ import threading
 from collections.abc import Collection, Sequence
 from typing import Any
 
-from .errors import default_warn
+from .errors import CommandNotExecutable, CommandNotFound, default_warn
 from .plan import HostFacts, Plan
 from .record import dataclass, field
 from .runtime.session import Request, Result, Session, Warn, refuse_missing
@@ -49,15 +49,30 @@ def prepare(argv: Sequence[str], *, protect: bool = True, **options: Any) -> Pla
 def run_result(argv: Sequence[str], *, allow_degraded: bool | Collection[str] = False,
                warn: Warn | None = None, **options: Any) -> Result:
     """Run argv confined; returns its status, the child's steps and the exit-check report.
-    Raises ConfineError (status 125/126/127) for confine's own failures."""
-    with Session(_request(argv, options), warn=warn or default_warn, create_state=True) as s:
-        return s.run(allow_degraded)
+    A command that is not found or not executable is status 127 or 126, as `confine
+    exec` exits, with its one line said through `warn`. Raises ConfineError (status 125)
+    for confine's own failures."""
+    say = warn or default_warn
+    with Session(_request(argv, options), warn=say, create_state=True) as s:
+        return _started(s, allow_degraded, say)
+
+
+def _started(s: Session, allow_degraded: bool | Collection[str], say: Warn,
+             **kw: Any) -> Result:
+    """Session.run, with a command that could not be started as its status (126/127),
+    like a shell and `confine exec`, instead of an exception."""
+    try:
+        return s.run(allow_degraded, **kw)
+    except (CommandNotFound, CommandNotExecutable) as e:
+        say(str(e))
+        return Result(status=e.status)
 
 
 def run(argv: Sequence[str], *, allow_degraded: bool | Collection[str] = False,
         warn: Warn | None = None, **options: Any) -> int:
-    """Run argv confined; returns its exit status (128+N if killed by signal N).
-    Raises ConfineError (status 125/126/127) for confine's own failures."""
+    """Run argv confined; returns its exit status (128+N if killed by signal N; 126 and
+    127 as a shell: not executable, not found). Raises ConfineError (status 125) for
+    confine's own failures."""
     return run_result(argv, allow_degraded=allow_degraded, warn=warn, **options).status
 
 
@@ -67,8 +82,11 @@ class Completed:
     argv: list[str]
     status: int                      # as `confine exec` exits (123, 125-127 included)
     stdout: bytes | None = None      # with capture=True
-    stderr: bytes | None = None      # the agent's stderr (confine's own lines go to warn)
+    stderr: bytes | None = None      # the agent's stderr
     timed_out: bool = False
+    # confine's own lines of this run (refusals, the exit check, "command not found"); with
+    # capture=True and no warn= given they go only here, never to this process's stderr
+    messages: list[str] = field(default_factory=list)
     report: Any = None               # the exit check's protect Report
     steps: list[str] = field(default_factory=list)
 
@@ -92,6 +110,7 @@ class Sandbox:
         self.options = options
         self.allow_degraded = allow_degraded
         self.warn = warn or default_warn
+        self.own_warn = warn is not None
         _request(["true"], dict(options))             # unknown options fail here
         self.host: HostFacts | None = None
         # The last run's fanotify group (protect/changes.py), restarted for the next:
@@ -120,9 +139,17 @@ class Sandbox:
             timeout: float | None = None) -> Completed:
         """Run argv confined. input: bytes for its stdin (else /dev/null when
         capturing, else this process's stdin); capture: its stdout and stderr
-        as bytes; timeout: seconds, then it and all it started are killed
+        as bytes, and confine's own lines in `messages` only (unless the Sandbox was
+        given warn=); timeout: seconds, then it and all it started are killed
         (timed_out, status 137)."""
         fds: list[int] = []
+        messages: list[str] = []
+        quiet = capture and not self.own_warn
+
+        def say(msg: str) -> None:
+            messages.append(msg)
+            if not quiet:
+                self.warn(msg)
         try:
             stdin = out = err = None
             if input is not None:
@@ -147,12 +174,13 @@ class Sandbox:
                     kept = None
             used = None
             try:
-                with Session(req, warn=self.warn, create_state=True, host=self.host,
+                with Session(req, warn=say, create_state=True, host=self.host,
                              changes=kept) as s:
                     if self.host is None:
                         self.host = s.host
                     try:
-                        r = s.run(self.allow_degraded, stdio=(stdin, out, err), timeout=timeout)
+                        r = _started(s, self.allow_degraded, say, stdio=(stdin, out, err),
+                                     timeout=timeout)
                     finally:
                         used = getattr(s.snapshot, "changes", None)
             finally:
@@ -160,7 +188,7 @@ class Sandbox:
                     kept.close()
                 self._keep(used)
             return Completed(argv=list(argv), status=r.status, timed_out=r.timed_out,
-                             report=r.report, steps=r.steps,
+                             report=r.report, steps=r.steps, messages=messages,
                              stdout=_read_all(out) if out is not None else None,
                              stderr=_read_all(err) if err is not None else None)
         finally:

@@ -39,7 +39,6 @@ import time
 from pathlib import Path
 
 from .. import api
-from ..errors import CommandNotExecutable, CommandNotFound
 from ..kernel import landlock, seccomp
 from ..policy.secrets import HOME_SECRETS
 from . import audit, report
@@ -466,12 +465,11 @@ def probe(*, profile="default", workdir=None, read=(), write=(), env=(), user=No
         if unconfined:
             status, out, err = _run_unconfined(argv, wd, targets.canary, targets.inherit_fd)
         else:
-            try:
-                status, out, err = _run_confined(argv, dict(opts, allow_degraded=allow_degraded),
-                                                 targets.canary, warnings)
-            except (CommandNotFound, CommandNotExecutable) as e:
+            status, out, err = _run_confined(argv, dict(opts, allow_degraded=allow_degraded),
+                                             targets.canary, warnings)
+            if status in (126, 127) and not out:
                 # The sandbox cannot even start the battery: not usable, so not a pass.
-                status, out, err = e.status, "", f"the battery could not start: {e}"
+                err = f"the battery could not start: {warnings[-1] if warnings else status}"
     finally:
         targets.cleanup()
     data = _parse(out)

@@ -57,6 +57,46 @@ def test_capture_input_and_status(sandbox):
     assert status == 0 and text.strip() == str(sandbox.agent.pw_uid), out
 
 
+def test_not_found_is_a_status_and_captured_runs_keep_confines_lines(sandbox):
+    """Issue 23 item 7: the API gives 127/126 where `confine exec` exits with them (not an
+    exception), and with capture=True confine's own lines go to Completed.messages, not to
+    the caller's stderr. Control: without capture they are on the caller's stderr."""
+    code = textwrap.dedent("""
+        import json, os, sys
+        import confine
+        WD = sys.argv[1]
+        out = {}
+        with confine.Sandbox(workdir=WD) as sb:
+            r = sb.run(["no-such-command-xyz"], capture=True)
+            out["nf"] = [r.status, r.messages]
+            r = sb.run(["./noexec"], capture=True)
+            out["nx"] = [r.status, r.messages]
+            r = sb.run(["/bin/sh", "-c", "echo x > /etc/confine-test-planted"], capture=True)
+            out["refused"] = [r.status, r.messages, r.stderr.decode()]
+        sys.stdout.flush()
+        print("--- uncaptured", file=sys.stderr, flush=True)
+        out["run"] = confine.run(["no-such-command-xyz"], workdir=WD)
+        print(json.dumps(out))
+    """)
+    with open(os.path.join(sandbox.workdir, "noexec"), "w") as f:
+        f.write("#!/bin/sh\necho no\n")
+    os.chmod(os.path.join(sandbox.workdir, "noexec"), 0o644)
+    argv = sandbox.cmd([])[:-1] + [API_PY, "-c", code, sandbox.workdir]
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=sandbox.workdir)
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    status, msgs = out["nf"]
+    assert status == 127 and any("no-such-command-xyz: command not found" in m for m in msgs)
+    status, msgs = out["nx"]
+    assert status == 126 and any("cannot execute" in m for m in msgs), msgs
+    status, msgs, err = out["refused"]
+    assert status != 0 and "confine-test-planted" in err      # the agent's own error
+    captured, uncaptured = p.stderr.split("--- uncaptured")
+    assert "confine:" not in captured, captured
+    assert out["run"] == 127
+    assert "confine: no-such-command-xyz: command not found" in uncaptured, uncaptured
+
+
 def test_every_run_is_confined(sandbox):
     """The boundary holds on the second run as on the first: writing outside
     the workdir is refused, reading a secret is refused (controls: the workdir
