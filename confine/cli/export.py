@@ -25,6 +25,9 @@ def _is_dir(output: str | None) -> bool:
     return bool(output) and (output.endswith("/") or os.path.isdir(output))
 
 
+AA_DIR = "/etc/apparmor.d"
+
+
 def _write(output: str | None, files: dict[str, str], default: str) -> None:
     """stdout, one file, or (for a directory) every file under its relative name."""
     if not output:
@@ -82,6 +85,27 @@ def apparmor_cmd(profile, workdir, part, name, output):
              apparmor.LAUNCHER: apparmor.launcher_profile(command=cmd + " --part launcher"),
              "tunables/confine": apparmor.tunables(wd)}
     default = {"agent": name, "launcher": apparmor.LAUNCHER, "tunables": "tunables/confine"}[part]
+    has_abi4 = any(os.path.exists(os.path.join(d, "abi", "4.0"))
+                   for d in ([output] if output and _is_dir(output) else []) + [AA_DIR])
+    if output and _is_dir(output) and not has_abi4:
+        # AppArmor 3 (Debian 12, Ubuntu 22.04) cannot parse the launcher's `abi <abi/4.0>`
+        # and `userns`, and a file it cannot parse in /etc/apparmor.d breaks the reload
+        # of every profile there; it does not restrict user namespaces, so none is needed.
+        del files[apparmor.LAUNCHER]
+        click.echo(f"confine: note: no launcher profile written: this AppArmor has no abi 4.0 "
+                   f"({AA_DIR}/abi/4.0), so it does not restrict user namespaces and needs "
+                   "none (`--part launcher -o FILE` writes it for a host with AppArmor 4)",
+                   err=True)
+    elif part == "launcher" and not has_abi4:
+        click.echo("confine: note: the launcher profile needs AppArmor 4 (abi 4.0), which "
+                   "this host lacks: load it only where AppArmor 4 restricts user namespaces",
+                   err=True)
+    if part == "agent" and not wd and not (output and _is_dir(output)) \
+            and not os.path.exists(os.path.join(AA_DIR, "tunables", "confine")):
+        click.echo(f"confine: note: this profile includes <tunables/confine>, not installed "
+                   f"in {AA_DIR}: `confine export apparmor --part tunables -o "
+                   f"{AA_DIR}/tunables/confine` installs it (or -o {AA_DIR}/ writes all the "
+                   "files; -w DIR pins one workdir in the profile instead)", err=True)
     _write(output, files, default)
 
 

@@ -46,6 +46,23 @@ def test_shipped_files_compile(parser):
         assert r.returncode == 0, r.stderr
 
 
+def test_what_export_writes_to_a_directory_compiles_here(parser, tmp_path):
+    """`confine export apparmor -o DIR/` on this host (Debian 12: AppArmor 3) gives files
+    that all compile with the host's own parser and includes, as `apparmor_parser -r`
+    would load them after a copy to /etc/apparmor.d (issue 23 item 7)."""
+    from click.testing import CliRunner
+
+    from confine.cli.export import export
+    r = CliRunner().invoke(export, ["apparmor", "-p", "default", "-o", f"{tmp_path}/"])
+    assert r.exit_code == 0, r.output
+    profiles = [p for p in tmp_path.iterdir() if p.is_file()]
+    assert [p.name for p in profiles if p.name == "confine-default"], profiles
+    for p in profiles:
+        r = subprocess.run(["apparmor_parser", "-Q", "-K", "-T", "-I", str(tmp_path),
+                            "-I", "/etc/apparmor.d", str(p)], capture_output=True, text=True)
+        assert r.returncode == 0, (p.name, r.stderr)
+
+
 def test_a_broken_profile_is_rejected(parser, policies):
     """The compile check is not vacuous."""
     text = apparmor.agent_profile(policies["default"]).replace("deny capability,", "deny capabilty,")
