@@ -7,12 +7,35 @@ import datetime
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
 
-import click  # noqa: E402
 
-from confine import __version__  # noqa: E402
-from confine.cli.main import cli  # noqa: E402
+def _python_with_confine() -> None:
+    """A plain `python3` lacks confine's dependencies (click, landlockpy, ...): run again
+    with the Python of confine's own install (./install.sh as root or as a user, or
+    `./test.sh --fast`'s .venv), once, or say what to do."""
+    import os
+    if not os.environ.get("CONFINE_GEN_MAN_REEXEC"):
+        os.environ["CONFINE_GEN_MAN_REEXEC"] = "1"
+        for py in ("/opt/confine/bin/python",
+                   os.path.expanduser("~/.local/share/confine/bin/python"),
+                   str(REPO / ".venv" / "bin" / "python")):
+            if os.access(py, os.X_OK):
+                os.execv(py, [py, __file__, *sys.argv[1:]])
+    sys.exit("gen-man.py: needs confine's dependencies (click, landlockpy, ...): run "
+             "./install.sh first (the script then uses that install's Python), or run it "
+             "with a Python that has them")
+
+
+try:
+    import click  # noqa: E402
+
+    from confine import __version__  # noqa: E402
+    from confine.cli.main import cli  # noqa: E402
+except ImportError:
+    _python_with_confine()
+    raise
 
 
 def _esc(text: str) -> str:
