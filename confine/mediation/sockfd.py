@@ -35,7 +35,7 @@ supervisor cannot take the agent's socket to perform a call on it. Instead:
   ones until their listen or connect, which are then performed on that very
   socket, as with pidfd_getfd.
 
-What does not carry over (README "Limits"): socket options set before the
+What does not carry over (docs/limits.md): socket options set before the
 call (but those three), and a dup() of the descriptor made before it (it
 keeps the old socket); a connected socket confine did not make cannot be
 sent on with sendmsg (a connection cannot move), nor can descriptors be

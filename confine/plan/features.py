@@ -128,7 +128,7 @@ NO_NS_REPLACEMENTS: dict[str, tuple[str, str]] = {
 # The pid namespace's guarantees where it is missing (no user namespaces: containers,
 # Ubuntu's restriction, confine inside confine). They never refuse a run: lifetime has
 # a full replacement; visibility has a partial one and the rest is a named difference
-# (README "Supported hosts": /proc/PID/cmdline and status are world-readable by the
+# (docs/security-model.md "Supported hosts": /proc/PID/cmdline and status are world-readable by the
 # kernel's design, only hidepid on a private /proc or a pid namespace hides them).
 PID_REPLACEMENTS: dict[str, tuple[str, str]] = {
     "pid_namespace.lifetime": (
