@@ -1156,12 +1156,15 @@ def _checked_config(rv: _Reverter, rel: str, old: Entry, now: Entry) -> bool:
     return True
 
 
-def _into_writable(rv: _Reverter, rel: str, it: ConfigItem) -> str | None:
+def _into_writable(rv: _Reverter, rel: str, it: ConfigItem,
+                   but_workdir: bool = False) -> str | None:
     """The path git location `it` of the config at `rel` names, if it lies
     (as written, or with symlinks resolved now) where the agent could write.
     Relative paths are taken from the repository's top (the worktree, or a
     bare repository itself); ~ paths are not judged (whose home is meant
-    depends on who runs git, and a local one is refused at the call)."""
+    depends on who runs git, and a local one is refused at the call).
+    but_workdir: a path in the workdir is not counted (whatever lies there
+    is judged by this same check)."""
     p = location_path(it)
     if p is None or p.startswith("~"):
         return None
@@ -1170,6 +1173,8 @@ def _into_writable(rv: _Reverter, rel: str, it: ConfigItem) -> str | None:
         top = os.path.dirname(top)
     full = os.path.normpath(os.path.join(top, p))
     for cand in dict.fromkeys((full, os.path.realpath(full))):
+        if but_workdir and is_under(cand, rv.snap.workdir):
+            continue
         if any(is_under(cand, w) for w in rv.writable):
             return cand
     return None
@@ -1204,8 +1209,10 @@ def _new_repo_entry(rv: _Reverter, cur: _Scan, rel: str, e: Entry, gd: str,
             return
         danger = [it.name for it, w in removed if w == KEY_REFUSED and is_dangerous_key(it)]
         other = [it.name for it, w in removed if w == KEY_REFUSED and not is_dangerous_key(it)]
-        into = [f"{it.name} -> {p}" for it, _ in removed for p in [_into_writable(rv, rel, it)]
-                if p]
+        # Removed either way; an alert when it led out of the workdir into the agent's
+        # reach (a local clone's origin in the workdir is judged by this same check).
+        into = [f"{it.name} -> {p}" for it, _ in removed
+                for p in [_into_writable(rv, rel, it, but_workdir=True)] if p]
         parts = []
         if danger:
             parts.append("removed " + ", ".join(danger) + " (run programs)")
