@@ -459,10 +459,13 @@ def location_path(it: ConfigItem) -> str | None:
     """The path a location entry names, on this machine or over ssh (which
     may be this machine), None for none: the exit check asks whether it lies
     where the agent could write. Relative to the repository, or to a home
-    with a leading ~ (ssh://h/~/x, host:~/x, host:x)."""
+    with a leading ~ (ssh://h/~/x, host:~/x, host:x). A value that can be a
+    remote's name is not taken for a path here."""
     v = it.value
     if (it.section, it.key) not in _URL_KEYS | _NAME_KEYS or not v:
         return None
+    if (it.section, it.key) in _NAME_KEYS and not set(v) & set("/:"):
+        return None             # a remote's name (its url is judged), or "."
     m = _SCHEME.match(v)
     if m:
         rest = v[m.end():]

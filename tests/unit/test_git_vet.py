@@ -9,6 +9,7 @@ import subprocess
 import pytest
 
 from confine import protect
+from confine.protect import gitconfig
 from confine.protect.guard import VET, Guard
 
 PERSON = b"[core]\n\tbare = false\n\teditor = vim\n[filter \"lfs\"]\n\tclean = git-lfs clean\n"
@@ -217,3 +218,19 @@ def test_git_agrees_which_values_are_local(tmp_path):
         p = subprocess.run(["git", "ls-remote", v], cwd=tmp_path, env=env, capture_output=True,
                            text=True)
         assert "does not appear to be a git repository" not in p.stderr, (v, p.stderr)
+
+
+def test_the_path_a_location_names():
+    def path(name: str, value: str) -> str | None:
+        sec, _, rest = name.partition(".")
+        sub, _, key = rest.rpartition(".")
+        return gitconfig.location_path(protect.ConfigItem(sec, sub or None, key, value, 1))
+    assert path("remote.o.url", "ssh://localhost/home/a/x.git") == "/home/a/x.git"
+    assert path("remote.o.url", "ssh://h/~/x.git") == "~/x.git"
+    assert path("remote.o.url", "u@h:x.git") == "~/x.git"
+    assert path("remote.o.url", "h:/srv/x.git") == "/srv/x.git"
+    assert path("remote.o.url", "../up.git") == "../up.git"
+    assert path("remote.o.url", "file:///srv/x") == "/srv/x"
+    assert path("branch.m.remote", "origin") is None and path("branch.m.remote", ".") is None
+    assert path("branch.m.pushremote", "/tmp/evil.git") == "/tmp/evil.git"
+    assert path("user.name", "/x") is None
