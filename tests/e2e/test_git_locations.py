@@ -18,6 +18,8 @@ import os
 import re
 import shutil
 
+import pytest
+
 SETUP = r'''
 set -e
 git init -q --bare -b main "$OUT/up.git"
@@ -41,6 +43,7 @@ ATTACKS = [
     ("pushurl", 'remote.origin.pushurl "$HOME/.cache/x/evil.git"', "remote.origin.pushurl"),
     ("pushremote", 'branch.main.pushremote "$HOME/.cache/x/evil.git"', "branch.main.pushremote"),
     ("pushremote-name", "branch.main.pushremote evil", "branch.main.pushremote"),
+    ("pushdefault", 'remote.pushDefault "$HOME/.cache/x/evil.git"', "remote.pushdefault"),
     ("pushurl-file", 'remote.origin.pushurl "file://$HOME/.cache/x/evil.git"',
      "remote.origin.pushurl"),
     ("url-ext", "remote.origin.url 'ext::sh -c touch% /tmp/x'", "remote.origin.url"),
@@ -67,6 +70,11 @@ git -C "$OUT/up.git" for-each-ref --format='%(refname) %(subject)' refs/heads
 '''
 
 
+@pytest.fixture(params=["all", "landlock"])
+def layers(request):
+    return request.param
+
+
 def _forget_evil(stdout: str) -> None:
     """The agent's bare repository outlives the run in its home: removed here."""
     m = re.search(r"^HOME=(/.+)$", stdout, re.M)
@@ -74,8 +82,9 @@ def _forget_evil(stdout: str) -> None:
         shutil.rmtree(os.path.join(m.group(1), ".cache/x"), ignore_errors=True)
 
 
-def test_locations_and_destructive_refspecs_are_refused_at_the_call(sandbox, outside_dir):
-    box, out = sandbox, outside_dir
+def test_locations_and_destructive_refspecs_are_refused_at_the_call(sandbox, layers, outside_dir):
+    box = sandbox if layers == "all" else sandbox.without_namespaces()
+    out = outside_dir
     env = [f"OUT={out}"]
     p = box.outside(["/bin/sh", "-c", SETUP, "setup", "r"], env_extra=env)
     assert p.returncode == 0, p.stderr
