@@ -341,7 +341,8 @@ def _url_problem(v: str | None) -> str | None:
         if m.group(1) not in _NET_SCHEMES:
             return "an unknown URL scheme (git would run git-remote-<scheme>)"
         auth = v[m.end():].split("/", 1)[0]
-        return "a host starting with '-'" if auth.rpartition("@")[2].startswith("-") else None
+        return "a host starting with '-'" if auth.startswith("-") \
+            or auth.rpartition("@")[2].startswith("-") else None
     colon, slash = v.find(":"), v.find("/")
     if colon < 0 or 0 <= slash < colon:
         return "a local path (a repository whose hooks would run as you)"
@@ -376,7 +377,7 @@ def _value_problem(it: ConfigItem, remotes: Collection[str]) -> str | None:
             if v.startswith(":") and v != ":":     # ":" alone is push.default=matching
                 return "a push refspec that deletes upstream refs on the next push"
         if it.key == "fetch" and v is not None:
-            src, colon, dst = v.lstrip("+").partition(":")
+            src, colon, dst = v.lstrip("+").rpartition(":")     # as refspec.c splits it
             if colon and dst and not src.startswith("^") and (
                     not dst.startswith("refs/remotes/") or ".." in dst):
                 return "a fetch refspec writing outside refs/remotes/ (the next fetch would " \
@@ -415,12 +416,12 @@ def judge(items: Sequence[ConfigItem], trusted: Sequence[ConfigItem] = (),
         return False
 
     # Remote urls first: a remote's name is judged by whether a url of it stays.
-    first = [i for i, it in enumerate(items)
-             if (it.section, it.key) == ("remote", "url") and it.sub is not None]
-    remotes = {items[i].sub for i in first if ok(i, items[i], ())}
+    urls = {i: it.sub for i, it in enumerate(items)
+            if (it.section, it.key) == ("remote", "url") and it.sub is not None}
+    remotes = {sub for i, sub in urls.items() if ok(i, items[i], ())}
     for i, it in enumerate(items):
-        if i not in first:
-            ok(i, it, {r for r in remotes if r is not None})
+        if i not in urls:
+            ok(i, it, remotes)
     return [(items[i], why[i]) for i in sorted(why)]
 
 

@@ -81,7 +81,7 @@ NETWORK = ["https://h/p.git", "http://h/p", "ssh://h/p", "ssh://u@h:22/~/p.git",
 LOCAL = ["~/x.git", "../x", "/abs", "x", "./a:b", "/a:b", "file:///x", "file://h/x",
          "ext::sh -c touch% /tmp/pwned", "fd::3", "fd::3,4", "foo::bar", "::x", "",
          "SSH://h/p", "HTTPS://h/p", "svn://h/p", "rsync://h/p", "-oProxyCommand=x:p",
-         "ssh://-oProxyCommand=x/p", "ssh://u@-x/p", "u@-x:p"]
+         "ssh://-oProxyCommand=x/p", "ssh://u@-x/p", "u@-x:p", "ssh://-u@h/p"]
 
 
 def one(key: bytes, value: bytes, trusted: bytes | None = b"", extra: bytes = b"") -> list[str]:
@@ -163,7 +163,8 @@ def test_push_refspecs_that_force_or_delete(value, refused):
     ("+refs/heads/main", False), ("refs/heads/main:", False), ("^refs/heads/x", False),
     ("+refs/heads/*:refs/heads/*", True), ("refs/heads/main:refs/heads/main", True),
     ("+refs/tags/*:refs/tags/*", True), ("main:main", True),
-    ("+refs/heads/*:refs/remotes/../heads/*", True), ("+refs/*:refs/*", True)])
+    ("+refs/heads/*:refs/remotes/../heads/*", True), ("+refs/*:refs/*", True),
+    ("x:refs/remotes/o/a:refs/heads/main", True)])    # git splits at the last colon
 def test_fetch_refspecs_write_only_remote_tracking_refs(value, refused):
     got = one(b"[remote \"origin\"]\n\tfetch", value.encode())
     assert got == (["remote.origin.fetch"] if refused else []), got
