@@ -11,6 +11,11 @@ afterwards the person's own `git push`, run outside, runs no hook of the
 agent's and the upstream `release` branch is still there. The controls: the
 same `git config` outside confine makes the push run the hook and delete the
 branch (the attack is real), and a network pushurl is accepted inside.
+
+At exit: a network URL that leads back into the agent's home (ssh to this
+machine) is an alert and the config is reverted; a repository made during the
+run loses a local remote, with an alert when it led into the agent's home and
+none when it stayed in the workdir (the control).
 """
 from __future__ import annotations
 
