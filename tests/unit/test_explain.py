@@ -136,6 +136,9 @@ def test_git_own_protected_files_are_not_granted(reason):
 def test_internal_refusals_cannot_be_granted(reason):
     gr = g(ex.from_reason(reason))
     assert gr.cannot and not gr.key
+    if reason.startswith("git config"):
+        # says where the change can be made instead, locations and refspecs included
+        assert "network URLs" in gr.cannot and "outside confine" in gr.cannot, gr.cannot
 
 
 def test_unix_socket_grants_allow_but_not_host_root():
