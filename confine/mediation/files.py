@@ -1241,13 +1241,17 @@ class FileBroker:
             os.close(fd)
         if len(data) > CONFIG_CAP:
             raise Refused(errno.EACCES, f"git config {dst}: larger than {CONFIG_CAP} bytes")
-        bad, perr = protect.vet_git_config(data, trusted)
+        # A repository made during the run may point at local paths while it runs
+        # (a local clone): its config is sanitized at exit, locations and all.
+        bad, perr = protect.vet_git_config(data, trusted, values=trusted is not None)
         if perr or bad:
             what = f"syntax error ({perr})" if perr else \
-                "key(s) " + ", ".join(sorted({it.name for it in bad}))
+                "key(s) " + ", ".join(sorted({it.name for it, _ in bad}))
+            why = protect.KEY_REFUSED if perr else "; ".join(
+                dict.fromkeys(w if w == protect.KEY_REFUSED else f"{it.name}: {w}"
+                              for it, w in bad))
             raise Refused(errno.EACCES, f"git config {dst}: {what} not allowed in a repository "
-                          "config written inside the sandbox (they could run programs for the "
-                          "next person using git there)")
+                          f"config written inside the sandbox ({why})")
         self._pin_replaced(npfd, nbase)
         tmp = (INTERNAL + os.urandom(8).hex()).encode()
         tfd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,

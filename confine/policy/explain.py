@@ -259,7 +259,9 @@ def grant(r: Refusal, home: str, deny: Sequence[str] = (),
 
 def _internal(what: str) -> str:
     if "git config" in what:
-        return f"{what} (git config keys off confine's safe list are refused in the workdir)"
+        return (f"{what} (git config keys off confine's safe list, git locations that are not "
+                "network URLs and refspecs that force or delete are refused in every profile: "
+                "make that change outside confine)")
     return f"{what} (confine refuses it in every profile)"
 
 

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 from ..policy.patterns import DEFAULT_PATTERNS, Pattern, compile_patterns, effective
 from .gitconfig import (
+                        KEY_REFUSED,
                         ConfigItem,
                         is_dangerous_key,
                         is_safe_key,
@@ -52,7 +53,7 @@ from .snapshot import GIT_SKIP, Entry, GitDir, Root, Snapshot, snapshot
 __all__ = [
     "DEFAULT_PATTERNS", "Pattern", "compile_patterns", "effective",
     "ConfigItem", "parse_git_config", "render_git_config", "sanitize_git_config",
-    "is_dangerous_key", "is_safe_key", "vet_git_config",
+    "is_dangerous_key", "is_safe_key", "vet_git_config", "KEY_REFUSED",
     "GIT_SKIP", "Entry", "GitDir", "Root", "Snapshot", "snapshot",
     "Change", "Report", "verify_and_revert", "format_report", "default_quarantine_dir",
     "Guard", "VET",

@@ -19,12 +19,21 @@ import os
 import re
 import stat
 import time
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Sequence
 
 from ..digest import sha256
+from ..paths import is_under
 from ..record import dataclass, field
 from . import gitdata, index
-from .gitconfig import is_dangerous_key, parse_git_config, sanitize_git_config, vet_git_config
+from .gitconfig import (
+    KEY_REFUSED,
+    ConfigItem,
+    is_dangerous_key,
+    location_path,
+    parse_git_config,
+    sanitize_git_config,
+    vet_git_config,
+)
 from .report import _safe, format_report
 from .snapshot import (
     _DIR,
@@ -435,8 +444,10 @@ def _copy_out(spfd: int, sname: str, dpfd: int, dname: str, q: _Quarantine, qpat
 
 
 class _Reverter:
-    def __init__(self, snap: Snapshot, cur: _Scan, q: _Quarantine, report: Report):
+    def __init__(self, snap: Snapshot, cur: _Scan, q: _Quarantine, report: Report,
+                 writable: Sequence[str] = ()):
         self.snap = snap
+        self.writable = tuple(writable)     # what the agent could write (see _into_writable)
         self.cur = cur
         self.fs = cur.fs
         self.q = q
@@ -676,7 +687,8 @@ class _ExitScan(_Scan):
 
 
 def verify_and_revert(snap: Snapshot, *, quarantine_dir: str | None = None,
-                      trust_mounts: bool = False, home: str | None = None) -> Report:
+                      trust_mounts: bool = False, home: str | None = None,
+                      writable: Sequence[str] = ()) -> Report:
     """Compare the workdir with `snap`, put protected paths back, report.
 
     Supervisor side; call it after the agent and everything it left running
@@ -700,15 +712,19 @@ def verify_and_revert(snap: Snapshot, *, quarantine_dir: str | None = None,
     there came from outside the sandbox (the person's editor, say) and are
     reported, not reverted.
 
+    writable: the paths the agent could write besides the workdir (its home,
+    the run's TMPDIR, write grants): a git location set during the run that
+    points into one of them, or the workdir, is an alert.
+
     Returns a Report; `report.alerts` is what the launcher must print
     (format_report) and turn into a distinct outcome.
     """
     with index.no_gc():
-        return _verify_and_revert(snap, quarantine_dir, trust_mounts, home)
+        return _verify_and_revert(snap, quarantine_dir, trust_mounts, home, writable)
 
 
 def _verify_and_revert(snap: Snapshot, quarantine_dir: str | None, trust_mounts: bool,
-                       home: str | None) -> Report:
+                       home: str | None, writable: Sequence[str] = ()) -> Report:
     t0 = time.monotonic()
     report = Report(namespaces_active=trust_mounts)
     default = quarantine_dir is None
@@ -740,7 +756,7 @@ def _verify_and_revert(snap: Snapshot, quarantine_dir: str | None, trust_mounts:
             report.changes.append(Change("unchecked", "", "failed", "the scan of the workdir "
                                          f"stopped ({type(e).__name__}: {e}): paths it had not "
                                          "reached are NOT checked"))
-        rv = _Reverter(snap, cur, q, report)
+        rv = _Reverter(snap, cur, q, report, (snap.workdir, *writable))
         for rel, mode in cur.opened:
             rv.add("mode", rel, "noted", f"was mode {mode:o}, unreadable to the check: given "
                    "u+rwx back to check it", alert=False)
@@ -1122,6 +1138,15 @@ def _checked_config(rv: _Reverter, rel: str, old: Entry, now: Entry) -> bool:
     if data != old.data:
         before = {(it.name, it.value) for it in parse_git_config(old.data)[0]}
         after = {(it.name, it.value) for it in parse_git_config(data)[0]}
+        # a network URL may still lead here (ssh to this machine): new ones only
+        into = [f"{it.name} -> {p}" for it in parse_git_config(data)[0]
+                if (it.name, it.value) not in before
+                for p in [_into_writable(rv, rel, it)] if p]
+        if into:
+            rv.add("git-config", rel, "reverted", "set a git location into a path the agent "
+                   "could write (" + ", ".join(into) + "): your next push or fetch would run "
+                   "what it put there")
+            return False
         added = sorted({n for n, _ in after - before})
         gone = sorted({n for n, _ in before - after})
         parts = ([f"set {', '.join(added)}"] if added else []) \
@@ -1129,6 +1154,30 @@ def _checked_config(rv: _Reverter, rel: str, old: Entry, now: Entry) -> bool:
         rv.add("git-config", rel, "kept", "changed by git through confine's check ("
                + ("; ".join(parts) or "same entries") + ")", alert=False)
     return True
+
+
+def _into_writable(rv: _Reverter, rel: str, it: ConfigItem,
+                   but_workdir: bool = False) -> str | None:
+    """The path git location `it` of the config at `rel` names, if it lies
+    (as written, or with symlinks resolved now) where the agent could write.
+    Relative paths are taken from the repository's top (the worktree, or a
+    bare repository itself); ~ paths are not judged (whose home is meant
+    depends on who runs git, and a local one is refused at the call).
+    but_workdir: a path in the workdir is not counted (whatever lies there
+    is judged by this same check)."""
+    p = location_path(it)
+    if p is None or p.startswith("~"):
+        return None
+    top = os.path.dirname(os.path.join(rv.snap.workdir, rel))
+    if os.path.basename(top) == ".git":
+        top = os.path.dirname(top)
+    full = os.path.normpath(os.path.join(top, p))
+    for cand in dict.fromkeys((full, os.path.realpath(full))):
+        if but_workdir and is_under(cand, rv.snap.workdir):
+            continue
+        if any(is_under(cand, w) for w in rv.writable):
+            return cand
+    return None
 
 
 def _new_repo_entry(rv: _Reverter, cur: _Scan, rel: str, e: Entry, gd: str,
@@ -1158,17 +1207,25 @@ def _new_repo_entry(rv: _Reverter, cur: _Scan, rel: str, e: Entry, gd: str,
         except (OSError, _Unsafe) as ex:
             _quarantine(rv, rel, "new-repo", handled, detail=f"cannot rewrite it ({_why(ex)})")
             return
-        danger = [it.name for it in removed if is_dangerous_key(it)]
-        other = [it.name for it in removed if not is_dangerous_key(it)]
+        danger = [it.name for it, w in removed if w == KEY_REFUSED and is_dangerous_key(it)]
+        other = [it.name for it, w in removed if w == KEY_REFUSED and not is_dangerous_key(it)]
+        # Removed either way; an alert when it led out of the workdir into the agent's
+        # reach (a local clone's origin in the workdir is judged by this same check).
+        into = [f"{it.name} -> {p}" for it, _ in removed
+                for p in [_into_writable(rv, rel, it, but_workdir=True)] if p]
         parts = []
         if danger:
             parts.append("removed " + ", ".join(danger) + " (run programs)")
         if other:
             parts.append("removed " + ", ".join(other) + " (not on the safe list)")
+        parts += [f"removed {it.name} ({w})" for it, w in removed if w != KEY_REFUSED]
+        if into:
+            parts.append("a location pointed into a path the agent could write ("
+                         + ", ".join(into) + ")")
         if err:
             parts.append(f"dropped the rest: {err}")
         rv.add("new-repo", rel, "sanitized", "; ".join(parts), quarantine=qpath,
-               alert=bool(danger) or bool(err))
+               alert=bool(danger) or bool(err) or bool(into))
         return
     if sub == "hooks" and e.kind == "d":
         return  # the directory stays; its entries are looked at one by one

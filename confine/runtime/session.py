@@ -554,7 +554,11 @@ class Session:
 
         from .. import protect
         try:
-            report = protect.verify_and_revert(self.snapshot, trust_mounts=mount_ns)
+            pol = self.plan.policy
+            report = protect.verify_and_revert(
+                self.snapshot, trust_mounts=mount_ns,
+                writable=[pol.tmp, *(w.path for w in pol.write),
+                          *(p for p in (self.tmp, self.plan.agent_home) if p)])
         except Exception as e:  # noqa: BLE001 - never silently: the check did not happen
             say(f"PROTECTED PATHS NOT CHECKED after the run (the check failed: "
                 f"{_safe(f'{type(e).__name__}: {e}')}): inspect .git/hooks, "

@@ -54,7 +54,7 @@ step pull            sh -c 'cd proj && git checkout -q main && git pull -q --no-
 cd old
 step old-config      cfg
 step old-branch      sh -c 'git checkout -qb work && echo y > y && git add y && git commit -qm y'
-step old-remote-add  git remote add origin ../remote.git
+step old-remote      git remote get-url origin
 step old-push-u      git push -q -u origin work
 step old-upstream    sh -c 'test "$(git rev-parse --abbrev-ref @{u})" = origin/work'
 cd ..
@@ -102,6 +102,8 @@ def _setup(sb) -> None:
     subprocess.run(["git", "-C", old, "add", "a"], check=True)
     subprocess.run(["git", "-C", old, *ident, "commit", "-qm", "a"], check=True,
                    capture_output=True)
+    # the person's remote, on a local path (the agent may not add one: issue 21)
+    subprocess.run(["git", "-C", old, "remote", "add", "origin", "../remote.git"], check=True)
     make_sdist(wd, pw)          # wd/wh: pip builds and caches a wheel from it
     os.makedirs(os.path.join(wd, "pkg"))
     write_owned(os.path.join(wd, "pkg", "package.json"),

@@ -73,7 +73,7 @@ ok() { "$@" || echo "FAILED: $*"; }
 ok git config user.name Agent
 ok git config user.email agent@example.invalid
 ok git config pull.rebase false
-ok git remote add origin ../up.git
+ok git remote set-url origin ../up.git
 ok git push -q -u origin main
 ok git checkout -q -b feat
 ok git branch -q --set-upstream-to=origin/main
@@ -88,6 +88,11 @@ echo done
 def test_git_commands_that_write_the_config_work(sandbox, layers):
     box = sandbox if layers == "all" else sandbox.without_namespaces()
     cfg = _existing_repo(box)
+    # the person's remote, on a local path: it may stay (set again to the same value),
+    # where the agent could not add it (tests/e2e/test_git_locations.py)
+    with open(cfg, "a") as f:
+        f.write('[remote "origin"]\n\turl = ../up.git\n'
+                '\tfetch = +refs/heads/*:refs/remotes/origin/*\n')
     p = box.run(["/bin/bash", "-c", WORK], timeout=120)
     assert p.returncode == 0 and "done" in p.stdout, (p.stdout, p.stderr)
     assert "FAILED" not in p.stdout, (p.stdout, p.stderr)
@@ -97,8 +102,9 @@ def test_git_commands_that_write_the_config_work(sandbox, layers):
     assert _entries(cfg) == [
         "core.repositoryformatversion=0", "core.filemode=true", "core.bare=false",
         "core.logallrefupdates=true", "core.editor=true", "filter.lfs.clean=git-lfs clean -- %f",
-        "user.name=Agent", "user.email=agent@example.invalid", "pull.rebase=false",
+        "user.name=Agent", "user.email=agent@example.invalid",
         "remote.origin.url=../up.git", "remote.origin.fetch=+refs/heads/*:refs/remotes/origin/*",
+        "pull.rebase=false",
         "branch.main.remote=origin", "branch.main.merge=refs/heads/main",
         "branch.feat.remote=origin", "branch.feat.merge=refs/heads/main",
         "branch.t2.remote=origin", "branch.t2.merge=refs/heads/main"], p.stderr
@@ -285,7 +291,8 @@ def test_a_changed_config_is_checked_again_at_exit(sandbox):
     through the check stays, content nobody checked does not (here written
     by root outside the agent while it runs: the check cannot tell)."""
     cfg = _existing_repo(sandbox)
-    script = ("cd r && git config user.name Agent && git remote add o ../up.git && "
+    script = ("cd r && git config user.name Agent && "
+              "git remote add o https://example.invalid/up.git && "
               "touch ../go && while [ ! -e ../planted ]; do sleep 0.05; done; echo ok")
     proc = sandbox.popen(["/bin/sh", "-c", script], stdin=subprocess.DEVNULL,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -126,10 +126,19 @@ def test_git_own_protected_files_are_not_granted(reason):
     "create /w/.git: a .git file or link would point git at another directory",
     "another name for a protected file: x",
     "git config /w/.git/config: core.hookspath not allowed in a repository of the workdir",
+    "git config /w/r/.git/config: key(s) remote.origin.pushurl not allowed in a repository config "
+    "written inside the sandbox (remote.origin.pushurl: a local path (a repository whose hooks "
+    "would run as you): only a network URL (https://, ssh://, git://, host:path) may be set)",
+    "git config /w/r/.git/config: key(s) remote.origin.push not allowed in a repository config "
+    "written inside the sandbox (remote.origin.push: a push refspec that deletes upstream refs "
+    "on the next push)",
 ])
 def test_internal_refusals_cannot_be_granted(reason):
     gr = g(ex.from_reason(reason))
     assert gr.cannot and not gr.key
+    if reason.startswith("git config"):
+        # says where the change can be made instead, locations and refspecs included
+        assert "network URLs" in gr.cannot and "outside confine" in gr.cannot, gr.cannot
 
 
 def test_unix_socket_grants_allow_but_not_host_root():
