@@ -27,9 +27,11 @@ def dirs(tmp_path, monkeypatch):
 
 
 def _readme_example() -> str:
-    text = README.read_text()
+    """The full example of the profile reference (docs/profiles.md; the README's short
+    one is run by tests/e2e/test_readme.py)."""
+    text = (README.parent / "docs" / "profiles.md").read_text()
     m = re.search(r"```yaml\n(description: What this profile is for\..*?)```", text, re.S)
-    assert m, "the README's profile example moved"
+    assert m, "the profile reference's example moved"
     return m.group(1)
 
 
