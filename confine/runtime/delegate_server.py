@@ -694,7 +694,7 @@ def run_nested(conn: socket.socket, outer: Outer, nested: Nested, peer: int,
     filters = _filters(op) + _filters(ip)
     if not _filters(ip):
         raise Refused("nested run: no seccomp filter for the inner profile")
-    med = MediationChannel.open(nested.guard, files=True, meta=True, handoff=True)
+    med = MediationChannel.open(nested.guard, files=True, meta=True, bind=True)
     status_r, status_w = os.pipe2(os.O_CLOEXEC)
     say_fd = fds[2]
     init: list[int] = []

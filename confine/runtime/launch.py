@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..errors import CommandNotExecutable, CommandNotFound, ConfineError, default_warn
-from ..kernel import audit, caps, cgroup, landlock, notify, seccomp, tmpfs
+from ..kernel import audit, caps, cgroup, landlock, seccomp, tmpfs
 from ..kernel.seccomp import ioctls as seccomp_ioctls
 from ..mediation import Mediator
 from ..mediation import signals as signal_judge
@@ -199,7 +199,7 @@ def _launch(plan: Plan, guard: Any, warn: Callable[[str], None] | None,
     filters = _filters(plan)
     status_r, status_w = os.pipe2(os.O_CLOEXEC)
     med = (MediationChannel.open(guard, files=plan.file_mediation, meta=plan.meta_mediation,
-                                 handoff=not plan.pidfd_getfd, signals=plan.signal_mediation)
+                                 bind=not plan.pidfd_getfd, signals=plan.signal_mediation)
            if plan.unix_mediation else None)
     sigset = set(FORWARD) | {signal.SIGCHLD}
     # SIGCHLD is ignored by default, which could discard it before sigwaitinfo.
@@ -358,7 +358,7 @@ def _read_status(status_r: int, pid: int, plan: Plan, med: MediationChannel | No
             listener = msg.fd
         elif isinstance(msg, status.Sockets) and med is not None and on_sockets is not None:
             try:
-                _take_sockets(pid, msg.fds, on_sockets)
+                _take_sockets(med, on_sockets)
             except (OSError, ConfineError) as e:
                 os.kill(pid, signal.SIGKILL)
                 failure = status.SetupFailed(
@@ -370,7 +370,7 @@ def _read_status(status_r: int, pid: int, plan: Plan, med: MediationChannel | No
         if listener is not None and holder is not None:
             assert med is not None
             try:
-                _start_mediator(holder, listener, med, plan, warn, inet, events)
+                _start_mediator(holder, med, plan, warn, inet, events)
             except OSError as e:
                 os.kill(pid, signal.SIGKILL)
                 failure = status.SetupFailed(
@@ -393,34 +393,16 @@ def _hold_mount_ns(pid: int) -> list[int]:
         return []
 
 
-def _take_sockets(pid: int, fds: list[int], on_sockets: Callable[[list[int]], None]) -> None:
-    """Copy the gateway's sockets out of the child (still the first one: this
-    step comes before the pid namespace) and start the gateway on them."""
-    pidfd = notify.pidfd_open(pid)
-    got: list[int] = []
-    try:
-        for fd in fds[:4]:
-            got.append(notify.pidfd_getfd(pidfd, fd))
-    except OSError:
-        for f in got:
-            os.close(f)
-        raise
-    finally:
-        os.close(pidfd)
-    on_sockets(got)
+def _take_sockets(med: MediationChannel, on_sockets: Callable[[list[int]], None]) -> None:
+    """The gateway's four sockets the child passed (SCM_RIGHTS: channels.py);
+    start the gateway on them."""
+    on_sockets(med.take(b"G", 4))
 
 
-def _start_mediator(pid: int, child_fd: int, med: MediationChannel, plan: Plan,
+def _start_mediator(pid: int, med: MediationChannel, plan: Plan,
                     warn: Callable[[str], None] | None, inet: Any = None,
                     events: Any = None) -> None:
-    if med.handoff:
-        nfd = med.take_listener()
-    else:
-        pidfd = notify.pidfd_open(pid)
-        try:
-            nfd = notify.pidfd_getfd(pidfd, child_fd)
-        finally:
-            os.close(pidfd)
+    nfd = med.take_listener()
     m = Mediator(nfd, med.broker_sup, plan.unix_roots(), plan.identity.uid,
                  warn=warn or default_warn, files=plan.file_mediation, inet_routes=inet,
                  events=events, meta=plan.meta_roots() if plan.meta_mediation else None)
