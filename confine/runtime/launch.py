@@ -194,6 +194,7 @@ def _launch(plan: Plan, guard: Any, warn: Callable[[str], None] | None,
             on_sockets: Callable[[list[int]], None] | None = None,
             events: Any = None, after_fork: Callable[[], None] | None = None,
             before_walk: Callable[[], None] | None = None) -> Outcome:
+    _check_mediate_as(plan)
     ruleset = _empty_ruleset(plan)
     rules_r, rules_w = os.pipe2(os.O_CLOEXEC) if ruleset is not None else (None, None)
     filters = _filters(plan)
@@ -284,6 +285,22 @@ def _launch(plan: Plan, guard: Any, warn: Callable[[str], None] | None,
     if failure is not None:
         raise _error(failure, plan)
     return outcome
+
+
+def _check_mediate_as(plan: Plan) -> None:
+    """Refuse a run whose mediator would take the agent's real uid (Plan.mediate_as)
+    where the agent could then signal it: the same uid may kill it, unless signals
+    out of the sandbox are refused (Landlock ABI 6, the mediated kill family) or a
+    pid namespace hides it."""
+    if plan.mediate_as is None or plan.pid_ns:
+        return
+    if plan.policy.scope.signals and (plan.abi >= 6 or plan.signal_mediation):
+        return
+    raise ConfineError(
+        "started as root without CAP_SYS_PTRACE (a container's default), confine reads the "
+        "agent's calls as the agent's uid, so the agent must not signal out of the sandbox: "
+        "keep scope.signals in the profile, or give the container CAP_SYS_PTRACE "
+        "(--cap-add SYS_PTRACE), or start the entrypoint as the agent's user")
 
 
 def _complete_rules(ruleset: Any, plan: Plan, pid: int, rules_r: int | None,
@@ -405,7 +422,8 @@ def _start_mediator(pid: int, med: MediationChannel, plan: Plan,
     nfd = med.take_listener()
     m = Mediator(nfd, med.broker_sup, plan.unix_roots(), plan.identity.uid,
                  warn=warn or default_warn, files=plan.file_mediation, inet_routes=inet,
-                 events=events, meta=plan.meta_roots() if plan.meta_mediation else None)
+                 events=events, meta=plan.meta_roots() if plan.meta_mediation else None,
+                 real_ids=plan.mediate_as)
     m.refuse_abstract = plan.refuse_abstract
     if plan.signal_mediation:
         # the supervisor's children now but the agent's: an embedding program's own
