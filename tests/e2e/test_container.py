@@ -64,6 +64,11 @@ echo ==files==
 ls -A /tmp/w
 echo ==outside==
 su confine-test -s /bin/sh -c 'cd /tmp/o && echo x > .envrc && id -u && ls -A'
+echo ==loose==
+printf 'extends: default\nscope:\n  signals: false\n' > /tmp/loose.yaml
+{CONFINE} exec --user confine-test -p /tmp/loose.yaml -- id -u 2>&1; echo "rc=$?"
+echo ==looseuser==
+su confine-test -s /bin/sh -c '{CONFINE} exec -p /tmp/loose.yaml -- id -u 2>&1; echo "rc=$?"'
 """
     p = in_container(script)
     out = p.stdout
@@ -78,6 +83,33 @@ su confine-test -s /bin/sh -c 'cd /tmp/o && echo x > .envrc && id -u && ls -A'
     assert "held" in p.stderr and ".envrc" in p.stderr, p.stderr
     outside = _section(out, "outside").split()
     assert outside[0] == str(test_user.pw_uid) and ".envrc" in outside, out
+    # A profile that lets the agent signal out of the sandbox: the mediator, which
+    # reads the agent's calls with its uid, could be killed by it: refused, in one
+    # line saying what the container needs. Control: started as that user, it runs.
+    loose = _section(out, "loose").splitlines()
+    assert loose[-1] == "rc=125", loose
+    assert loose[-2].startswith("confine: ") and "CAP_SYS_PTRACE" in loose[-2], loose
+    assert str(test_user.pw_uid) not in loose, loose
+    assert _section(out, "looseuser").splitlines()[-2:] == [str(test_user.pw_uid), "rc=0"], out
+
+
+def test_a_day_of_work_as_root_with_user(confine_bin, test_user):
+    """git init, add, commit, branch and merge, a Python build step, as a root
+    entrypoint's agent: the mediated file calls of a real tool chain work."""
+    script = f"""
+mkdir -p /tmp/w && chmod 777 /tmp/w && cd /tmp/w
+{CONFINE} exec --user confine-test -- sh -ec '
+git init -q -b main r && cd r
+git config user.email a@example.invalid && git config user.name agent
+printf "def f():\\n    return 41\\n" > m.py && git add m.py && git commit -qm one
+git checkout -qb topic && sed -i s/41/42/ m.py && git commit -qam two
+git checkout -q main && git merge -q topic
+python3 -m py_compile m.py && python3 -c "import m; print(m.f())"
+git log --oneline | wc -l'
+echo "rc=$?"
+"""
+    p = in_container(script)
+    assert p.stdout.split()[-2:] == ["2", "rc=0"] and "42" in p.stdout, (p.stdout, p.stderr)
 
 
 def _possible(report: str) -> set[str]:
