@@ -736,6 +736,7 @@ def run_nested(conn: socket.socket, outer: Outer, nested: Nested, peer: int,
     failure = _watch_status(status_r, med, nested, ip, say, Mediator, init)
     os.close(status_r)
     os.close(med.sync_w)
+    med.hand_sup.close()      # all the child passes has arrived
     stop = threading.Event()
     threading.Thread(target=_relay_signals, args=(conn, relay, stop), daemon=True).start()
     code = wait_for(relay)

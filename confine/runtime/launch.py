@@ -259,6 +259,7 @@ def _launch(plan: Plan, guard: Any, warn: Callable[[str], None] | None,
             failure = cg_failure or rules_failure
         if med is not None:
             os.close(med.sync_w)
+            med.hand_sup.close()      # all the child passes has arrived
         outcome.status, outcome.timed_out = wait_until(pid, deadline)
     finally:
         # Whatever happened above: nothing the agent started outlives this
