@@ -77,8 +77,14 @@ class MediationChannel:
     def hand_over(self, fds: list[int], what: bytes) -> None:
         """The child's side: pass descriptors to the supervisor (what: a tag the
         supervisor checks, so that one kind is never taken for another)."""
-        with socket.socket(fileno=os.dup(self.hand_child)) as s:
-            socket.send_fds(s, [what], fds)
+        try:
+            with socket.socket(fileno=os.dup(self.hand_child)) as s:
+                socket.send_fds(s, [what], fds)
+        except OSError as e:
+            which = "the seccomp listener" if what == b"L" else "the gateway's sockets"
+            raise OSError(e.errno, f"cannot pass {which} to the supervisor (sendmsg with "
+                          f"SCM_RIGHTS: {e.strerror}); a container's seccomp profile must "
+                          "allow sendmsg") from None
 
     def take(self, what: bytes, count: int) -> list[int]:
         """The supervisor's side: the descriptors the child passed, sent before the

@@ -269,12 +269,16 @@ def _seccomp_notify(ctx: ChildContext) -> None:
     # are per thread (no TSYNC), the descriptor table is shared.
     # (The thread takes a pid: in a pid namespace the agent is then pid 4, not 3.)
     got: list[int] = []
+    failed: list[OSError] = []
     ready = threading.Event()
 
     def hand() -> None:
         ready.wait()
         if got:
-            med.hand_over(got, b"L")
+            try:
+                med.hand_over(got, b"L")
+            except OSError as e:
+                failed.append(e)
     helper = threading.Thread(target=hand, daemon=True)
     helper.start()
     try:
@@ -283,6 +287,8 @@ def _seccomp_notify(ctx: ChildContext) -> None:
     finally:
         ready.set()
         helper.join()
+    if failed:
+        raise failed[0]     # never exec under a filter no one answers; the supervisor says why
     os.set_inheritable(nfd, False)
     status.send(ctx.status_w, status.Listener(nfd))
     _await_go(med, nfd)
