@@ -585,7 +585,9 @@ def compile(policy: Policy, argv: Sequence[str], identity: Identity, host: HostF
                      "(socket options other than SO_REUSEADDR, SO_REUSEPORT and IPV6_V6ONLY set "
                      "before it are lost; a socket bound or connected other than through "
                      "confine, sendmsg on a connected one and SCM_RIGHTS are refused)")
-    if unix_mediation and identity.switch and not host.ptrace_others:
+    mediate_as = ((identity.uid, identity.gid)
+                  if unix_mediation and identity.switch and not host.ptrace_others else None)
+    if mediate_as is not None:
         notes.append("started as root without CAP_SYS_PTRACE (a container's default): the "
                      "supervisor reads the agent's mediated calls with the agent's uid as "
                      "its real uid, in the one thread that does so")
@@ -602,9 +604,7 @@ def compile(policy: Policy, argv: Sequence[str], identity: Identity, host: HostF
                 carved=tuple(sorted(set(carved))), unix_mediation=unix_mediation,
                 file_mediation=file_mediation, mount_ns=mount_ns, meta_mediation=meta_mediation,
                 pidfd_getfd=host.pidfd_getfd, pid_ns=mount_ns,
-                mediate_as=((identity.uid, identity.gid)
-                            if unix_mediation and identity.switch and not host.ptrace_others
-                            else None),
+                mediate_as=mediate_as,
                 net_ns=net_ns, gateway_ports=gw_ports,
                 lsm=lsm_kept, writable_binds=tuple(binds), child_rules=tuple(child_rules),
                 protected=protected, mechanisms=mechanisms(policy, host),
