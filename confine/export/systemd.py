@@ -30,8 +30,8 @@ from . import source
 
 # Syscalls the launcher needs beyond @system-service: Landlock and seccomp(2)
 # have no systemd group in v252; capset (emptying its own, already empty, sets)
-# sits in @privileged and pidfd_getfd (taking the seccomp listener and the
-# sockets it mediates from the agent) in @debug, both otherwise denied.
+# sits in @privileged and pidfd_getfd (taking the sockets it mediates from the
+# agent) in @debug, both otherwise denied.
 # process_vm_readv: the supervisor copies the paths and addresses of mediated calls.
 LAUNCHER_SYSCALLS = ("capset", "landlock_create_ruleset", "landlock_add_rule",
                      "landlock_restrict_self", "seccomp", "pidfd_getfd", "process_vm_readv")

@@ -279,6 +279,35 @@ def verify_dropped(st: dict[str, int], fields: tuple[str, ...] = _CAP_FIELDS) ->
         )
 
 
+# setresuid/setresgid/setfsuid/setfsgid by number: glibc's wrappers change every
+# thread of the process (its setxid broadcast); the kernel's calls change only
+# the caller's.
+_SETRESUID, _SETRESGID, _SETFSUID, _SETFSGID = (
+    (117, 119, 122, 123) if os.uname().machine == "x86_64" else (147, 149, 151, 152))
+CAP_SYS_PTRACE = 19
+
+
+def has_effective(cap: int) -> bool:
+    """cap is in this process's effective set (/proc/self/status)."""
+    return bool(status()["CapEff"] >> cap & 1)
+
+
+def thread_as(uid: int, gid: int) -> None:
+    """This thread's real and filesystem uid and gid become uid/gid (its effective
+    and saved ids stay 0, so it keeps its other capabilities; the kernel takes the
+    file ones away while the fsuid is not 0). The kernel lets a thread whose real
+    ids are the target's read its memory and take its descriptors, and one whose
+    filesystem ids are open its /proc/PID/{cwd,fd} (ptrace's same-user rule),
+    without CAP_SYS_PTRACE. Only this thread: the process stays root."""
+    check(libc.syscall(_SETRESGID, gid, -1, -1), f"setresgid({gid}) for this thread")
+    check(libc.syscall(_SETRESUID, uid, -1, -1), f"setresuid({uid}) for this thread")
+    libc.syscall(_SETFSGID, gid)
+    libc.syscall(_SETFSUID, uid)
+    # setfs*id answer with the previous id, never an error: asked again to verify
+    if libc.syscall(_SETFSUID, -1) != uid or libc.syscall(_SETFSGID, -1) != gid:
+        raise OSError(errno.EPERM, f"setfsuid({uid})/setfsgid({gid}) for this thread")
+
+
 # --- identity and the full capability step ----------------------------------
 
 def switch_user(uid: int, gid: int) -> None:

@@ -45,7 +45,7 @@ import threading
 from typing import Any, Callable, Sequence
 
 from confine.errors import default_warn
-from confine.kernel import notify
+from confine.kernel import caps, notify
 from confine.kernel.seccomp import (
     FILE_CALLS,
     META_CALLS,
@@ -164,8 +164,11 @@ class Mediator:
     def __init__(self, notify_fd: int, broker: socket.socket, roots: Sequence[str],
                  agent_uid: int, warn: Callable[[str], None] = default_warn,
                  files: bool = False, inet_routes: inet.InetRoutes | None = None,
-                 events: Any = None, meta: tuple[Sequence[str], Sequence[str]] | None = None):
+                 events: Any = None, meta: tuple[Sequence[str], Sequence[str]] | None = None,
+                 real_ids: tuple[int, int] | None = None):
         self.fd = notify_fd
+        # (uid, gid) the mediator's thread takes as its real ids (Plan.mediate_as)
+        self.real_ids = real_ids
         # The egress gateway's routes: every IPv4/IPv6 destination is rewritten
         # (mediation/inet.py); None: Landlock alone decides (no gateway).
         self.inet = inet_routes
@@ -354,6 +357,14 @@ class Mediator:
 
     def _loop(self) -> None:
         try:
+            if self.real_ids is not None:
+                # Fails closed if refused: every read of the agent is then EPERM,
+                # so every mediated call is refused.
+                try:
+                    caps.thread_as(*self.real_ids)
+                except OSError as e:
+                    self.warn(f"the mediator cannot act as uid {self.real_ids[0]}: {e}; "
+                              "every mediated call is refused")
             self._serve()
         finally:
             self.tasks.clear()      # a process running many sandboxes keeps no descriptors

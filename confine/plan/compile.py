@@ -101,6 +101,11 @@ class Plan:
     refuse_abstract: bool = False
     # Below ABI 6 without a pid namespace: the kill family judged by the mediator
     signal_mediation: bool = False
+    # (uid, gid) the mediator's thread takes as its real ids, so that it may read
+    # the agent's memory and take its descriptors as the agent's own user would:
+    # started as root without CAP_SYS_PTRACE (a container), the agent of another
+    # uid. None: the supervisor's own ids suffice.
+    mediate_as: tuple[int, int] | None = None
 
     @property
     def lsm_apparmor(self) -> str | None:
@@ -580,6 +585,12 @@ def compile(policy: Policy, argv: Sequence[str], identity: Identity, host: HostF
                      "(socket options other than SO_REUSEADDR, SO_REUSEPORT and IPV6_V6ONLY set "
                      "before it are lost; a socket bound or connected other than through "
                      "confine, sendmsg on a connected one and SCM_RIGHTS are refused)")
+    mediate_as = ((identity.uid, identity.gid)
+                  if unix_mediation and identity.switch and not host.ptrace_others else None)
+    if mediate_as is not None:
+        notes.append("started as root without CAP_SYS_PTRACE (a container's default): the "
+                     "supervisor reads the agent's mediated calls with the agent's uid as "
+                     "its real uid, in the one thread that does so")
     device_binds = None
     if mount_ns and abi < landlock.FS_MIN_ABI[AccessFS.IOCTL_DEV]:
         # /dev/pts and /dev/ptmx are a new devpts instance of the agent's (private_dev)
@@ -593,6 +604,7 @@ def compile(policy: Policy, argv: Sequence[str], identity: Identity, host: HostF
                 carved=tuple(sorted(set(carved))), unix_mediation=unix_mediation,
                 file_mediation=file_mediation, mount_ns=mount_ns, meta_mediation=meta_mediation,
                 pidfd_getfd=host.pidfd_getfd, pid_ns=mount_ns,
+                mediate_as=mediate_as,
                 net_ns=net_ns, gateway_ports=gw_ports,
                 lsm=lsm_kept, writable_binds=tuple(binds), child_rules=tuple(child_rules),
                 protected=protected, mechanisms=mechanisms(policy, host),

@@ -36,10 +36,14 @@ class HostFacts:
     root_mounts: bool = True                  # started as root, confine may mount (tmp_size)
     pidfd_getfd: bool = True  # the supervisor may take a child's descriptors (container
                               # runtimes refuse it without CAP_SYS_PTRACE)
+    # CAP_SYS_PTRACE: the supervisor may read the memory and take the descriptors
+    # of a process of another uid (not root in a container: Docker's, podman's,
+    # Kubernetes' defaults leave it out)
+    ptrace_others: bool = True
 
     @classmethod
     def read(cls, as_root: bool) -> HostFacts:
-        from ..kernel import cgroup, landlock, lsm, seccomp
+        from ..kernel import caps, cgroup, landlock, lsm, seccomp
         sc_filter, sc_notif = seccomp.available()
         cg = cgroup.parent_for_run(as_root)
         return cls(landlock_abi=landlock.kernel_abi(),
@@ -52,7 +56,8 @@ class HostFacts:
                    # a root that could make the mount namespace may mount: no second fork
                    root_mounts=as_root and (namespaces_available(as_root)
                                             or root_mounts_available()),
-                   pidfd_getfd=pidfd_getfd_available())
+                   pidfd_getfd=pidfd_getfd_available(),
+                   ptrace_others=caps.has_effective(caps.CAP_SYS_PTRACE))
 
 
 _NS_CACHE: dict[bool, tuple[bool, bool]] = {}

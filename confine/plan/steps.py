@@ -19,6 +19,10 @@ Order matters and is explained where it is not obvious:
   * seccomp comes last so the steps above are not blocked by it; the broker
     is forked after Landlock (it lives in the agent's domain) and before the
     notifying filter (it must not be subject to its own mediation).
+  * the notifying filter's listener exists only once it is loaded, after the
+    identity switch: the child passes it (and, earlier, the gateway's sockets)
+    over a socketpair made before the fork, since taking it with pidfd_getfd
+    would need ptrace rights over the agent's uid (root in a container has none).
 """
 from __future__ import annotations
 
@@ -149,7 +153,8 @@ def child_steps(plan: Plan) -> list[Step]:
         if plan.meta_mediation:
             calls += list(seccomp.META_CALLS)
         out.append(Step("seccomp_notify", "load the notifying filter and hand its listener to "
-                        "the supervisor", {"calls": calls}))
+                        "the supervisor (SCM_RIGHTS, sent by a thread started before the "
+                        "filter)", {"calls": calls}))
     if plan.pid_ns:
         out.append(Step("fork_agent", "pid 1 starts the agent (posix_spawn, at the exec step) "
                         "and stays as init: reaps, forwards signals, and takes every agent "

@@ -37,64 +37,85 @@ class MediationChannel:
     sync_w: int
     guard: Any                     # the name guard (protect.guard.Guard) or None
     notify_program: bytes          # the notifying filter, raw BPF
-    # Where the host refuses pidfd_getfd (container runtimes without
-    # CAP_SYS_PTRACE, Docker's default), the listener travels to the supervisor
-    # as SCM_RIGHTS instead (hand_over/take_listener).
-    hand_sup: socket.socket | None = None
-    hand_child: int = -1
+    # What the child makes for the supervisor (the seccomp listener, the gateway's
+    # sockets) travels as SCM_RIGHTS over this pair, never by pidfd_getfd: taking
+    # a descriptor from a process of another uid needs CAP_SYS_PTRACE, which root
+    # in a container (Docker's, podman's defaults) does not have, and the child
+    # has dropped to the agent's uid before its listener exists.
+    hand_sup: socket.socket
+    hand_child: int
 
     @classmethod
     def open(cls, guard: Any, files: bool, meta: bool = False,
-             handoff: bool = False, signals: bool = False) -> MediationChannel:
+             bind: bool = False, signals: bool = False) -> MediationChannel:
+        """bind: bind and setsockopt are notified too (the supervisor cannot take
+        the agent's sockets: mediation/sockfd.py)."""
         sup, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         sync_r, sync_w = os.pipe2(os.O_CLOEXEC)
-        hsup, hchild = (socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET) if handoff
-                        else (None, None))
+        hsup, hchild = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         return cls(broker_sup=sup, broker_fd=child.detach(), sync_r=sync_r, sync_w=sync_w,
-                   guard=guard, hand_sup=hsup,
-                   hand_child=hchild.detach() if hchild is not None else -1,
-                   notify_program=_notify_program(files, meta, handoff, signals))
-
-    @property
-    def handoff(self) -> bool:
-        return self.hand_sup is not None
+                   guard=guard, hand_sup=hsup, hand_child=hchild.detach(),
+                   notify_program=_notify_program(files, meta, bind, signals))
 
     def child_fds(self) -> tuple[int, ...]:
-        return (self.sync_r, self.broker_fd) + ((self.hand_child,) if self.handoff else ())
+        return (self.sync_r, self.broker_fd, self.hand_child)
 
     def close_supervisor_ends_in_child(self) -> None:
         self.broker_sup.close()
         os.close(self.sync_w)
-        if self.hand_sup is not None:
-            self.hand_sup.close()
+        self.hand_sup.close()
 
     def close_child_ends(self) -> None:
         os.close(self.sync_r)
         os.close(self.broker_fd)
-        if self.handoff:
-            os.close(self.hand_child)
+        os.close(self.hand_child)
 
     def close_sync(self) -> None:
         os.close(self.sync_r)
-        if self.handoff:
-            os.close(self.hand_child)
+        os.close(self.hand_child)
 
-    def hand_over(self, listener: int) -> None:
-        """The child's side: pass the notify listener to the supervisor."""
-        with socket.socket(fileno=os.dup(self.hand_child)) as s:
-            socket.send_fds(s, [b"L"], [listener])
+    def hand_over(self, fds: list[int], what: bytes) -> None:
+        """The child's side: pass descriptors to the supervisor (what: a tag the
+        supervisor checks, so that one kind is never taken for another)."""
+        try:
+            with socket.socket(fileno=os.dup(self.hand_child)) as s:
+                socket.send_fds(s, [what], fds)
+        except OSError as e:
+            which = "the seccomp listener" if what == b"L" else "the gateway's sockets"
+            raise OSError(e.errno, f"cannot pass {which} to the supervisor (sendmsg with "
+                          f"SCM_RIGHTS: {e.strerror}); a container's seccomp profile must "
+                          "allow sendmsg") from None
 
-    def take_listener(self) -> int:
-        """The supervisor's side: the listener the child passed (sent before the
-        status message that announces it, so it is already queued)."""
-        assert self.hand_sup is not None
+    def take(self, what: bytes, count: int) -> list[int]:
+        """The supervisor's side: the descriptors the child passed, sent before the
+        status message that announces them, so already queued (nothing queued: the
+        child died or lied, OSError). Exactly count of them under the tag what."""
         self.hand_sup.setblocking(False)
-        _, fds, _, _ = socket.recv_fds(self.hand_sup, 16, 1)
-        if len(fds) != 1:
+        try:
+            msg, fds, flags, _ = socket.recv_fds(self.hand_sup, 16, count + 1)
+        except BlockingIOError:
+            raise OSError(errno.EBADMSG, "the child passed no descriptor") from None
+        for f in fds:
+            os.set_inheritable(f, False)
+        if msg != what or len(fds) != count or flags & (socket.MSG_CTRUNC | socket.MSG_TRUNC):
             for f in fds:
                 os.close(f)
-            raise OSError(errno.EBADMSG, "no seccomp listener received from the child")
-        return fds[0]
+            raise OSError(errno.EBADMSG, f"the child passed {len(fds)} descriptors tagged "
+                          f"{msg[:16]!r}, not {count} tagged {what!r}")
+        return fds
+
+    def take_listener(self) -> int:
+        """The seccomp listener the child passed; anything else fails the run."""
+        nfd = self.take(b"L", 1)[0]
+        try:
+            kind = os.readlink(f"/proc/self/fd/{nfd}")
+        except OSError:
+            kind = ""
+        if kind != "anon_inode:seccomp notify":
+            os.close(nfd)
+            raise OSError(errno.EBADMSG, f"the child passed {kind or 'an unknown descriptor'}, "
+                          "not a seccomp listener")
+        return nfd
 
     def start_broker(self, filters: list[Any], status_w: int, supervisor: int,
                      in_pid_ns: bool = False) -> None:
@@ -110,8 +131,7 @@ class MediationChannel:
                     os._exit(0)
                 os.close(status_w)
                 os.close(self.sync_r)
-                if self.handoff:
-                    os.close(self.hand_child)
+                os.close(self.hand_child)
                 for _ in range(2000):
                     if os.getppid() == supervisor:
                         break

@@ -119,7 +119,7 @@ def _net_namespace(ctx: ChildContext) -> None:
 
 def _gateway_sockets(ctx: ChildContext) -> None:
     """Made here, in the agent's network namespace, as root of it (port 53); the
-    supervisor copies them (pidfd_getfd) and says "go"; the agent never holds them."""
+    supervisor takes them (SCM_RIGHTS) and says "go"; the agent never holds them."""
     import fcntl
     import socket
     import struct
@@ -137,6 +137,7 @@ def _gateway_sockets(ctx: ChildContext) -> None:
         s.bind(("127.0.0.1", port))
         if kind == socket.SOCK_STREAM:
             s.listen(512)
+    med.hand_over([s.fileno() for s in socks], b"G")
     status.send(ctx.status_w, status.Sockets([s.fileno() for s in socks]))
     if os.read(med.sync_r, 1) != b"g":
         os._exit(125)
@@ -261,23 +262,23 @@ def _seccomp(ctx: ChildContext) -> None:
 def _seccomp_notify(ctx: ChildContext) -> None:
     med = ctx.mediation
     assert med is not None
-    if not med.handoff:
-        nfd = seccomp.load_notify(med.notify_program)
-        os.set_inheritable(nfd, False)
-        status.send(ctx.status_w, status.Listener(nfd))
-        return _await_go(med, nfd)
-    # The listener goes to the supervisor as SCM_RIGHTS (this host refuses
-    # pidfd_getfd). The filter would hold this very sendmsg for the supervisor that
-    # waits for the listener, so a thread started before it is loaded sends it:
-    # seccomp filters are per thread (no TSYNC), the descriptor table is shared.
+    # The listener goes to the supervisor as SCM_RIGHTS (channels.py: pidfd_getfd
+    # would need ptrace rights over this process, now of the agent's uid). The
+    # filter would hold this very sendmsg for the supervisor that waits for the
+    # listener, so a thread started before it is loaded sends it: seccomp filters
+    # are per thread (no TSYNC), the descriptor table is shared.
     # (The thread takes a pid: in a pid namespace the agent is then pid 4, not 3.)
     got: list[int] = []
+    failed: list[OSError] = []
     ready = threading.Event()
 
     def hand() -> None:
         ready.wait()
         if got:
-            med.hand_over(got[0])
+            try:
+                med.hand_over(got, b"L")
+            except OSError as e:
+                failed.append(e)
     helper = threading.Thread(target=hand, daemon=True)
     helper.start()
     try:
@@ -286,6 +287,8 @@ def _seccomp_notify(ctx: ChildContext) -> None:
     finally:
         ready.set()
         helper.join()
+    if failed:
+        raise failed[0]     # never exec under a filter no one answers; the supervisor says why
     os.set_inheritable(nfd, False)
     status.send(ctx.status_w, status.Listener(nfd))
     _await_go(med, nfd)

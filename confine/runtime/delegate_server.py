@@ -509,7 +509,7 @@ def plan_nested(outer: Outer, req: NestedRequest) -> tuple[Nested, str]:
         facts = HostFacts(landlock_abi=op.abi, seccomp_filter=True, seccomp_user_notif=True,
                           namespaces=False, net_namespace=False, cgroup=None,
                           seccomp_listener_busy=False, root_mounts=False,
-                          pidfd_getfd=op.pidfd_getfd)
+                          pidfd_getfd=op.pidfd_getfd, ptrace_others=op.mediate_as is None)
         if pol.network.connect_tcp or pol.network.bind_tcp or pol.network.egress:
             raise Refused(f"nested run: profile {pol.name} asks for network access (TCP ports "
                           "or the egress gateway), which nested runs do not have yet: use a "
@@ -694,7 +694,7 @@ def run_nested(conn: socket.socket, outer: Outer, nested: Nested, peer: int,
     filters = _filters(op) + _filters(ip)
     if not _filters(ip):
         raise Refused("nested run: no seccomp filter for the inner profile")
-    med = MediationChannel.open(nested.guard, files=True, meta=True, handoff=True)
+    med = MediationChannel.open(nested.guard, files=True, meta=True, bind=True)
     status_r, status_w = os.pipe2(os.O_CLOEXEC)
     say_fd = fds[2]
     init: list[int] = []
@@ -736,6 +736,7 @@ def run_nested(conn: socket.socket, outer: Outer, nested: Nested, peer: int,
     failure = _watch_status(status_r, med, nested, ip, say, Mediator, init)
     os.close(status_r)
     os.close(med.sync_w)
+    med.hand_sup.close()      # all the child passes has arrived
     stop = threading.Event()
     threading.Thread(target=_relay_signals, args=(conn, relay, stop), daemon=True).start()
     code = wait_for(relay)
@@ -774,7 +775,7 @@ def _watch_status(status_r: int, med: MediationChannel, nested: Nested, ip: Plan
                 nfd = med.take_listener()
                 mediator(nfd, med.broker_sup, nested.unix_roots, ip.identity.uid, warn=say,
                          files=True, inet_routes=None, events=None,
-                         meta=nested.meta).start()
+                         meta=nested.meta, real_ids=ip.mediate_as).start()
             except OSError as e:
                 failure = status.SetupFailed("seccomp_notify", f"cannot take over the "
                                              f"seccomp listener: {e}")

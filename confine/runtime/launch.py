@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..errors import CommandNotExecutable, CommandNotFound, ConfineError, default_warn
-from ..kernel import audit, caps, cgroup, landlock, notify, seccomp, tmpfs
+from ..kernel import audit, caps, cgroup, landlock, seccomp, tmpfs
 from ..kernel.seccomp import ioctls as seccomp_ioctls
 from ..mediation import Mediator
 from ..mediation import signals as signal_judge
@@ -194,12 +194,13 @@ def _launch(plan: Plan, guard: Any, warn: Callable[[str], None] | None,
             on_sockets: Callable[[list[int]], None] | None = None,
             events: Any = None, after_fork: Callable[[], None] | None = None,
             before_walk: Callable[[], None] | None = None) -> Outcome:
+    _check_mediate_as(plan)
     ruleset = _empty_ruleset(plan)
     rules_r, rules_w = os.pipe2(os.O_CLOEXEC) if ruleset is not None else (None, None)
     filters = _filters(plan)
     status_r, status_w = os.pipe2(os.O_CLOEXEC)
     med = (MediationChannel.open(guard, files=plan.file_mediation, meta=plan.meta_mediation,
-                                 handoff=not plan.pidfd_getfd, signals=plan.signal_mediation)
+                                 bind=not plan.pidfd_getfd, signals=plan.signal_mediation)
            if plan.unix_mediation else None)
     sigset = set(FORWARD) | {signal.SIGCHLD}
     # SIGCHLD is ignored by default, which could discard it before sigwaitinfo.
@@ -258,6 +259,7 @@ def _launch(plan: Plan, guard: Any, warn: Callable[[str], None] | None,
             failure = cg_failure or rules_failure
         if med is not None:
             os.close(med.sync_w)
+            med.hand_sup.close()      # all the child passes has arrived
         outcome.status, outcome.timed_out = wait_until(pid, deadline)
     finally:
         # Whatever happened above: nothing the agent started outlives this
@@ -284,6 +286,22 @@ def _launch(plan: Plan, guard: Any, warn: Callable[[str], None] | None,
     if failure is not None:
         raise _error(failure, plan)
     return outcome
+
+
+def _check_mediate_as(plan: Plan) -> None:
+    """Refuse a run whose mediator would take the agent's real uid (Plan.mediate_as)
+    where the agent could then signal it: the same uid may kill it, unless signals
+    out of the sandbox are refused (Landlock ABI 6, the mediated kill family) or a
+    pid namespace hides it."""
+    if plan.mediate_as is None or plan.pid_ns:
+        return
+    if plan.policy.scope.signals and (plan.abi >= 6 or plan.signal_mediation):
+        return
+    raise ConfineError(
+        "started as root without CAP_SYS_PTRACE (a container's default), confine reads the "
+        "agent's calls as the agent's uid, so the agent must not signal out of the sandbox: "
+        "keep scope.signals in the profile, or give the container CAP_SYS_PTRACE "
+        "(--cap-add SYS_PTRACE), or start the entrypoint as the agent's user")
 
 
 def _complete_rules(ruleset: Any, plan: Plan, pid: int, rules_r: int | None,
@@ -358,7 +376,7 @@ def _read_status(status_r: int, pid: int, plan: Plan, med: MediationChannel | No
             listener = msg.fd
         elif isinstance(msg, status.Sockets) and med is not None and on_sockets is not None:
             try:
-                _take_sockets(pid, msg.fds, on_sockets)
+                _take_sockets(med, on_sockets)
             except (OSError, ConfineError) as e:
                 os.kill(pid, signal.SIGKILL)
                 failure = status.SetupFailed(
@@ -370,7 +388,7 @@ def _read_status(status_r: int, pid: int, plan: Plan, med: MediationChannel | No
         if listener is not None and holder is not None:
             assert med is not None
             try:
-                _start_mediator(holder, listener, med, plan, warn, inet, events)
+                _start_mediator(holder, med, plan, warn, inet, events)
             except OSError as e:
                 os.kill(pid, signal.SIGKILL)
                 failure = status.SetupFailed(
@@ -393,37 +411,20 @@ def _hold_mount_ns(pid: int) -> list[int]:
         return []
 
 
-def _take_sockets(pid: int, fds: list[int], on_sockets: Callable[[list[int]], None]) -> None:
-    """Copy the gateway's sockets out of the child (still the first one: this
-    step comes before the pid namespace) and start the gateway on them."""
-    pidfd = notify.pidfd_open(pid)
-    got: list[int] = []
-    try:
-        for fd in fds[:4]:
-            got.append(notify.pidfd_getfd(pidfd, fd))
-    except OSError:
-        for f in got:
-            os.close(f)
-        raise
-    finally:
-        os.close(pidfd)
-    on_sockets(got)
+def _take_sockets(med: MediationChannel, on_sockets: Callable[[list[int]], None]) -> None:
+    """The gateway's four sockets the child passed (SCM_RIGHTS: channels.py);
+    start the gateway on them."""
+    on_sockets(med.take(b"G", 4))
 
 
-def _start_mediator(pid: int, child_fd: int, med: MediationChannel, plan: Plan,
+def _start_mediator(pid: int, med: MediationChannel, plan: Plan,
                     warn: Callable[[str], None] | None, inet: Any = None,
                     events: Any = None) -> None:
-    if med.handoff:
-        nfd = med.take_listener()
-    else:
-        pidfd = notify.pidfd_open(pid)
-        try:
-            nfd = notify.pidfd_getfd(pidfd, child_fd)
-        finally:
-            os.close(pidfd)
+    nfd = med.take_listener()
     m = Mediator(nfd, med.broker_sup, plan.unix_roots(), plan.identity.uid,
                  warn=warn or default_warn, files=plan.file_mediation, inet_routes=inet,
-                 events=events, meta=plan.meta_roots() if plan.meta_mediation else None)
+                 events=events, meta=plan.meta_roots() if plan.meta_mediation else None,
+                 real_ids=plan.mediate_as)
     m.refuse_abstract = plan.refuse_abstract
     if plan.signal_mediation:
         # the supervisor's children now but the agent's: an embedding program's own

@@ -1,7 +1,7 @@
 """Reproduce a host condition for one command, then exec it (the test harness of
 issue 12 item 4).
 
-    python launcher.py [--no-userns] [--abi N] -- CMD [ARGS...]
+    python launcher.py [--no-userns] [--abi N] [--refuse CALL]... -- CMD [ARGS...]
 
 --no-userns installs a PARENT seccomp filter like Docker's default profile for a
 process without capabilities (moby profiles/seccomp/default.json: what it grants
@@ -11,6 +11,7 @@ to clone, whose flags seccomp can read), and pidfd_getfd, process_madvise, kcmp,
 the keyring calls, bpf and perf_event_open get EPERM. Everything confine does
 afterwards runs under it, as it would in a container. --abi N sets
 CONFINE_TEST_LANDLOCK_ABI_MAX=N (confine then believes the kernel is older).
+--refuse CALL adds CALL to the parent filter's EPERM calls (a stricter profile).
 
 Runs under the test virtualenv's python (it has pyseccomp); no_new_privs is set
 only when the caller lacks CAP_SYS_ADMIN (the kernel requires one of the two;
@@ -39,9 +40,9 @@ EPERM_CALLS = (
 )
 
 
-def no_userns_filter() -> sc.SyscallFilter:
+def no_userns_filter(refuse: list[str] | None = None) -> sc.SyscallFilter:
     f = sc.SyscallFilter(defaction=sc.ALLOW)
-    for name in EPERM_CALLS:
+    for name in (*EPERM_CALLS, *(refuse or ())):
         try:
             f.add_rule(sc.ERRNO(errno.EPERM), name)
         except (RuntimeError, ValueError):
@@ -62,22 +63,25 @@ def has_cap_sys_admin() -> bool:
 
 def main(argv: list[str]) -> None:
     args = list(argv)
-    no_userns, abi = False, None
+    no_userns, abi, refuse = False, None, []
     while args and args[0] != "--":
         opt = args.pop(0)
         if opt == "--no-userns":
             no_userns = True
         elif opt == "--abi":
             abi = int(args.pop(0))
+        elif opt == "--refuse":
+            refuse.append(args.pop(0))
+            no_userns = True
         else:
             sys.exit(f"launcher: unknown option {opt}")
     if not args or len(args) < 2:
-        sys.exit("usage: launcher.py [--no-userns] [--abi N] -- CMD [ARGS...]")
+        sys.exit("usage: launcher.py [--no-userns] [--abi N] [--refuse CALL]... -- CMD [ARGS...]")
     cmd = args[1:]
     if abi is not None:
         os.environ["CONFINE_TEST_LANDLOCK_ABI_MAX"] = str(abi)
     if no_userns:
-        flt = no_userns_filter()
+        flt = no_userns_filter(refuse)
         if not has_cap_sys_admin():
             libc = ctypes.CDLL(None, use_errno=True)
             if libc.prctl(38, 1, 0, 0, 0) != 0:          # PR_SET_NO_NEW_PRIVS

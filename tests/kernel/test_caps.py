@@ -452,3 +452,69 @@ def _fs_identity_checks(tmp_path) -> None:
     with pytest.raises(FileExistsError):
         caps.in_fs_identity(NOBODY, NOBODY, fails)
     assert _fs_ids()[:2] == (0, 0)
+
+
+# --- thread_as: the mediator's reads of another uid's process ----------------
+
+@root_only
+def test_thread_as_reads_another_uid_without_cap_sys_ptrace():
+    """Root without CAP_SYS_PTRACE (a container's default) cannot take a
+    descriptor of, read the memory of, or open /proc/PID/cwd of a process of
+    another uid; one thread that took that uid as its real and filesystem ids
+    can, and the process's other threads stay root. Control: the same attempts
+    from the main thread, refused."""
+    import threading
+
+    from confine.kernel import notify
+
+    def body():
+        eff, prm, inh = caps.capget()
+        drop = ~(1 << caps.CAP_SYS_PTRACE)
+        caps.capset(eff & drop, prm & drop, inh & drop)
+        target = subprocess.Popen(["sleep", "30"], stdin=subprocess.DEVNULL, user=NOBODY,
+                                  group=NOBODY, extra_groups=[], cwd="/")
+        try:
+            time.sleep(0.2)      # exec'd: dumpable again as its own user
+            pidfd = notify.pidfd_open(target.pid)
+
+            def tries():
+                got = {}
+                try:
+                    os.close(notify.pidfd_getfd(pidfd, 0))
+                    got["getfd"] = "ok"
+                except OSError as e:
+                    got["getfd"] = errno.errorcode[e.errno]
+                try:
+                    with open(f"/proc/{target.pid}/maps") as f:
+                        start = int(f.readline().split("-")[0], 16)
+                    got["mem"] = notify.read_mem(target.pid, start, 4).hex()
+                except OSError as e:
+                    got["mem"] = errno.errorcode[e.errno]
+                try:
+                    got["cwd"] = os.readlink(f"/proc/{target.pid}/cwd")
+                except OSError as e:
+                    got["cwd"] = errno.errorcode[e.errno]
+                return got
+            outside = tries()
+            inside: dict = {}
+
+            def thread():
+                caps.thread_as(NOBODY, NOBODY)
+                inside.update(tries())
+                inside["ids"] = [os.getresuid(), os.getresgid()]
+            t = threading.Thread(target=thread)
+            t.start()
+            t.join()
+            return {"main": outside, "thread": inside,
+                    "main_ids": [os.getresuid(), os.getresgid()]}
+        finally:
+            target.kill()
+            target.wait()
+    r = run_in_child(body, timeout=20)
+    assert r["ok"], r
+    v = r["value"]
+    assert v["main"] == {"getfd": "EPERM", "mem": "EPERM", "cwd": "EACCES"}, v
+    assert v["thread"]["getfd"] == "ok" and v["thread"]["cwd"] == "/", v
+    assert v["thread"]["mem"] == b"\x7fELF".hex(), v
+    assert v["thread"]["ids"] == [[NOBODY, 0, 0], [NOBODY, 0, 0]], v
+    assert v["main_ids"] == [[0, 0, 0], [0, 0, 0]], v
