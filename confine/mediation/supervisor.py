@@ -42,6 +42,7 @@ import socket
 import struct
 import sys
 import threading
+import time
 from typing import Any, Callable, Sequence
 
 from confine.errors import default_warn
@@ -83,6 +84,9 @@ from .wire import (
 )
 
 MAX_REPORTED = 100
+# Seconds between the broker's hang-up and the last of the agent's processes leaving
+# the filter, within which the hang-up is the run's end (all of them were killed)
+BROKER_TEARDOWN = 1.0
 PRUNE_AT = 64           # pending requests before those answered by the broker are dropped
 MAX_ADDR = 128          # a sockaddr longer than sockaddr_storage is EINVAL
 AT_FDCWD = -100
@@ -365,8 +369,17 @@ class Mediator:
         poller = select.poll()
         poller.register(self.fd, select.POLLIN)
         poller.register(self.broker.fileno(), select.POLLIN)
+        gone_at: float | None = None    # when the broker hung up, until that is said
         while True:
-            for fd, ev in poller.poll():
+            wait = None if gone_at is None else max(0.0, gone_at + BROKER_TEARDOWN - time.monotonic())
+            ready = poller.poll(None if wait is None else int(wait * 1000) + 1)
+            if gone_at is not None and time.monotonic() >= gone_at + BROKER_TEARDOWN:
+                # processes still use the filter: a loss, not the run's end
+                gone_at = None
+                self.warn("the broker is gone (killed?): from now on every mediated "
+                          "call fails (opens for writing, creates, renames, unix "
+                          "connects)")
+            for fd, ev in ready:
                 if fd == self.fd:
                     if ev & (select.POLLHUP | select.POLLERR) and not ev & select.POLLIN:
                         return  # no process uses the filter any more
@@ -389,9 +402,13 @@ class Mediator:
                         continue
                     if ev & (select.POLLIN | select.POLLHUP | select.POLLERR):
                         poller.unregister(fd)
-                        self.warn("the broker is gone (killed?): from now on every mediated "
-                                  "call fails (opens for writing, creates, renames, unix "
-                                  "connects)")
+                        # Said only if a process still uses the filter BROKER_TEARDOWN
+                        # later: at the end of a run the broker is killed together
+                        # with the agent's last processes (the pid namespace's
+                        # teardown, the cgroup kill) in no set order, and a daemon
+                        # the agent left (a tmux server) often outlives it by a few
+                        # milliseconds. The calls fail from now on either way.
+                        gone_at = time.monotonic()
                         for p in self.pending.values():
                             self._respond(p.nid, error=p.lost)
                         self.pending.clear()
