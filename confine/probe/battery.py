@@ -1738,15 +1738,22 @@ def _gateway_closes(s):
 
 
 def _confines_resolver(s, how):
-    """A UDP socket connected to confine's DNS server: blocked if it refuses a name no
-    rule allows (what a name carrying data out would be), possible if it answers."""
+    """A socket connected to confine's DNS server (UDP, or TCP with its length prefix):
+    blocked if it refuses a name no rule allows (what a name carrying data out would
+    be), possible if it answers."""
     s.settimeout(2.0)
     qid = int.from_bytes(os.urandom(2), "big")
+    q = _dns_query("exfil-%s.confine-probe.invalid" % RAND, qid)
+    tcp = s.type == socket.SOCK_STREAM
     try:
-        s.send(_dns_query("exfil-%s.confine-probe.invalid" % RAND, qid))
-        data = s.recv(512)
+        s.sendall(struct.pack("!H", len(q)) + q if tcp else q)
+        data = s.recv(514)
+        if tcp:
+            data = data[2:]
     except socket.timeout:
         return blocked("timeout", "gateway (DNS)", how + ", no answer to a name no rule allows")
+    except OSError:
+        return blocked("closed", "gateway (DNS)", how + ", closed on a name no rule allows")
     if len(data) >= 12 and data[:2] == qid.to_bytes(2, "big") and data[3] & 0x0F in (3, 5):
         return blocked("NXDOMAIN" if data[3] & 0x0F == 3 else "REFUSED", "gateway (DNS)",
                        how + ", which refuses names no rule allows")
@@ -1801,7 +1808,11 @@ def _n_outside():
             peer = s.getpeername()[0]
             if peer == host:
                 return possible("connected to %s:%d" % (host, port))
-            got = _through_gateway(s, peer, o.get("banner", "").encode())
+            if port == 53:
+                # every port-53 destination is rewritten to confine's DNS server
+                got = _confines_resolver(s, "rewritten to %s:%d" % s.getpeername()[:2])
+            else:
+                got = _through_gateway(s, peer, o.get("banner", "").encode())
             if got["result"] != "blocked":
                 return got
             first = first or got
