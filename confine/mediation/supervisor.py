@@ -46,7 +46,7 @@ import time
 from typing import Any, Callable, Sequence
 
 from confine.errors import default_warn
-from confine.kernel import notify
+from confine.kernel import notify, sysfs
 from confine.kernel.seccomp import (
     FILE_CALLS,
     META_CALLS,
@@ -84,9 +84,7 @@ from .wire import (
 )
 
 MAX_REPORTED = 100
-# Seconds between the broker's hang-up and the last of the agent's processes leaving
-# the filter, within which the hang-up is the run's end (all of them were killed)
-BROKER_TEARDOWN = 1.0
+LOSS_RECHECK = 0.01     # seconds: see _goes_on
 PRUNE_AT = 64           # pending requests before those answered by the broker are dropped
 MAX_ADDR = 128          # a sockaddr longer than sockaddr_storage is EINVAL
 AT_FDCWD = -100
@@ -116,6 +114,7 @@ class _Pending(NamedTuple):
     # a file call sent without its umask: handed over again, umask read here,
     # if the broker could not read it (wire.UMASK_UNREAD)
     retry: Callable[[], None] | None = None
+    pid: int = 0        # the calling thread (the supervisor's pid namespace)
 
 
 class _SocketCall(NamedTuple):
@@ -153,6 +152,20 @@ class _MetaCall(NamedTuple):
 Handler = Callable[[notify.Notif], None]
 
 
+def _goes_on(tid: int) -> bool:
+    """The thread will run its own code again: not gone, not killed, not frozen by the
+    leftover walk (supervise.kill_leftovers stops every process before it kills any).
+    Asked twice, LOSS_RECHECK apart: a teardown signals the processes one by one, and
+    the broker may die, and be heard of here, before the last of them is signalled."""
+    for first in (True, False):
+        if not first:
+            time.sleep(LOSS_RECHECK)
+        st = sysfs.proc_stat(tid)
+        if st is None or st.state in ("T", "t", "Z", "X") or sysfs.kill_pending(tid):
+            return False
+    return True
+
+
 class Mediator:
     """Answers every notification of one agent's filter, on a thread of its
     own (start()); roots: where pathname unix sockets may be; files: the name
@@ -183,6 +196,9 @@ class Mediator:
         self.post = socket.socket(fileno=os.dup(broker.fileno()))
         self.uid = agent_uid
         self.pending: dict[int, _Pending] = {}      # request id -> its notification
+        self.caller = 0            # the thread whose notification is being handled
+        self.broker_gone = False   # its socket hung up: every call sent to it fails
+        self.said_gone = False
         self.prune_at = PRUNE_AT
         self.next_id = 1
         # The denials shown (at most MAX_REPORTED, so the memory an agent can make
@@ -369,17 +385,8 @@ class Mediator:
         poller = select.poll()
         poller.register(self.fd, select.POLLIN)
         poller.register(self.broker.fileno(), select.POLLIN)
-        gone_at: float | None = None    # when the broker hung up, until that is said
         while True:
-            wait = None if gone_at is None else max(0.0, gone_at + BROKER_TEARDOWN - time.monotonic())
-            ready = poller.poll(None if wait is None else int(wait * 1000) + 1)
-            if gone_at is not None and time.monotonic() >= gone_at + BROKER_TEARDOWN:
-                # processes still use the filter: a loss, not the run's end
-                gone_at = None
-                self.warn("the broker is gone (killed?): from now on every mediated "
-                          "call fails (opens for writing, creates, renames, unix "
-                          "connects)")
-            for fd, ev in ready:
+            for fd, ev in poller.poll():
                 if fd == self.fd:
                     if ev & (select.POLLHUP | select.POLLERR) and not ev & select.POLLIN:
                         return  # no process uses the filter any more
@@ -387,6 +394,7 @@ class Mediator:
                         n = notify.recv(self.fd)
                     except OSError:
                         continue  # the task died between poll and recv
+                    self.caller = n.pid
                     try:
                         self._handle(n)
                     except OSError as e:
@@ -402,15 +410,9 @@ class Mediator:
                         continue
                     if ev & (select.POLLIN | select.POLLHUP | select.POLLERR):
                         poller.unregister(fd)
-                        # Said only if a process still uses the filter BROKER_TEARDOWN
-                        # later: at the end of a run the broker is killed together
-                        # with the agent's last processes (the pid namespace's
-                        # teardown, the cgroup kill) in no set order, and a daemon
-                        # the agent left (a tmux server) often outlives it by a few
-                        # milliseconds. The calls fail from now on either way.
-                        gone_at = time.monotonic()
+                        self.broker_gone = True
                         for p in self.pending.values():
-                            self._respond(p.nid, error=p.lost)
+                            self._lose(p.nid, p.lost, p.pid)
                         self.pending.clear()
 
     def _handle(self, n: notify.Notif) -> None:
@@ -420,10 +422,32 @@ class Mediator:
         handler(n)
 
     def _respond(self, nid: int, val: int = 0, error: int = 0) -> None:
+        self._answered(nid, val, error)
+
+    def _answered(self, nid: int, val: int = 0, error: int = 0) -> bool:
+        """Answer a notification; False if its call was no longer waiting."""
         try:
             notify.respond(self.fd, nid, val=val, error=error)
         except OSError:
-            pass  # the agent's call was interrupted; nothing to answer
+            return False  # the agent's call was interrupted; nothing to answer
+        return True
+
+    def _lose(self, nid: int, err: int, tid: int) -> None:
+        """Fail a call (of thread `tid`) for want of a broker, and say so the first
+        time it fails a process that goes on. At the end of a run the broker is
+        killed together with the agent's last processes (the pid namespace's
+        teardown, the cgroup kill, the leftover walk) in no set order, and a daemon
+        the agent left (a tmux server) often outlives it by a few milliseconds: the
+        calls of a process with SIGKILL queued are no loss to report. Judged before
+        the answer, while the thread still waits for it (after, it may exit at once)."""
+        if self.said_gone:
+            self._respond(nid, error=err)
+            return
+        goes_on = notify.id_valid(self.fd, nid) and _goes_on(tid)
+        if self._answered(nid, error=err) and goes_on:
+            self.said_gone = True
+            self.warn("the broker is gone (killed?): from now on every mediated "
+                      "call fails (opens for writing, creates, renames, unix connects)")
 
     def _broker_reply(self) -> bool:
         """Handle one reply; False when the broker has hung up."""
@@ -504,10 +528,13 @@ class Mediator:
                 socket.send_fds(self.post, [msg], fds)
             except BlockingIOError:
                 socket.send_fds(self.broker, [msg], fds)
-        except OSError:
-            self._respond(nid, error=lost)
+        except OSError as e:
+            if self.broker_gone or e.errno in (errno.EPIPE, errno.ECONNRESET, errno.ENOTCONN):
+                self._lose(nid, lost, self.caller)
+            else:
+                self._respond(nid, error=lost)
             return False
-        self.pending[rid] = _Pending(nid, cloexec, lost, what, then, direct, retry)
+        self.pending[rid] = _Pending(nid, cloexec, lost, what, then, direct, retry, self.caller)
         if len(self.pending) >= self.prune_at:
             self._prune()
         return True
