@@ -1659,7 +1659,7 @@ def _n_meta():
     except OSError as e:
         if e.errno == errno.EACCES and LL_ABI >= 4:
             return blocked(e.errno, "landlock (tcp)")
-        if e.errno == errno.ECONNREFUSED and ROUTED and not host.startswith("127."):
+        if e.errno == errno.ECONNREFUSED and _handed_to_gateway(s) and not host.startswith("127."):
             return blocked(e.errno, "gateway")
         if e.errno in (errno.ENETUNREACH, errno.EHOSTUNREACH, errno.ECONNREFUSED,
                        errno.ETIMEDOUT):
@@ -1737,6 +1737,18 @@ def _gateway_closes(s):
     return data
 
 
+def _handed_to_gateway(s):
+    """After a refused connect: the supervisor binds the agent's socket to its loopback
+    before it hands it to the gateway (mediation/inet.py), which then refused it; a
+    connect a TCP stack refused leaves the socket unbound (0.0.0.0)."""
+    if not ROUTED:
+        return False
+    try:
+        return s.getsockname()[0] in ("127.0.0.1", "::ffff:127.0.0.1")
+    except OSError:
+        return False
+
+
 def _confines_resolver(s, how):
     """A socket connected to confine's DNS server (UDP, or TCP with its length prefix):
     blocked if it refuses a name no rule allows (what a name carrying data out would
@@ -1754,7 +1766,7 @@ def _confines_resolver(s, how):
         return blocked("timeout", "gateway (DNS)", how + ", no answer to a name no rule allows")
     except OSError:
         return blocked("closed", "gateway (DNS)", how + ", closed on a name no rule allows")
-    if len(data) >= 12 and data[:2] == qid.to_bytes(2, "big") and data[3] & 0x0F in (3, 5):
+    if len(data) >= 12 and data[:2] == qid.to_bytes(2, "big") and (data[3] & 0x0F) in (3, 5):
         return blocked("NXDOMAIN" if data[3] & 0x0F == 3 else "REFUSED", "gateway (DNS)",
                        how + ", which refuses names no rule allows")
     return possible("%s, which answered a name no rule allows" % how)
@@ -1789,10 +1801,9 @@ def _n_outside():
 
     A refusal (ECONNREFUSED) means a TCP stack said no, or the gateway did: the
     supervisor rewrites every connect beyond the agent's loopback to it and refuses at
-    once an address no rule could allow. The listener's port tells them apart: a stack
-    that was reached there accepts. With the connects routed, a refusal on a granted
-    port is the gateway's too (the same rewrite, whatever the port); without, it is
-    the host's stack, reached."""
+    once an address no rule could allow, after binding the socket to the agent's
+    loopback (which a stack's refusal leaves unbound). On the listener's port a stack
+    that was reached would have accepted."""
     o = CFG.get("outside_net") or {}
     if not o:
         raise Skip("this host has no address but loopback")
@@ -1820,10 +1831,12 @@ def _n_outside():
             return possible("no refusal: the connect to %s:%d is still waiting" % (host, port))
         except OSError as e:
             ref = _net_refusal(e, "%s:%d" % (host, port))
-            if ref is None and e.errno == errno.ECONNREFUSED and (ROUTED or port == o["tcp_port"]):
-                ref = blocked(e.errno, "gateway" if ROUTED else by_sys(e.errno),
-                              "refused before %s:%d (the probe listens there)" % (host, port)
-                              if port == o["tcp_port"] else "the gateway refused %s:%d" % (host, port))
+            if ref is None and e.errno == errno.ECONNREFUSED and _handed_to_gateway(s):
+                ref = blocked(e.errno, "gateway", "the gateway refused %s:%d" % (host, port))
+            elif ref is None and e.errno == errno.ECONNREFUSED and port == o["tcp_port"]:
+                # a TCP stack reached there would have accepted
+                ref = blocked(e.errno, by_sys(e.errno), "refused before %s:%d, where the probe listens"
+                              % (host, port))
             if ref is None:
                 return possible("the connect to %s:%d reached a TCP stack (%s): not refused by confine, so "
                                 "any host is reachable on port %d" % (host, port, ename(e.errno), port))
