@@ -177,6 +177,9 @@ class Mediator:
     # Below Landlock ABI 6 without a network namespace (features.NO_NS_REPLACEMENTS):
     # every connect/send to an abstract address is refused; set by launch.
     refuse_abstract = False
+    caller = 0              # the thread whose notification is being handled
+    broker_gone = False     # the broker's socket hung up: every call sent to it fails
+    said_gone = False       # that loss was reported (once)
 
     def __init__(self, notify_fd: int, broker: socket.socket, roots: Sequence[str],
                  agent_uid: int, warn: Callable[[str], None] = default_warn,
@@ -196,9 +199,6 @@ class Mediator:
         self.post = socket.socket(fileno=os.dup(broker.fileno()))
         self.uid = agent_uid
         self.pending: dict[int, _Pending] = {}      # request id -> its notification
-        self.caller = 0            # the thread whose notification is being handled
-        self.broker_gone = False   # its socket hung up: every call sent to it fails
-        self.said_gone = False
         self.prune_at = PRUNE_AT
         self.next_id = 1
         # The denials shown (at most MAX_REPORTED, so the memory an agent can make
