@@ -1,6 +1,8 @@
 """The one reader of small /proc and /sys files (kernel knobs, LSM state)."""
 from __future__ import annotations
 
+import signal
+
 from ..record import NamedTuple
 
 
@@ -34,3 +36,17 @@ def proc_stat(pid: int) -> ProcStat | None:
         return ProcStat(rest[0].decode(), int(rest[1]), int(rest[2]), int(rest[19]))
     except (IndexError, ValueError):
         return None
+
+
+def kill_pending(pid: int) -> bool:
+    """SIGKILL is queued for the process or thread (or it is gone): it never runs user
+    code again."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            for line in f:
+                if line.startswith((b"ShdPnd:", b"SigPnd:")) and int(line.split()[1], 16) & (
+                        1 << (signal.SIGKILL - 1)):
+                    return True
+    except (OSError, ValueError, IndexError):
+        return True
+    return False

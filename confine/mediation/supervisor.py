@@ -42,10 +42,15 @@ import socket
 import struct
 import sys
 import threading
+import time
 from typing import Any, Callable, Sequence
 
 from confine.errors import default_warn
+<<<<<<< HEAD
 from confine.kernel import caps, notify
+=======
+from confine.kernel import notify, sysfs
+>>>>>>> probe
 from confine.kernel.seccomp import (
     FILE_CALLS,
     META_CALLS,
@@ -83,6 +88,7 @@ from .wire import (
 )
 
 MAX_REPORTED = 100
+LOSS_RECHECK = 0.01     # seconds: see _goes_on
 PRUNE_AT = 64           # pending requests before those answered by the broker are dropped
 MAX_ADDR = 128          # a sockaddr longer than sockaddr_storage is EINVAL
 AT_FDCWD = -100
@@ -112,6 +118,7 @@ class _Pending(NamedTuple):
     # a file call sent without its umask: handed over again, umask read here,
     # if the broker could not read it (wire.UMASK_UNREAD)
     retry: Callable[[], None] | None = None
+    pid: int = 0        # the calling thread (the supervisor's pid namespace)
 
 
 class _SocketCall(NamedTuple):
@@ -149,6 +156,20 @@ class _MetaCall(NamedTuple):
 Handler = Callable[[notify.Notif], None]
 
 
+def _goes_on(tid: int) -> bool:
+    """The thread will run its own code again: not gone, not killed, not frozen by the
+    leftover walk (supervise.kill_leftovers stops every process before it kills any).
+    Asked twice, LOSS_RECHECK apart: a teardown signals the processes one by one, and
+    the broker may die, and be heard of here, before the last of them is signalled."""
+    for first in (True, False):
+        if not first:
+            time.sleep(LOSS_RECHECK)
+        st = sysfs.proc_stat(tid)
+        if st is None or st.state in ("T", "t", "Z", "X") or sysfs.kill_pending(tid):
+            return False
+    return True
+
+
 class Mediator:
     """Answers every notification of one agent's filter, on a thread of its
     own (start()); roots: where pathname unix sockets may be; files: the name
@@ -160,6 +181,9 @@ class Mediator:
     # Below Landlock ABI 6 without a network namespace (features.NO_NS_REPLACEMENTS):
     # every connect/send to an abstract address is refused; set by launch.
     refuse_abstract = False
+    caller = 0              # the thread whose notification is being handled
+    broker_gone = False     # the broker's socket hung up: every call sent to it fails
+    said_gone = False       # that loss was reported (once)
 
     def __init__(self, notify_fd: int, broker: socket.socket, roots: Sequence[str],
                  agent_uid: int, warn: Callable[[str], None] = default_warn,
@@ -385,6 +409,7 @@ class Mediator:
                         n = notify.recv(self.fd)
                     except OSError:
                         continue  # the task died between poll and recv
+                    self.caller = n.pid
                     try:
                         self._handle(n)
                     except OSError as e:
@@ -400,11 +425,9 @@ class Mediator:
                         continue
                     if ev & (select.POLLIN | select.POLLHUP | select.POLLERR):
                         poller.unregister(fd)
-                        self.warn("the broker is gone (killed?): from now on every mediated "
-                                  "call fails (opens for writing, creates, renames, unix "
-                                  "connects)")
+                        self.broker_gone = True
                         for p in self.pending.values():
-                            self._respond(p.nid, error=p.lost)
+                            self._lose(p.nid, p.lost, p.pid)
                         self.pending.clear()
 
     def _handle(self, n: notify.Notif) -> None:
@@ -414,10 +437,32 @@ class Mediator:
         handler(n)
 
     def _respond(self, nid: int, val: int = 0, error: int = 0) -> None:
+        self._answered(nid, val, error)
+
+    def _answered(self, nid: int, val: int = 0, error: int = 0) -> bool:
+        """Answer a notification; False if its call was no longer waiting."""
         try:
             notify.respond(self.fd, nid, val=val, error=error)
         except OSError:
-            pass  # the agent's call was interrupted; nothing to answer
+            return False  # the agent's call was interrupted; nothing to answer
+        return True
+
+    def _lose(self, nid: int, err: int, tid: int) -> None:
+        """Fail a call (of thread `tid`) for want of a broker, and say so the first
+        time it fails a process that goes on. At the end of a run the broker is
+        killed together with the agent's last processes (the pid namespace's
+        teardown, the cgroup kill, the leftover walk) in no set order, and a daemon
+        the agent left (a tmux server) often outlives it by a few milliseconds: the
+        calls of a process with SIGKILL queued are no loss to report. Judged before
+        the answer, while the thread still waits for it (after, it may exit at once)."""
+        if self.said_gone:
+            self._respond(nid, error=err)
+            return
+        goes_on = notify.id_valid(self.fd, nid) and _goes_on(tid)
+        if self._answered(nid, error=err) and goes_on:
+            self.said_gone = True
+            self.warn("the broker is gone (killed?): from now on every mediated "
+                      "call fails (opens for writing, creates, renames, unix connects)")
 
     def _broker_reply(self) -> bool:
         """Handle one reply; False when the broker has hung up."""
@@ -498,10 +543,13 @@ class Mediator:
                 socket.send_fds(self.post, [msg], fds)
             except BlockingIOError:
                 socket.send_fds(self.broker, [msg], fds)
-        except OSError:
-            self._respond(nid, error=lost)
+        except OSError as e:
+            if self.broker_gone or e.errno in (errno.EPIPE, errno.ECONNRESET, errno.ENOTCONN):
+                self._lose(nid, lost, self.caller)
+            else:
+                self._respond(nid, error=lost)
             return False
-        self.pending[rid] = _Pending(nid, cloexec, lost, what, then, direct, retry)
+        self.pending[rid] = _Pending(nid, cloexec, lost, what, then, direct, retry, self.caller)
         if len(self.pending) >= self.prune_at:
             self._prune()
         return True

@@ -42,6 +42,10 @@ LL = LL_ABI > 0
 SCOPED = set(CFG.get("scoped", [])) if CONFINED else set()
 MEDIATION = bool(CFG.get("unix_mediation")) and CONFINED
 META = bool(CFG.get("meta_mediation")) and CONFINED   # no mount namespace: the broker judges
+# The egress gateway runs and the supervisor rewrites every IPv4/IPv6 destination beyond
+# the agent's loopback (mediation/inet.py): TCP to the gateway, port 53 to confine's DNS
+# server, other UDP refused (EACCES); a destination no rule allows: ECONNREFUSED.
+ROUTED = bool(CFG.get("inet_routed")) and CONFINED
 RULES = CFG.get("seccomp", []) if CONFINED else []
 ARCH = CFG.get("arch", os.uname().machine)
 OUT = CFG.get("outside", {})
@@ -1604,14 +1608,19 @@ def _n_udp():
     try:
         s.sendto(b"", ("127.0.0.1", CFG.get("udp_port")))
     except OSError as e:
-        return blocked(e.errno, by_sys(e.errno))
+        return _net_refusal(e, "127.0.0.1:%d" % CFG.get("udp_port"), udp=True) or \
+            blocked(e.errno, by_sys(e.errno))
     finally:
         s.close()
     return possible("sent an empty datagram to 127.0.0.1:%d" % CFG.get("udp_port"))
 
 
-@attempt("network.dns", "UDP socket towards the DNS resolver (connect only, nothing sent)")
+@attempt("network.dns", "UDP socket towards the DNS resolver (nothing sent unless confine's answers)")
 def _n_dns():
+    """The host's resolver would answer any name (query names carry data out). A socket
+    connected to it is possible; nothing is sent to it. A socket whose peer is not the
+    resolver was rewritten to confine's DNS server (the gateway's own, on the agent's
+    loopback): blocked if it refuses a name no rule allows."""
     ns = CFG.get("resolver")
     if not ns:
         raise Skip("no IPv4 nameserver in /etc/resolv.conf")
@@ -1620,11 +1629,17 @@ def _n_dns():
         return res
     try:
         s.connect((ns, 53))
+        peer = s.getpeername()
+        if peer == (ns, 53):
+            return possible("a UDP socket to %s:53 is ready (no query sent)" % ns)
+        if not peer[0].startswith("127.") or not ROUTED:
+            return possible("a UDP socket to %s:53 reached %s:%d, not confine's resolver (no query sent)"
+                            % (ns, peer[0], peer[1]))
+        return _confines_resolver(s, "rewritten to %s:%d" % tuple(peer))
     except OSError as e:
-        return blocked(e.errno, by_sys(e.errno))
+        return _net_refusal(e, "%s:53" % ns, udp=True) or blocked(e.errno, by_sys(e.errno))
     finally:
         s.close()
-    return possible("a UDP socket to %s:53 is ready (no query sent)" % ns)
 
 
 @attempt("network.metadata", "cloud metadata service (169.254.169.254:80)")
@@ -1636,11 +1651,16 @@ def _n_meta():
     s.settimeout(0.5)
     try:
         s.connect((host, port))
+        peer = s.getpeername()[0]
+        if peer != host:
+            return _through_gateway(s, peer, None)
     except socket.timeout:
         return blocked("timeout", "unreachable from this host")
     except OSError as e:
         if e.errno == errno.EACCES and LL_ABI >= 4:
             return blocked(e.errno, "landlock (tcp)")
+        if e.errno == errno.ECONNREFUSED and _handed_to_gateway(s) and not host.startswith("127."):
+            return blocked(e.errno, "gateway")
         if e.errno in (errno.ENETUNREACH, errno.EHOSTUNREACH, errno.ECONNREFUSED,
                        errno.ETIMEDOUT):
             return blocked(e.errno, "unreachable from this host")
@@ -1688,10 +1708,12 @@ def _n_mptcp():
     return possible("connected over MPTCP")
 
 
-def _net_refusal(e, what):
+def _net_refusal(e, what, udp=False):
     """A refused connect or send: which layer. None when the refusal came from the
     network (a peer's reset), not from confine."""
-    if e.errno == errno.EACCES and LL_ABI >= 4:
+    if udp and e.errno == errno.EACCES and ROUTED:
+        return blocked(e.errno, "gateway (UDP)", "only DNS leaves, to confine's resolver")
+    if e.errno == errno.EACCES and LL_ABI >= 4 and not udp:
         return blocked(e.errno, "landlock (tcp)")
     if e.errno in (errno.ENETUNREACH, errno.EHOSTUNREACH, errno.EADDRNOTAVAIL) and CFG.get("net_namespace"):
         return blocked(e.errno, "network namespace", "no route to %s from here" % what)
@@ -1715,13 +1737,73 @@ def _gateway_closes(s):
     return data
 
 
+def _handed_to_gateway(s):
+    """After a refused connect: the supervisor binds the agent's socket to its loopback
+    before it hands it to the gateway (mediation/inet.py), which then refused it; a
+    connect a TCP stack refused leaves the socket unbound (0.0.0.0)."""
+    if not ROUTED:
+        return False
+    try:
+        return s.getsockname()[0] in ("127.0.0.1", "::ffff:127.0.0.1")
+    except OSError:
+        return False
+
+
+def _confines_resolver(s, how):
+    """A socket connected to confine's DNS server (UDP, or TCP with its length prefix):
+    blocked if it refuses a name no rule allows (what a name carrying data out would
+    be), possible if it answers."""
+    s.settimeout(2.0)
+    qid = int.from_bytes(os.urandom(2), "big")
+    q = _dns_query("exfil-%s.confine-probe.invalid" % RAND, qid)
+    tcp = s.type == socket.SOCK_STREAM
+    try:
+        s.sendall(struct.pack("!H", len(q)) + q if tcp else q)
+        data = s.recv(514)
+        if tcp:
+            data = data[2:]
+    except socket.timeout:
+        return blocked("timeout", "gateway (DNS)", how + ", no answer to a name no rule allows")
+    except OSError:
+        return blocked("closed", "gateway (DNS)", how + ", closed on a name no rule allows")
+    if len(data) >= 12 and data[:2] == qid.to_bytes(2, "big") and (data[3] & 0x0F) in (3, 5):
+        return blocked("NXDOMAIN" if data[3] & 0x0F == 3 else "REFUSED", "gateway (DNS)",
+                       how + ", which refuses names no rule allows")
+    return possible("%s, which answered a name no rule allows" % how)
+
+
+def _through_gateway(s, peer, banner):
+    """A connect that succeeded to a local peer the agent did not name: confine's gateway
+    took it. Possible if it relayed the connection (the probe's listener greets with
+    `banner`; the gateway itself sends nothing first) or answers a request for a name
+    no rule allows; blocked if it closes without an answer."""
+    if banner:
+        try:
+            s.settimeout(1.0)
+            if s.recv(len(banner)) == banner:
+                return possible("redirected to %s, which relayed it to the probe's listener" % peer)
+        except socket.timeout:
+            pass
+        except OSError:
+            return blocked("closed", "gateway", "redirected to %s, closed without an answer" % peer)
+    data = _gateway_closes(s)
+    if data == b"":
+        return blocked("closed", "gateway", "redirected to %s, closed without an answer" % peer)
+    return possible("redirected to %s, which answered %r" % (peer, data))
+
+
 @attempt("network.tcp_outside", "TCP connect to an address that is not loopback (this host's own)")
 def _n_outside():
     """Stands in for any host on the internet: nothing in confine but the gateway may
     let it through, on any port. The target is this host's own address, where the probe
-    listens, so no packet leaves the machine even if the boundary is broken. Each port the
-    profile grants (connect_tcp) is tried too: a refusal there comes from this host's TCP
-    stack, i.e. the connect was not stopped by confine."""
+    listens (and greets every connection with a banner), so no packet leaves the machine
+    even if the boundary is broken. Each port the profile grants (connect_tcp) is tried too.
+
+    A refusal (ECONNREFUSED) means a TCP stack said no, or the gateway did: the
+    supervisor rewrites every connect beyond the agent's loopback to it and refuses at
+    once an address no rule could allow, after binding the socket to the agent's
+    loopback (which a stack's refusal leaves unbound). On the listener's port a stack
+    that was reached would have accepted."""
     o = CFG.get("outside_net") or {}
     if not o:
         raise Skip("this host has no address but loopback")
@@ -1735,17 +1817,26 @@ def _n_outside():
         try:
             s.connect((host, port))
             peer = s.getpeername()[0]
-            if peer != host:
-                data = _gateway_closes(s)
-                if data == b"":
-                    first = first or blocked("closed", "gateway", "redirected to %s, closed without an answer" % peer)
-                    continue
-                return possible("redirected to %s, which answered %r" % (peer, data))
-            return possible("connected to %s:%d" % (host, port))
+            if peer == host:
+                return possible("connected to %s:%d" % (host, port))
+            if port == 53:
+                # every port-53 destination is rewritten to confine's DNS server
+                got = _confines_resolver(s, "rewritten to %s:%d" % s.getpeername()[:2])
+            else:
+                got = _through_gateway(s, peer, o.get("banner", "").encode())
+            if got["result"] != "blocked":
+                return got
+            first = first or got
         except socket.timeout:
             return possible("no refusal: the connect to %s:%d is still waiting" % (host, port))
         except OSError as e:
             ref = _net_refusal(e, "%s:%d" % (host, port))
+            if ref is None and e.errno == errno.ECONNREFUSED and _handed_to_gateway(s):
+                ref = blocked(e.errno, "gateway", "the gateway refused %s:%d" % (host, port))
+            elif ref is None and e.errno == errno.ECONNREFUSED and port == o["tcp_port"]:
+                # a TCP stack reached there would have accepted
+                ref = blocked(e.errno, by_sys(e.errno), "refused before %s:%d, where the probe listens"
+                              % (host, port))
             if ref is None:
                 return possible("the connect to %s:%d reached a TCP stack (%s): not refused by confine, so "
                                 "any host is reachable on port %d" % (host, port, ename(e.errno), port))
@@ -1783,7 +1874,7 @@ def _n_dns_outside():
     except socket.timeout:
         return possible("the query was sent to %s:%d and not refused (no answer)" % dst)
     except OSError as e:
-        ref = _net_refusal(e, "%s:%d" % dst)
+        ref = _net_refusal(e, "%s:%d" % dst, udp=True)
         return ref or possible("the query was sent to %s:%d (%s)" % (dst + (ename(e.errno),)))
     finally:
         s.close()

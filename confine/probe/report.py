@@ -116,15 +116,19 @@ FIXES = {
                              "TCP by port, not by address"),
     "network.tcp_listen": "remove the port from network.bind_tcp (Landlock ABI 4)",
     "network.udp": _SECCOMP.format("socket:inet-dgram"),
-    "network.dns": _SECCOMP.format("socket:inet-dgram") + "; resolve over TCP (RES_OPTIONS=use-vc)",
+    "network.dns": (_SECCOMP.format("socket:inet-dgram") + "; resolve over TCP (RES_OPTIONS=use-vc); "
+                    "with the gateway, port 53 goes to confine's DNS server, which answers only "
+                    "the names the profile allows"),
     "network.metadata": ("Landlock filters ports, not addresses: drop port 80 from connect_tcp, "
                          "or block 169.254.169.254 on the host"),
     "network.raw": _SECCOMP.format("socket:inet-raw, socket:AF_PACKET"),
     "network.ping": _SECCOMP.format("socket:inet-dgram"),
     "network.mptcp": _SECCOMP.format("socket:inet-stream-non-tcp"),
-    "network.tcp_outside": ("a connect_tcp port is open to every address (Landlock filters ports, "
-                            "not addresses): grant hosts with network.allow instead (the gateway "
-                            "decides each connection by name)"),
+    "network.tcp_outside": ("name hosts in network.allow, not address ranges: an address rule "
+                            "(0.0.0.0/0:PORT, a wide network) lets the gateway relay raw TCP to "
+                            "every address in it; without seccomp user notification (no redirect "
+                            "to the gateway) a connect_tcp port is open to every address (Landlock "
+                            "filters ports, not addresses)"),
     "network.dns_outside": ("keep UDP closed (seccomp socket:inet-dgram) and let only confine's "
                             "DNS answer (network.allow: the gateway's resolver)"),
     "later.git_hooks": _LATER,

@@ -174,6 +174,24 @@ def _dns_responder(sock: socket.socket) -> None:
             pass
 
 
+def _greeter(sock: socket.socket, banner: bytes) -> None:
+    """Greet every connection to the probe's "outside" TCP service with `banner`: how
+    the battery knows a connection the gateway took reached this listener (relayed),
+    not the gateway alone (which sends nothing first)."""
+    while True:
+        try:
+            c, _ = sock.accept()
+        except OSError:
+            return
+        try:
+            c.settimeout(1.0)
+            c.sendall(banner)
+        except OSError:
+            pass
+        finally:
+            c.close()
+
+
 def _resolver() -> str | None:
     try:
         with open("/etc/resolv.conf") as f:
@@ -257,12 +275,14 @@ class Targets:
             ot.bind((own, 0))
             ot.listen(64)
             self.socks.append(ot)
+            banner = f"confine-probe-outside-{self.rand}\n"
+            threading.Thread(target=_greeter, args=(ot, banner.encode()), daemon=True).start()
             od = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
             od.bind((own, 0))
             self.socks.append(od)
             threading.Thread(target=_dns_responder, args=(od,), daemon=True).start()
             outside = {"address": own, "tcp_port": ot.getsockname()[1], "dns_port": od.getsockname()[1],
-                       "dns_answer": CANARY_ANSWER}
+                       "dns_answer": CANARY_ANSWER, "banner": banner}
 
         if os.path.isdir("/dev/shm"):
             shm = f"/dev/shm/confine-probe-{self.rand}"
@@ -324,6 +344,10 @@ class Targets:
             except (subprocess.TimeoutExpired, ChildProcessError):
                 pass
         for s in self.socks:
+            try:
+                s.shutdown(socket.SHUT_RDWR)    # wakes the thread that serves it
+            except OSError:
+                pass
             s.close()
         if self.inherit_fd is not None:
             os.close(self.inherit_fd)
@@ -444,6 +468,8 @@ def probe(*, profile="default", workdir=None, read=(), write=(), env=(), user=No
             "unix_mediation": plan.unix_mediation,
             "meta_mediation": plan.meta_mediation and not unconfined,
             "net_namespace": plan.net_ns and not unconfined,
+            # the supervisor rewrites the agent's INET destinations (mediation/inet.py)
+            "inet_routed": plan.egress and plan.unix_mediation and not unconfined,
             "seccomp": _rules(plan),
             "nr": _syscall_numbers(),
             "arch": seccomp.native_arch(),

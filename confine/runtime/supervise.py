@@ -293,26 +293,13 @@ def kill_leftovers(spare: frozenset[tuple[int, int]] = frozenset(),
                 return []
             for d in found:
                 held.signal(d, table[d], signal.SIGKILL)
-            if time.monotonic() > end and all(_kill_pending(d) for d in found):
+            if time.monotonic() > end and all(sysfs.kill_pending(d) for d in found):
                 # In the kernel (state D) with SIGKILL queued: they never run
                 # user code again, but may take as long as their I/O does.
                 return found
             time.sleep(0.001)
     finally:
         held.close()
-
-
-def _kill_pending(pid: int) -> bool:
-    """SIGKILL is queued for the process (or it is gone)."""
-    try:
-        with open(f"/proc/{pid}/status", "rb") as f:
-            for line in f:
-                if line.startswith((b"ShdPnd:", b"SigPnd:")) and int(line.split()[1], 16) & (
-                        1 << (signal.SIGKILL - 1)):
-                    return True
-    except (OSError, ValueError, IndexError):
-        return True
-    return False
 
 
 class Terminal:

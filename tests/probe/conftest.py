@@ -29,8 +29,9 @@ def confine_cmd(confine_bin):
 class Runner:
     """Runs confine as root or as the test account with a minimal environment."""
 
-    def __init__(self, mode: str, pw, base: list[str]):
+    def __init__(self, mode: str, pw, base: list[str], wrap: list[str] | tuple[str, ...] = ()):
         self.mode, self.pw, self.base = mode, pw, base
+        self.wrap = list(wrap)            # runs the whole command under it (ip netns exec NS)
 
     def __call__(self, *args, env_extra=(), cwd=None, timeout=60):
         if self.mode == "user":
@@ -43,7 +44,7 @@ class Runner:
         # 169.254.169.254: tests send traffic only to this machine.
         prefix += [f"PATH={BASE_PATH}", "LANG=C.UTF-8", "CONFINE_AUDIT_METADATA=127.0.0.1:1",
                    *env_extra]
-        return subprocess.run(prefix + self.base + list(args), capture_output=True, text=True,
+        return subprocess.run(self.wrap + prefix + self.base + list(args), capture_output=True, text=True,
                               timeout=timeout, cwd=cwd or "/")
 
 
