@@ -46,11 +46,7 @@ import time
 from typing import Any, Callable, Sequence
 
 from confine.errors import default_warn
-<<<<<<< HEAD
-from confine.kernel import caps, notify
-=======
-from confine.kernel import notify, sysfs
->>>>>>> probe
+from confine.kernel import caps, notify, sysfs
 from confine.kernel.seccomp import (
     FILE_CALLS,
     META_CALLS,
