@@ -1,0 +1,424 @@
+"""Refs and objects as git reads them (issue 21, item 3), in-process.
+
+The exit check reads refs and objects itself (gitdata.py).  Where it disagrees
+with git, an agent can hide a branch: a loose ref `<sha> anything` (git takes
+the hash), a ref that is a symlink, a symref chain, packed-refs only, the
+stash, FETCH_HEAD, a worktree's HEAD.  Each form is built here with real git
+and compared with what git itself resolves (`git rev-parse`, run outside as
+root, no config but the repository's): the differential part.  Then each form
+points a branch at a commit made with plumbing that adds `.envrc`,
+`.vscode/tasks.json` and `.claude/settings.json`; the check must name the ref,
+and the same form pointing at a harmless commit is silent (the control).
+Objects: a pack copy and a loose copy under one id with different content, a
+commit-graph that gives a commit another tree, a version 1 pack index: each is
+"cannot decide" or quarantine, never a silent pass.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import struct
+import subprocess
+import zlib
+from pathlib import Path
+
+import pytest
+
+from confine import protect
+from confine.protect import gitdata
+
+GIT = shutil.which("git") or "/usr/bin/git"
+GITENV = {"PATH": "/usr/bin:/bin", "HOME": "/nonexistent", "GIT_CONFIG_NOSYSTEM": "1",
+          "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@e", "GIT_COMMITTER_NAME": "t",
+          "GIT_COMMITTER_EMAIL": "t@e", "LANG": "C", "GIT_CONFIG_COUNT": "1",
+          "GIT_CONFIG_KEY_0": "safe.directory", "GIT_CONFIG_VALUE_0": "*"}
+PROTECTED = (".envrc", ".vscode/tasks.json", ".claude/settings.json")
+
+
+def git(wd, *a: str, check: bool = True, input: str | None = None) -> str:
+    p = subprocess.run([GIT, "-C", str(wd), *a], env=GITENV, capture_output=True, text=True,
+                       input=input)
+    if check:
+        assert p.returncode == 0, (a, p.stderr)
+    return p.stdout.strip()
+
+
+def rev_parse(wd, name: str) -> str | None:
+    out = git(wd, "rev-parse", "-q", "--verify", "--end-of-options", name, check=False)
+    return out or None
+
+
+def plumbing_commit(wd, evil: bool) -> str:
+    """A commit on top of HEAD made without a worktree: adds the protected files
+    (evil) or an ordinary one."""
+    base = git(wd, "rev-parse", "HEAD^{tree}")
+    blob = git(wd, "hash-object", "-w", "--stdin", input="echo pwned\n")
+    idx = str(Path(wd) / ".git" / "tmp-index")
+    env = dict(GITENV, GIT_INDEX_FILE=idx)
+    subprocess.run([GIT, "-C", str(wd), "read-tree", base], env=env, check=True)
+    for path in (PROTECTED if evil else ("src/ok.py",)):
+        subprocess.run([GIT, "-C", str(wd), "update-index", "--add", "--cacheinfo",
+                        f"100644,{blob},{path}"], env=env, check=True)
+    tree = subprocess.run([GIT, "-C", str(wd), "write-tree"], env=env, check=True,
+                          capture_output=True, text=True).stdout.strip()
+    os.unlink(idx)
+    return git(wd, "commit-tree", tree, "-p", "HEAD", "-m", "x")
+
+
+def started(tmp_path) -> tuple[Path, protect.Snapshot]:
+    wd = tmp_path / "r"
+    git(tmp_path, "init", "-q", "-b", "main", str(wd))
+    (wd / "a").write_text("a")
+    git(wd, "add", "a")
+    git(wd, "commit", "-qm", "one")
+    git(wd, "tag", "-a", "-m", "t", "v1")
+    git(wd, "branch", "old")
+    return wd, protect.snapshot(str(wd), git_configs=[])
+
+
+def check(tmp_path, snap) -> str:
+    rep = protect.verify_and_revert(snap, quarantine_dir=str(tmp_path / "q"))
+    return "\n".join(f"{c.action} {c.path}: {c.detail}" for c in rep.alerts)
+
+
+# --- the ref forms: each makes `name` point at commit c (as git reads it) -----------------
+
+def _loose(wd, name, text):
+    p = Path(wd) / ".git" / name
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(text)
+
+
+def form_trailing_text(wd, c):
+    _loose(wd, "refs/heads/topic", f"{c} anything at all\n")
+    return "refs/heads/topic"
+
+
+def form_trailing_tab(wd, c):
+    _loose(wd, "refs/heads/topic", f"{c}\tx")
+    return "refs/heads/topic"
+
+
+def form_upper_case(wd, c):
+    _loose(wd, "refs/heads/topic", c.upper() + "\r\n")
+    return "refs/heads/topic"
+
+
+def form_symlink_to_file(wd, c):
+    (Path(wd) / ".cache-x").write_text(c + "\n")
+    (Path(wd) / ".git/refs/heads/topic").symlink_to("../../../.cache-x")
+    return "refs/heads/topic"
+
+
+def form_symlink_to_symlink(wd, c):
+    (Path(wd) / ".cache-x").write_text(c + "\n")
+    (Path(wd) / "l2").symlink_to(".cache-x")
+    (Path(wd) / ".git/refs/heads/topic").symlink_to(str(Path(wd) / "l2"))
+    return "refs/heads/topic"
+
+
+def form_symlink_symref(wd, c):
+    git(wd, "update-ref", "refs/heads/hidden", c)
+    (Path(wd) / ".git/refs/heads/topic").symlink_to("refs/heads/hidden")
+    return "refs/heads/topic"
+
+
+def form_symlinked_refs_dir(wd, c):
+    d = Path(wd) / "stash-dir"
+    d.mkdir()
+    (d / "topic").write_text(c + "\n")
+    (Path(wd) / ".git/refs/heads/sub").symlink_to(str(d))
+    return "refs/heads/sub/topic"
+
+
+def form_packed_only(wd, c):
+    git(wd, "update-ref", "refs/heads/topic", c)
+    git(wd, "pack-refs", "--all")
+    assert not (Path(wd) / ".git/refs/heads/topic").exists()
+    return "refs/heads/topic"
+
+
+def form_packed_unsorted_no_header(wd, c):
+    packed = Path(wd) / ".git/packed-refs"
+    old = packed.read_text() if packed.exists() else ""
+    lines = [ln for ln in old.splitlines() if not ln.startswith("#")]
+    packed.write_text(f"{c} refs/heads/topic\n" + "\n".join(lines) + ("\n" if lines else ""))
+    return "refs/heads/topic"
+
+
+def form_loose_over_packed(wd, c):
+    git(wd, "update-ref", "refs/heads/topic", "HEAD")
+    git(wd, "pack-refs", "--all")
+    _loose(wd, "refs/heads/topic", c + "\n")
+    return "refs/heads/topic"
+
+
+def form_symref(wd, c):
+    git(wd, "update-ref", "refs/heads/hidden", c)
+    git(wd, "symbolic-ref", "refs/heads/topic", "refs/heads/hidden")
+    return "refs/heads/topic"
+
+
+def form_symref_chain_4(wd, c):
+    git(wd, "update-ref", "refs/heads/h0", c)
+    for i in range(1, 5):
+        _loose(wd, f"refs/heads/h{i}", f"ref:\trefs/heads/h{i - 1}  \n")
+    git(wd, "symbolic-ref", "refs/heads/topic", "refs/heads/h4")
+    return "refs/heads/h4"
+
+
+def form_head_symref(wd, c):
+    git(wd, "update-ref", "refs/heads/topic", c)
+    git(wd, "symbolic-ref", "HEAD", "refs/heads/topic")
+    return "HEAD"
+
+
+def form_stash(wd, c):
+    git(wd, "update-ref", "refs/stash", c)
+    return "refs/stash"
+
+
+def form_fetch_head(wd, c):
+    head = git(wd, "rev-parse", "HEAD")
+    _loose(wd, "FETCH_HEAD", f"{c}\t\tbranch 'topic' of https://example.invalid/r\n"
+                             f"{head}\tnot-for-merge\tbranch 'main' of x\n")
+    return "FETCH_HEAD"
+
+
+def form_orig_head(wd, c):
+    _loose(wd, "ORIG_HEAD", c + "\n")
+    return "ORIG_HEAD"
+
+
+def form_tag_object(wd, c):
+    git(wd, "tag", "-a", "-m", "t", "vx", c)
+    git(wd, "pack-refs", "--all")       # with a peeled line
+    return "refs/tags/vx"
+
+
+def form_worktree_head(wd, c):
+    git(wd, "worktree", "add", "-q", "--detach", str(Path(wd).parent / "wt2"))
+    wid = os.listdir(Path(wd) / ".git/worktrees")[0]
+    _loose(wd, f"worktrees/{wid}/HEAD", c + "\n")
+    return f"worktrees/{wid}/HEAD"
+
+
+def form_worktree_bisect(wd, c):
+    _loose(wd, "refs/bisect/bad", c + "\n")
+    return "refs/bisect/bad"
+
+
+FORMS = [form_trailing_text, form_trailing_tab, form_upper_case, form_symlink_to_file,
+         form_symlink_to_symlink, form_symlink_symref, form_symlinked_refs_dir, form_packed_only,
+         form_packed_unsorted_no_header, form_loose_over_packed, form_symref, form_symref_chain_4,
+         form_head_symref, form_stash, form_fetch_head, form_orig_head, form_tag_object,
+         form_worktree_head, form_worktree_bisect]
+
+
+def _view(wd, gd: str = ".git") -> dict[str, str | None]:
+    """Every ref the checker reads in the git directory gd, resolved as it resolves them."""
+    st = protect.snapshot(str(wd), git_configs=[]).git_state[gd]
+    assert st.refs_err is None, st.refs_err
+    return {n: gitdata._resolve(st.refs, n) for n in st.refs}
+
+
+def _peel(wd, v: str) -> str:
+    return git(wd, "rev-parse", v + "^{}")
+
+
+@pytest.mark.parametrize("form", FORMS, ids=lambda f: f.__name__[5:])
+def test_the_checker_resolves_each_ref_form_as_git_does(tmp_path, form):
+    """Differential: what the checker reads for every ref equals git's rev-parse, and
+    every ref git lists (for-each-ref) the checker has, with the same value."""
+    wd, _snap = started(tmp_path)
+    c = plumbing_commit(wd, evil=True)
+    name = form(wd, c)
+    if name.startswith("worktrees/"):    # a linked worktree's git directory is checked itself
+        got = _view(wd, ".git/" + name.rsplit("/", 1)[0]).get("HEAD")
+    else:
+        got = _view(wd).get(name)
+    view = _view(wd)
+    assert got is not None and _peel(wd, got) == c, (name, got, view)
+    assert _peel(wd, rev_parse(wd, name) or "") == c          # git reads it too
+    for ref, v in view.items():
+        if "@line" in ref or v is None:
+            continue
+        assert v == rev_parse(wd, ref), ref
+    listed = git(wd, "for-each-ref", "--format=%(refname) %(objectname)")
+    for line in listed.splitlines():
+        ref, oid = line.split(" ")
+        assert view.get(ref) == oid, (ref, view)
+
+
+def test_forms_git_refuses_are_not_resolved_to_a_commit(tmp_path):
+    """git's own limits: a chain of five symrefs, a target that is no ref name, a
+    vertical tab after the hash (not git's whitespace): git resolves none of them;
+    the checker gives no commit for them either (None or cannot decide)."""
+    wd, _snap = started(tmp_path)
+    c = git(wd, "rev-parse", "HEAD")
+    git(wd, "update-ref", "refs/heads/h0", c)
+    for i in range(1, 6):
+        _loose(wd, f"refs/heads/h{i}", f"ref: refs/heads/h{i - 1}\n")
+    _loose(wd, "refs/heads/bad", "ref: refs/heads/../heads/h0\n")
+    _loose(wd, "refs/heads/vt", c + "\vx\n")
+    view = _view(wd)
+    assert rev_parse(wd, "refs/heads/h4") == c and view["refs/heads/h4"] == c
+    for ref in ("refs/heads/h5", "refs/heads/bad", "refs/heads/vt"):
+        assert rev_parse(wd, ref) is None, ref
+        assert view[ref] is None or view[ref][0] in "?!", (ref, view[ref])
+
+
+@pytest.mark.parametrize("form", FORMS, ids=lambda f: f.__name__[5:])
+def test_each_ref_form_pointing_at_protected_files_is_reported(tmp_path, form):
+    wd, snap = started(tmp_path)
+    name = form(wd, plumbing_commit(wd, evil=True))
+    text = check(tmp_path, snap)
+    assert name.split("/")[-1] in text and ".envrc" in text, text
+    assert ".claude/settings.json" in text and ".vscode/tasks.json" in text, text
+
+
+@pytest.mark.parametrize("form", FORMS, ids=lambda f: f.__name__[5:])
+def test_each_ref_form_pointing_at_a_harmless_commit_is_silent(tmp_path, form):
+    """The control: the same form, an ordinary commit: no alert at all."""
+    wd, snap = started(tmp_path)
+    form(wd, plumbing_commit(wd, evil=False))
+    assert check(tmp_path, snap) == ""
+
+
+def test_a_stash_with_untracked_protected_files_is_reported(tmp_path):
+    """`git stash -u` keeps untracked files in a third parent, whose tree is not the
+    stash's own: `git stash pop` writes them."""
+    wd, snap = started(tmp_path)
+    (wd / ".envrc").write_text("echo pwned\n")
+    (wd / "a").write_text("changed")
+    git(wd, "stash", "push", "-u", "-q")
+    assert not (wd / ".envrc").exists()
+    text = check(tmp_path, snap)
+    assert "refs/stash" in text and ".envrc" in text, text
+
+
+def test_an_older_stash_entry_is_reported(tmp_path):
+    wd, snap = started(tmp_path)
+    (wd / ".envrc").write_text("echo pwned\n")
+    git(wd, "stash", "push", "-u", "-q")
+    (wd / "a").write_text("changed")
+    git(wd, "stash", "push", "-q")
+    text = check(tmp_path, snap)
+    assert "refs/stash@{1}" in text and ".envrc" in text, text
+
+
+def test_broken_and_unreadable_refs_are_cannot_decide(tmp_path):
+    """Content git treats as broken, a symlink out of the workdir: named, cannot decide."""
+    wd, snap = started(tmp_path)
+    outside = tmp_path / "outside-ref"
+    outside.write_text(plumbing_commit(wd, evil=True) + "\n")
+    (wd / ".git/refs/heads/out").symlink_to(str(outside))
+    _loose(wd, "refs/heads/junk", "zz" * 20 + "\n")
+    text = check(tmp_path, snap)
+    assert "refs/heads/out" in text and "cannot decide" in text, text
+    assert "refs/heads/junk" in text, text
+
+
+def test_packed_refs_git_refuses_or_with_a_name_twice_are_cannot_decide(tmp_path):
+    wd, snap = started(tmp_path)
+    c = plumbing_commit(wd, evil=False)
+    head = git(wd, "rev-parse", "HEAD")
+    (wd / ".git/packed-refs").write_text(f"{head} refs/heads/topic\n{c} refs/heads/topic\n")
+    assert "listed twice" in check(tmp_path, snap)
+
+
+# --- objects: what git reads first, and whether it is what the id says --------------------
+
+def _write_loose(wd, kind: bytes, body: bytes, as_id: str | None = None) -> str:
+    raw = kind + b" " + str(len(body)).encode() + b"\0" + body
+    h = as_id or hashlib.sha1(raw).hexdigest()
+    d = Path(wd) / ".git" / "objects" / h[:2]
+    d.mkdir(exist_ok=True)
+    f = d / h[2:]
+    if f.exists():
+        f.chmod(0o644)
+        f.unlink()
+    f.write_bytes(zlib.compress(raw, 9))
+    return h
+
+
+def test_a_loose_copy_unlike_the_packed_one_is_cannot_decide(tmp_path):
+    """git reads a packed object before a loose one: a loose file under a packed
+    commit's id holding a harmless tree must not hide the packed commit's .envrc."""
+    wd, snap = started(tmp_path)
+    c = plumbing_commit(wd, evil=True)
+    git(wd, "update-ref", "refs/heads/topic", c)
+    git(wd, "repack", "-a", "-d", "-q")
+    git(wd, "prune-packed")
+    harmless = git(wd, "rev-parse", "HEAD^{tree}")
+    _write_loose(wd, b"commit", f"tree {harmless}\n\nx\n".encode(), as_id=c)
+    assert git(wd, "rev-parse", f"{c}^{{tree}}") != harmless       # git takes the pack's
+    text = check(tmp_path, snap)
+    assert "does not hash to its id" in text and "refs/heads/topic" in text, text
+
+
+def test_a_commit_graph_made_during_the_run_is_quarantined(tmp_path):
+    """git takes a commit's tree from the commit-graph; a new one is moved away."""
+    wd, snap = started(tmp_path)
+    git(wd, "update-ref", "refs/heads/topic", plumbing_commit(wd, evil=False))
+    git(wd, "commit-graph", "write", "--reachable")
+    graph = wd / ".git/objects/info/commit-graph"
+    assert graph.exists()
+    text = check(tmp_path, snap)
+    assert "objects/info/commit-graph" in text and not graph.exists(), text
+    assert git(wd, "log", "-1", "--format=%s", "topic") == "x"     # git works without it
+
+
+def test_a_multi_pack_index_over_a_replaced_pack_is_quarantined(tmp_path):
+    wd = tmp_path / "r"
+    git(tmp_path, "init", "-q", "-b", "main", str(wd))
+    (wd / "a").write_text("a")
+    git(wd, "add", "a")
+    git(wd, "commit", "-qm", "one")
+    git(wd, "repack", "-a", "-d", "-q")
+    git(wd, "multi-pack-index", "write")
+    snap = protect.snapshot(str(wd), git_configs=[])
+    pdir = wd / ".git/objects/pack"
+    pack = next(p for p in pdir.iterdir() if p.suffix == ".pack")
+    data = pack.read_bytes()
+    pack.chmod(0o644)
+    pack.write_bytes(data)                  # same name and content, rewritten: ctime moves
+    text = check(tmp_path, snap)
+    assert "multi-pack-index" in text and not (pdir / "multi-pack-index").exists(), text
+
+
+def test_an_unchanged_commit_graph_and_ordinary_work_are_silent(tmp_path):
+    """Control: a commit-graph from before the run stays; ordinary commits say nothing."""
+    wd = tmp_path / "r"
+    git(tmp_path, "init", "-q", "-b", "main", str(wd))
+    (wd / "a").write_text("a")
+    git(wd, "add", "a")
+    git(wd, "commit", "-qm", "one")
+    git(wd, "commit-graph", "write", "--reachable")
+    snap = protect.snapshot(str(wd), git_configs=[])
+    (wd / "b").write_text("b")
+    git(wd, "add", "b")
+    git(wd, "commit", "-qm", "two")
+    git(wd, "repack", "-a", "-q")
+    assert check(tmp_path, snap) == ""
+    assert (wd / ".git/objects/info/commit-graph").exists()
+
+
+def test_a_version_1_pack_index_is_cannot_decide(tmp_path):
+    """git reads version 1 pack indexes; the reader used to skip such a pack."""
+    wd, snap = started(tmp_path)
+    git(wd, "update-ref", "refs/heads/topic", plumbing_commit(wd, evil=True))
+    git(wd, "repack", "-a", "-d", "-q", "--no-write-bitmap-index")
+    git(wd, "prune-packed")
+    pdir = wd / ".git/objects/pack"
+    idx = next(p for p in pdir.iterdir() if p.suffix == ".idx")
+    v2 = idx.read_bytes()
+    n = struct.unpack(">256I", v2[8:8 + 1024])[255]
+    shas = [v2[1032 + 20 * i:1052 + 20 * i] for i in range(n)]
+    offs = [v2[1032 + 24 * n + 4 * i:1036 + 24 * n + 4 * i] for i in range(n)]
+    v1 = v2[8:1032] + b"".join(o + s for o, s in zip(offs, shas, strict=True)) + v2[-40:]
+    idx.chmod(0o644)
+    idx.write_bytes(v1)
+    assert git(wd, "cat-file", "-t", "topic") == "commit"            # git still reads it
+    assert "cannot decide" in check(tmp_path, snap)
