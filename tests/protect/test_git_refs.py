@@ -12,12 +12,15 @@ and the same form pointing at a harmless commit is silent (the control).
 Objects: a pack copy and a loose copy under one id with different content, a
 commit-graph that gives a commit another tree, a version 1 pack index: each is
 "cannot decide" or quarantine, never a silent pass.
+
+The end-to-end part runs a real confined process (root-started and
+unprivileged): the agent hides branches in five forms at once, the exit check
+names each, and the person's `git checkout` afterwards shows git reads them.
 """
 from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 import struct
 import subprocess
 import zlib
@@ -28,11 +31,8 @@ import pytest
 from confine import protect
 from confine.protect import gitdata
 
-GIT = shutil.which("git") or "/usr/bin/git"
-GITENV = {"PATH": "/usr/bin:/bin", "HOME": "/nonexistent", "GIT_CONFIG_NOSYSTEM": "1",
-          "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@e", "GIT_COMMITTER_NAME": "t",
-          "GIT_COMMITTER_EMAIL": "t@e", "LANG": "C", "GIT_CONFIG_COUNT": "1",
-          "GIT_CONFIG_KEY_0": "safe.directory", "GIT_CONFIG_VALUE_0": "*"}
+from .test_scan_holes import ACTED, GIT, GITENV, _inside, _repo
+
 PROTECTED = (".envrc", ".vscode/tasks.json", ".claude/settings.json")
 
 
@@ -406,7 +406,8 @@ def test_an_unchanged_commit_graph_and_ordinary_work_are_silent(tmp_path):
 
 
 def test_a_version_1_pack_index_is_cannot_decide(tmp_path):
-    """git reads version 1 pack indexes; the reader used to skip such a pack."""
+    """git reads version 1 pack indexes; the reader used to skip such a pack and take
+    a loose copy git never reads."""
     wd, snap = started(tmp_path)
     git(wd, "update-ref", "refs/heads/topic", plumbing_commit(wd, evil=True))
     git(wd, "repack", "-a", "-d", "-q", "--no-write-bitmap-index")
@@ -420,5 +421,77 @@ def test_a_version_1_pack_index_is_cannot_decide(tmp_path):
     v1 = v2[8:1032] + b"".join(o + s for o, s in zip(offs, shas, strict=True)) + v2[-40:]
     idx.chmod(0o644)
     idx.write_bytes(v1)
-    assert git(wd, "cat-file", "-t", "topic") == "commit"            # git still reads it
-    assert "cannot decide" in check(tmp_path, snap)
+    # a loose copy under the commit's id that says "harmless tree": git takes the pack's
+    c = git(wd, "rev-parse", "topic")
+    harmless = git(wd, "rev-parse", "HEAD^{tree}")
+    _write_loose(wd, b"commit", f"tree {harmless}\n\nx\n".encode(), as_id=c)
+    assert git(wd, "rev-parse", "topic^{tree}") != harmless
+    text = check(tmp_path, snap)
+    assert "cannot decide" in text and "version 2" in text, text
+
+
+# --- end to end: a real confined run, then the person's git ----------------------------
+
+AGENT = r'''
+set -eu
+base=$({git} rev-parse 'HEAD^{{tree}}')
+blob=$(echo 'echo pwned' | {git} hash-object -w --stdin)
+export GIT_INDEX_FILE=.git/scratch-index
+{git} read-tree "$base"
+for p in {paths}; do {git} update-index --add --cacheinfo "100644,$blob,$p"; done
+c=$({git} commit-tree "$({git} write-tree)" -p HEAD -m x)
+rm -f .git/scratch-index
+unset GIT_INDEX_FILE
+{git} update-ref refs/heads/topic-packed "$c"
+{git} pack-refs --all
+test ! -e .git/refs/heads/topic-packed
+printf '%s anything here\n' "$c" > .git/refs/heads/topic-trailing
+printf '%s\n' "$c" > .cache-tip
+ln -s ../../../.cache-tip .git/refs/heads/topic-link
+{git} update-ref refs/heads/hidden "$c"
+{git} symbolic-ref refs/heads/topic-symref refs/heads/hidden
+{git} update-ref refs/stash "$c"
+echo done
+'''
+REFS = ("topic-trailing", "topic-link", "topic-packed", "topic-symref", "refs/stash")
+EVIL = ".envrc .vscode/tasks.json .claude/settings.json"
+
+
+def _git_out(wd: str, *a: str) -> subprocess.CompletedProcess:
+    return subprocess.run([GIT, "-C", wd, *a], env=GITENV, capture_output=True, text=True)
+
+
+def _run(sandbox, paths: str):
+    wd = _repo(sandbox)
+    p = _inside(sandbox, AGENT.format(git=GIT, paths=paths), timeout=120)
+    assert "done" in p.stdout, p.stderr
+    return wd, p
+
+
+def test_hidden_branches_pointing_at_protected_files_are_reported(sandbox):
+    wd, p = _run(sandbox, EVIL)
+    # 123 once "noted" alerts set it (issue 21 item 7, a change of its own)
+    assert p.returncode in (0, ACTED), p.stderr
+    lines = [ln for ln in p.stderr.splitlines() if "adds or changes protected paths" in ln
+             or "cannot decide" in ln]
+    for ref in REFS:
+        assert any(ref in ln for ln in lines), (ref, p.stderr)
+    assert ".envrc" in p.stderr and ".claude/settings.json" in p.stderr, p.stderr
+    # git reads every one of them as the commit: the person's checkout writes .envrc
+    tip = _git_out(wd, "rev-parse", "topic-symref").stdout.strip()
+    for ref in REFS:
+        assert _git_out(wd, "rev-parse", ref).stdout.strip() == tip, ref
+    q = _git_out(wd, "checkout", "-q", "topic-trailing")
+    assert q.returncode == 0, q.stderr
+    assert os.path.exists(os.path.join(wd, ".envrc"))
+
+
+def test_the_same_refs_pointing_at_a_harmless_commit_are_silent(sandbox):
+    """Control: the same forms, a commit adding an ordinary file: nothing reported."""
+    wd, p = _run(sandbox, "src/ok.py")
+    assert "git-data" not in p.stderr and "protected paths" not in p.stderr, p.stderr
+    assert "cannot decide" not in p.stderr, p.stderr
+    q = _git_out(wd, "checkout", "-q", "topic-trailing")
+    assert q.returncode == 0, q.stderr
+    assert os.path.exists(os.path.join(wd, "src/ok.py"))
+    assert not os.path.exists(os.path.join(wd, ".envrc"))
