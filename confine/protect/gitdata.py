@@ -65,6 +65,10 @@ SMALL_FILES = ("info/grafts", "objects/info/alternates", "objects/info/http-alte
 # what git reads is the objects themselves, which the check verifies by hash.
 CACHES = ("objects/info/commit-graph", "objects/info/commit-graphs",
           "objects/pack/multi-pack-index", "objects/pack/multi-pack-index.d")
+# an operation left in progress: `git rebase/am/cherry-pick --continue` (or --abort, a
+# reset to the orig-head named there) writes commits and patches listed in these
+OPERATIONS = ("rebase-merge", "rebase-apply", "sequencer")
+REFLOG_CAP = 16 << 20         # bytes of reflog entries added during a run that are read
 
 
 class CannotDecide(Exception):
@@ -83,6 +87,8 @@ class GitState:
     files: dict[str, str] = field(default_factory=dict)    # SMALL_FILES present -> sha256
     caches: dict[str, str] = field(default_factory=dict)   # CACHES present -> _stamp
     packs: dict[str, str] = field(default_factory=dict)    # objects/pack/*.{pack,idx} -> _stamp
+    logs: dict[str, tuple[int, int]] = field(default_factory=dict)  # reflog rel -> (ino, size)
+    ops: dict[str, str] = field(default_factory=dict)      # OPERATIONS present -> _stamp
 
 
 # --- reading below the workdir, by descriptor ------------------------------------------------
@@ -820,6 +826,65 @@ def _stamp_one(sc: _Scan, rel: str) -> str:
     return "-" if st is None else f"{st.st_mode:o}:{st.st_ino}:{st.st_size}:{st.st_ctime_ns}"
 
 
+def _reflogs(sc: _Scan, gd: str, common: str) -> list[tuple[str, str]]:
+    """(git's name of the ref, workdir-relative reflog file) of every reflog but the
+    stash's (read whole by _stash_log)."""
+    out = [("HEAD", _j(gd, "logs/HEAD"))]
+    stack = [(_j(common, "logs/refs"), "refs", 0)]
+    if gd != common:
+        stack += [(_j(gd, "logs/" + p.rstrip("/")), p.rstrip("/"), 1) for p in PER_WORKTREE]
+    while stack and len(out) < MAX_REFS:
+        rel, name, depth = stack.pop()
+        for ent, isdir in _listdir(sc, rel) or []:
+            ref = _j(name, ent)
+            if ref == "refs/stash" or depth > 64 or (gd != common and depth == 0
+                                                     and (ref + "/").startswith(PER_WORKTREE)):
+                continue
+            if isdir:
+                stack.append((_j(rel, ent), ref, depth + 1))
+            else:
+                out.append((ref, _j(rel, ent)))
+    return out
+
+
+def _log_stamps(sc: _Scan, gd: str, common: str, st: GitState) -> None:
+    for _ref, rel in _reflogs(sc, gd, common):
+        s = sc.fs.lstat(rel)
+        if s is not None and stat.S_ISREG(s.st_mode):
+            st.logs[rel] = (s.st_ino, s.st_size)
+
+
+def _new_log_entries(sc: _Scan, gd: str, common: str, before: GitState, hexlen: int
+                     ) -> dict[str, str]:
+    """Reflog entries added during the run, as `ref@{n}` -> the object id they record:
+    `git reset --hard HEAD@{1}` checks out a commit that may be no ref's tip any more."""
+    out: dict[str, str] = {}
+    budget = REFLOG_CAP
+    for ref, rel in _reflogs(sc, gd, common):
+        s = sc.fs.lstat(rel)
+        if s is None or not stat.S_ISREG(s.st_mode) or before.logs.get(rel) == (s.st_ino,
+                                                                                s.st_size):
+            continue
+        ino, size = before.logs.get(rel, (-1, 0))
+        start = size if ino == s.st_ino and s.st_size >= size else 0
+        if s.st_size - start > budget:
+            raise CannotDecide(f"more than {REFLOG_CAP} bytes of reflog entries added")
+        fd = _open_file(sc, rel)
+        if fd is None:
+            raise CannotDecide(f"reflog {rel} unreadable")
+        try:
+            data = os.pread(fd, s.st_size - start, start)
+        finally:
+            os.close(fd)
+        budget -= len(data)
+        lines = [ln for ln in data.split(b"\n") if ln.strip()]
+        for n, line in enumerate(reversed(lines)):
+            new = line[hexlen + 1:2 * hexlen + 1]
+            out[f"{ref}@{{{n}}}"] = _parse_ref(new, hexlen) if len(new) == hexlen \
+                else BROKEN + "malformed reflog line"
+    return out
+
+
 def _state(sc: _Scan, gd: str, common: str, hashlen: int, names: _Names,
            before: GitState | None = None) -> GitState:
     st = GitState()
@@ -831,6 +896,11 @@ def _state(sc: _Scan, gd: str, common: str, hashlen: int, names: _Names,
         data = _read(sc, _j(gd, rel), 16 << 20)
         if data is not None or sc.fs.lstat(_j(gd, rel)) is not None:
             st.files[rel] = sha256(data).hexdigest() if data is not None else "?"
+    for rel in OPERATIONS:
+        s = _stamp(sc, _j(gd, rel))
+        if s is not None:
+            st.ops[rel] = s
+    _log_stamps(sc, gd, common, st)
     if gd == common:            # a linked worktree shares these with its main git directory
         for rel in CACHES:
             s = _stamp(sc, _j(gd, rel))
@@ -927,6 +997,12 @@ def _check_one(cur: _Scan, rv: _Reverter, quarantine: Quarantine, gd: str, workt
             quarantine(rv, _j(gd, rel), "git-data", set(), detail="made or changed during the "
                        "run (git takes commits' trees or objects' places from it without "
                        "reading the objects; a cache, git works without it)")
+    for rel in OPERATIONS:
+        if rel in now.ops and before.ops.get(rel) != now.ops[rel]:
+            rv.add("git-data", _j(gd, rel), "noted", "cannot decide (a git operation left in "
+                   "progress or changed during the run: its --continue or --abort writes "
+                   "commits and patches this check does not judge): inspect it before "
+                   "running git in this repository")
     if now.reftable is not None and now.reftable != before.reftable:
         raise CannotDecide("refs in the reftable format changed (not read by this check)")
     if now.refs_err is not None:
@@ -945,6 +1021,7 @@ def _check_one(cur: _Scan, rv: _Reverter, quarantine: Quarantine, gd: str, workt
     # 3. commits: the tips of refs that changed, against the old tip (or HEAD at start).
     # A linked worktree whose main git directory is checked too reports only its own refs.
     shared_elsewhere = common is not None and common != gd and common in cur.gitdirs
+    now.refs.update(_new_log_entries(cur, gd, common or gd, before, 2 * hashlen))
     changed = [r for r in now.refs if not r.startswith("refs/replace/")
                and (now.refs[r].startswith(ALWAYS)
                     or _resolve(now.refs, r) != _resolve(before.refs, r))
@@ -972,7 +1049,7 @@ def _check_one(cur: _Scan, rv: _Reverter, quarantine: Quarantine, gd: str, workt
                 rv.add("git-data", where, "noted", f"cannot decide ({tip[1:]}): git may read "
                        "this ref as a commit; inspect it before checking it out")
                 continue
-            base = _resolve(before.refs, ref)
+            base = _resolve(before.refs, ref.split("@{")[0].split("@line")[0])
             if base is None or base.startswith((BROKEN, ALWAYS)):
                 base = None if new_repo or base_head is None or base_head.startswith(
                     (BROKEN, ALWAYS)) else base_head

@@ -328,6 +328,40 @@ def test_packed_refs_git_refuses_or_with_a_name_twice_are_cannot_decide(tmp_path
     assert "listed twice" in check(tmp_path, snap)
 
 
+@pytest.mark.parametrize("evil", [True, False], ids=["protected", "control"])
+def test_a_commit_left_only_in_the_reflog_is_reported(tmp_path, evil):
+    """The branch is put back, but `git reset --hard main@{1}` (or HEAD@{1}) checks out
+    the commit the reflog recorded during the run."""
+    wd, snap = started(tmp_path)
+    head = git(wd, "rev-parse", "HEAD")
+    c = plumbing_commit(wd, evil=evil)
+    git(wd, "update-ref", "-m", "x", "refs/heads/main", c)
+    git(wd, "update-ref", "-m", "y", "refs/heads/main", head)
+    assert git(wd, "rev-parse", "main@{1}") == c and git(wd, "rev-parse", "HEAD@{1}") == c
+    text = check(tmp_path, snap)
+    if evil:
+        assert "main@{1}" in text and "HEAD@{1}" in text and ".envrc" in text, text
+    else:
+        assert text == ""
+
+
+def test_an_operation_left_in_progress_is_cannot_decide(tmp_path):
+    """`git rebase --abort` resets to rebase-merge/orig-head, `--continue` picks the
+    todo list: an in-progress rebase made during the run is named; one from before
+    the run, unchanged, is not (the control)."""
+    wd, snap = started(tmp_path)
+    c = plumbing_commit(wd, evil=True)
+    rm = wd / ".git" / "rebase-merge"
+    rm.mkdir()
+    (rm / "orig-head").write_text(c + "\n")
+    (rm / "head-name").write_text("refs/heads/main\n")
+    (rm / "git-rebase-todo").write_text(f"pick {c} x\n")
+    text = check(tmp_path, snap)
+    assert ".git/rebase-merge" in text and "cannot decide" in text, text
+    snap2 = protect.snapshot(str(wd), git_configs=[])
+    assert check(tmp_path, snap2) == ""
+
+
 # --- objects: what git reads first, and whether it is what the id says --------------------
 
 def _write_loose(wd, kind: bytes, body: bytes, as_id: str | None = None) -> str:
