@@ -211,6 +211,41 @@ def _loose_ref(sc: _Scan, rel: str, hexlen: int) -> str | tuple[str] | None:
     return _parse_ref(data, hexlen)
 
 
+def _scan_dir(sc: _Scan, rel: str, read_small: bool
+              ) -> list[tuple[str, os.stat_result, bytes | None]] | None:
+    """(name, lstat, content) of the entries of the directory rel, reached without
+    following a symlink; content of regular files up to 4096 bytes when read_small
+    (None: larger or unreadable).  One descriptor for the directory: a git directory
+    holds hundreds of ref and reflog files."""
+    from .snapshot import _DIR, _Unsafe  # snapshot.py imports this module
+    try:
+        if rel:
+            pfd, name = sc.fs.parent(rel)
+            try:
+                fd = os.open(name, _DIR, dir_fd=pfd)
+            finally:
+                os.close(pfd)
+        else:
+            fd = os.dup(sc.fs.fd)
+    except (OSError, _Unsafe):
+        return None
+    try:
+        out = []
+        for e in os.scandir(fd):
+            try:
+                est = e.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            data = sc.fs.read_file(fd, e.name, est, 4096) \
+                if read_small and stat.S_ISREG(est.st_mode) else None
+            out.append((e.name, est, data))
+        return out
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
 def _walk_refs(sc: _Scan, fsrel: str, prefix: str, hexlen: int, st: GitState,
                skip: tuple[str, ...] = ()) -> None:
     """Loose refs below the directory fsrel, named prefix/...: git's loose_fill_ref_dir
@@ -218,21 +253,25 @@ def _walk_refs(sc: _Scan, fsrel: str, prefix: str, hexlen: int, st: GitState,
     stack = [(fsrel, prefix, 0)]
     while stack:
         rel, name, depth = stack.pop()
-        ents = _listdir(sc, rel)
+        ents = _scan_dir(sc, rel, True)
         if ents is None:
             continue
         if depth > 64:
             raise CannotDecide(f"refs nested deeper than 64 levels in {fsrel}")
-        for ent, isdir in ents:
+        for ent, est, data in ents:
             ref = _j(name, ent)
             if ent.startswith(".") or ent.endswith(".lock") or (ref + "/").startswith(skip):
                 continue
             if len(st.refs) >= MAX_REFS:
                 raise CannotDecide(f"more than {MAX_REFS} refs in {fsrel}")
-            if isdir:
+            if stat.S_ISDIR(est.st_mode):
                 stack.append((_j(rel, ent), ref, depth + 1))
                 continue
-            v = _loose_ref(sc, _j(rel, ent), hexlen)
+            if stat.S_ISREG(est.st_mode):
+                v: str | tuple[str] | None = _parse_ref(data, hexlen) if data is not None \
+                    else BROKEN + "unreadable or larger than 4096 bytes"
+            else:
+                v = _loose_ref(sc, _j(rel, ent), hexlen)
             if isinstance(v, tuple):
                 stack.append((v[0], ref, depth + 1))
             elif v is not None:
@@ -826,32 +865,33 @@ def _stamp_one(sc: _Scan, rel: str) -> str:
     return "-" if st is None else f"{st.st_mode:o}:{st.st_ino}:{st.st_size}:{st.st_ctime_ns}"
 
 
-def _reflogs(sc: _Scan, gd: str, common: str) -> list[tuple[str, str]]:
-    """(git's name of the ref, workdir-relative reflog file) of every reflog but the
-    stash's (read whole by _stash_log)."""
-    out = [("HEAD", _j(gd, "logs/HEAD"))]
+def _reflogs(sc: _Scan, gd: str, common: str) -> list[tuple[str, str, os.stat_result]]:
+    """(git's name of the ref, workdir-relative reflog file, its lstat) of every regular
+    reflog file but the stash's (read whole by _stash_log)."""
+    out = []
+    head = sc.fs.lstat(_j(gd, "logs/HEAD"))
+    if head is not None and stat.S_ISREG(head.st_mode):
+        out.append(("HEAD", _j(gd, "logs/HEAD"), head))
     stack = [(_j(common, "logs/refs"), "refs", 0)]
     if gd != common:
         stack += [(_j(gd, "logs/" + p.rstrip("/")), p.rstrip("/"), 1) for p in PER_WORKTREE]
     while stack and len(out) < MAX_REFS:
         rel, name, depth = stack.pop()
-        for ent, isdir in _listdir(sc, rel) or []:
+        for ent, est, _data in _scan_dir(sc, rel, False) or []:
             ref = _j(name, ent)
             if ref == "refs/stash" or depth > 64 or (gd != common and depth == 0
                                                      and (ref + "/").startswith(PER_WORKTREE)):
                 continue
-            if isdir:
+            if stat.S_ISDIR(est.st_mode):
                 stack.append((_j(rel, ent), ref, depth + 1))
-            else:
-                out.append((ref, _j(rel, ent)))
+            elif stat.S_ISREG(est.st_mode):
+                out.append((ref, _j(rel, ent), est))
     return out
 
 
 def _log_stamps(sc: _Scan, gd: str, common: str, st: GitState) -> None:
-    for _ref, rel in _reflogs(sc, gd, common):
-        s = sc.fs.lstat(rel)
-        if s is not None and stat.S_ISREG(s.st_mode):
-            st.logs[rel] = (s.st_ino, s.st_size)
+    for _ref, rel, s in _reflogs(sc, gd, common):
+        st.logs[rel] = (s.st_ino, s.st_size)
 
 
 def _new_log_entries(sc: _Scan, gd: str, common: str, before: GitState, hexlen: int
@@ -860,10 +900,8 @@ def _new_log_entries(sc: _Scan, gd: str, common: str, before: GitState, hexlen: 
     `git reset --hard HEAD@{1}` checks out a commit that may be no ref's tip any more."""
     out: dict[str, str] = {}
     budget = REFLOG_CAP
-    for ref, rel in _reflogs(sc, gd, common):
-        s = sc.fs.lstat(rel)
-        if s is None or not stat.S_ISREG(s.st_mode) or before.logs.get(rel) == (s.st_ino,
-                                                                                s.st_size):
+    for ref, rel, s in _reflogs(sc, gd, common):
+        if before.logs.get(rel) == (s.st_ino, s.st_size):
             continue
         ino, size = before.logs.get(rel, (-1, 0))
         start = size if ino == s.st_ino and s.st_size >= size else 0
