@@ -28,6 +28,36 @@ only through descriptors below the workdir (snapshot._Fs: no symlink
 followed).  Commits are compared by tree with the old tip of the same ref
 (a new ref: with HEAD at start), skipping unchanged subtrees, so the cost
 follows what changed, not the size of the repository.
+
+Where this reader and git disagree, an agent can hide a branch (the check
+sees it as deleted, the person's `git checkout` writes its files), so refs
+and objects are read as git's files backend reads them, and what cannot be
+read that way is "cannot decide", never "deleted":
+
+* loose refs as parse_loose_ref_contents (an id followed by the end or git's
+  whitespace, `ref:` and a target; anything else broken); a symlinked ref is a
+  symref when its target is a ref name, else read through, followed only inside
+  the workdir; a symlinked directory of refs is entered; packed-refs as the
+  packed backend (a file git refuses, or a name twice, is cannot decide), a
+  loose ref over a packed one; symref chains to git's depth of 5;
+* every ref a person names: HEAD, the pseudorefs (FETCH_HEAD line by line,
+  ORIG_HEAD, MERGE_HEAD, ...), per-worktree refs and linked worktrees' HEADs,
+  refs/stash with its index and untracked-files parents and its reflog
+  (stash@{n}), and reflog entries added during the run (`reset --hard
+  HEAD@{1}`); refs/notes are read like any ref (git never checks out a notes
+  tree; a protected name there is reported all the same);
+* objects: git takes a pack's copy before a loose one, in an order of its own,
+  so every copy is read and hashed, and one that does not match its id is
+  cannot decide; a pack index git reads and this reader does not (version 1),
+  a symlinked pack or object is cannot decide; `.promisor` packs are read like
+  others (a missing object, which a partial clone would fetch, is cannot
+  decide);
+* commit-graph and multi-pack-index, caches git trusts instead of the objects:
+  a new or changed one, or a multi-pack-index over a pack replaced during the
+  run, is quarantined (git works without them);
+* reftable (not read) and a rebase/am/cherry-pick left in progress (its
+  --continue/--abort writes what the todo list names) are cannot decide when
+  made or changed during the run.
 """
 from __future__ import annotations
 
