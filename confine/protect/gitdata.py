@@ -228,7 +228,7 @@ def _loose_ref(sc: _Scan, rel: str, hexlen: int) -> str | tuple[str] | None:
         real = sc._resolve(rel)
         st = sc.fs.lstat(real) if real is not None else None
         if real is None or st is None:
-            return ALWAYS + "a symlink to a file outside the workdir or to nothing (git reads " \
+            return ALWAYS + "a symlink leading outside the workdir or to nothing (git reads " \
                 "through it)"
         rel = real
     if stat.S_ISDIR(st.st_mode):
@@ -285,6 +285,17 @@ def _walk_refs(sc: _Scan, fsrel: str, prefix: str, hexlen: int, st: GitState,
         rel, name, depth = stack.pop()
         ents = _scan_dir(sc, rel, True)
         if ents is None:
+            est = sc.fs.lstat(rel)
+            if est is None:
+                continue        # none there (a missing parent included: git finds none)
+            if stat.S_ISLNK(est.st_mode):
+                real = sc._resolve(rel)         # git follows it: here only inside the workdir
+                rst = sc.fs.lstat(real) if real is not None else None
+                if real is not None and rst is not None and stat.S_ISDIR(rst.st_mode):
+                    stack.append((real, name, depth + 1))
+                    continue
+            if stat.S_ISDIR(est.st_mode) or stat.S_ISLNK(est.st_mode):
+                raise CannotDecide(f"{rel}: a directory of refs this check cannot read")
             continue
         if depth > 64:
             raise CannotDecide(f"refs nested deeper than 64 levels in {fsrel}")

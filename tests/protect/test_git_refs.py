@@ -132,6 +132,14 @@ def form_symlinked_refs_dir(wd, c):
     return "refs/heads/sub/topic"
 
 
+def form_symlinked_refs_top(wd, c):
+    g = Path(wd) / ".git"
+    (g / "refs").rename(g / "refs-real")
+    (g / "refs").symlink_to("refs-real")
+    git(wd, "update-ref", "refs/heads/topic", c)
+    return "refs/heads/topic"
+
+
 def form_packed_only(wd, c):
     git(wd, "update-ref", "refs/heads/topic", c)
     git(wd, "pack-refs", "--all")
@@ -210,7 +218,8 @@ def form_worktree_bisect(wd, c):
 
 
 FORMS = [form_trailing_text, form_trailing_tab, form_upper_case, form_symlink_to_file,
-         form_symlink_to_symlink, form_symlink_symref, form_symlinked_refs_dir, form_packed_only,
+         form_symlink_to_symlink, form_symlink_symref, form_symlinked_refs_dir, form_symlinked_refs_top,
+         form_packed_only,
          form_packed_unsorted_no_header, form_loose_over_packed, form_symref, form_symref_chain_4,
          form_head_symref, form_stash, form_fetch_head, form_orig_head, form_tag_object,
          form_worktree_head, form_worktree_bisect]
@@ -318,6 +327,17 @@ def test_broken_and_unreadable_refs_are_cannot_decide(tmp_path):
     text = check(tmp_path, snap)
     assert "refs/heads/out" in text and "cannot decide" in text, text
     assert "refs/heads/junk" in text, text
+
+
+def test_an_unreadable_directory_of_refs_is_cannot_decide(tmp_path):
+    wd, snap = started(tmp_path)
+    (wd / ".git/refs/heads/sub").mkdir()
+    (wd / ".git/refs/heads/sub/topic").write_text(plumbing_commit(wd, evil=True) + "\n")
+    os.rename(wd / ".git/refs/heads/sub", tmp_path / "sub-outside")
+    (wd / ".git/refs/heads/sub").symlink_to(tmp_path / "sub-outside")
+    assert rev_parse(wd, "refs/heads/sub/topic")                  # git reads through it
+    text = check(tmp_path, snap)
+    assert "cannot decide" in text and "refs/heads/sub" in text, text
 
 
 def test_packed_refs_git_refuses_or_with_a_name_twice_are_cannot_decide(tmp_path):
