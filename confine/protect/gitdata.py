@@ -54,7 +54,8 @@ read that way is "cannot decide", never "deleted":
   decide);
 * commit-graph and multi-pack-index, caches git trusts instead of the objects:
   a new or changed one, or a multi-pack-index over a pack replaced during the
-  run, is quarantined (git works without them);
+  run, is quarantined (git works without them), listed in REPORT.txt but no
+  alert: `git gc` writes a commit-graph in ordinary work;
 * reftable (not read) and a rebase/am/cherry-pick left in progress (its
   --continue/--abort writes what the todo list names) are cannot decide when
   made or changed during the run.
@@ -1045,7 +1046,7 @@ def check(snap: Snapshot, cur: _Scan, rv: _Reverter, quarantine: Quarantine) -> 
                    "before running git in it")
 
 
-MAX_REF_ALERTS = 50            # per repository; past it one line says how many more
+MAX_REF_ALERTS = 50            # per repository; past it the repository is one "cannot decide"
 
 
 def _check_one(cur: _Scan, rv: _Reverter, quarantine: Quarantine, gd: str, worktree: str | None,
@@ -1073,9 +1074,13 @@ def _check_one(cur: _Scan, rv: _Reverter, quarantine: Quarantine, gd: str, workt
     for rel in CACHES:
         if rel in now.caches and (before.caches.get(rel) != now.caches[rel] or (
                 packs_replaced and rel.startswith("objects/pack/"))):
-            quarantine(rv, _j(gd, rel), "git-data", set(), detail="made or changed during the "
-                       "run (git takes commits' trees or objects' places from it without "
-                       "reading the objects; a cache, git works without it)")
+            # not an alert: `git gc` writes one in ordinary work, and without it git reads
+            # the objects this check judges; REPORT.txt still lists it
+            q = quarantine(rv, _j(gd, rel), "git-data", set(), report=False)
+            if q is not None:
+                rv.add("git-data", _j(gd, rel), "quarantined", "made or changed during the run "
+                       "(git takes commits' trees or objects' places from it without reading "
+                       "the objects; a cache, git works without it)", quarantine=q, alert=False)
     for rel in OPERATIONS:
         if rel in now.ops and before.ops.get(rel) != now.ops[rel]:
             rv.add("git-data", _j(gd, rel), "noted", "cannot decide (a git operation left in "
@@ -1121,14 +1126,15 @@ def _check_one(cur: _Scan, rv: _Reverter, quarantine: Quarantine, gd: str, workt
             where = _j(common if ref.startswith("refs/") and not ref.startswith(PER_WORKTREE)
                        else gd, ref)
             tip = _resolve(now.refs, ref)
-            if tip is None:
-                continue            # deleted, or a symref to nothing: nothing to check out
+            plain = ref.split("@{")[0].split("@line")[0]
+            if tip is None or (plain != ref and tip == _resolve(now.refs, plain)):
+                continue            # deleted, a symref to nothing, or the ref's own tip
             if tip.startswith((BROKEN, ALWAYS)):
                 alerts += 1
                 rv.add("git-data", where, "noted", f"cannot decide ({tip[1:]}): git may read "
                        "this ref as a commit; inspect it before checking it out")
                 continue
-            base = _resolve(before.refs, ref.split("@{")[0].split("@line")[0])
+            base = _resolve(before.refs, plain)
             if base is None or base.startswith((BROKEN, ALWAYS)):
                 base = None if new_repo or base_head is None or base_head.startswith(
                     (BROKEN, ALWAYS)) else base_head
