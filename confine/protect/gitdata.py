@@ -370,7 +370,8 @@ def _top_refs(sc: _Scan, gd: str, prefix: str, hexlen: int, st: GitState) -> Non
             continue            # a directory named HEAD: git finds no ref there either
         st.refs[prefix + name] = v
         if name in MULTI_LINE and not v.startswith((BROKEN, ALWAYS)):
-            data = _read(sc, _j(gd, name), 1 << 20) or b""
+            real = sc._resolve(_j(gd, name))    # read through a symlink as _loose_ref did
+            data = (_read(sc, real, 1 << 20) if real is not None else None) or b""
             for i, line in enumerate(data.split(b"\n")[1:], 2):
                 if line.strip(_SPACE.encode()):
                     st.refs[f"{prefix}{name}@line{i}"] = _parse_ref(line, hexlen)

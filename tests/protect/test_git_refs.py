@@ -317,6 +317,22 @@ def test_an_older_stash_entry_is_reported(tmp_path):
     assert "refs/stash@{1}" in text and ".envrc" in text, text
 
 
+@pytest.mark.parametrize("symlinked", [False, True], ids=["file", "symlink"])
+def test_every_line_of_fetch_head_is_checked(tmp_path, symlinked):
+    """`git merge FETCH_HEAD` merges every line not marked not-for-merge, not only the
+    first one that rev-parse reads."""
+    wd, snap = started(tmp_path)
+    head, c = git(wd, "rev-parse", "HEAD"), plumbing_commit(wd, evil=True)
+    text = f"{head}\t\tbranch 'main' of x\n{c}\t\tbranch 'topic' of x\n"
+    if symlinked:
+        (wd / ".fh").write_text(text)
+        (wd / ".git/FETCH_HEAD").symlink_to("../.fh")
+    else:
+        _loose(wd, "FETCH_HEAD", text)
+    out = check(tmp_path, snap)
+    assert "FETCH_HEAD@line2" in out and ".envrc" in out, out
+
+
 def test_broken_and_unreadable_refs_are_cannot_decide(tmp_path):
     """Content git treats as broken, a symlink out of the workdir: named, cannot decide."""
     wd, snap = started(tmp_path)
