@@ -356,6 +356,15 @@ def test_an_unreadable_directory_of_refs_is_cannot_decide(tmp_path):
     assert "cannot decide" in text and "refs/heads/sub" in text, text
 
 
+def test_a_reftable_made_during_the_run_is_cannot_decide(tmp_path):
+    """Refs in the reftable format are not read by this check: a change is named."""
+    wd, snap = started(tmp_path)
+    (wd / ".git/reftable").mkdir()
+    (wd / ".git/reftable/tables.list").write_text("0x000000000001-0x000000000001-x.ref\n")
+    out = check(tmp_path, snap)
+    assert "reftable" in out and "cannot decide" in out, out
+
+
 def test_packed_refs_git_refuses_or_with_a_name_twice_are_cannot_decide(tmp_path):
     wd, snap = started(tmp_path)
     c = plumbing_commit(wd, evil=False)
