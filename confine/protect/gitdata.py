@@ -63,14 +63,13 @@ read that way is "cannot decide", never "deleted":
 from __future__ import annotations
 
 import fnmatch
-import hashlib
 import os
 import stat
 import struct
 import zlib
 from typing import TYPE_CHECKING, Callable, Iterable
 
-from ..digest import sha256
+from ..digest import in_broker, sha256
 from ..record import dataclass, field
 from .gitconfig import parse_git_config
 
@@ -213,17 +212,9 @@ def _loose_ref(sc: _Scan, rel: str, hexlen: int) -> str | tuple[str] | None:
     if st is None:
         return None
     if stat.S_ISLNK(st.st_mode):
-        from .snapshot import _Unsafe  # snapshot.py imports this module
-        try:
-            pfd, name = sc.fs.parent(rel)
-        except (OSError, _Unsafe):
-            return ALWAYS + "a symlink this check cannot reach"
-        try:
-            target = os.readlink(name, dir_fd=pfd)
-        except OSError:
+        target = sc.fs.readlink(rel)
+        if target is None:
             return ALWAYS + "a symlink this check cannot read"
-        finally:
-            os.close(pfd)
         if target.startswith("refs/") and _refname_ok(target):
             return "ref: " + target
         real = sc._resolve(rel)
@@ -248,17 +239,8 @@ def _scan_dir(sc: _Scan, rel: str, read_small: bool
     following a symlink; content of regular files up to 4096 bytes when read_small
     (None: larger or unreadable).  One descriptor for the directory: a git directory
     holds hundreds of ref and reflog files."""
-    from .snapshot import _DIR, _Unsafe  # snapshot.py imports this module
-    try:
-        if rel:
-            pfd, name = sc.fs.parent(rel)
-            try:
-                fd = os.open(name, _DIR, dir_fd=pfd)
-            finally:
-                os.close(pfd)
-        else:
-            fd = os.dup(sc.fs.fd)
-    except (OSError, _Unsafe):
+    fd = sc.fs.open_dir(rel)
+    if fd is None:
         return None
     try:
         out = []
@@ -721,8 +703,8 @@ class _Objects:
             p.close()
 
     def _verify(self, hexsha: str, kind: str, body: bytes, where: str) -> None:
-        h = hashlib.sha1() if self.hl == 20 else hashlib.sha256()
-        h.update(f"{kind} {len(body)}\0".encode())
+        # in_broker: hashlib would load OpenSSL into every `confine exec` (digest.py)
+        h = in_broker("sha1" if self.hl == 20 else "sha256", f"{kind} {len(body)}\0".encode())
         h.update(body)
         if h.hexdigest() != hexsha:
             raise CannotDecide(f"object {hexsha} {where} does not hash to its id (git may "
