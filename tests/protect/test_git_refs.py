@@ -489,6 +489,23 @@ def test_an_unchanged_commit_graph_and_ordinary_work_are_silent(tmp_path):
     assert (wd / ".git/objects/info/commit-graph").exists()
 
 
+def test_http_alternates_and_a_promisor_pack_are_not_trusted(tmp_path):
+    """http-alternates (objects fetched from elsewhere) is moved away like alternates;
+    an object a partial clone would fetch lazily (a `.promisor` pack, the object
+    absent) is cannot decide, not "nothing to check"."""
+    wd, snap = started(tmp_path)
+    (wd / ".git/objects/info/http-alternates").write_text("http://127.0.0.1:9/x\n")
+    git(wd, "repack", "-a", "-d", "-q")
+    pack = next(p for p in (wd / ".git/objects/pack").iterdir() if p.suffix == ".pack")
+    pack.with_suffix(".promisor").write_text("")
+    _loose(wd, "refs/heads/lazy", "ab" * 20 + "\n")
+    rep = protect.verify_and_revert(snap, quarantine_dir=str(tmp_path / "q"))
+    text = "\n".join(f"{c.action} {c.path}: {c.detail}" for c in rep.alerts)
+    assert "quarantined .git/objects/info/http-alternates" in text, text
+    assert "refs/heads/lazy" in text and "not found" in text, text
+    assert not (wd / ".git/objects/info/http-alternates").exists()
+
+
 def test_a_version_1_pack_index_is_cannot_decide(tmp_path):
     """git reads version 1 pack indexes; the reader used to skip such a pack and take
     a loose copy git never reads."""
