@@ -355,7 +355,8 @@ def _top_refs(sc: _Scan, gd: str, prefix: str, hexlen: int, st: GitState) -> Non
             real = sc._resolve(_j(gd, name))    # read through a symlink as _loose_ref did
             data = (_read(sc, real, 1 << 20) if real is not None else None) or b""
             for i, line in enumerate(data.split(b"\n")[1:], 2):
-                if line.strip(_SPACE.encode()):
+                # git merge skips lines marked not-for-merge; rev-parse reads only line 1
+                if line.strip(_SPACE.encode()) and b"\tnot-for-merge\t" not in line:
                     st.refs[f"{prefix}{name}@line{i}"] = _parse_ref(line, hexlen)
 
 
@@ -1103,15 +1104,19 @@ def _check_one(cur: _Scan, rv: _Reverter, quarantine: Quarantine, gd: str, workt
     try:
         base_head = _resolve(before.refs, "HEAD")
         found_for: dict[tuple[str | None, str, bool], list[str]] = {}
-        for ref in sorted(changed):
+        checked: set[str] = set()
+        # refs first, then FETCH_HEAD's further lines and reflog entries (names with
+        # "@"), which are left out when they hold a commit a ref already stands for
+        for ref in sorted(changed, key=lambda r: ("@" in r, r)):
             if alerts >= MAX_REF_ALERTS:
                 raise CannotDecide(f"more than {MAX_REF_ALERTS} refs to report")
             where = _j(common if ref.startswith("refs/") and not ref.startswith(PER_WORKTREE)
                        else gd, ref)
             tip = _resolve(now.refs, ref)
             plain = ref.split("@{")[0].split("@line")[0]
-            if tip is None or (plain != ref and tip == _resolve(now.refs, plain)):
-                continue            # deleted, a symref to nothing, or the ref's own tip
+            if tip is None or (plain != ref and tip in checked):
+                continue            # deleted, a symref to nothing, or judged under a ref
+            checked.add(tip)
             if tip.startswith((BROKEN, ALWAYS)):
                 alerts += 1
                 rv.add("git-data", where, "noted", f"cannot decide ({tip[1:]}): git may read "
