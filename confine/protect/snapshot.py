@@ -221,19 +221,38 @@ class _Fs:
             os.close(cur)
             raise
 
-    def listdir(self, rel: str) -> list[tuple[str, bool]] | None:
-        """(name, is a directory) of the entries of the directory rel; None if it
-        cannot be opened without following a symlink."""
+    def open_dir(self, rel: str) -> int | None:
+        """A read-only descriptor of the directory rel; None if it cannot be opened
+        without following a symlink."""
         try:
             if rel:
                 pfd, name = self.parent(rel)
                 try:
-                    fd = os.open(name, _DIR, dir_fd=pfd)
+                    return os.open(name, _DIR, dir_fd=pfd)
                 finally:
                     os.close(pfd)
-            else:
-                fd = os.dup(self.fd)
+            return os.dup(self.fd)
         except (OSError, _Unsafe):
+            return None
+
+    def readlink(self, rel: str) -> str | None:
+        """Target of the symlink rel (its directory reached without symlinks)."""
+        try:
+            pfd, name = self.parent(rel)
+        except (OSError, _Unsafe):
+            return None
+        try:
+            return os.readlink(name, dir_fd=pfd)
+        except OSError:
+            return None
+        finally:
+            os.close(pfd)
+
+    def listdir(self, rel: str) -> list[tuple[str, bool]] | None:
+        """(name, is a directory) of the entries of the directory rel; None if it
+        cannot be opened without following a symlink."""
+        fd = self.open_dir(rel)
+        if fd is None:
             return None
         try:
             return [(e.name, e.is_dir(follow_symlinks=False)) for e in os.scandir(fd)]

@@ -102,11 +102,12 @@ GIT_DATA = (
     "{git} checkout -q -b side && "
     "{git} update-index --add --cacheinfo 100644,$h,.vscode/tasks.json && "
     "{git} commit -qm side && {git} checkout -q -f main && "
+    # the control first: once .envrc is staged, a commit would carry it
+    "{git} checkout -q -b plain && echo x > main.py && {git} add main.py && "
+    "{git} commit -qm plain && {git} checkout -q main && "
     "{git} update-index --add --cacheinfo 100644,$h,.envrc && "
     "{git} replace HEAD side && echo $h > .git/info/grafts && "
-    "echo /tmp > .git/objects/info/alternates && "
-    "{git} checkout -q -b plain && echo x > main.py && {git} add main.py && "
-    "{git} commit -qm plain"
+    "echo /tmp > .git/objects/info/alternates"
 )
 
 
