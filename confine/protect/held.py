@@ -35,7 +35,7 @@ import re
 import stat
 import struct
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..digest import in_broker, sha256
@@ -186,14 +186,23 @@ def skip_worktree_paths(data: bytes) -> set[bytes]:
 
 # ------------------------------------------------------------------ the held area
 
-def prepare(tmp: str, workdir: str, uid: int, gid: int) -> tuple[str, int] | None:
+def held_key(comps: tuple[str, ...]) -> tuple[str]:
+    """The directory of the held area that mirrors the protected root a broker
+    position lies in (guard.Roots): "0" for the first root, "N" for the Nth other.
+    Each root's names stay apart, and are collected with that root's guard."""
+    return (comps[0][1:],) if comps and comps[0].startswith("/") else ("0",)
+
+
+def prepare(tmp: str, roots: Sequence[str], uid: int, gid: int) -> tuple[str, int] | None:
     """Make the run's held area in its TMPDIR before the fork: (path, O_PATH
     descriptor the supervisor keeps), or None where none can be made outside
-    the workdir (then protected names are refused, as without holding)."""
+    every protected root (then protected names are refused, as without holding)."""
     path = os.path.join(tmp, HELD_NAME)
-    real_tmp, wd = os.path.realpath(tmp), os.path.realpath(workdir).rstrip("/")
-    if real_tmp == wd or real_tmp.startswith(wd + "/") or wd.startswith(real_tmp + "/"):
-        return None
+    real_tmp = os.path.realpath(tmp).rstrip("/")
+    for root in roots:
+        wd = os.path.realpath(root).rstrip("/")
+        if real_tmp == wd or real_tmp.startswith(wd + "/") or wd.startswith(real_tmp + "/"):
+            return None
     try:
         os.mkdir(path, 0o700)
         fd = os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
@@ -206,6 +215,17 @@ def prepare(tmp: str, workdir: str, uid: int, gid: int) -> tuple[str, int] | Non
         os.close(fd)
         return None
     return path, fd
+
+
+def open_root(hfd: int, index: int) -> int | None:
+    """The part of the held area (descriptor hfd) that holds the names of protected
+    root `index` (held_key), None if nothing was held there. Never through a
+    symlink: the agent can write the held area."""
+    try:
+        return os.open(str(index), os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                       dir_fd=hfd)
+    except FileNotFoundError:
+        return None
 
 
 @dataclass
