@@ -186,11 +186,16 @@ def skip_worktree_paths(data: bytes) -> set[bytes]:
 
 # ------------------------------------------------------------------ the held area
 
-def held_key(comps: tuple[str, ...]) -> tuple[str]:
-    """The directory of the held area that mirrors the protected root a broker
-    position lies in (guard.Roots): "0" for the first root, "N" for the Nth other.
-    Each root's names stay apart, and are collected with that root's guard."""
-    return (comps[0][1:],) if comps and comps[0].startswith("/") else ("0",)
+# The held area mirrors the first protected root (the workdir's) at its top; the Nth
+# other root (guard.Roots) below OTHER_ROOT + N. The name begins with the guard's
+# INTERNAL prefix, which the agent cannot create, and the first root's collection
+# skips it: each root's names stay apart and are collected with that root's guard.
+OTHER_ROOT = ".confine-vet-root-"
+
+
+def held_key(comps: tuple[str, ...]) -> tuple[str, ...]:
+    """The components of the held area above the mirror of a broker position's root."""
+    return (OTHER_ROOT + comps[0][1:],) if comps and comps[0].startswith("/") else ()
 
 
 def prepare(tmp: str, roots: Sequence[str], uid: int, gid: int) -> tuple[str, int] | None:
@@ -221,9 +226,11 @@ def open_root(hfd: int, index: int) -> int | None:
     """The part of the held area (descriptor hfd) that holds the names of protected
     root `index` (held_key), None if nothing was held there. Never through a
     symlink: the agent can write the held area."""
+    if index == 0:
+        return os.dup(hfd)
     try:
-        return os.open(str(index), os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
-                       dir_fd=hfd)
+        return os.open(OTHER_ROOT + str(index),
+                       os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=hfd)
     except FileNotFoundError:
         return None
 
@@ -477,6 +484,8 @@ def collect(hfd: int, guard: Guard, run_id: str, *, base: str | None = None,
                 continue
             n = pending.pop()
             c = comps + (n,)
+            if not comps and n.startswith(OTHER_ROOT):
+                continue        # another protected root's part: collected with its guard
             if guard.match(_G.folded(c) or ()) is not None:
                 try:
                     take(fd, n, c)
