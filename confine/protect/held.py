@@ -549,15 +549,16 @@ def _write_json(dfd: int, name: str, data: dict[str, Any]) -> None:
     os.rename(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
 
 
-def format_held(h: Held, limit: int = LIST_LIMIT) -> str:
-    """The `confine:` lines at exit: what was held, where, and what to run."""
+def format_held(h: Held, limit: int = LIST_LIMIT, place: str = "the workdir") -> str:
+    """The `confine:` lines at exit: what was held, where, and what to run. place:
+    the protected root the paths are relative to (a write grant's path)."""
     roots = h.roots
     if not roots and not h.left:
         return ""
     lines = []
     if roots:
         lines.append(f"confine: held {len(roots)} protected path(s) that arrived with content "
-                     "(files that run later); they were NOT put in the workdir:")
+                     f"(files that run later); they were NOT put in {_safe(place)}:")
         for r in roots[:limit]:
             what = ("directory, " + _count(h, r.path) if r.kind == "dir"
                     else f"file, {r.size} bytes")

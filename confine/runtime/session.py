@@ -574,7 +574,8 @@ class Session:
                     if rfd is not None:
                         os.close(rfd)
                 out.append(got)
-                text = held.format_held(got)
+                text = held.format_held(got, place="the workdir" if snap.workdir == os.path.realpath(
+                    self.plan.policy.workdir) else snap.workdir)
                 if text:
                     try:
                         print(text, file=sys.stderr, flush=True)

@@ -15,7 +15,7 @@ import json
 import os
 import subprocess
 
-from test_held import GIT_ENV, _git
+from test_held import GIT_ENV, _git, run_id
 
 HOOK = "#!/bin/sh\ntouch {mark}\n"
 # Each attempt prints its name and its exit status; the hook it plants would
@@ -149,6 +149,22 @@ def test_profile_write_sibling_envrc_is_held(sandbox, outside_dir):
     assert not os.path.exists(os.path.join(sib, ".git", "hooks", "post-checkout"))
     # held names are noted, not acted on: the agent's status stays (current rules)
     assert p.returncode == 0, p.stderr
+    # listed under the grant's own run id, with the grant named; apply puts it there
+    assert f"NOT put in {sib}:" in p.stderr, p.stderr
+    rid = run_id(p.stderr)
+    assert rid.endswith(".root1"), rid
+    try:
+        runs = {r["run"]: r for r in json.loads(sandbox.confine("held", "list", "--json").stdout)}
+        assert runs[rid]["workdir"] == sib and [h["path"] for h in runs[rid]["held"]] == \
+            [".envrc"], runs[rid]
+        assert sandbox.confine("held", "show", rid).returncode == 0
+        a = sandbox.confine("held", "apply", rid)
+        assert a.returncode == 0, a.stderr
+        with open(os.path.join(sib, ".envrc")) as f:
+            assert f.read() == "export X=1\n"
+        os.unlink(os.path.join(sib, ".envrc"))
+    finally:
+        sandbox.confine("held", "discard", rid)
     # control: outside confine, the same .envrc is written in place
     assert sandbox.outside(["sh", "-c", f'echo x > "{sib}/.envrc"']).returncode == 0
     assert os.path.exists(os.path.join(sib, ".envrc"))
