@@ -13,8 +13,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 
+import pytest
+from conftest import make_workdir
 from test_held import GIT_ENV, _git, run_id
 
 HOOK = "#!/bin/sh\ntouch {mark}\n"
@@ -63,7 +66,12 @@ def _push(sb, src: str, n: int) -> subprocess.CompletedProcess:
         env_extra=env), capture_output=True, text=True, timeout=60)
 
 
-def test_bare_mirror_grant_plants_no_live_hook(sandbox, outside_dir):
+@pytest.mark.parametrize("layers", ["all", "landlock"])
+def test_bare_mirror_grant_plants_no_live_hook(sandbox, outside_dir, layers):
+    """layers "landlock": no mount namespace, so no read-only binds: the name guard
+    alone refuses the hooks at the call."""
+    if layers == "landlock":
+        sandbox = sandbox.without_namespaces()
     mirror, src = _mirror(sandbox, outside_dir)
     mark = os.path.join(outside_dir, "HOOK-RAN")
     p = sandbox.run(["sh", "-c", ATTEMPTS, "sh", mirror, HOOK.format(mark=mark)],
@@ -124,8 +132,17 @@ def test_existing_hook_in_grant_is_read_only(sandbox, outside_dir):
     assert sandbox.outside(["sh", "-c", f"echo ok >> {hook}"]).returncode == 0
 
 
-def test_profile_write_sibling_envrc_is_held(sandbox, outside_dir):
-    sib = os.path.join(outside_dir, "sibling")
+@pytest.fixture
+def sibling_top(test_user):
+    """Named like a test workdir: the held state's "workdir" is the sibling in it, and
+    the suites' cleanup (conftest._no_held_leftovers) tells whose it is by that name."""
+    top = make_workdir(test_user)
+    yield top
+    shutil.rmtree(top, ignore_errors=True)
+
+
+def test_profile_write_sibling_envrc_is_held(sandbox, sibling_top):
+    sib = os.path.join(sibling_top, "sibling")
     _git("init", "-q", "-b", "main", sib)
     _chown(sandbox, sib)
     prof = sandbox.workdir + "-roots.yaml"
