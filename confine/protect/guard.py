@@ -123,9 +123,16 @@ class Guard:
         to), the global hooksPath, the inodes of protected files (so another
         name of one is refused too) and every path at which the workdir is
         mounted."""
+        # A bare repository's git directory has no `.git` component for the git
+        # patterns to start at: the literal ones are fixed below every git directory
+        # found, so a hooks/ missing at start is refused too, not only undone at exit.
+        lit = [p for p in snap.patterns
+               if p.git and not any(p.wild(i) for i in range(len(p.comps)))]
+        below_git = [("/".join(filter(None, (g, *p.comps))), p.tree)
+                     for g in snap.gitdirs if ".git" not in g.split("/") for p in lit]
         return cls(snap.workdir, snap.patterns,
                    [(rel, tree) for rel, tree, _ in snap.extra]
-                   + [(r.rel, r.tree) for r in snap.roots.values()],
+                   + [(r.rel, r.tree) for r in snap.roots.values()] + below_git,
                    snap.global_hooks,
                    {(e.dev, e.ino) for e in snap.entries.values() if e.kind == "f"},
                    aliases=[b.path for b in snap.mount_plan.bases],
