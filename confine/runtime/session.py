@@ -105,7 +105,7 @@ class Result:
     report: Any = None                                # protect Report of the exit check
     timed_out: bool = False                           # killed at the caller's timeout
     held: Any = None                                  # protect.held.Held: kept at exit
-    # every protected root's Held (the first is `held`), for roots with write grants
+    # every protected root's Held, in roots order (the first is `held`; None: not kept)
     held_roots: list[Any] = field(default_factory=list)
 
 
@@ -569,6 +569,7 @@ class Session:
                     say(f"the held files of this run in {_safe(snap.workdir)} could not be "
                         f"kept ({_safe(f'{type(e).__name__}: {e}')}): they were not put "
                         "there and are gone")
+                    out.append(None)        # the list stays in roots order
                     continue
                 finally:
                     if rfd is not None:
