@@ -600,6 +600,7 @@ class Session:
                 ".git/config, .envrc, .vscode and the other protected paths before running "
                 "git or opening the editor in the workdir")
             return None
+        first_q = any(c.quarantine for c in report.changes)
         for snap in self.snapshots[1:]:
             # the other roots, by the same check; their changes named by full path
             try:
@@ -616,6 +617,9 @@ class Session:
             report.seconds += more.seconds
             if more.quarantine_dir and any(c.quarantine for c in more.changes):
                 report.other_quarantine.append(more.quarantine_dir)
+        if not first_q and report.other_quarantine:
+            # the quarantine named first is one that holds something
+            report.quarantine_dir = report.other_quarantine.pop(0)
         if report.alerts or report.failed:
             try:
                 print(protect.format_report(report), file=sys.stderr, flush=True)

@@ -191,3 +191,23 @@ def test_profile_write_sibling_envrc_is_held(sandbox, sibling_top):
     roots = json.loads(dry.stdout)["protected_paths"]["roots"]
     assert [r["path"] for r in roots] == [os.path.realpath(sandbox.workdir), sib], roots
     assert ".git/hooks" in {e["path"] for e in roots[1]["protected"]}, roots[1]
+
+
+def test_exit_check_restores_a_grants_hook(sandbox, outside_dir):
+    """No mount namespace: deleting is not mediated, so removing an existing hook in
+    the grant succeeds while the agent runs; the exit check of the grant puts it
+    back, names it in full and the status says it acted. Control: an ordinary file
+    removed beside it stays removed."""
+    sandbox = sandbox.without_namespaces()
+    mirror, _ = _mirror(sandbox, outside_dir)
+    hook = os.path.join(mirror, "hooks", "post-update")
+    with open(hook, "w") as f:
+        f.write("#!/bin/sh\nexit 0\n")
+    os.chmod(hook, 0o755)
+    _chown(sandbox, mirror)
+    p = sandbox.run(["sh", "-c", 'rm -f "$1" "$2"', "sh", hook,
+                     os.path.join(mirror, "description")], "--write", mirror)
+    assert not os.path.exists(os.path.join(mirror, "description"))     # control
+    with open(hook) as f:
+        assert f.read() == "#!/bin/sh\nexit 0\n"
+    assert hook in p.stderr and p.returncode == 123, (p.returncode, p.stderr)
