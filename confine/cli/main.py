@@ -240,10 +240,12 @@ def _print_plan(d: dict) -> None:
         subs = f" [{', '.join(ent['subs'])}]" if ent["subs"] else ""
         e(f"  {g}: {', '.join(sorted(ent['syscalls']))}{subs} -> {'/'.join(sorted(ent['errnos']))}")
     pp = d.get("protected_paths")
-    if pp:
-        e(f"protected paths: {len(pp['protected'])} in {len(pp['git_directories'])} git "
-          f"directories; read-only binds: {', '.join(pp['read_only_binds']) or '-'}")
-        for g in pp["guard_only"]:
+    # one block per protected root (protect/roots.py): the workdir's, then each write grant's
+    for r in ((pp.get("roots") or [pp]) if pp else []):
+        where = f" in {r['path']} ({r['source']})" if "source" in r else ""
+        e(f"protected paths{where}: {len(r['protected'])} in {len(r['git_directories'])} git "
+          f"directories; read-only binds: {', '.join(r['read_only_binds']) or '-'}")
+        for g in r["guard_only"]:
             e(f"  {g['path']}: no read-only bind ({g['reason']}); guarded by name")
     nsd = d["namespaces"]
     if nsd["mount"]:

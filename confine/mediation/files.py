@@ -73,8 +73,8 @@ from confine.kernel.libc import check, libc, oserror
 
 # The guard's only runtime names here: its verdict "vet this git config" and
 # the prefix of the broker's own temporary names.
-from confine.protect.guard import INTERNAL, VET
-from confine.protect.held import mark_skip_worktree
+from confine.protect.guard import INTERNAL, VET, root_key
+from confine.protect.held import held_key, mark_skip_worktree
 from confine.protect.report import _safe
 
 from ..record import NamedTuple
@@ -377,6 +377,9 @@ class FileBroker:
         # ".." from the pinned parent until one of these, or the top, is met.
         # The descriptors pin the inodes, so their numbers are not reused.
         self.roots: dict[tuple[int, int], int] = {}
+        # What a position below each root starts with (guard.Roots: the roots of
+        # write grants are told apart from the workdir's, one guard each).
+        self.prefix: dict[tuple[int, int], tuple[str, ...]] = {}
         self.socket_dirs: set[tuple[int, int]] = set()
         # Where metadata calls may act without a mount namespace (set_writable).
         self.meta_roots: set[tuple[int, int]] = set()
@@ -388,10 +391,16 @@ class FileBroker:
                 fd = os.open(r, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
             except OSError:
                 continue
-            self.roots.setdefault(_ident(os.fstat(fd)), fd)
+            ident = _ident(os.fstat(fd))
+            if ident in self.roots:
+                os.close(fd)
+                continue
+            self.roots[ident] = fd
+            assert guard is not None
+            self.prefix[ident] = guard.prefix(r)
         # Each root's own name in this view (the kernel's, so no symlink in it):
         # the fast path of _locate tries the directory's name below these.
-        self.root_names: list[tuple[bytes, int]] = []
+        self.root_names: list[tuple[bytes, int, tuple[str, ...]]] = []
         for r in (guard.roots if guard is not None else ()):
             try:
                 fd = os.open(r, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -399,7 +408,8 @@ class FileBroker:
                 continue
             name = _hint(fd)
             if name and _ident(os.fstat(fd)) in self.roots:
-                self.root_names.append((b"/" + b"/".join(name), fd))
+                self.root_names.append((b"/" + b"/".join(name), fd,
+                                        self.prefix[_ident(os.fstat(fd))]))
             else:
                 os.close(fd)
 
@@ -543,7 +553,8 @@ class FileBroker:
                     if None in names:
                         raise Refused(errno.EACCES, "cannot tell where this directory is in "
                                       "the workdir (a name it could not read)")
-                    return tuple(os.fsdecode(n) for n in reversed(names) if n is not None)
+                    return self.prefix[_ident(st)] + tuple(
+                        os.fsdecode(n) for n in reversed(names) if n is not None)
                 up = os.open(b"..", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=cur)
                 ust = os.fstat(up)
                 if _ident(ust) == _ident(st):
@@ -572,7 +583,7 @@ class FileBroker:
             return False
         full = b"/" + b"/".join(hint)
         flags = RESOLVE_BENEATH | notify.RESOLVE_NO_SYMLINKS | notify.RESOLVE_NO_MAGICLINKS
-        for name, rfd in self.root_names:
+        for name, rfd, pre in self.root_names:
             if full == name:
                 rel = b"."
             elif full.startswith(name + b"/"):
@@ -589,7 +600,7 @@ class FileBroker:
                 os.close(got)
             if _ident(gst) != _ident(st) or st.st_nlink == 0:
                 return False
-            return () if rel == b"." else tuple(os.fsdecode(c) for c in rel.split(b"/"))
+            return pre if rel == b"." else pre + tuple(os.fsdecode(c) for c in rel.split(b"/"))
         return False
 
     def _below_root(self, fd: int) -> bool:
@@ -802,7 +813,7 @@ class FileBroker:
         assert self.held_fd is not None
         cur = os.dup(self.held_fd)
         try:
-            for c in comps[:-1]:
+            for c in held_key(comps) + comps[1 if root_key(comps) else 0:-1]:
                 name = os.fsencode(c)
                 try:
                     os.mkdir(name, 0o700, dir_fd=cur)
@@ -1193,11 +1204,14 @@ class FileBroker:
                                           + (back if back != VET else "protected path"))
                         if verdict == VET:
                             verdict = "protected path (.git/config)"
-                    # A directory from outside the workdir would bring names nobody
+                    # A directory from outside the workdir (or from another protected
+                    # root, judged by its own patterns) would bring names nobody
                     # judged: EXDEV, so mv and shutil.move copy it, name by name.
-                    if sf is None and df is not None and _is_dir(opfd, obase):
+                    if df is not None and (sf is None or root_key(sf) != root_key(df)) \
+                            and _is_dir(opfd, obase):
                         raise oserror(err=errno.EXDEV)
-                    if flags & RENAME_EXCHANGE and df is None and sf is not None \
+                    if flags & RENAME_EXCHANGE and sf is not None \
+                            and (df is None or root_key(sf) != root_key(df)) \
                             and _is_dir(npfd, nbase):
                         raise oserror(err=errno.EXDEV)
                 if verdict == VET:

@@ -45,6 +45,12 @@ class Protected:
     mount_plan: Any                      # kernel.namespaces.Plan: binds made in the child
     description: Mapping[str, Any]       # Snapshot.describe(), for --dry-run
     guard: bool                          # the name guard judges new names while the agent runs
+    other_plans: tuple[Any, ...] = ()    # the binds of the other protected roots (protect/roots.py)
+
+    @property
+    def mount_plans(self) -> tuple[Any, ...]:
+        """Every protected root's binds, the first root's first."""
+        return (self.mount_plan, *self.other_plans)
 
 
 @dataclass(frozen=True)

@@ -94,7 +94,8 @@ def child_steps(plan: Plan) -> list[Step]:
                             "(identity of each checked against the snapshot)",
                             {"read_only": list(d.get("read_only_binds", ())),
                              "pinned": list(d.get("pinned", ())),
-                             "through": list(d.get("bases", ()))}))
+                             "through": list(d.get("bases", ())),
+                             "roots": [r["path"] for r in d.get("roots", ())]}))
         out.append(Step("private_dev", "private /dev/shm and /dev/pts",
                         {"private": ["/dev/shm", "/dev/pts"],
                          "shm_size": plan.policy.limits.shm_size or "50%"}))

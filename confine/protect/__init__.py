@@ -45,7 +45,7 @@ from .gitconfig import (
                         sanitize_git_config,
                         vet_git_config,
 )
-from .guard import VET, Guard
+from .guard import VET, Guard, Roots
 from .report import format_report
 from .revert import Change, Report, default_quarantine_dir, verify_and_revert
 from .snapshot import GIT_SKIP, Entry, GitDir, Root, Snapshot, snapshot
@@ -56,5 +56,5 @@ __all__ = [
     "is_dangerous_key", "is_safe_key", "vet_git_config", "KEY_REFUSED",
     "GIT_SKIP", "Entry", "GitDir", "Root", "Snapshot", "snapshot",
     "Change", "Report", "verify_and_revert", "format_report", "default_quarantine_dir",
-    "Guard", "VET",
+    "Guard", "Roots", "VET",
 ]

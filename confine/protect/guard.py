@@ -123,9 +123,16 @@ class Guard:
         to), the global hooksPath, the inodes of protected files (so another
         name of one is refused too) and every path at which the workdir is
         mounted."""
+        # A bare repository's git directory has no `.git` component for the git
+        # patterns to start at: the literal ones are fixed below every git directory
+        # found, so a hooks/ missing at start is refused too, not only undone at exit.
+        lit = [p for p in snap.patterns
+               if p.git and not any(p.wild(i) for i in range(len(p.comps)))]
+        below_git = [("/".join(filter(None, (g, *p.comps))), p.tree)
+                     for g in snap.gitdirs if ".git" not in g.split("/") for p in lit]
         return cls(snap.workdir, snap.patterns,
                    [(rel, tree) for rel, tree, _ in snap.extra]
-                   + [(r.rel, r.tree) for r in snap.roots.values()],
+                   + [(r.rel, r.tree) for r in snap.roots.values()] + below_git,
                    snap.global_hooks,
                    {(e.dev, e.ino) for e in snap.entries.values() if e.kind == "f"},
                    aliases=[b.path for b in snap.mount_plan.bases],
@@ -145,6 +152,11 @@ class Guard:
             if path.startswith(top):
                 return tuple(fold(c) for c in path[len(top):].split("/"))
         return None
+
+    def prefix(self, root: str) -> tuple[str, ...]:
+        """What a position below `root` starts with: nothing, there is one root
+        (Roots has more)."""
+        return ()
 
     def show(self, comps: Sequence[str]) -> str:
         """The workdir path of raw components, for messages."""
@@ -312,3 +324,96 @@ class Guard:
             return why
         m = self.match(comps)
         return f"protected path ({m[0].text})" if m is not None else None
+
+
+def root_key(comps: Sequence[str] | None) -> str:
+    """Which root a position lies in: "" for the first root, "/N" for the Nth other
+    (a component holding "/" is never a name, so it cannot be confused with one)."""
+    return comps[0] if comps and comps[0].startswith("/") else ""
+
+
+class Roots:
+    """The name guard of every protected root (roots.py), one `Guard` each, asked
+    as one. The broker places a name below the root it finds by descriptor; below
+    the first root a position is its components as before, below another it is
+    ("/N",) + its components there, and each verdict is that root's own."""
+
+    def __init__(self, guards: Sequence[Guard]):
+        self.first, self.others = guards[0], tuple(guards[1:])
+        self.workdir = self.first.workdir
+        self.roots = tuple(dict.fromkeys(r for g in guards for r in g.roots))
+        self.inodes = frozenset().union(*(g.inodes for g in guards))
+        self.files = tuple(self.first.files) + tuple(
+            os.path.join(g.workdir, f) for g in self.others for f in g.files)
+        self._held: str | None = None
+        self.held_ident: tuple[int, int] | None = None
+
+    @property
+    def held(self) -> str | None:
+        return self._held
+
+    @held.setter
+    def held(self, path: str | None) -> None:
+        # the area is one; the broker files each root's names under its own key there
+        self._held = path
+        for g in self.guards:
+            g.held = path
+
+    @property
+    def guards(self) -> tuple[Guard, ...]:
+        return (self.first, *self.others)
+
+    def prefix(self, root: str) -> tuple[str, ...]:
+        """The components a position below `root` (one of self.roots) starts with."""
+        root = os.path.normpath(root)
+        for i, g in enumerate(self.others, 1):
+            if root in g.roots:
+                return (f"/{i}",)
+        return ()
+
+    def _pick(self, comps: Sequence[str] | None) -> tuple[Guard, tuple[str, ...] | None]:
+        if comps is None:
+            return self.first, None
+        key = root_key(comps)
+        if not key:
+            return self.first, tuple(comps)
+        return self.others[int(key[1:]) - 1], tuple(comps[1:])
+
+    folded = staticmethod(Guard.folded)
+
+    def rel(self, path: str) -> tuple[str, ...] | None:
+        for g in self.guards:
+            comps = g.rel(path)
+            if comps is not None:
+                return (self.prefix(g.workdir) + comps) if g is not self.first else comps
+        return None
+
+    def show(self, comps: Sequence[str]) -> str:
+        g, tail = self._pick(comps)
+        return g.show(tail or ())
+
+    def match(self, comps: tuple[str, ...]):
+        g, tail = self._pick(comps)
+        return None if tail is None else g.match(tail)
+
+    def create_at(self, comps: tuple[str, ...] | None, kind: str) -> str | None:
+        g, tail = self._pick(comps)
+        return g.create_at(tail, kind)
+
+    def hold_at(self, comps: tuple[str, ...] | None, kind: str) -> bool:
+        g, tail = self._pick(comps)
+        return g.hold_at(tail, kind)
+
+    def rename_to_at(self, comps: tuple[str, ...] | None) -> str | None:
+        g, tail = self._pick(comps)
+        return g.rename_to_at(tail)
+
+    def trusted_config(self, comps: tuple[str, ...] | None) -> bytes | None:
+        g, tail = self._pick(comps)
+        return g.trusted_config(tail)
+
+    def write_at(self, comps: tuple[str, ...] | None, dev: int, ino: int) -> str | None:
+        if (dev, ino) in self.inodes:
+            return "a file protected at start (another name of it)"
+        g, tail = self._pick(comps)
+        return g.write_at(tail, dev, ino)

@@ -35,7 +35,7 @@ import re
 import stat
 import struct
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..digest import in_broker, sha256
@@ -186,14 +186,28 @@ def skip_worktree_paths(data: bytes) -> set[bytes]:
 
 # ------------------------------------------------------------------ the held area
 
-def prepare(tmp: str, workdir: str, uid: int, gid: int) -> tuple[str, int] | None:
+# The held area mirrors the first protected root (the workdir's) at its top; the Nth
+# other root (guard.Roots) below OTHER_ROOT + N. The name begins with the guard's
+# INTERNAL prefix, which the agent cannot create, and the first root's collection
+# skips it: each root's names stay apart and are collected with that root's guard.
+OTHER_ROOT = ".confine-vet-root-"
+
+
+def held_key(comps: tuple[str, ...]) -> tuple[str, ...]:
+    """The components of the held area above the mirror of a broker position's root."""
+    return (OTHER_ROOT + comps[0][1:],) if comps and comps[0].startswith("/") else ()
+
+
+def prepare(tmp: str, roots: Sequence[str], uid: int, gid: int) -> tuple[str, int] | None:
     """Make the run's held area in its TMPDIR before the fork: (path, O_PATH
     descriptor the supervisor keeps), or None where none can be made outside
-    the workdir (then protected names are refused, as without holding)."""
+    every protected root (then protected names are refused, as without holding)."""
     path = os.path.join(tmp, HELD_NAME)
-    real_tmp, wd = os.path.realpath(tmp), os.path.realpath(workdir).rstrip("/")
-    if real_tmp == wd or real_tmp.startswith(wd + "/") or wd.startswith(real_tmp + "/"):
-        return None
+    real_tmp = os.path.realpath(tmp).rstrip("/")
+    for root in roots:
+        wd = os.path.realpath(root).rstrip("/")
+        if real_tmp == wd or real_tmp.startswith(wd + "/") or wd.startswith(real_tmp + "/"):
+            return None
     try:
         os.mkdir(path, 0o700)
         fd = os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
@@ -206,6 +220,19 @@ def prepare(tmp: str, workdir: str, uid: int, gid: int) -> tuple[str, int] | Non
         os.close(fd)
         return None
     return path, fd
+
+
+def open_root(hfd: int, index: int) -> int | None:
+    """The part of the held area (descriptor hfd) that holds the names of protected
+    root `index` (held_key), None if nothing was held there. Never through a
+    symlink: the agent can write the held area."""
+    if index == 0:
+        return os.dup(hfd)
+    try:
+        return os.open(OTHER_ROOT + str(index),
+                       os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=hfd)
+    except FileNotFoundError:
+        return None
 
 
 @dataclass
@@ -457,6 +484,8 @@ def collect(hfd: int, guard: Guard, run_id: str, *, base: str | None = None,
                 continue
             n = pending.pop()
             c = comps + (n,)
+            if not comps and n.startswith(OTHER_ROOT):
+                continue        # another protected root's part: collected with its guard
             if guard.match(_G.folded(c) or ()) is not None:
                 try:
                     take(fd, n, c)
@@ -520,15 +549,16 @@ def _write_json(dfd: int, name: str, data: dict[str, Any]) -> None:
     os.rename(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
 
 
-def format_held(h: Held, limit: int = LIST_LIMIT) -> str:
-    """The `confine:` lines at exit: what was held, where, and what to run."""
+def format_held(h: Held, limit: int = LIST_LIMIT, place: str = "the workdir") -> str:
+    """The `confine:` lines at exit: what was held, where, and what to run. place:
+    the protected root the paths are relative to (a write grant's path)."""
     roots = h.roots
     if not roots and not h.left:
         return ""
     lines = []
     if roots:
         lines.append(f"confine: held {len(roots)} protected path(s) that arrived with content "
-                     "(files that run later); they were NOT put in the workdir:")
+                     f"(files that run later); they were NOT put in {_safe(place)}:")
         for r in roots[:limit]:
             what = ("directory, " + _count(h, r.path) if r.kind == "dir"
                     else f"file, {r.size} bytes")

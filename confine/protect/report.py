@@ -56,7 +56,9 @@ def format_report(report: Report, *, verbose: bool = False, limit: int | None = 
     lines = []
     if report.alerts:
         lines.append("confine: PROTECTED PATHS WERE CHANGED IN THE WORKDIR during this run "
-                     "(files that would run later, outside the sandbox)")
+                     "(files that would run later, outside the sandbox)"
+                     + ("; paths shown in full lie in a write grant"
+                        if any(c.path.startswith("/") for c in report.alerts) else ""))
         if not report.namespaces_active:
             lines.append("confine: no mount namespace was active: this check after the run "
                          "was the only protection")
@@ -83,5 +85,6 @@ def format_report(report: Report, *, verbose: bool = False, limit: int | None = 
         lines.append(f"confine: {len(report.failed)} could NOT be reverted or checked: inspect "
                      "them before running git or opening the editor here")
     if report.quarantine_dir and any(c.quarantine for c in report.changes):
-        lines.append(f"confine: quarantine: {_safe(report.quarantine_dir)}")
+        dirs = dict.fromkeys([report.quarantine_dir, *report.other_quarantine])
+        lines.append(f"confine: quarantine: {', '.join(_safe(d) for d in dirs)}")
     return "\n".join(lines)

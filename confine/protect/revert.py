@@ -82,6 +82,8 @@ class Report:
     # how the scan found what changed: the kernel's reports (changes.py), or why every
     # directory's stamp was taken instead
     exit_walk: str = ""
+    # the quarantines of the other protected roots (a run's write grants: roots.py)
+    other_quarantine: list[str] = field(default_factory=list)
 
     @property
     def alerts(self) -> list[Change]:

@@ -152,7 +152,8 @@ def _readonly_host(ctx: ChildContext) -> None:
 
 def _protected_binds(ctx: ChildContext) -> None:
     assert ctx.plan.protected is not None
-    namespaces.apply(ctx.plan.protected.mount_plan)
+    for mp in ctx.plan.protected.mount_plans:
+        namespaces.apply(mp)
 
 
 def _private_dev(ctx: ChildContext) -> None:

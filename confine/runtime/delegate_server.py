@@ -611,6 +611,15 @@ def _guard(outer: Outer, pol: Any, wd: str) -> tuple[Any, Any, str]:
                           f"({op.workdir}) but it may write inside the outer's: one name "
                           "guard cannot judge both; use a workdir inside the outer's")
         root = wd
+    # the outer's other protected roots (its write grants: protect/roots.py) are judged
+    # by the outer's guard only, which the nested run's calls never reach
+    from ..protect.roots import roots_of
+    mine = [pol.workdir] + [g.path for g in pol.write if g.source not in ("workdir", "tmp")]
+    others = [r.path for r in roots_of(op) if not is_under(root, r.path)]
+    if intersect(mine, others):
+        raise Refused(f"nested run: it may write in {', '.join(intersect(mine, others))}, a "
+                      "protected root of the outer run that its name guard cannot judge; "
+                      "drop that grant from the nested run")
     try:
         snap = protect.snapshot(root, pats, home=outer.plan.identity.home, guarded=True)
     except (OSError, ValueError) as e:

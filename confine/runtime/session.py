@@ -105,6 +105,8 @@ class Result:
     report: Any = None                                # protect Report of the exit check
     timed_out: bool = False                           # killed at the caller's timeout
     held: Any = None                                  # protect.held.Held: kept at exit
+    # every protected root's Held, in roots order (the first is `held`; None: not kept)
+    held_roots: list[Any] = field(default_factory=list)
 
 
 def _resolve_lsm(apparmor: str | None, selinux_context: str | None, host: HostFacts) -> Lsm:
@@ -190,7 +192,9 @@ class Session:
         self.tmp: str | None = None
         self.tmp_home: str | None = None   # the agent home of this run alone (home.py)
         self._hold: _SignalHold | None = None
-        self.snapshot: Any = None
+        self.snapshot: Any = None          # the first protected root's (the workdir's)
+        self.snapshots: list[Any] = []     # every protected root's, in roots order
+        self.roots: tuple[Any, ...] = ()   # protect.roots.Root
         self.guard: Any = None
         self.events: Events = Events(None, warn)
         self.host: HostFacts | None = None
@@ -311,20 +315,38 @@ class Session:
         return path, notes
 
     def _snapshot(self, policy: Any, home: str, facts: HostFacts) -> Protected:
+        """Every protected root (protect/roots.py: the workdir and each directory
+        write grant) by the same steps: its snapshot, its binds, its guard."""
         from .. import protect
         from ..protect import index
-        try:
-            snap = protect.snapshot(policy.workdir, protect.effective(policy), home=home,
-                                    guarded=facts.seccomp_user_notif,
-                                    index_dir=index.dir_for(policy)[0],
-                                    changes=self.kept_changes)
-        except (OSError, ValueError) as e:
-            raise ConfineError(f"cannot snapshot the protected workdir paths: {e}") from None
-        self.snapshot = snap
-        guard = facts.seccomp_user_notif and bool(snap.patterns)
+        from ..protect.roots import roots_of
+        self.roots = roots_of(policy)
+        index_dir = index.dir_for(policy)[0]
+        snaps: list[Any] = []
+        for i, r in enumerate(self.roots):
+            try:
+                snaps.append(protect.snapshot(
+                    r.path, r.patterns, home=home, guarded=facts.seccomp_user_notif,
+                    index_dir=index_dir, changes=self.kept_changes if i == 0 else None,
+                    # each root's quarantine and held files under a run id of its own
+                    run_id=f"{snaps[0].run_id}.root{i}" if i else None))
+            except (OSError, ValueError) as e:
+                what = ("the protected workdir paths" if r.workdir
+                        else f"the protected paths of the write grant {r.path}")
+                raise ConfineError(f"cannot snapshot {what}: {e}") from None
+        self.snapshots, self.snapshot = snaps, snaps[0]
+        guard = facts.seccomp_user_notif and any(s.patterns for s in snaps)
         if guard:
-            self.guard = protect.Guard.from_snapshot(snap)
-        return Protected(mount_plan=snap.mount_plan, description=snap.describe(), guard=guard)
+            self.guard = protect.Roots([protect.Guard.from_snapshot(s) for s in snaps])
+        desc = dict(snaps[0].describe())
+        desc["roots"] = [{"path": r.path, "source": r.source, "holds_workdir": r.workdir,
+                          **{k: d[k] for k in ("patterns", "git_directories", "protected",
+                                               "read_only_binds", "pinned", "guard_only",
+                                               "notes", "seconds")}}
+                         for r, d in ((r, s.describe()) for r, s in zip(self.roots, snaps,
+                                                                        strict=True))]
+        return Protected(mount_plan=snaps[0].mount_plan, description=desc, guard=guard,
+                         other_plans=tuple(s.mount_plan for s in snaps[1:]))
 
     def run(self, allow_degraded: bool | Collection[str] | None = False, *,
             stdio: tuple[int | None, int | None, int | None] | None = None,
@@ -360,10 +382,12 @@ class Session:
                 + ("writes and new names are refused by name, but deleting them or renaming "
                    "them away is only reverted when the agent exits" if guarded
                    else "changes are only reverted when the agent exits"))
-        for path, why in self.snapshot.guard_only:
-            say(f"protected path {_safe(path)} has no read-only bind ({why}): "
-                + ("writes to it are refused by name and inode; other changes are reverted at exit"
-                   if guarded else "it is only checked at exit"))
+        for i, snap in enumerate(self.snapshots):
+            for path, why in snap.guard_only:
+                shown = path if i == 0 else os.path.join(snap.workdir, path)
+                say(f"protected path {_safe(shown)} has no read-only bind ({why}): "
+                    + ("writes to it are refused by name and inode; other changes are reverted "
+                       "at exit" if guarded else "it is only checked at exit"))
         result = Result(status=125)
         # From here until the exit check is done, ordinary signals do not end
         # confine: a Ctrl-C or SIGTERM during the check would leave the agent's
@@ -391,7 +415,8 @@ class Session:
             self._stop_egress()
             hold.also_stops()
             result.report = self._exit_check(plan.mount_ns, say)
-            result.held = self._collect_held(held_fd[0] if held_fd else None, say)
+            result.held_roots = self._collect_held(held_fd[0] if held_fd else None, say)
+            result.held = result.held_roots[0] if result.held_roots else None
             for line in self.events.summary(result.status):
                 say(line)
         rep = result.report
@@ -514,7 +539,7 @@ class Session:
         from ..protect import held
         if self.guard is None or self.tmp is None:
             return []
-        got = held.prepare(self.tmp, self.plan.policy.workdir, self.plan.identity.uid,
+        got = held.prepare(self.tmp, [r.path for r in self.roots], self.plan.identity.uid,
                            self.plan.identity.gid)
         if got is None:
             return []
@@ -523,29 +548,43 @@ class Session:
         self.guard.held, self.guard.held_ident = path, (st.st_dev, st.st_ino)
         return [fd]
 
-    def _collect_held(self, fd: int | None, say: Warn) -> Any:
+    def _collect_held(self, fd: int | None, say: Warn) -> list[Any]:
         """Keep what was held in the run's state and list it (after the exit
-        check, before the TMPDIR goes)."""
+        check, before the TMPDIR goes): each protected root's part of the held
+        area, judged by its own guard, kept under its own run id."""
         import sys
 
         from ..protect import held
         if fd is None:
-            return None
+            return []
+        out: list[Any] = []
         try:
-            got = held.collect(fd, self.guard, self.snapshot.run_id)
-        except Exception as e:  # noqa: BLE001 - said, never silently lost
-            say(f"the held files of this run could not be kept ({_safe(f'{type(e).__name__}: {e}')}):"
-                " they were not put in the workdir and are gone")
-            return None
+            for i, (g, snap) in enumerate(zip(self.guard.guards, self.snapshots, strict=True)):
+                rfd: int | None = None
+                try:
+                    rfd = held.open_root(fd, i)
+                    got = (held.Held(snap.run_id, snap.workdir, None) if rfd is None
+                           else held.collect(rfd, g, snap.run_id))
+                except Exception as e:  # noqa: BLE001 - said, never silently lost
+                    say(f"the held files of this run in {_safe(snap.workdir)} could not be "
+                        f"kept ({_safe(f'{type(e).__name__}: {e}')}): they were not put "
+                        "there and are gone")
+                    out.append(None)        # the list stays in roots order
+                    continue
+                finally:
+                    if rfd is not None:
+                        os.close(rfd)
+                out.append(got)
+                text = held.format_held(got, place="the workdir" if snap.workdir == os.path.realpath(
+                    self.plan.policy.workdir) else snap.workdir)
+                if text:
+                    try:
+                        print(text, file=sys.stderr, flush=True)
+                    except (OSError, ValueError):
+                        pass
         finally:
             os.close(fd)
-        text = held.format_held(got)
-        if text:
-            try:
-                print(text, file=sys.stderr, flush=True)
-            except (OSError, ValueError):
-                pass
-        return got
+        return out
 
     def _exit_check(self, mount_ns: bool, say: Warn) -> Any:
         """verify_and_revert and its report.  A failure of the check is said
@@ -565,6 +604,26 @@ class Session:
                 ".git/config, .envrc, .vscode and the other protected paths before running "
                 "git or opening the editor in the workdir")
             return None
+        first_q = any(c.quarantine for c in report.changes)
+        for snap in self.snapshots[1:]:
+            # the other roots, by the same check; their changes named by full path
+            try:
+                more = protect.verify_and_revert(snap, trust_mounts=mount_ns)
+            except Exception as e:  # noqa: BLE001 - a failure of one is said as its change
+                report.changes.append(protect.Change(
+                    "unchecked", snap.workdir, "failed", "the check of this write grant failed "
+                    f"({type(e).__name__}: {e}): its protected paths are NOT checked"))
+                continue
+            for c in more.changes:
+                c.path = os.path.join(snap.workdir, c.path) if c.path else snap.workdir
+            report.changes.extend(more.changes)
+            report.specials.extend(more.specials)
+            report.seconds += more.seconds
+            if more.quarantine_dir and any(c.quarantine for c in more.changes):
+                report.other_quarantine.append(more.quarantine_dir)
+        if not first_q and report.other_quarantine:
+            # the quarantine named first is one that holds something
+            report.quarantine_dir = report.other_quarantine.pop(0)
         if report.alerts or report.failed:
             try:
                 print(protect.format_report(report), file=sys.stderr, flush=True)

@@ -628,10 +628,14 @@ def test_signals_neither_repeat_nor_starve_mediated_calls(root_sandbox):
 
 
 def test_move_in_rule_where_landlock_allows_the_rename(confine_bin, test_user):
-    """A `write:` grant above the workdir and no mount namespace: Landlock and
-    the kernel let a rename from beside the workdir into it succeed (the file
-    control), so the EXDEV for a directory is the broker's own rule; without
-    it the directory's unjudged .envrc would land in the workdir."""
+    """No mount namespace: Landlock and the kernel let a rename from beside the
+    workdir into it succeed (the file control), so the EXDEV for a directory is
+    the broker's own rule; without it the directory's unjudged .envrc would land
+    in the workdir. A `write:` grant beside the workdir is a protected root of its
+    own (protect/roots.py), judged by its own guard: a directory from it is refused
+    with EXDEV. A grant above the workdir is one root holding the workdir: the
+    directory made beside the workdir had its `.envrc` judged (held), and moves in
+    without it."""
     import tempfile
 
     from conftest import Sandbox, make_workdir
@@ -640,22 +644,29 @@ def test_move_in_rule_where_landlock_allows_the_rename(confine_bin, test_user):
     for d in (wd, out):
         os.mkdir(d)
         os.chown(d, test_user.pw_uid, test_user.pw_gid)
-    prof = tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False)
-    prof.write(f"extends: default\nfilesystem:\n  write: [{top}]\n")
-    prof.close()
-    os.chmod(prof.name, 0o644)
+    body = (f'O = "{out}"\n'
+            'opened(O + "/f", os.O_WRONLY | os.O_CREAT)\n'
+            'os.mkdir(O + "/d"); opened(O + "/d/.envrc", os.O_WRONLY | os.O_CREAT)\n'
+            'attempt("file", lambda: os.rename(O + "/f", "f"))\n'
+            'attempt("dir", lambda: os.rename(O + "/d", "d"))\n')
     try:
-        box = Sandbox("root", test_user, wd).without_namespaces()
-        body = (f'O = "{out}"\n'
-                'opened(O + "/f", os.O_WRONLY | os.O_CREAT)\n'
-                'os.mkdir(O + "/d"); opened(O + "/d/.envrc", os.O_WRONLY | os.O_CREAT)\n'
-                'attempt("file", lambda: os.rename(O + "/f", "f"))\n'
-                'attempt("dir", lambda: os.rename(O + "/d", "d"))\n')
-        p, r = box.probe(body, None, "-p", prof.name)
-        assert r == {"file": "ok", "dir": "EXDEV"}, (r, p.stderr)
-        assert not os.path.exists(os.path.join(wd, "d"))
+        for grant, moved in ((out, "EXDEV"), (top, "ok")):
+            prof = tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False)
+            prof.write(f"extends: default\nfilesystem:\n  write: [{grant}]\n")
+            prof.close()
+            os.chmod(prof.name, 0o644)
+            try:
+                box = Sandbox("root", test_user, wd).without_namespaces()
+                p, r = box.probe(body, None, "-p", prof.name)
+            finally:
+                os.unlink(prof.name)
+            assert r == {"file": "ok", "dir": moved}, (grant, r, p.stderr)
+            assert not os.path.lexists(os.path.join(wd, "d", ".envrc"))
+            assert os.path.isdir(os.path.join(wd, "d")) == (moved == "ok")
+            for n in ("f", "d"):
+                subprocess.run(["rm", "-rf", os.path.join(wd, n), os.path.join(out, n)],
+                               check=True)
     finally:
-        os.unlink(prof.name)
         shutil.rmtree(top, ignore_errors=True)
 
 
