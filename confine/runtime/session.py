@@ -87,14 +87,12 @@ class Request:
     agent_home: bool = True             # HOME inside is the agent's own (runtime/home.py)
 
 
-# A run whose agent exited 0 but whose exit check had to revert, quarantine or
-# report something, or could not check, exits with this (unless agent_status):
-# CI and scripts must notice. A nonzero agent status is kept as it is.
+# A run whose agent exited 0 but whose exit check reported anything the person
+# must look at, or could not check, exits with this (unless agent_status): CI and
+# scripts that trust the status must notice. That includes what was only noted (a
+# staged protected entry, a commit adding a protected name, "cannot decide"): git
+# writes those on the person's next checkout. A nonzero agent status is kept as it is.
 EXIT_CHECK_ACTED = 123
-# What the check did that counts: it undid, moved away or cleaned something, or
-# could not. A change only noted (a commit that adds a protected name; new files
-# held for the person) or left (made by the person under a read-only bind) does not.
-_ACTED = frozenset({"quarantined", "restored", "sanitized", "failed"})
 
 
 @dataclass
@@ -395,11 +393,10 @@ class Session:
             for line in self.events.summary(result.status):
                 say(line)
         rep = result.report
-        acted = rep is None or any(c.alert and c.action in _ACTED for c in rep.changes)
-        if acted and result.status == 0 and not self.req.agent_status:
+        if (rep is None or rep.alerts) and result.status == 0 and not self.req.agent_status:
             result.agent_status, result.status = 0, EXIT_CHECK_ACTED
             say(f"exit status {EXIT_CHECK_ACTED}: the agent exited 0, but the exit check "
-                + ("could not run" if rep is None else "had to act on protected paths (above)")
+                + ("could not run" if rep is None else "reported protected paths (above)")
                 + " (--agent-status keeps the agent's own status)")
         return result
 
