@@ -334,6 +334,8 @@ class Session:
         if self.snapshot is None:
             raise ConfineError("this session was prepared without the protected-path snapshot")
         refuse_missing(plan, allow_degraded, say)
+        from ..protect import keep
+        keep_limits = keep.limits()      # a bad override stops the run here, not at its end
         if self.req.log is not None:
             _check_log_path(self.req.log, plan)
             self.events = Events(self.req.log, say)
@@ -390,6 +392,7 @@ class Session:
             hold.also_stops()
             result.report = self._exit_check(plan.mount_ns, say)
             result.held = self._collect_held(held_fd[0] if held_fd else None, say)
+            self._bound_stores(keep_limits, say)
             for line in self.events.summary(result.status):
                 say(line)
         rep = result.report
@@ -543,6 +546,21 @@ class Session:
             except (OSError, ValueError):
                 pass
         return got
+
+    def _bound_stores(self, lim: Any, say: Warn) -> None:
+        """Bounds across runs (protect/keep.py) on the held files and the
+        quarantine, once this run's are kept: the oldest go first, this one stays."""
+        from ..protect import held, keep, revert
+        run = self.snapshot.run_id
+        for base, what, runs in (
+                (held.held_base(), "held files", None),
+                (os.path.dirname(revert.default_quarantine_dir(run)), "quarantine",
+                 revert.QUARANTINE_KEEP_RUNS)):
+            try:
+                keep.bound(base, what, run, say, lim=lim, max_runs=runs)
+            except Exception as e:  # noqa: BLE001 - housekeeping must not cost the report
+                say(f"could not bound the {what} kept across runs in {_safe(base)}: "
+                    f"{_safe(f'{type(e).__name__}: {e}')}")
 
     def _exit_check(self, mount_ns: bool, say: Warn) -> Any:
         """verify_and_revert and its report.  A failure of the check is said
