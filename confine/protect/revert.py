@@ -22,6 +22,7 @@ import time
 from typing import Callable, Iterator
 
 from ..digest import sha256
+from ..paths import state_dir
 from ..record import dataclass, field
 from . import gitdata, index
 from .gitconfig import is_dangerous_key, parse_git_config, sanitize_git_config, vet_git_config
@@ -88,12 +89,7 @@ class Report:
 def default_quarantine_dir(run_id: str, *, euid: int | None = None, home: str | None = None) -> str:
     """/var/lib/confine/quarantine/RUN as root, else
     $XDG_STATE_HOME (~/.local/state)/confine/quarantine/RUN."""
-    if (os.geteuid() if euid is None else euid) == 0:
-        return os.path.join("/var/lib/confine/quarantine", run_id)
-    base = os.environ.get("XDG_STATE_HOME") if home is None else None
-    if not base or not os.path.isabs(base):
-        base = os.path.join(home or os.path.expanduser("~"), ".local", "state")
-    return os.path.join(base, "confine", "quarantine", run_id)
+    return os.path.join(state_dir("quarantine", euid=euid, home=home), run_id)
 
 
 class _Quarantine:
