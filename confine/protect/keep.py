@@ -48,7 +48,8 @@ class Run:
     run: str
     workdir: str
     size: int           # bytes allocated on disk
-    when: float         # the time its id names
+    when: float         # the time its id names (seconds) ...
+    mtime: int          # ... and, within one second, its directory's last change
 
 
 @dataclass
@@ -160,10 +161,11 @@ def runs(bfd: int) -> list[Run]:
             continue
         try:
             size = tree_size(bfd, n)
+            mtime = os.stat(n, dir_fd=bfd, follow_symlinks=False).st_mtime_ns
         except OSError:
             continue
-        out.append(Run(n, _workdir(bfd, n), size, t))
-    out.sort(key=lambda r: (r.when, r.run))
+        out.append(Run(n, _workdir(bfd, n), size, t, mtime))
+    out.sort(key=lambda r: (r.when, r.mtime, r.run))
     return out
 
 

@@ -78,3 +78,12 @@ def test_api_result_status_is_123(sandbox):
     control, staged = json.loads(p.stdout.splitlines()[-1])
     assert control == [0, None]
     assert staged == [ACTED, 0]
+
+
+def test_cannot_decide_exits_123(sandbox):
+    """An index the check cannot read (git would refuse it too, but the person's
+    next `git` may be a newer one): "cannot decide" is something to look at."""
+    _repo(sandbox)
+    p = _inside(sandbox, "printf 'not an index at all, but long enough' > .git/index")
+    assert p.returncode == ACTED, p.stderr
+    assert "cannot decide" in p.stderr, p.stderr
