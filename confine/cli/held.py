@@ -87,8 +87,8 @@ def held_list(as_json: bool) -> None:
                f"{_keep.human(lim.max_bytes)}, {lim.days:g} days; {_keep.BYTES_ENV}, "
                f"{_keep.DAYS_ENV})")
     for one in out:
-        size = "size unknown" if one["size"] is None else _keep.human(one["size"])
-        click.echo(f"{one['run']}  {_safe(one['workdir'])}  ({size})")
+        shown = "size unknown" if one["size"] is None else _keep.human(one["size"])
+        click.echo(f"{one['run']}  {_safe(one['workdir'])}  ({shown})")
         for r in one["held"]:
             what = "dir " if r["kind"] == "dir" else "file"
             seen = "shown" if r["shown"] else "not shown"

@@ -558,7 +558,7 @@ def _identity(wd: str, user: str | None) -> Identity:
         raise
 
 
-def _skipped() -> list[dict]:
+def _skipped() -> list[dict[str, str]]:
     host, port = metadata_address()
     return [{"id": cid, "check": what.format(addr=f"{host}:{port}"),
              "run": f"confine audit {CONNECT_FLAG}"} for cid, what in ACTIVE.items()]
