@@ -12,6 +12,7 @@ Exit codes: 0 done, 125 refused (the line says why).
 from __future__ import annotations
 
 import json
+import os
 import re
 from typing import Any
 
@@ -19,8 +20,10 @@ import click
 
 from ..errors import ConfineError
 from ..protect import held as _held
+from ..protect import keep as _keep
 from ..protect.report import _safe
 
+_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 _RUN = re.compile(r"\d{8}-\d{6}-\d+(\.[A-Za-z0-9_-]+)?")
 
 
@@ -65,7 +68,11 @@ def held_list(as_json: bool) -> None:
             m = _held.load(run)
         except _held.HeldError:
             continue
-        out.append({"run": run, "workdir": m["workdir"], "dir": m["dir"],
+        try:
+            size = _keep.tree_size(os.open(os.path.dirname(m["dir"]), _DIR), run, close=True)
+        except OSError:
+            size = None
+        out.append({"run": run, "workdir": m["workdir"], "dir": m["dir"], "size": size,
                     "held": [_item_json(m, r) for r in _held.iter_roots(m)],
                     "left": m.get("left", [])})
     if as_json:
@@ -74,8 +81,14 @@ def held_list(as_json: bool) -> None:
     if not out:
         click.echo(f"nothing is held ({_safe(_held.held_base())})")
         return
+    lim = _keep.limits()
+    total = sum(one["size"] or 0 for one in out)
+    click.echo(f"{len(out)} run(s), {_keep.human(total)} on disk (kept: at most "
+               f"{_keep.human(lim.max_bytes)}, {lim.days:g} days; {_keep.BYTES_ENV}, "
+               f"{_keep.DAYS_ENV})")
     for one in out:
-        click.echo(f"{one['run']}  {_safe(one['workdir'])}")
+        shown = "size unknown" if one["size"] is None else _keep.human(one["size"])
+        click.echo(f"{one['run']}  {_safe(one['workdir'])}  ({shown})")
         for r in one["held"]:
             what = "dir " if r["kind"] == "dir" else "file"
             seen = "shown" if r["shown"] else "not shown"

@@ -137,8 +137,8 @@ def cli():
               help="Append every decision of the run (refusals, connections, DNS answers) "
                    "to FILE as JSON lines.")
 @click.option("--agent-status", is_flag=True,
-              help="Exit with the agent's own status even when the exit check reverted or "
-                   "quarantined protected paths (default: 123 instead of the agent's 0).")
+              help="Exit with the agent's own status even when the exit check reported "
+                   "protected paths (default: 123 instead of the agent's 0).")
 @click.option("--allow-host", "allow_host", multiple=True, metavar="HOST[:PORT]",
               help="Also let the agent reach HOST (port 443 unless given; *.suffix, an "
                    "address or network too) through the egress gateway (repeatable).")

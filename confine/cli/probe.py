@@ -82,17 +82,21 @@ def probe(profile, workdir, read_, write, env, user, allow_degraded, force_workd
               metavar="DIR", help="Search only these directories for daemon sockets "
               "(repeatable; env CONFINE_AUDIT_SOCKET_DIRS, colon-separated; default "
               "/run, /var/run, /run/user/UID, /tmp).")
+@click.option("--connect", is_flag=True,
+              help="Also run the checks that send traffic: one TCP connect to the cloud "
+                   "metadata address (env CONFINE_AUDIT_METADATA=HOST:PORT replaces it).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable report.")
-def audit(profile, workdir, user, home, socket_dirs, as_json):
+def audit(profile, workdir, user, home, socket_dirs, connect, as_json):
     """Inspect this host from outside: what could an agent reach, and does PROFILE block it.
 
     \b
     Container runtime, ssh-agent, D-Bus and tmux sockets and who can reach
     them; credential files in HOME; secrets in this environment; writable
     directories above the workdir; setuid programs; root-equivalent groups;
-    cloud metadata; user namespaces; Landlock ABI; AppArmor/SELinux. Read-only:
-    one TCP connect to the metadata address; no unix socket is connected to,
-    no credential is read, nothing is changed.
+    cloud metadata (with --connect); user namespaces; Landlock ABI;
+    AppArmor/SELinux. Read-only: no traffic unless --connect (the report names
+    each check skipped), no unix socket is connected to, no credential is
+    read, nothing is changed.
 
     \b
     Exit status: 0 when every finding is blocked or informational, 1 when
@@ -107,7 +111,7 @@ def audit(profile, workdir, user, home, socket_dirs, as_json):
         if not os.path.isdir(d):
             raise ConfineError(f"--socket-dir {d}: not a directory")
     r = _audit.audit(profile=profile, workdir=workdir, home=home,
-                     socket_dirs_=list(socket_dirs) or None, user=user)
+                     socket_dirs_=list(socket_dirs) or None, user=user, connect=connect)
     if as_json:
         click.echo(json.dumps(r, indent=2))
     else:

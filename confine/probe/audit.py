@@ -1,10 +1,14 @@
 """`confine audit`: what on this host an agent could reach, seen from outside
 as the launching user, and whether the chosen profile blocks each finding.
 
-Read-only: it stats files and sockets, reads sysctls, tries one TCP connect
-to the cloud metadata address (short timeout; unreachable is not an error)
-and one unshare(CLONE_NEWUSER) in a forked child. It never connects to a
-unix socket and never reads a credential file's contents.
+Read-only and silent on the network: it stats files and sockets, reads
+sysctls and tries one unshare(CLONE_NEWUSER) in a forked child. It never
+connects to a unix socket, never reads a credential file's contents, and sends
+no traffic unless asked: an audit run on a host whose traffic is watched must
+not look like a probe of the cloud metadata service. The active checks
+(ACTIVE: one TCP connect to the metadata address, short timeout, unreachable
+is not an error) run only with connect=True (`--connect`); otherwise the
+report names each one skipped and how to run it.
 
 Findings: id, category, severity (high, medium, low, info), title, detail,
 blocked (true: the profile stops it; false: it does not; null: not a
@@ -45,6 +49,9 @@ HOME_ENV = "CONFINE_AUDIT_HOME"
 SOCKET_DIRS_ENV = "CONFINE_AUDIT_SOCKET_DIRS"
 METADATA_ENV = "CONFINE_AUDIT_METADATA"
 METADATA = ("169.254.169.254", 80)
+# The checks that send traffic (id -> what it does), run only with --connect.
+ACTIVE = {"metadata": "one TCP connect to the cloud metadata address {addr}"}
+CONNECT_FLAG = "--connect"
 
 # (category, kind, pattern relative to a socket directory; {uid} is the agent's uid)
 SOCKETS = (
@@ -551,10 +558,19 @@ def _identity(wd: str, user: str | None) -> Identity:
         raise
 
 
-def audit(*, profile="default", workdir=None, home=None, socket_dirs_=None, user=None) -> dict:
+def _skipped() -> list[dict[str, str]]:
+    host, port = metadata_address()
+    return [{"id": cid, "check": what.format(addr=f"{host}:{port}"),
+             "run": f"confine audit {CONNECT_FLAG}"} for cid, what in ACTIVE.items()]
+
+
+def audit(*, profile="default", workdir=None, home=None, socket_dirs_=None, user=None,
+          connect: bool = False) -> dict:
     meta_res: dict = {}
-    t = threading.Thread(target=_metadata_probe, args=(meta_res,), daemon=True)
-    t.start()
+    t = None
+    if connect:
+        t = threading.Thread(target=_metadata_probe, args=(meta_res,), daemon=True)
+        t.start()
     notes = []
     if workdir is None:
         try:
@@ -586,8 +602,9 @@ def audit(*, profile="default", workdir=None, home=None, socket_dirs_=None, user
         findings += _setuid()
         findings += _groups(plan, ident, launch_root)
         findings += _kernel(plan, host)
-        t.join(1.0)
-        findings += _metadata(plan, meta_res)
+        if t is not None:
+            t.join(1.0)
+            findings += _metadata(plan, meta_res)
     finally:
         api.remove_tree(tmp)
         if tmpwd:
@@ -615,6 +632,7 @@ def audit(*, profile="default", workdir=None, home=None, socket_dirs_=None, user
         "notes": notes + list(ident.notes),
         "counts": counts,
         "findings": findings,
+        "skipped": [] if connect else _skipped(),
     }
 
 
@@ -644,4 +662,9 @@ def render(r: dict) -> str:
                 lines.append(f"{'':23}{f['detail']}")
             if f.get("fix"):
                 lines.append(f"{'':23}fix: {f['fix']}")
+    if r.get("skipped"):
+        lines.append("")
+        lines.append("skipped (they send traffic)")
+        for sk in r["skipped"]:
+            lines.append(f"  {sk['id']}: {sk['check']}; run: {sk['run']}")
     return "\n".join(lines)

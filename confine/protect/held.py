@@ -39,6 +39,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..digest import in_broker, sha256
+from ..paths import state_dir
 from ..record import dataclass, field
 from .report import _safe
 
@@ -260,12 +261,7 @@ class Held:
 
 def held_base(*, euid: int | None = None, home: str | None = None) -> str:
     """/var/lib/confine/held as root, else $XDG_STATE_HOME (~/.local/state)/confine/held."""
-    if (os.geteuid() if euid is None else euid) == 0:
-        return "/var/lib/confine/held"
-    base = os.environ.get("XDG_STATE_HOME") if home is None else None
-    if not base or not os.path.isabs(base):
-        base = os.path.join(home or os.path.expanduser("~"), ".local", "state")
-    return os.path.join(base, "confine", "held")
+    return state_dir("held", euid=euid, home=home)
 
 
 def _open_own_dir(path: str, create: bool) -> int:

@@ -36,7 +36,7 @@ import time
 from typing import Any, Iterator, Sequence
 
 from ..digest import sha256
-from ..paths import is_under
+from ..paths import is_under, state_dir
 from ..policy.patterns import Pattern
 
 __all__ = ["RACY_NS", "Record", "FILESYSTEMS", "default_dir", "dir_for", "unsupported",
@@ -84,12 +84,7 @@ OWN_PROCESS = False
 def default_dir(*, euid: int | None = None, home: str | None = None) -> str:
     """/var/lib/confine/index as root, else $XDG_STATE_HOME (~/.local/state)/confine/index:
     beside the quarantine (revert.default_quarantine_dir), outside every agent home."""
-    if (os.geteuid() if euid is None else euid) == 0:
-        return "/var/lib/confine/index"
-    base = os.environ.get("XDG_STATE_HOME") if home is None else None
-    if not base or not os.path.isabs(base):
-        base = os.path.join(home or os.path.expanduser("~"), ".local", "state")
-    return os.path.join(base, "confine", "index")
+    return state_dir("index", euid=euid, home=home)
 
 
 def dir_for(policy: Any) -> tuple[str | None, str]:

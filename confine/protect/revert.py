@@ -22,7 +22,7 @@ import time
 from typing import Callable, Iterator, Sequence
 
 from ..digest import sha256
-from ..paths import is_under
+from ..paths import is_under, state_dir
 from ..record import dataclass, field
 from . import gitdata, index
 from .gitconfig import (
@@ -48,14 +48,13 @@ from .snapshot import (
     _Unsafe,
 )
 
-__all__ = ["Change", "Report", "verify_and_revert", "default_quarantine_dir", "remove_at",
-           "expire_quarantine"]
+__all__ = ["Change", "Report", "verify_and_revert", "default_quarantine_dir", "remove_at"]
 
 QUARANTINE_COPY_CAP = 512 << 20  # bytes copied when a move crosses filesystems ...
 QUARANTINE_ENTRY_CAP = 10_000    # ... and entries (each is a new inode owned by the supervisor)
 QUARANTINE_COPY_DEPTH = 64       # directory levels copied (two descriptors per level)
-QUARANTINE_KEEP_RUNS = 100       # the default quarantine keeps this many runs ...
-QUARANTINE_KEEP_DAYS = 30        # ... and none older than this
+QUARANTINE_KEEP_RUNS = 100       # the default quarantine keeps this many runs (keep.py: bytes, days)
+QUARANTINE_WORKDIR = "WORKDIR.txt"  # a run's workdir, for the line that drops the run (keep.py)
 _QPATH_MAX = 2048                # longer quarantine paths are shortened (PATH_MAX is 4096)
 _RUN_ID = re.compile(r"(\d{8}-\d{6})-\d+(\..*)?")
 _FILE_TYPES = {stat.S_IFSOCK: "socket", stat.S_IFIFO: "fifo", stat.S_IFCHR: "char device",
@@ -100,12 +99,7 @@ class Report:
 def default_quarantine_dir(run_id: str, *, euid: int | None = None, home: str | None = None) -> str:
     """/var/lib/confine/quarantine/RUN as root, else
     $XDG_STATE_HOME (~/.local/state)/confine/quarantine/RUN."""
-    if (os.geteuid() if euid is None else euid) == 0:
-        return os.path.join("/var/lib/confine/quarantine", run_id)
-    base = os.environ.get("XDG_STATE_HOME") if home is None else None
-    if not base or not os.path.isabs(base):
-        base = os.path.join(home or os.path.expanduser("~"), ".local", "state")
-    return os.path.join(base, "confine", "quarantine", run_id)
+    return os.path.join(state_dir("quarantine", euid=euid, home=home), run_id)
 
 
 class _Quarantine:
@@ -115,6 +109,7 @@ class _Quarantine:
         if rp == w or rp.startswith(w + "/"):
             raise ValueError(f"quarantine directory {path} lies inside the workdir")
         self.path = rp
+        self.workdir = workdir
         self.fd: int | None = None
         self.copied = 0            # bytes copied across filesystems
         self.entries = 0           # inodes created by copying
@@ -131,7 +126,21 @@ class _Quarantine:
             if st.st_uid != os.geteuid():
                 raise OSError(errno.EPERM, f"quarantine directory {self.path} is not ours")
             os.fchmod(self.fd, 0o700)
+            self._note_workdir()
         return self.fd
+
+    def _note_workdir(self) -> None:
+        """The workdir, for the line that drops this run later (keep.py); first,
+        so a quarantined name of the same spelling gets another slot."""
+        try:
+            fd = os.open(QUARANTINE_WORKDIR, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+                         | os.O_CLOEXEC, 0o600, dir_fd=self.fd)
+        except OSError:
+            return
+        try:
+            os.write(fd, self.workdir.encode("utf-8", "surrogateescape") + b"\n")
+        finally:
+            os.close(fd)
 
     def slot(self, rel: str) -> tuple[int, str, str]:
         """(parent fd, name, full path) of a free place for rel; caller closes the fd."""
@@ -206,43 +215,6 @@ def _run_time(stamp: str) -> float | None:
         return time.mktime((y, mo, d, h, mi, sec, 0, 0, -1))
     except (OverflowError, ValueError):
         return None
-
-
-def expire_quarantine(base: str, keep: str | None = None, *, runs: int = QUARANTINE_KEEP_RUNS,
-                      days: int = QUARANTINE_KEEP_DAYS, now: float | None = None) -> list[str]:
-    """Remove the oldest runs from the quarantine directory `base` (only
-    entries named like a run id, only in a directory of ours): all but the
-    newest `runs`, and any older than `days`.  `keep` (the current run) stays.
-    Returns the names removed."""
-    try:
-        bfd = os.open(base, _DIR)
-    except OSError:
-        return []
-    removed: list[str] = []
-    try:
-        if os.fstat(bfd).st_uid != os.geteuid():
-            return []
-        dated = []
-        for n in os.listdir(bfd):
-            m = _RUN_ID.fullmatch(n)
-            if m is None or n == keep:
-                continue
-            t = _run_time(m.group(1))
-            if t is None:
-                continue
-            dated.append((t, n))
-        dated.sort(reverse=True)
-        limit = (time.time() if now is None else now) - days * 86400
-        for i, (t, n) in enumerate(dated):
-            if i >= runs or t < limit:
-                try:
-                    remove_at(bfd, n)
-                    removed.append(n)
-                except OSError:
-                    pass
-    finally:
-        os.close(bfd)
-    return removed
 
 
 def _open_dir(pfd: int, name: str) -> int:
@@ -697,8 +669,8 @@ def verify_and_revert(snap: Snapshot, *, quarantine_dir: str | None = None,
     are gone (and, if wanted, periodically while it runs: then it races the
     agent and is best-effort).  Never follows a symlink, never writes outside
     the workdir except into the quarantine directory (default:
-    default_quarantine_dir(snap.run_id), whose runs expire: see
-    expire_quarantine), never deletes what it could copy: whatever it removes
+    default_quarantine_dir(snap.run_id), whose runs the session bounds: see
+    keep.py), never deletes what it could copy: whatever it removes
     from the workdir is moved there (across filesystems within caps; sockets,
     fifos and devices are named in the report).
 
@@ -729,7 +701,6 @@ def _verify_and_revert(snap: Snapshot, quarantine_dir: str | None, trust_mounts:
                        home: str | None, writable: Sequence[str] = ()) -> Report:
     t0 = time.monotonic()
     report = Report(namespaces_active=trust_mounts)
-    default = quarantine_dir is None
     q = _Quarantine(quarantine_dir or default_quarantine_dir(snap.run_id, home=home), snap.workdir)
     report.quarantine_dir = q.path
     # The start's directory index vouches for every plain directory whose stamp
@@ -805,13 +776,6 @@ def _verify_and_revert(snap: Snapshot, quarantine_dir: str | None, trust_mounts:
         except OSError as e:
             report.changes.append(Change("unchecked", "", "noted", "could not keep the "
                                          f"workdir's directory index: {_why(e)}", alert=False))
-    if default:
-        try:
-            expire_quarantine(os.path.dirname(q.path), os.path.basename(q.path))
-        except Exception as e:  # noqa: BLE001 - housekeeping must not cost the report
-            report.changes.append(Change("unchecked", "", "noted", "could not expire old "
-                                         f"quarantine runs: {type(e).__name__}: {e}",
-                                         alert=False))
     report.seconds = time.monotonic() - t0
     return report
 

@@ -34,6 +34,7 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import errno
+import functools
 import json
 import os
 import resource
@@ -487,17 +488,62 @@ def _parse_layers(req: NestedRequest, wd: str, home: str, tmp: str, priv: str) -
     return dataclasses.replace(pol, sources=tuple(shown))
 
 
+def _as_agent(outer: Outer, fn: Callable[[], Any]) -> Any:
+    """fn() judged with the agent's own file-system identity: the handler runs
+    outside the sandbox (as root, when the outer was started as root), and what it
+    looks at for a request must be only what the agent could look at itself, or a
+    request would read the host for it (an oracle: issue 21 item 5)."""
+    ident = outer.plan.identity
+    if os.geteuid() != 0 or ident.uid == 0:
+        return fn()
+    if not caps.fs_identity_supported():
+        raise Refused("nested run: cannot judge the request with the agent's identity on "
+                      "this architecture")
+    return caps.in_fs_identity(ident.uid, ident.gid, fn)
+
+
+def _inner_workdir(outer: Outer, req: NestedRequest) -> str:
+    """The nested workdir's real path, if it is a directory the agent can open
+    itself, inside the outer run's writable paths. Every other request gets the
+    same refusal, naming only the rule and the path it asked for, whether the path
+    exists or not: the handler's answer tells the agent nothing it could not learn
+    itself."""
+    if req.force_workdir:
+        raise Refused("nested run: --force-workdir is not accepted from inside a run (an "
+                      "inner workdir must lie inside the outer run's writable paths)")
+    asked = os.path.normpath(req.workdir or req.cwd)
+    writable = outer.plan.writable_paths()
+    refused = Refused(f"nested run: refusing workdir {asked}: an inner workdir must be a "
+                      "directory the agent can open, inside the outer run's writable paths ("
+                      + ", ".join(writable) + ")")
+    if not any(is_under(asked, w) for w in writable):
+        raise refused       # before any look at the path
+    def opened() -> int:
+        return os.open(asked, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        fd: int = _as_agent(outer, opened)
+    except OSError:
+        raise refused from None
+    try:
+        real = os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        raise refused from None
+    finally:
+        os.close(fd)
+    if not any(is_under(real, w) for w in writable):
+        raise refused       # a symlink inside the writable paths that leads out of them
+    return real
+
+
 def plan_nested(outer: Outer, req: NestedRequest) -> tuple[Nested, str]:
     from .workdir import check_workdir
     op = outer.plan
     ident = op.identity
     home = op.agent_home or ident.home
-    wd = os.path.normpath(req.workdir or req.cwd)
-    if not os.path.isdir(wd):
-        raise Refused(f"nested run: workdir {wd} is not a directory")
-    wd = check_workdir(wd, sorted({ident.home, home}), req.force_workdir)
+    wd = check_workdir(_inner_workdir(outer, req), sorted({ident.home, home}), False)
     for p in req.read + req.write:
-        if not os.path.isabs(p) or not os.path.exists(p):
+        # as the agent: "does not exist" for what it cannot reach either
+        if not os.path.isabs(p) or not _as_agent(outer, functools.partial(os.path.exists, p)):
             raise Refused(f"{p} does not exist (from --read/--write)")
     ident = dataclasses.replace(ident, home=home, notes=())
     tmp = _make_tmp(op, ident.uid, ident.gid)

@@ -87,14 +87,12 @@ class Request:
     agent_home: bool = True             # HOME inside is the agent's own (runtime/home.py)
 
 
-# A run whose agent exited 0 but whose exit check had to revert, quarantine or
-# report something, or could not check, exits with this (unless agent_status):
-# CI and scripts must notice. A nonzero agent status is kept as it is.
+# A run whose agent exited 0 but whose exit check reported anything the person
+# must look at, or could not check, exits with this (unless agent_status): CI and
+# scripts that trust the status must notice. That includes what was only noted (a
+# staged protected entry, a commit adding a protected name, "cannot decide"): git
+# writes those on the person's next checkout. A nonzero agent status is kept as it is.
 EXIT_CHECK_ACTED = 123
-# What the check did that counts: it undid, moved away or cleaned something, or
-# could not. A change only noted (a commit that adds a protected name; new files
-# held for the person) or left (made by the person under a read-only bind) does not.
-_ACTED = frozenset({"quarantined", "restored", "sanitized", "failed"})
 
 
 @dataclass
@@ -358,6 +356,8 @@ class Session:
         if self.snapshot is None:
             raise ConfineError("this session was prepared without the protected-path snapshot")
         refuse_missing(plan, allow_degraded, say)
+        from ..protect import keep
+        keep_limits = keep.limits()      # a bad override stops the run here, not at its end
         if self.req.log is not None:
             _check_log_path(self.req.log, plan)
             self.events = Events(self.req.log, say)
@@ -417,14 +417,14 @@ class Session:
             result.report = self._exit_check(plan.mount_ns, say)
             result.held_roots = self._collect_held(held_fd[0] if held_fd else None, say)
             result.held = result.held_roots[0] if result.held_roots else None
+            self._bound_stores(keep_limits, say)
             for line in self.events.summary(result.status):
                 say(line)
         rep = result.report
-        acted = rep is None or any(c.alert and c.action in _ACTED for c in rep.changes)
-        if acted and result.status == 0 and not self.req.agent_status:
+        if (rep is None or rep.alerts) and result.status == 0 and not self.req.agent_status:
             result.agent_status, result.status = 0, EXIT_CHECK_ACTED
             say(f"exit status {EXIT_CHECK_ACTED}: the agent exited 0, but the exit check "
-                + ("could not run" if rep is None else "had to act on protected paths (above)")
+                + ("could not run" if rep is None else "reported protected paths (above)")
                 + " (--agent-status keeps the agent's own status)")
         return result
 
@@ -585,6 +585,21 @@ class Session:
         finally:
             os.close(fd)
         return out
+
+    def _bound_stores(self, lim: Any, say: Warn) -> None:
+        """Bounds across runs (protect/keep.py) on the held files and the
+        quarantine, once this run's are kept: the oldest go first, this one stays."""
+        from ..protect import held, keep, revert
+        run = self.snapshot.run_id
+        for base, what, runs in (
+                (held.held_base(), "held files", None),
+                (os.path.dirname(revert.default_quarantine_dir(run)), "quarantine",
+                 revert.QUARANTINE_KEEP_RUNS)):
+            try:
+                keep.bound(base, what, run, say, lim=lim, max_runs=runs)
+            except Exception as e:  # noqa: BLE001 - housekeeping must not cost the report
+                say(f"could not bound the {what} kept across runs in {_safe(base)}: "
+                    f"{_safe(f'{type(e).__name__}: {e}')}")
 
     def _exit_check(self, mount_ns: bool, say: Warn) -> Any:
         """verify_and_revert and its report.  A failure of the check is said

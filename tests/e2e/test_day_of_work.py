@@ -131,7 +131,9 @@ def test_a_day_of_agent_work(user_sandbox):
     assert not failed, (failed, out, p.stderr)
     assert steps["FORBIDDEN-hook"] != "0" and steps["FORBIDDEN-home"] != "0", out
     assert not os.path.exists(os.path.join(sb.pw.pw_dir, "confine-day-of-work"))
-    assert p.returncode == 0, p.stderr          # nothing reverted: the run's status is 0
+    # nothing reverted, but the protected clone's staged entries are noted: 123 (issue 21 item 7)
+    assert p.returncode == 123, p.stderr
+    assert "staged entries for protected paths" in p.stderr, p.stderr
     lines = [ln for ln in p.stderr.splitlines() if ln.startswith("confine:")]
     hook = [ln for ln in lines if "pre-commit" in ln]
     home = [ln for ln in lines if "confine-day-of-work" in ln]

@@ -34,6 +34,10 @@ PROTECTED = {".envrc": "export HELD=1\n", ".mcp.json": '{"mcpServers": {}}\n',
              ".idea/workspace.xml": "<project/>\n", "sub/.envrc": "echo sub\n"}
 ORDINARY = {"a.txt": "a\n", "sub/b.txt": "b\n", "README": "readme\n"}
 ROOTS = [".envrc", ".idea", ".mcp.json", ".vscode", "sub/.envrc"]
+# A clone or checkout of protected names leaves them staged and in commits a later
+# `git checkout`/`restore` would write: the exit check notes that, and a noted
+# alert exits 123 where the agent exited 0 (issue 21 item 7)
+NOTED = 123
 GITC = ["git", "-c", "user.name=t", "-c", "user.email=t@e"]
 
 
@@ -127,7 +131,7 @@ def test_clone_holds_protected_files_and_apply_puts_them_in_place(sandbox, clean
     assert r is not None, p.stderr
     rid = run_id(p.stderr)
     cleanup.append((sandbox, rid))
-    assert p.returncode == 0, p.stderr
+    assert p.returncode == NOTED, p.stderr
     assert r["clone"][0] == 0, r["clone"]
     assert r["inside"] == {**{k: False for k in PROTECTED}, **{k: True for k in ORDINARY}}
     assert r["status"] == [0, "", ""], r["status"]          # as documented: clean
@@ -171,7 +175,7 @@ def test_clone_holds_protected_files_and_apply_puts_them_in_place(sandbox, clean
 def test_discard_removes_held_files(sandbox, cleanup):
     make_bare(sandbox)
     p = sandbox.run(["git", "clone", "-q", "up.git", "c"])
-    assert p.returncode == 0, p.stderr
+    assert p.returncode == NOTED, p.stderr
     rid = run_id(p.stderr)
     cleanup.append((sandbox, rid))
     d = [x for x in held_json(sandbox) if x["run"] == rid][0]["dir"]
@@ -217,7 +221,7 @@ def test_held_files_are_absent_from_outside_while_the_agent_runs(sandbox, cleanu
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    assert proc.returncode == 0, err
+    assert proc.returncode == NOTED, err
     cleanup.append((sandbox, run_id(err)))
 
 
@@ -270,7 +274,7 @@ def test_restore_checkout_stash_and_cherry_pick_succeed(sandbox, cleanup):
     assert r["changed"][1] == "M\ta.txt\n", r["changed"]     # no deletion committed
     assert not any(r["inside"].values()), r["inside"]
     assert not any(present(os.path.join(sandbox.workdir, "c"), PROTECTED).values())
-    assert p.returncode == 0 and not denials(p.stderr), p.stderr
+    assert p.returncode == NOTED and not denials(p.stderr), p.stderr
 
 
 def test_checkout_in_a_repository_that_existed_at_start(sandbox, cleanup):

@@ -660,3 +660,64 @@ def test_the_endpoint_server_holds_none_of_the_runs_pipes_and_sockets(sandbox):
     finally:
         p.terminate()           # forwarded to the agent: the run ends as it would
         p.wait(timeout=30)
+
+
+def test_nested_dry_run_is_no_oracle_for_what_the_agent_cannot_read(sandbox):
+    """Issue 21 item 5: the outer supervisor (root, outside, when the outer was
+    started as root) judged a nested request by walking its workdir itself, so a
+    --dry-run named what lies in a directory the agent gets "Permission denied"
+    on. A directory it cannot open (that exists, with .envrc and a hook), one
+    that does not exist and a symlink in the workdir leading to the first get
+    the same refusal naming the rule and nothing in it, with or without
+    --force-workdir (refused from a request); the same for --read. Control: a
+    nested dry-run in a subdirectory of the workdir works, and names its .envrc."""
+    secret = tempfile.mkdtemp(prefix="confine-secret-", dir="/root")
+    missing = secret + "-nonexistent"
+    try:
+        os.makedirs(os.path.join(secret, ".git", "hooks"))
+        for rel in (".envrc", ".git/hooks/pre-commit", "hidden-name.txt"):
+            with open(os.path.join(secret, rel), "w") as f:
+                f.write("x\n")
+        os.chmod(secret, 0o700)
+        link = os.path.join(sandbox.workdir, "way-out")
+        os.symlink(secret, link)
+        wd = _inner_dir(sandbox)
+        os.mkdir(os.path.join(wd, ".vscode"))       # another name than the secret's
+        with open(os.path.join(wd, ".vscode", "tasks.json"), "w") as f:
+            f.write("{}\n")
+        # control: the agent itself cannot look into it
+        assert sandbox.outside(["ls", secret]).returncode != 0
+
+        asks = [(path, opts) for opts in ((), ("--force-workdir",))
+                for path in (secret, missing, link)]
+        asks += [(wd, ("--read", os.path.join(path, ".envrc"))) for path in (secret, missing)]
+        asks += [(wd, ())]      # control
+        # one outer run for all: its TMPDIR, named in the refusals, is the same
+        script = "".join(f"{' '.join(_inner(path, '--dry-run', '--json', *opts))} "
+                         f"> {wd}/out.{i} 2>&1; echo \"status=$?\" >> {wd}/out.{i}\n"
+                         for i, (path, opts) in enumerate(asks))
+        p = sandbox.run(_sh(script), timeout=120)
+        assert p.returncode == 0, p.stderr
+        outs = []
+        for i, (path, opts) in enumerate(asks):
+            with open(os.path.join(wd, f"out.{i}")) as f:
+                outs.append(f.read())
+        control = outs.pop()
+        assert control.endswith("status=0\n"), control
+        assert ".vscode" in control and f'"{wd}"' in control, control
+        same = []
+        for (path, opts), out in zip(asks, outs):
+            asked = opts[-1] if opts[:1] == ("--read",) else path
+            out = out.replace(asked, "PATH")
+            for word in (".envrc", "hooks", "hidden-name", "pre-commit"):
+                assert word not in out, (path, opts, out)
+            same.append(out)
+        for group, rule in ((same[0:3], "must be a directory the agent can open, inside "
+                             "the outer run's writable paths"),
+                            (same[3:6], "--force-workdir is not accepted"),
+                            (same[6:8], "does not exist (from --read/--write)")):
+            assert len(set(group)) == 1, group
+            assert rule in group[0] and group[0].endswith("status=125\n"), group[0]
+            assert group[0].count("\n") == 2, group[0]        # one line, and the status
+    finally:
+        shutil.rmtree(secret, ignore_errors=True)

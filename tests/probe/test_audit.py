@@ -6,11 +6,12 @@ from __future__ import annotations
 import os
 import shutil
 import socket
+import subprocess
 import tempfile
 
 import pytest
 
-from .conftest import Runner, make_workdir, needs_root, parse
+from .conftest import BASE_PATH, Runner, make_workdir, needs_root, parse
 
 MODES = ("root", "user")
 
@@ -95,7 +96,9 @@ def wd(test_user):
 
 
 def _audit(mode, pw, cmd, planted, wd, *args, options=True):
-    extra = ["--home", planted.home, "--socket-dir", planted.sockdir] if options else []
+    # --connect: the metadata check goes to the planted listener on loopback
+    extra = ["--home", planted.home, "--socket-dir", planted.sockdir,
+             "--connect"] if options else []
     return Runner(mode, pw, cmd)("audit", "--json", "-w", wd, *extra, *args,
                                  env_extra=planted.env(), cwd=wd)
 
@@ -178,9 +181,57 @@ def test_audit_unreachable_metadata_is_not_an_error(test_user, confine_cmd, plan
     env = [e for e in planted.env() if not e.startswith("CONFINE_AUDIT_METADATA")]
     env.append("CONFINE_AUDIT_METADATA=127.0.0.1:1")  # nothing listens on port 1
     p = Runner("root", test_user, confine_cmd)("audit", "--json", "-w", wd, "--home",
-                                               planted.home, env_extra=env)
+                                               planted.home, "--connect", env_extra=env)
     f = _ids(parse(p))
     assert f["metadata"]["severity"] == "info" and f["metadata"]["blocked"] is None
+
+
+def _connects(mode, pw, cmd, wd, home, *args):
+    """Run the audit in a network namespace of the test's own (only a down
+    loopback: nothing can leave it) under strace; returns the inet connect
+    calls it made and the process. CONFINE_AUDIT_METADATA is not set, so a
+    connect goes to the real default address, and fails inside the namespace."""
+    fd, trace = tempfile.mkstemp(prefix="confine-audit-strace-")
+    os.close(fd)
+    # unshare and strace need root: they come first, the account switch after them
+    who = (["setpriv", f"--reuid={pw.pw_uid}", f"--regid={pw.pw_gid}", "--clear-groups",
+            "--", "env", "-i", f"HOME={pw.pw_dir}", f"USER={pw.pw_name}"]
+           if mode == "user" else ["env", "-i", "HOME=/root", "USER=root"])
+    argv = (["unshare", "-n", "--", "strace", "-f", "-qq", "-e", "trace=connect", "-o",
+             trace, *who, f"PATH={BASE_PATH}", "LANG=C.UTF-8", *cmd, "audit", "--json",
+             "-w", wd, "--home", home, *args])
+    try:
+        p = subprocess.run(argv, capture_output=True, text=True, timeout=60, cwd=wd)
+        with open(trace) as f:
+            calls = [ln for ln in f if "connect(" in ln and "AF_INET" in ln]
+    finally:
+        os.unlink(trace)
+    return calls, p
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_audit_sends_nothing_without_connect(test_user, confine_cmd, planted, wd, mode):
+    """Issue 21 item 8: no inet connect at all by default; the report names the
+    skipped check and how to run it. Control: --connect does try."""
+    if not shutil.which("strace"):
+        pytest.skip("needs strace")
+    calls, p = _connects(mode, test_user, confine_cmd, wd, planted.home)
+    r = parse(p)
+    assert calls == [], calls
+    assert "metadata" not in _ids(r)
+    sk = {s["id"]: s for s in r["skipped"]}
+    assert "169.254.169.254:80" in sk["metadata"]["check"]
+    assert sk["metadata"]["run"] == "confine audit --connect"
+    calls, p = _connects(mode, test_user, confine_cmd, wd, planted.home, "--connect")
+    r = parse(p)
+    assert any("169.254.169.254" in c for c in calls), calls
+    assert r["skipped"] == [] and "metadata" in _ids(r)
+
+
+def test_audit_human_output_names_skipped_checks(test_user, confine_cmd, planted, wd):
+    p = Runner("root", test_user, confine_cmd)("audit", "-w", wd, "--home", planted.home)
+    assert "skipped (they send traffic)" in p.stdout, p.stdout[-800:]
+    assert "run: confine audit --connect" in p.stdout
 
 
 @pytest.mark.parametrize("args,needle", [

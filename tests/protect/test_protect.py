@@ -912,13 +912,17 @@ def test_deep_trees_are_quarantined_and_removed_without_recursion(world, account
 
 
 def test_expire_quarantine_keeps_recent_runs_and_foreign_names(tmp_path):
-    from confine.protect.revert import expire_quarantine
+    from confine.protect import keep
+
+    def expire_quarantine(base, keep_run, runs):
+        return [r.run for r in keep.bound(base, "quarantine", keep_run, lambda m: None,
+                                          lim=keep.Limits(1 << 40, 30), max_runs=runs)]
     now = time.time()
     names = [time.strftime("%Y%m%d-%H%M%S", time.localtime(now - i * 3600)) + "-1" for i in range(8)]
     old = time.strftime("%Y%m%d-%H%M%S", time.localtime(now - 40 * 86400)) + "-9"
     for n in names + [old, "keep-me"]:
         (tmp_path / n / "a").mkdir(parents=True)
-    gone = expire_quarantine(str(tmp_path), keep=names[-1], runs=5)
+    gone = expire_quarantine(str(tmp_path), names[-1], 5)
     left = sorted(os.listdir(tmp_path))
     assert old in gone and "keep-me" in left and names[-1] in left
     assert set(names[:5]) <= set(left) and not set(names[5:7]) & set(left)

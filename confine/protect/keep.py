@@ -1,0 +1,225 @@
+"""Bounds across runs on what confine keeps for the person: held files
+(held.py, `held_base()`) and the quarantine (revert.py, `default_quarantine_dir`).
+
+Each run is bounded on its own (held.COPY_CAP, revert.QUARANTINE_COPY_CAP and
+their entry caps), but nothing expired the runs: an agent started again and
+again (a loop in a harness, a cron job) that holds a 200 MB `.envrc` each time
+fills the person's disk (or /var/lib as root) with no end. So at the end of
+every run each store keeps at most KEEP_BYTES on disk and nothing older than
+KEEP_DAYS; the oldest runs go first, each with a `confine:` line naming the
+run, its workdir and its size. The current run is never dropped: when it alone
+is over the bound, that is said, and it keeps what its per-run caps allowed.
+
+The one place the bounds are set: KEEP_BYTES and KEEP_DAYS here, overridden by
+the launching user's environment (CONFINE_KEEP_BYTES, CONFINE_KEEP_DAYS; the
+agent's environment never reaches the supervisor). A bad value is refused at
+the run's start (limits() raises ConfineError: exit 125), never guessed.
+
+Threat: the stores are directories of the person's own (0700, checked by
+owner), but what lies in them came from the agent's workdir; sizes are taken
+by descriptor without following a symlink, counting the blocks really
+allocated (a sparse file costs what it holds); removal is revert.remove_at.
+"""
+from __future__ import annotations
+
+import os
+import re
+import stat
+import time
+from collections.abc import Callable
+
+from ..errors import ConfineError
+from ..record import dataclass
+from .held import MANIFEST, _read_json
+from .report import _safe
+from .revert import _RUN_ID, QUARANTINE_WORKDIR, _run_time, remove_at
+
+KEEP_BYTES = 1 << 30            # each store (held, quarantine) keeps at most this on disk ...
+KEEP_DAYS = 30                  # ... and no run older than this
+BYTES_ENV = "CONFINE_KEEP_BYTES"
+DAYS_ENV = "CONFINE_KEEP_DAYS"
+SIZE_DEPTH = 512                # directory levels counted below a run (a descriptor each)
+_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_UNITS = re.compile(r"(\d+)\s*([KMGT]i?B?|B)?", re.IGNORECASE)
+
+
+@dataclass
+class Run:
+    run: str
+    workdir: str
+    size: int           # bytes allocated on disk
+    when: float         # the time its id names (seconds) ...
+    mtime: int          # ... and, within one second, its directory's last change
+
+
+@dataclass
+class Limits:
+    max_bytes: int
+    days: float
+
+
+def limits() -> Limits:
+    """KEEP_BYTES and KEEP_DAYS, or the launching user's overrides
+    (CONFINE_KEEP_BYTES: bytes, or with K/M/G/T (powers of 1024); CONFINE_KEEP_DAYS)."""
+    raw_b, raw_d = os.environ.get(BYTES_ENV), os.environ.get(DAYS_ENV)
+    max_bytes, days = KEEP_BYTES, float(KEEP_DAYS)
+    if raw_b is not None:
+        m = _UNITS.fullmatch(raw_b.strip())
+        if m is None:
+            raise ConfineError(f"{BYTES_ENV}={raw_b!r}: not a size (e.g. 1073741824, 500M, 2G)")
+        unit = (m.group(2) or "B")[0].upper()
+        max_bytes = int(m.group(1)) << {"B": 0, "K": 10, "M": 20, "G": 30, "T": 40}[unit]
+    if raw_d is not None:
+        try:
+            days = float(raw_d)
+        except ValueError:
+            days = -1.0
+        if not 0 <= days < 1e6:
+            raise ConfineError(f"{DAYS_ENV}={raw_d!r}: not a number of days")
+    return Limits(max_bytes, days)
+
+
+def human(n: int) -> str:
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift:
+            return f"{n / (1 << shift):.1f} {unit}"
+    return f"{n} bytes"
+
+
+def tree_size(pfd: int, name: str, *, close: bool = False) -> int:
+    """Bytes allocated under pfd/name: by descriptor, never through a symlink,
+    never into another filesystem; levels below SIZE_DEPTH are not counted.
+    close: pfd is closed when done."""
+    try:
+        return _tree_size(pfd, name)
+    finally:
+        if close:
+            os.close(pfd)
+
+
+def _tree_size(pfd: int, name: str) -> int:
+    st = os.stat(name, dir_fd=pfd, follow_symlinks=False)
+    total = st.st_blocks * 512
+    if not stat.S_ISDIR(st.st_mode):
+        return total
+    stack = [os.open(name, _DIR, dir_fd=pfd)]
+    try:
+        while stack:
+            fd = stack.pop()
+            try:
+                with os.scandir(fd) as it:
+                    entries = list(it)
+                for e in entries:
+                    try:
+                        est = e.stat(follow_symlinks=False)
+                    except OSError:
+                        continue
+                    total += est.st_blocks * 512
+                    if (stat.S_ISDIR(est.st_mode) and est.st_dev == st.st_dev
+                            and len(stack) < SIZE_DEPTH):
+                        try:
+                            stack.append(os.open(e.name, _DIR, dir_fd=fd))
+                        except OSError:
+                            pass
+            finally:
+                os.close(fd)
+    finally:
+        for fd in stack:
+            os.close(fd)
+    return total
+
+
+def _workdir(bfd: int, name: str) -> str:
+    """The run's workdir: a held run's manifest, a quarantine run's note."""
+    try:
+        dfd = os.open(name, _DIR, dir_fd=bfd)
+    except OSError:
+        return "?"
+    try:
+        m = _read_json(dfd, MANIFEST)
+        if m is not None and isinstance(m.get("workdir"), str):
+            return str(m["workdir"])
+        try:
+            fd = os.open(QUARANTINE_WORKDIR, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
+        except OSError:
+            return "?"
+        try:
+            return os.read(fd, 8192).decode("utf-8", "surrogateescape").strip() or "?"
+        finally:
+            os.close(fd)
+    finally:
+        os.close(dfd)
+
+
+def runs(bfd: int) -> list[Run]:
+    """The runs in a store (names like a run id only), oldest first."""
+    out = []
+    for n in os.listdir(bfd):
+        m = _RUN_ID.fullmatch(n)
+        t = _run_time(m.group(1)) if m else None
+        if t is None:
+            continue
+        try:
+            size = tree_size(bfd, n)
+            mtime = os.stat(n, dir_fd=bfd, follow_symlinks=False).st_mtime_ns
+        except OSError:
+            continue
+        out.append(Run(n, _workdir(bfd, n), size, t, mtime))
+    out.sort(key=lambda r: (r.when, r.mtime, r.run))
+    return out
+
+
+def bound(base: str, what: str, keep: str | None, say: Callable[[str], None], *,
+          lim: Limits | None = None, max_runs: int | None = None,
+          now: float | None = None) -> list[Run]:
+    """Drop the oldest runs of the store `base` (a directory of ours; `what`
+    names it in the lines) until it holds at most lim.max_bytes, no run older
+    than lim.days and at most max_runs; `keep` (the current run) stays.
+    Each dropped run gets a line; returns them."""
+    lim = lim or limits()
+    try:
+        bfd = os.open(base, _DIR)
+    except OSError:
+        return []
+    dropped: list[Run] = []
+    try:
+        if os.fstat(bfd).st_uid != os.geteuid():
+            return []
+        every = runs(bfd)
+        total = sum(r.size for r in every)
+        oldest = (time.time() if now is None else now) - lim.days * 86400
+        def current(r: Run) -> bool:
+            # the run's own, its write grants' included (RUN.rootN: runtime/session.py)
+            return keep is not None and (r.run == keep or r.run.startswith(keep + "."))
+
+        count = sum(1 for r in every if not current(r))
+        for r in every:
+            if current(r):
+                continue
+            if r.when < oldest:
+                why = f"older than {lim.days:g} days"
+            elif total > lim.max_bytes:
+                why = f"over the {human(lim.max_bytes)} bound on {what} across runs"
+            elif max_runs is not None and count > max_runs:
+                why = f"over the {max_runs} runs kept"
+            else:
+                continue
+            try:
+                remove_at(bfd, r.run)
+            except OSError as e:
+                say(f"could not drop {what} run {r.run} ({why}): {e.strerror or e}")
+                continue
+            total -= r.size
+            count -= 1
+            dropped.append(r)
+            say(f"dropped {what} run {r.run} (workdir {_safe(r.workdir)}, {human(r.size)}): "
+                + why)
+        mine = [r for r in every if current(r)]
+        cur = sum(r.size for r in mine)
+        if mine and cur > lim.max_bytes:
+            say(f"{what} run {keep} alone holds {human(cur)}, over the "
+                f"{human(lim.max_bytes)} bound ({BYTES_ENV}): kept, within its own per-run "
+                f"caps; the next run drops it first")
+    finally:
+        os.close(bfd)
+    return dropped

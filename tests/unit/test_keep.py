@@ -1,0 +1,91 @@
+"""protect/keep.py in-process: the overrides, the order runs are dropped in and
+the current run kept (the e2e test runs it through real runs)."""
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from confine.errors import ConfineError
+from confine.protect import keep
+
+
+@pytest.mark.parametrize("raw,want", [("1048576", 1 << 20), ("50M", 50 << 20), ("2G", 2 << 30),
+                                      ("3KiB", 3 << 10), ("1t", 1 << 40)])
+def test_size_override(monkeypatch, raw, want):
+    monkeypatch.setenv(keep.BYTES_ENV, raw)
+    assert keep.limits().max_bytes == want
+
+
+@pytest.mark.parametrize("env,raw", [(keep.BYTES_ENV, "lots"), (keep.BYTES_ENV, "-5"),
+                                     (keep.DAYS_ENV, "soon"), (keep.DAYS_ENV, "-1")])
+def test_bad_override_is_refused(monkeypatch, env, raw):
+    monkeypatch.setenv(env, raw)
+    with pytest.raises(ConfineError, match=env):
+        keep.limits()
+
+
+def test_defaults(monkeypatch):
+    monkeypatch.delenv(keep.BYTES_ENV, raising=False)
+    monkeypatch.delenv(keep.DAYS_ENV, raising=False)
+    assert keep.limits() == keep.Limits(1 << 30, 30)
+
+
+def _run(base, hours_ago: float, size: int) -> str:
+    name = time.strftime("%Y%m%d-%H%M%S", time.localtime(time.time() - hours_ago * 3600)) + "-7"
+    os.makedirs(base / name)
+    with open(base / name / "f", "wb") as f:
+        f.write(os.urandom(size))
+    return name
+
+
+def test_oldest_go_first_and_the_current_run_stays(tmp_path):
+    old, mid, new = (_run(tmp_path, h, 400 << 10) for h in (3, 2, 1))
+    cur = _run(tmp_path, 0, 700 << 10)
+    said: list[str] = []
+    gone = keep.bound(str(tmp_path), "held files", cur, said.append,
+                      lim=keep.Limits(1 << 20, 30))
+    assert [r.run for r in gone] == [old, mid, new]     # 700 KiB alone is under 1 MiB
+    assert sorted(os.listdir(tmp_path)) == [cur]
+    assert all("over the 1.0 MiB bound on held files" in s for s in said), said
+    # alone over the bound: said, kept
+    said.clear()
+    assert keep.bound(str(tmp_path), "held files", cur, said.append,
+                      lim=keep.Limits(100 << 10, 30)) == []
+    assert os.listdir(tmp_path) == [cur] and "alone holds" in said[0], said
+    # control: under the bound nothing goes, and nothing is said
+    said.clear()
+    assert keep.bound(str(tmp_path), "held files", None, said.append,
+                      lim=keep.Limits(1 << 30, 30)) == [] and said == []
+
+
+def test_age_limit(tmp_path):
+    old = _run(tmp_path, 24 * 40, 10)
+    fresh = _run(tmp_path, 1, 10)
+    said: list[str] = []
+    gone = keep.bound(str(tmp_path), "quarantine", None, said.append,
+                      lim=keep.Limits(1 << 30, 30))
+    assert [r.run for r in gone] == [old] and os.listdir(tmp_path) == [fresh]
+    assert "older than 30 days" in said[0]
+
+
+def test_the_current_runs_write_grants_stay_with_it(tmp_path):
+    """A run's write grants keep their held files and quarantine as RUN.rootN
+    (runtime/session.py): they are the current run too, never dropped as older ones."""
+    old = _run(tmp_path, 2, 400 << 10)
+    cur = _run(tmp_path, 0, 300 << 10)
+    grant = cur + ".root1"
+    os.makedirs(tmp_path / grant)
+    with open(tmp_path / grant / "f", "wb") as f:
+        f.write(os.urandom(500 << 10))
+    said: list[str] = []
+    gone = keep.bound(str(tmp_path), "held files", cur, said.append,
+                      lim=keep.Limits(700 << 10, 30))
+    assert [r.run for r in gone] == [old]
+    assert sorted(os.listdir(tmp_path)) == [cur, grant]
+    # together over the bound: said once, both kept
+    said.clear()
+    assert keep.bound(str(tmp_path), "held files", cur, said.append,
+                      lim=keep.Limits(600 << 10, 30)) == []
+    assert sorted(os.listdir(tmp_path)) == [cur, grant] and "alone holds" in said[0], said
