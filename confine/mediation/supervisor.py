@@ -100,8 +100,8 @@ class _Pending(NamedTuple):
     lost: int           # errno the agent gets if the broker dies first
     # what the call wrote or reached, for the message should it be refused with
     # no reason from the guard (EACCES, EROFS, EBUSY): (tid, dirfd, path,
-    # creates, a rename's (dirfd, source) or None) for file calls, (port,) for
-    # a TCP connect
+    # creates, a rename's (dirfd, source) or None) for file calls, (port,
+    # address) for a TCP connect
 
     what: tuple | None = None
     # sockfd.py: what to do with the reply instead (a socket made for the agent)
@@ -548,9 +548,9 @@ class Mediator:
         only, never for a decision."""
         if self.events is None:
             return
-        if len(what) == 1:
+        if len(what) == 2:
             if not rofs:
-                self.events.connect_refused(what[0])
+                self.events.connect_refused(*what)
             return
         tid, dfd, raw, creates = what[:4]
         path = _shown(tid, dfd, raw)
@@ -679,8 +679,9 @@ class Mediator:
                     return False
                 raw = got
             resolve = _pathname(raw)
-            port = _inet_port(raw) if call.op == Op.CONNECT else 0
-            what = (port,) if port else None
+            port = _inet_port(call.raw) if call.op == Op.CONNECT else 0
+            # the address the agent asked for: a refused one is said as it wrote it
+            what = (port, _inet_host(call.raw, family)) if port else None
             tgid = tid = 0
             if resolve:
                 # The agent's cwd (its own, by its thread id: not a name it chose),
@@ -1106,6 +1107,12 @@ def _dac_denies(path: str, creates: bool, uid: int) -> bool:
     if (st.st_mode >> 3) & need == need:
         return False
     return st.st_mode & need != need
+
+
+def _inet_host(raw: bytes, family: int | None) -> str:
+    """The address of an IPv4/IPv6 sockaddr as text ("" for anything else)."""
+    got = inet.parse(raw, family or socket.AF_INET) if family is not None else None
+    return "" if got is None else str(got[0])
 
 
 def _inet_port(raw: bytes) -> int:

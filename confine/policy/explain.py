@@ -16,6 +16,7 @@ that they cannot be granted, and why.
 from __future__ import annotations
 
 import fnmatch
+import ipaddress
 import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -94,10 +95,7 @@ def from_landlock(fields: Mapping[str, str]) -> Refusal | None:
         port = fields.get("src", "")
         return Refusal("bind_tcp", LANDLOCK, port, f"bind TCP port {port}")
     if "net.connect_tcp" in b:
-        port = fields.get("dest", "")
-        addr = fields.get("daddr", "")
-        return Refusal("connect_tcp", LANDLOCK, port,
-                       f"connect to TCP port {port}" + (f" on {addr}" if addr else ""))
+        return connect_refusal(LANDLOCK, fields.get("dest", ""), fields.get("daddr", ""))
     if any(x.startswith("scope.") for x in blockers):
         return Refusal("scope", LANDLOCK, blockers[0],
                        "signal to a process outside the sandbox"
@@ -105,6 +103,22 @@ def from_landlock(fields: Mapping[str, str]) -> Refusal | None:
     if blockers and blockers[0]:
         return Refusal("other", LANDLOCK, blockers[0], f"{blockers[0]} {path}".strip())
     return None
+
+
+def connect_refusal(layer: str, port: str, addr: str = "") -> Refusal:
+    """A refused TCP connect to `addr` (as the agent wrote it; "" unknown) port
+    `port`. The agent's own loopback (or an unknown address) is `connect_tcp`;
+    any other address is a host the profile does not name."""
+    try:
+        ip = ipaddress.ip_address(addr.strip("[]")) if addr else None
+    except ValueError:
+        ip = None
+    if ip is not None and not (ip.is_loopback or ip.is_unspecified) and port.isdigit():
+        shown = f"[{ip}]" if ip.version == 6 else str(ip)
+        entry = shown if port == "443" else f"{shown}:{port}"
+        return Refusal("host", layer, entry, f"connect to {shown}:{port}")
+    return Refusal("connect_tcp", layer, port,
+                   f"connect to TCP port {port}" + (f" on {addr}" if addr else ""))
 
 
 # as strings: re compiles them for the first refusal (most runs have none)
@@ -228,9 +242,15 @@ def grant(r: Refusal, home: str, deny: Sequence[str] = (),
                      note=f"add {port} to network.connect_tcp too to reach the server "
                           "from inside")
     if r.kind == "connect_tcp":
-        port = int(r.subject) if r.subject.isdigit() else r.subject
-        return Grant("network.connect_tcp", port, "",
-                     note="any host on that port; --allow-host HOST names one")
+        # The agent's own loopback is not the host's (a network namespace of its
+        # own): what it wanted there is most often the person's service on the host.
+        if not r.subject.isdigit():
+            return Grant(cannot=f"{r.what}: the port is not known")
+        return Grant("network.allow", f"localhost:{r.subject}",
+                     f"--allow-host localhost:{r.subject}",
+                     note="the service on the host's loopback on that port; a server the "
+                          f"agent runs itself needs network.connect_tcp: [{r.subject}] "
+                          "(the agent's own loopback) instead")
     if r.kind == "unix_socket":
         for pat in HOST_ROOT_SOCKETS:
             if fnmatch.fnmatchcase(r.subject, pat):

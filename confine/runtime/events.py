@@ -140,12 +140,11 @@ class Events:
                                        f"rename {path}: a protected path, bound read-only "
                                        "for the run", self.read_only[rel]))
 
-    def connect_refused(self, port: int) -> None:
-        """The broker's connect() to TCP `port` got EACCES (as write_refused)."""
+    def connect_refused(self, port: int, addr: str = "") -> None:
+        """The broker's connect() to TCP `port` of `addr` got EACCES (as write_refused)."""
         if self.landlock_seen is not False or port in self.connect_ports:
             return
-        self.explained(explain.Refusal("connect_tcp", explain.LANDLOCK, str(port),
-                                       f"connect to TCP port {port}"))
+        self.explained(explain.connect_refusal(explain.LANDLOCK, str(port), addr))
 
     def landlock(self, fields: Mapping[str, str]) -> None:
         """A Landlock audit record of this run's domain (kernel/audit.py)."""

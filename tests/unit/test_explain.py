@@ -57,8 +57,22 @@ def test_landlock_tcp_bind_and_connect():
     gr = g(r)
     assert (gr.key, gr.value) == ("network.bind_tcp", 8000)
     assert "network.bind_tcp: [8000]" in ex.line(r, gr)
+    # connect_tcp is the agent's own loopback: a refused loopback connect suggests the
+    # host's service by name (the flag that reaches it), connect_tcp only in the note
     r = ex.from_landlock({"blockers": "net.connect_tcp", "daddr": "127.0.0.1", "dest": "5432"})
-    assert r is not None and (g(r).key, g(r).value) == ("network.connect_tcp", 5432)
+    assert r is not None and r.kind == "connect_tcp"
+    gr = g(r)
+    assert (gr.key, gr.value, gr.flag) == ("network.allow", "localhost:5432",
+                                           "--allow-host localhost:5432")
+    line = ex.line(r, gr)
+    assert "any host" not in line and "network.connect_tcp: [5432]" in line and "own" in line
+    # another address is a host the profile does not name
+    r = ex.from_landlock({"blockers": "net.connect_tcp", "daddr": "192.0.2.7", "dest": "80"})
+    assert r is not None and r.kind == "host"
+    assert (g(r).key, g(r).value, g(r).flag) == ("network.allow", "192.0.2.7:80",
+                                                 "--allow-host 192.0.2.7:80")
+    r = ex.connect_refusal(ex.LANDLOCK, "443", "2001:db8::1")
+    assert (g(r).value, g(r).flag) == ("[2001:db8::1]", "--allow-host [2001:db8::1]")
 
 
 @pytest.mark.parametrize("path", [f"{HOME}/.ssh/id_ed25519", f"{HOME}/.aws", "/etc/shadow",
