@@ -224,6 +224,18 @@ class Mediator:
             if nr is not None:
                 self.handlers[nr] = functools.partial(Mediator._signal, self, judge, name)
 
+    def refuse_dgram(self) -> None:
+        """No gateway: IPv4/IPv6 datagram sockets are notified (plan.dgram_notify)
+        only to be refused here and said once: without it a DNS lookup fails with
+        nothing but the program's own "could not resolve"."""
+        nr = syscall_number("socket")
+        if nr is not None:
+            self.handlers[nr] = functools.partial(Mediator._dgram, self)
+
+    def _dgram(self, n: notify.Notif) -> None:
+        self._respond(n.id, error=errno.EPERM)
+        self._report(DGRAM_REFUSED)
+
     def _signal(self, judge: Any, name: str, n: notify.Notif) -> None:
         v = judge.decide(name, list(n.data.args), n.pid)
         if v.refused:
@@ -1336,6 +1348,10 @@ def _setxattrat(a: list[int], pid: int) -> _MetaCall | None:
     value, size, flags = struct.unpack("<QII", notify.read_mem(pid, a[4], 16))
     return _meta_at(Op.SETXATTR, a[0], a[1], a[2], mode=flags, name=a[3], value=(value, size))
 
+
+# policy/explain.py reads this reason back (from_reason): keep the two in step
+DGRAM_REFUSED = ("a UDP socket (a DNS lookup, or QUIC): this run has no network, so no "
+                 "host name resolves")
 
 _SOCKET_HANDLERS: dict[str, Callable[[Mediator, notify.Notif], None]] = {
     "connect": Mediator._connect, "sendto": Mediator._sendto,

@@ -52,7 +52,7 @@ HOST_ROOT_SOCKETS = ("/var/run/docker.sock", "/run/docker.sock", "/run/container
 @dataclass(frozen=True)
 class Refusal:
     """kind: read, write, device, bind_tcp, connect_tcp, unix_socket, protected,
-    host, scope, other. subject: the path, port, pattern or host refused.
+    host, dns, scope, other. subject: the path, port, pattern or host refused.
     what: the refused action as said (e.g. "create .envrc")."""
     kind: str
     layer: str
@@ -133,6 +133,8 @@ def from_reason(reason: str) -> Refusal:
     m = re.match(_UNIX, reason)
     if m:
         return Refusal("unix_socket", MEDIATION, m.group(2) or m.group(1), reason)
+    if reason.startswith("a UDP socket (a DNS lookup"):
+        return Refusal("dns", SECCOMP, "", reason)
     if reason.startswith("listen() on a TCP socket with no port bound"):
         return Refusal("bind_tcp", MEDIATION, "", reason)
     if "another name" in reason or "a file protected at start" in reason:
@@ -270,6 +272,10 @@ def grant(r: Refusal, home: str, deny: Sequence[str] = (),
                           "agent's own tools): only in a workdir you trust")
     if r.kind == "host" and r.subject:
         return Grant("network.allow", r.subject, f"--allow-host {r.subject}")
+    if r.kind == "dns":
+        return Grant(note="--allow-host HOST (or network.allow: [HOST]) names a host the "
+                          "agent may reach, through confine's gateway, which answers its "
+                          "DNS lookups")
     if r.kind == "scope":
         key = "scope.signals" if "signal" in r.subject else "scope.abstract_unix"
         return Grant(key, "false", "", note="the agent then reaches the host's own "
@@ -297,6 +303,8 @@ def key(r: Refusal, g: Grant) -> str:
 def suggestion(g: Grant) -> str:
     if g.cannot:
         return g.cannot
+    if not g.key:
+        return g.note       # no one entry grants it: what to name, said in words
     value = g.value
     entry = f"{g.key}: [{value if not isinstance(value, str) or value.isdigit() else _yaml(value)}]"
     if g.key.startswith("scope."):
@@ -379,6 +387,8 @@ def report(events: Iterable[Mapping[str, object]], home: str | None = None) -> R
                 cannot.append(g.cannot)
             continue
         if not g.key or g.value is None:
+            if g.note and g.note not in notes:
+                notes.append(g.note)
             continue
         vals = grants.setdefault(g.key, [])
         if g.value not in vals:

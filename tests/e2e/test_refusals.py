@@ -337,5 +337,29 @@ def test_tcp_connect_is_explained_in_every_run(sandbox):
         assert "CONNECTED" not in p.stdout and "13" in p.stdout, (p.stdout, p.stderr)
         got = _lines(p.stderr, f"network.connect_tcp: [{port}]")
         assert len(got) == 1 and "[landlock]" in got[0], p.stderr
+        # the agent's loopback is its own: the host's service is reached by name
+        assert f"--allow-host localhost:{port}" in got[0] and "any host" not in got[0], got
     finally:
         srv.close()
+
+
+def test_dns_lookup_without_network_names_allow_host(sandbox):
+    # the default profile has no network (nothing leaves: no route, no UDP socket)
+    p = sandbox.run(["curl", "-sS", "--max-time", "10", "https://example.com/"])
+    assert p.returncode == 6 and "resolve" in p.stderr, (p.returncode, p.stderr)
+    got = _lines(p.stderr, "--allow-host HOST")
+    assert len(got) == 1 and "DNS" in got[0] and "[seccomp]" in got[0], p.stderr
+    # said before the agent's own message, and once however many lookups were refused
+    err = p.stderr.splitlines()
+    assert err.index(got[0]) < next(i for i, ln in enumerate(err) if ln.startswith("curl:")), \
+        p.stderr
+    # the refusal itself is unchanged: a UDP socket is still refused (EPERM) inside...
+    code = ("import socket\ntry:\n socket.socket(socket.AF_INET, socket.SOCK_DGRAM); "
+            "print('MADE')\nexcept OSError as e: print('ERR', e.errno)")
+    inside = sandbox.run([PY, "-c", code])
+    assert "ERR 1" in inside.stdout, (inside.stdout, inside.stderr)
+    assert len(_lines(inside.stderr, "--allow-host HOST")) == 1, inside.stderr
+    # ... and made outside (the control); a run without a lookup says nothing of DNS
+    assert "MADE" in sandbox.outside([PY, "-c", code]).stdout
+    quiet = sandbox.run([PY, "-c", "import socket; print(socket.gethostbyname('localhost'))"])
+    assert "127.0.0.1" in quiet.stdout and "confine:" not in quiet.stderr, quiet.stderr
