@@ -17,9 +17,8 @@ from typing import Any
 
 import click
 
-from ..errors import ConfineError
+from ..errors import ConfineError, printable
 from ..protect import held as _held
-from ..protect.report import _safe
 
 _RUN = re.compile(r"\d{8}-\d{6}-\d+(\.[A-Za-z0-9_-]+)?")
 
@@ -72,14 +71,14 @@ def held_list(as_json: bool) -> None:
         click.echo(json.dumps(out, indent=2))
         return
     if not out:
-        click.echo(f"nothing is held ({_safe(_held.held_base())})")
+        click.echo(f"nothing is held ({printable(_held.held_base())})")
         return
     for one in out:
-        click.echo(f"{one['run']}  {_safe(one['workdir'])}")
+        click.echo(f"{one['run']}  {printable(one['workdir'])}")
         for r in one["held"]:
             what = "dir " if r["kind"] == "dir" else "file"
             seen = "shown" if r["shown"] else "not shown"
-            click.echo(f"  {what} {_safe(r['path'])}  ({r['files']} file(s), {r['bytes']} "
+            click.echo(f"  {what} {printable(r['path'])}  ({r['files']} file(s), {r['bytes']} "
                        f"bytes, {seen})")
 
 
@@ -106,7 +105,7 @@ def held_show(args: tuple[str, ...], as_json: bool) -> None:
     for line in lines:
         click.echo(line)
     click.echo(f"confine: to put these in place: confine held apply {m['run']}"
-               + "".join(" " + _safe(r["path"]) for r in roots if len(roots) < 10))
+               + "".join(" " + printable(r["path"]) for r in roots if len(roots) < 10))
 
 
 @held.command("apply")
@@ -125,9 +124,9 @@ def held_apply(args: tuple[str, ...], as_json: bool) -> None:
         click.echo(json.dumps({"run": m["run"], "applied": done, "notes": notes}))
         return
     for p in done:
-        click.echo(f"applied {_safe(p)}")
+        click.echo(f"applied {printable(p)}")
     for n in notes:
-        click.echo(f"confine: {_safe(n)}", err=True)
+        click.echo(f"confine: {printable(n)}", err=True)
 
 
 @held.command("discard")
@@ -144,4 +143,4 @@ def held_discard(args: tuple[str, ...], as_json: bool) -> None:
         click.echo(json.dumps({"run": m["run"], "discarded": gone}))
         return
     for p in gone:
-        click.echo(f"discarded {_safe(p)}")
+        click.echo(f"discarded {printable(p)}")

@@ -632,7 +632,7 @@ class Mediator:
         the address, and hand the call to the broker."""
         pid, nid = n.pid, n.id
         if self.refuse_abstract and _abstract(call.raw):
-            name = call.raw[3:].split(b"\0", 1)[0].decode("utf-8", "backslashreplace")
+            name = call.raw[3:].split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
             self._report(f"abstract unix socket @{name[:80]}: refused (no network namespace, "
                          "and Landlock below ABI 6 cannot scope abstract sockets)")
             return self._respond(nid, error=errno.EPERM)

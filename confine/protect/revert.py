@@ -22,10 +22,11 @@ import time
 from typing import Callable, Iterator
 
 from ..digest import sha256
+from ..errors import printable
 from ..record import dataclass, field
 from . import gitdata, index
 from .gitconfig import is_dangerous_key, parse_git_config, sanitize_git_config, vet_git_config
-from .report import _safe, format_report
+from .report import format_report
 from .snapshot import (
     _DIR,
     _FILE,
@@ -766,7 +767,7 @@ def _verify_and_revert(snap: Snapshot, quarantine_dir: str | None, trust_mounts:
         if any(c.quarantine for c in report.changes):
             try:
                 text = format_report(report, verbose=True, limit=None)
-                extra = "".join(f"  special   {_safe(sp)}: recorded, not copied\n"
+                extra = "".join(f"  special   {printable(sp)}: recorded, not copied\n"
                                 for sp in q.specials)
                 if q.n_specials > len(q.specials):
                     extra += f"  ... and {q.n_specials - len(q.specials)} more specials\n"
