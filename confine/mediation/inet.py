@@ -146,8 +146,9 @@ def _route(routes: InetRoutes, connect: bool, raw: bytes, s: socket.socket, pid:
                        {"mode": "udp", "host": str(ip), "port": port, "pid": pid,
                         "rule": "UDP only to DNS", "reason": "UDP other than DNS"})
         raise Refuse(errno.EACCES)
-    if own_loopback(ip) and not routes.host_service(str(ip), port):
-        return raw                     # Landlock decides by port
+    if own_loopback(ip) and (port in (routes.proxy_port, routes.redirect_port)
+                             or not routes.host_service(str(ip), port)):
+        return raw                     # Landlock decides by port (the gateway's: its own)
     if _v6only(s):
         raise Refuse(errno.ENETUNREACH)
     local = s.getsockname()
