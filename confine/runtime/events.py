@@ -165,7 +165,8 @@ class Events:
         (its records reach only the audit stream, kernel/audit.py), so the gap is
         said instead, once, and only where it may be the cause: the agent exited
         with a failure of its own (not 129-192, 128 + a signal: the person's doing,
-        or a crash that no refused read explains). A run
+        or a crash that no refused read explains; not 125, a nested confine's own
+        failure, whose line already says why). A run
         that succeeded is not told about reads it did without."""
         out: list[str] = []
         if self.refusals:
@@ -174,7 +175,7 @@ class Events:
                        + (f"; every one is in {self.path}" if self.path
                           else "; --log FILE records each, `confine explain FILE` says "
                                "what to add to a profile"))
-        if self.landlock_gap and status > 0 and not 128 < status <= 128 + 64:
+        if self.landlock_gap and status not in (0, 125) and not 128 < status <= 128 + 64:
             out.append(f"exit status {status}: a 'Permission denied', 'No such file or "
                        "directory' or 'command not found' above may be Landlock refusing a "
                        "read or an execute outside the grants (--read PATH grants one); "

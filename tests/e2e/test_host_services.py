@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import http.server
 import json
+import os
 import shutil
 import socket
 import textwrap
@@ -18,7 +19,7 @@ import threading
 from collections.abc import Iterator
 
 import pytest
-from conftest import PY
+from conftest import PY, write_owned
 
 BODY = b"host-service-ok"
 
@@ -144,6 +145,15 @@ def test_allow_host_by_address(sandbox, servers):
                          "--allow-host", f"127.0.0.1:{p}")
     assert got == {f"127.0.0.1:{p}": "ok", f"127.0.0.1:{q}": got[f"127.0.0.1:{q}"]}, got
     assert got[f"127.0.0.1:{q}"] != "ok", (got, err)
+
+
+def test_network_allow_localhost_in_a_profile(sandbox, servers):
+    p, q = servers
+    prof = write_owned(os.path.join(sandbox.workdir, "svc.yaml"),
+                       f"extends: default\nnetwork:\n  allow: ['localhost:{p}']\n", sandbox.pw)
+    got, err = _connects(sandbox, [f"127.0.0.1:{p}", f"127.0.0.1:{q}"], "-p", prof)
+    assert got[f"127.0.0.1:{p}"] == "ok" and got[f"127.0.0.1:{q}"] != "ok", (got, err)
+    assert f"--allow-host localhost:{q}" in err, err
 
 
 def test_allow_host_ipv6_loopback(sandbox):

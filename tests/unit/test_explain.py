@@ -235,6 +235,7 @@ def test_summary_names_the_landlock_gap_once_and_only_for_a_failed_run(tmp_path)
     ev.unexplained("since audit is off")
     assert ev.summary(0) == []                                # a run that succeeded: silent
     assert ev.summary(130) == [] and ev.summary(143) == []    # ended by a signal: silent
+    assert ev.summary(125) == []                  # a nested confine's own error says why
     # a failed run: the one place a refused read may be, and how to grant one
     (gap,) = ev.summary(1)
     assert "since audit is off" in gap and "--read PATH" in gap and "exit status 1" in gap
