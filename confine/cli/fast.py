@@ -100,24 +100,23 @@ def imports_without_gc(freeze: bool = False) -> Iterator[None]:
 
 def run(command: list[str], opts: dict[str, Any]) -> int:
     """api.run, with cli/main.py main()'s exit codes and one-line errors."""
-    import sys
     with imports_without_gc(freeze=True):
         from .. import api
-        from ..errors import ConfineError
+        from ..errors import ConfineError, say
         from ..protect import index
         from ..runtime import launch  # noqa: F401 - what every run imports, here
     index.OWN_PROCESS = True
     try:
         return api.run(command, **opts)
     except ConfineError as e:
-        print(f"confine: {e}", file=sys.stderr)
+        say(str(e))
         return e.status
     except KeyboardInterrupt:
         return 130
     except Exception as e:  # one line, not a traceback; CONFINE_DEBUG=1 shows it
         if os.environ.get("CONFINE_DEBUG"):
             raise
-        print(f"confine: internal error: {type(e).__name__}: {e}", file=sys.stderr)
+        say(f"internal error: {type(e).__name__}: {e}")
         return 125
 
 

@@ -18,10 +18,9 @@ from typing import Any
 
 import click
 
-from ..errors import ConfineError
+from ..errors import ConfineError, printable
 from ..protect import held as _held
 from ..protect import keep as _keep
-from ..protect.report import _safe
 
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 _RUN = re.compile(r"\d{8}-\d{6}-\d+(\.[A-Za-z0-9_-]+)?")
@@ -79,7 +78,7 @@ def held_list(as_json: bool) -> None:
         click.echo(json.dumps(out, indent=2))
         return
     if not out:
-        click.echo(f"nothing is held ({_safe(_held.held_base())})")
+        click.echo(f"nothing is held ({printable(_held.held_base())})")
         return
     lim = _keep.limits()
     total = sum(one["size"] or 0 for one in out)
@@ -88,11 +87,11 @@ def held_list(as_json: bool) -> None:
                f"{_keep.DAYS_ENV})")
     for one in out:
         shown = "size unknown" if one["size"] is None else _keep.human(one["size"])
-        click.echo(f"{one['run']}  {_safe(one['workdir'])}  ({shown})")
+        click.echo(f"{one['run']}  {printable(one['workdir'])}  ({shown})")
         for r in one["held"]:
             what = "dir " if r["kind"] == "dir" else "file"
             seen = "shown" if r["shown"] else "not shown"
-            click.echo(f"  {what} {_safe(r['path'])}  ({r['files']} file(s), {r['bytes']} "
+            click.echo(f"  {what} {printable(r['path'])}  ({r['files']} file(s), {r['bytes']} "
                        f"bytes, {seen})")
 
 
@@ -119,7 +118,7 @@ def held_show(args: tuple[str, ...], as_json: bool) -> None:
     for line in lines:
         click.echo(line)
     click.echo(f"confine: to put these in place: confine held apply {m['run']}"
-               + "".join(" " + _safe(r["path"]) for r in roots if len(roots) < 10))
+               + "".join(" " + printable(r["path"]) for r in roots if len(roots) < 10))
 
 
 @held.command("apply")
@@ -138,9 +137,9 @@ def held_apply(args: tuple[str, ...], as_json: bool) -> None:
         click.echo(json.dumps({"run": m["run"], "applied": done, "notes": notes}))
         return
     for p in done:
-        click.echo(f"applied {_safe(p)}")
+        click.echo(f"applied {printable(p)}")
     for n in notes:
-        click.echo(f"confine: {_safe(n)}", err=True)
+        click.echo(f"confine: {printable(n)}", err=True)
 
 
 @held.command("discard")
@@ -157,4 +156,4 @@ def held_discard(args: tuple[str, ...], as_json: bool) -> None:
         click.echo(json.dumps({"run": m["run"], "discarded": gone}))
         return
     for p in gone:
-        click.echo(f"discarded {_safe(p)}")
+        click.echo(f"discarded {printable(p)}")

@@ -12,12 +12,12 @@ from typing import Any, NoReturn
 import click
 
 from .. import api
-from ..errors import ConfineError
+from ..errors import ConfineError, say
 from ..policy import load as _load
 
 
 def _fail(e: ConfineError) -> NoReturn:
-    click.echo(f"confine: {e}", err=True)
+    say(str(e))
     sys.exit(e.status)
 
 
@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> NoReturn:
     except Exception as e:  # one line, not a traceback; CONFINE_DEBUG=1 shows it
         if os.environ.get("CONFINE_DEBUG"):
             raise
-        click.echo(f"confine: internal error: {type(e).__name__}: {e}", err=True)
+        say(f"internal error: {type(e).__name__}: {e}")
         sys.exit(125)
     sys.exit(rv if isinstance(rv, int) else 0)
 

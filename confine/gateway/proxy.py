@@ -44,7 +44,7 @@ from .addresses import IPAddress, normalise
 from .approve import Answer, Question
 from .dns import Log, Resolver, now_iso
 from .owner import Finder, Owner, exe_of
-from .rules import NO_RULE, Decision, RuleError, Rules, entry_for, normalise_host, parse_address
+from .rules import LOCALHOST, LOOPBACKS, NO_RULE, Decision, RuleError, Rules, entry_for, normalise_host, parse_address
 from .sni import MAX_HELLO, MAX_RECORD, MalformedHello, looks_like_tls, parse_client_hello
 
 CHUNK = 65536
@@ -389,6 +389,13 @@ class Gateway:
         if not d.allowed:
             d = self._ask(conn, d, name, port, "proxy", 403)
         conn.ev["rule"] = d.rule
+        if name == LOCALHOST:
+            # the host's loopback by the entry that names it; never asked upstream
+            local = [a for a in LOOPBACKS if self.rules.host_service(a, port) is not None]
+            if not local:
+                raise Refused(f"{name} port {port} is not allowed", 403, d.rule, by_rules=True)
+            conn.ev.update(decision="allow", resolved=[str(a) for a in local])
+            return name, local
         addrs, res = self.resolver.resolve(name)
         conn.ev["resolved"] = [str(a) for a in addrs]
         refused = [why for r in res for _, why in r.refused if why]
@@ -524,7 +531,9 @@ class Gateway:
             if why is not None:
                 raise Refused(why, 0, f"allow {r.text}")
             conn.ev.update(decision="allow", rule=f"allow {r.text}")
-            up = self._dial(conn, [dst], dst_port)
+            # localhost:P: the agent may have tried ::1 first where the service
+            # listens on 127.0.0.1 only; the accepted connect cannot fall back itself
+            up = self._dial(conn, [dst, *r.alias], dst_port)
             self._relay(conn, up, b"", None)
             return
         first = self._recv(conn, deadline)

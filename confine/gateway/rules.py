@@ -15,9 +15,17 @@ Entry grammar (one string each):
     example.com:*          any port (only where the author writes it)
     192.0.2.7, 192.0.2.0/24, 192.0.2.0/24:443
     2001:db8::1, 2001:db8::/32, [2001:db8::1]:443, [2001:db8::/32]:*
+    localhost:11434, 127.0.0.1:5432, [::1]:8080   a service on the host's loopback
 
 Allow entries default to port 443; deny entries default to every port (a deny
 written without a port means "never this host").
+
+Host loopback (a service the person runs on localhost: a model server, a
+database): an allow entry naming `localhost` or one loopback address must name
+one port, never a default or `*` (the host's loopback holds the person's own
+services, each of which may hand out more than the network would), and a
+loopback network wider than one address is refused. `localhost:P` is both
+127.0.0.1:P and [::1]:P (as /etc/hosts says), as address rules.
 
 Public suffixes: a wildcard needs a suffix of at least two labels, and the
 suffix must not be in PUBLIC_SUFFIXES, a shipped list of common multi-label
@@ -86,6 +94,8 @@ myshopify.com wixsite.com webflow.io squarespace.com
 _LABEL = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$")
 _NUMERIC_LAST = re.compile(r"^(?:[0-9]+|0x[0-9a-f]*)$")
 _PORT = re.compile(r"^[0-9]{1,5}$")
+LOCALHOST = "localhost"
+LOOPBACKS = (ipaddress.ip_address("127.0.0.1"), ipaddress.ip_address("::1"))
 
 
 class RuleError(ConfineError):
@@ -111,6 +121,9 @@ class HostRule:
     name: str | None = None          # exact host name
     suffix: str | None = None        # wildcard: matches names ending in "." + suffix
     net: IPNetwork | None = None     # address or network
+    # the other addresses the same entry names (localhost: 127.0.0.1 and ::1), tried
+    # in turn when the one the agent connected to has no listener on the host
+    alias: tuple[IPAddress, ...] = ()
 
     def matches_name(self, host: str) -> bool:
         if self.name is not None:
@@ -223,9 +236,14 @@ def parse_rule(entry: str, *, default_port: int | None = DEFAULT_ALLOW_PORT) -> 
             net = ipaddress.ip_network(host, strict=True)
         except ValueError as e:
             raise RuleError(f"host rule {entry!r}: not a network ({e})") from None
+        if default_port is not None and _loopback_net(net) and net.num_addresses > 1:
+            raise RuleError(f"host rule {entry!r}: name one loopback address and its port "
+                            "(localhost:PORT), not a loopback network")
         return HostRule(text=text, port=port, net=net)
     addr = parse_address(host)
     if addr is not None:
+        if default_port is not None and addr.is_loopback:
+            _need_port(entry, text)
         return HostRule(text=text, port=port, net=ipaddress.ip_network(addr))
     if text.startswith("["):
         raise RuleError(f"host rule {entry!r}: brackets are for IPv6 addresses only")
@@ -246,7 +264,34 @@ def parse_rule(entry: str, *, default_port: int | None = DEFAULT_ALLOW_PORT) -> 
         name = normalise_host(host)
     except RuleError as e:
         raise RuleError(f"host rule {entry!r}: {e}") from None
+    if default_port is not None and name == LOCALHOST:
+        _need_port(entry, text)
     return HostRule(text=text, port=port, name=name)
+
+
+def _loopback_net(net: IPNetwork) -> bool:
+    return net.network_address.is_loopback and net.broadcast_address.is_loopback
+
+
+def _need_port(entry: str, text: str) -> None:
+    """A host loopback allow entry names its port: no default, never every port."""
+    if _split_port(text, None)[1] is None:
+        raise RuleError(f"host rule {entry!r}: a service on the host's loopback needs its "
+                        "port (localhost:PORT); every port of it is never allowed")
+
+
+def _loopback_rules(r: HostRule) -> list[HostRule]:
+    """`localhost:P` as the address rules it stands for (127.0.0.1:P, [::1]:P)."""
+    if r.name != LOCALHOST:
+        return []
+    return [HostRule(text=r.text, port=r.port, net=ipaddress.ip_network(a),
+                     alias=tuple(b for b in LOOPBACKS if b != a)) for a in LOOPBACKS]
+
+
+def is_host_service(r: HostRule) -> bool:
+    """An allow entry naming one port of one address of the host's loopback."""
+    return (r.net is not None and r.net.num_addresses == 1 and r.port is not None
+            and r.net.network_address.is_loopback)
 
 
 def entry_for(host: str, port: int | None) -> str | None:
@@ -318,6 +363,8 @@ class Rules:
                 a.append(r)
                 labels.append((r, f"allow {e} (set {s})"))
         d = [parse_rule(e, default_port=None) for e in deny]
+        a += [x for r in a for x in _loopback_rules(r)]
+        d += [x for r in d for x in _loopback_rules(r)]
         nets: list[IPNetwork] = []
         for e in allowed_ips:
             try:
@@ -373,6 +420,14 @@ class Rules:
             return Decision(False, NO_RULE)
         kind, r = rule
         return Decision(kind == "allow", self._label(kind, r))
+
+    def host_service(self, ip: IPAddress | str, port: int) -> HostRule | None:
+        """The allow entry naming exactly this port of the host's loopback (a
+        connect the agent makes to its own loopback goes to the host's), or None."""
+        rule = self.address_rule(ip, port)
+        if rule is None or rule[0] != "allow" or not is_host_service(rule[1]):
+            return None
+        return rule[1]
 
     def address_rule(self, ip: IPAddress | str, port: int | None) -> tuple[str, HostRule] | None:
         """The deciding address rule ("deny" or "allow", rule), or None if none matches."""

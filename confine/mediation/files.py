@@ -68,6 +68,7 @@ import struct
 import threading
 from typing import TYPE_CHECKING
 
+from confine.errors import printable
 from confine.kernel import landlock, notify
 from confine.kernel.libc import check, libc, oserror
 
@@ -75,7 +76,6 @@ from confine.kernel.libc import check, libc, oserror
 # the prefix of the broker's own temporary names.
 from confine.protect.guard import INTERNAL, VET, root_key
 from confine.protect.held import held_key, mark_skip_worktree
-from confine.protect.report import _safe
 
 from ..record import NamedTuple
 from .wire import UMASK_READ, UMASK_UNREAD, FileRequest, MetaRequest, Op, Reply, debug
@@ -799,7 +799,7 @@ class FileBroker:
                               f"(it could not be held: {e.strerror or e})") from None
             self.held.add(comps)
             # escaped: the names come from the tree being checked out
-            self._said.line = (f"held {_safe(self.guard.show(comps))}: {why}: made in the run's "
+            self._said.line = (f"held {printable(self.guard.show(comps))}: {why}: made in the run's "
                                "held area, not in the workdir (listed at exit)")
             return hfd
         raise Refused(errno.EACCES, f"{_verb(kind)} {self.guard.show(comps)}: {why}")

@@ -9,7 +9,11 @@ every connect, sendto with an address, sendmsg and sendmmsg (seccomp user
 notification), rewrites each destination before the broker performs the call:
 
 * TCP to the agent's own loopback: unchanged (Landlock: only the profile's
-  `connect_tcp` ports and the gateway's);
+  `connect_tcp` ports and the gateway's), except a port the profile names as
+  a service on the host's loopback (`localhost:P`, `127.0.0.1:P`, `[::1]:P`):
+  the agent's own loopback is not the host's (its own network namespace), so
+  that connect is redirected like any other destination below, and the
+  gateway dials exactly that port of the host's loopback;
 * TCP or UDP to port 53 of any address: confine's DNS server;
 * any other TCP destination: the supervisor binds the agent's socket to a
   loopback port, announces it to the gateway (`expect`) with the original
@@ -49,6 +53,7 @@ class InetRoutes:
     dns_port: int
     proxy_port: int
     expect: Callable[..., bool]                         # Gateway.expect
+    host_service: Callable[[str, int], bool]             # a host loopback entry names it
     refused: Callable[[str, str, dict[str, Any]], None]  # key, line, event
 
 
@@ -141,8 +146,9 @@ def _route(routes: InetRoutes, connect: bool, raw: bytes, s: socket.socket, pid:
                        {"mode": "udp", "host": str(ip), "port": port, "pid": pid,
                         "rule": "UDP only to DNS", "reason": "UDP other than DNS"})
         raise Refuse(errno.EACCES)
-    if own_loopback(ip):
-        return raw                     # Landlock decides by port
+    if own_loopback(ip) and (port in (routes.proxy_port, routes.redirect_port)
+                             or not routes.host_service(str(ip), port)):
+        return raw                     # Landlock decides by port (the gateway's: its own)
     if _v6only(s):
         raise Refuse(errno.ENETUNREACH)
     local = s.getsockname()

@@ -102,8 +102,8 @@ class _Pending(NamedTuple):
     lost: int           # errno the agent gets if the broker dies first
     # what the call wrote or reached, for the message should it be refused with
     # no reason from the guard (EACCES, EROFS, EBUSY): (tid, dirfd, path,
-    # creates, a rename's (dirfd, source) or None) for file calls, (port,) for
-    # a TCP connect
+    # creates, a rename's (dirfd, source) or None) for file calls, (port,
+    # address) for a TCP connect
 
     what: tuple | None = None
     # sockfd.py: what to do with the reply instead (a socket made for the agent)
@@ -246,6 +246,18 @@ class Mediator:
             nr = syscall_number(name)
             if nr is not None:
                 self.handlers[nr] = functools.partial(Mediator._signal, self, judge, name)
+
+    def refuse_dgram(self) -> None:
+        """No gateway: IPv4/IPv6 datagram sockets are notified (plan.dgram_notify)
+        only to be refused here and said once: without it a DNS lookup fails with
+        nothing but the program's own "could not resolve"."""
+        nr = syscall_number("socket")
+        if nr is not None:
+            self.handlers[nr] = functools.partial(Mediator._dgram, self)
+
+    def _dgram(self, n: notify.Notif) -> None:
+        self._respond(n.id, error=errno.EPERM)
+        self._report(DGRAM_REFUSED)
 
     def _signal(self, judge: Any, name: str, n: notify.Notif) -> None:
         v = judge.decide(name, list(n.data.args), n.pid)
@@ -603,9 +615,9 @@ class Mediator:
         only, never for a decision."""
         if self.events is None:
             return
-        if len(what) == 1:
+        if len(what) == 2:
             if not rofs:
-                self.events.connect_refused(what[0])
+                self.events.connect_refused(*what)
             return
         tid, dfd, raw, creates = what[:4]
         path = _shown(tid, dfd, raw)
@@ -675,7 +687,7 @@ class Mediator:
         the address, and hand the call to the broker."""
         pid, nid = n.pid, n.id
         if self.refuse_abstract and _abstract(call.raw):
-            name = call.raw[3:].split(b"\0", 1)[0].decode("utf-8", "backslashreplace")
+            name = call.raw[3:].split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
             self._report(f"abstract unix socket @{name[:80]}: refused (no network namespace, "
                          "and Landlock below ABI 6 cannot scope abstract sockets)")
             return self._respond(nid, error=errno.EPERM)
@@ -734,8 +746,9 @@ class Mediator:
                     return False
                 raw = got
             resolve = _pathname(raw)
-            port = _inet_port(raw) if call.op == Op.CONNECT else 0
-            what = (port,) if port else None
+            port = _inet_port(call.raw) if call.op == Op.CONNECT else 0
+            # the address the agent asked for: a refused one is said as it wrote it
+            what = (port, _inet_host(call.raw, family)) if port else None
             tgid = tid = 0
             if resolve:
                 # The agent's cwd (its own, by its thread id: not a name it chose),
@@ -1163,6 +1176,12 @@ def _dac_denies(path: str, creates: bool, uid: int) -> bool:
     return st.st_mode & need != need
 
 
+def _inet_host(raw: bytes, family: int | None) -> str:
+    """The address of an IPv4/IPv6 sockaddr as text ("" for anything else)."""
+    got = inet.parse(raw, family or socket.AF_INET) if family is not None else None
+    return "" if got is None else str(got[0])
+
+
 def _inet_port(raw: bytes) -> int:
     """The port of an IPv4/IPv6 address (0 for anything else)."""
     if len(raw) >= 4 and struct.unpack_from("<H", raw)[0] in (socket.AF_INET, socket.AF_INET6):
@@ -1384,6 +1403,10 @@ def _setxattrat(a: list[int], pid: int) -> _MetaCall | None:
     value, size, flags = struct.unpack("<QII", notify.read_mem(pid, a[4], 16))
     return _meta_at(Op.SETXATTR, a[0], a[1], a[2], mode=flags, name=a[3], value=(value, size))
 
+
+# policy/explain.py reads this reason back (from_reason): keep the two in step
+DGRAM_REFUSED = ("a UDP socket (a DNS lookup, or QUIC): this run has no network, so no "
+                 "host name resolves")
 
 _SOCKET_HANDLERS: dict[str, Callable[[Mediator, notify.Notif], None]] = {
     "connect": Mediator._connect, "sendto": Mediator._sendto,

@@ -251,7 +251,13 @@ class Reply(NamedTuple):
     fd: int | None = None
 
     def encode(self, rid: int) -> bytes:
-        return _REPLY.pack(rid, self.ret, self.err) + self.reason.encode(errors="replace")[:REASON_CAP]
+        # surrogateescape both ways: a name's bytes that are not UTF-8 reach the
+        # supervisor as they were, to be shown like every other name (errors.printable)
+        try:
+            reason = self.reason.encode("utf-8", "surrogateescape")
+        except UnicodeEncodeError:
+            reason = self.reason.encode("utf-8", "replace")
+        return _REPLY.pack(rid, self.ret, self.err) + reason[:REASON_CAP]
 
 
 def decode_reply(data: bytes) -> tuple[int, Reply] | None:
@@ -259,7 +265,7 @@ def decode_reply(data: bytes) -> tuple[int, Reply] | None:
     if len(data) < _REPLY.size:
         return None
     rid, ret, err = _REPLY.unpack_from(data)
-    return rid, Reply(ret, err, data[_REPLY.size:].decode(errors="replace"))
+    return rid, Reply(ret, err, data[_REPLY.size:].decode("utf-8", "surrogateescape"))
 
 
 # ------------------------------------------------ msghdr and SCM_RIGHTS (x86_64/aarch64 ABI)

@@ -112,6 +112,9 @@ class Plan:
     # started as root without CAP_SYS_PTRACE (a container), the agent of another
     # uid. None: the supervisor's own ids suffice.
     mediate_as: tuple[int, int] | None = None
+    # No gateway: UDP sockets (a DNS lookup) are refused by the notifying filter
+    # rather than the deny filter, so the refusal is said (seccomp.DGRAM_GROUP)
+    dgram_notify: bool = False
 
     @property
     def lsm_apparmor(self) -> str | None:
@@ -583,6 +586,7 @@ def compile(policy: Policy, argv: Sequence[str], identity: Identity, host: HostF
     signal_mediation = (unix_mediation and policy.scope.signals and not mount_ns
                         and abi < landlock.SCOPE_MIN_ABI[Scope.SIGNAL])
     meta_mediation = unix_mediation and not mount_ns
+    dgram_notify = unix_mediation and seccomp.dgram_notifiable(sc_rules)
     if unix_mediation and not host.pidfd_getfd:
         notes.append("pidfd_getfd is refused on this host (a container without CAP_SYS_PTRACE?): "
                      "mediated file calls take the agent's directories through /proc; a mediated "
@@ -609,7 +613,7 @@ def compile(policy: Policy, argv: Sequence[str], identity: Identity, host: HostF
                 seccomp_extra=tuple(sc_extra), missing=tuple(missing), notes=tuple(notes),
                 carved=tuple(sorted(set(carved))), unix_mediation=unix_mediation,
                 file_mediation=file_mediation, mount_ns=mount_ns, meta_mediation=meta_mediation,
-                pidfd_getfd=host.pidfd_getfd, pid_ns=mount_ns,
+                pidfd_getfd=host.pidfd_getfd, pid_ns=mount_ns, dgram_notify=dgram_notify,
                 mediate_as=mediate_as,
                 net_ns=net_ns, gateway_ports=gw_ports,
                 lsm=lsm_kept, writable_binds=tuple(binds), child_rules=tuple(child_rules),

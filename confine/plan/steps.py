@@ -153,6 +153,8 @@ def child_steps(plan: Plan) -> list[Step]:
                       "pidfd_send_signal", "fcntl(F_SETOWN)"]
         if plan.meta_mediation:
             calls += list(seccomp.META_CALLS)
+        if plan.dgram_notify:
+            calls += ["socket(AF_INET/AF_INET6, SOCK_DGRAM): refused, said once"]
         out.append(Step("seccomp_notify", "load the notifying filter and hand its listener to "
                         "the supervisor (SCM_RIGHTS, sent by a thread started before the "
                         "filter)", {"calls": calls}))

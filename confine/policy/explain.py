@@ -16,6 +16,7 @@ that they cannot be granted, and why.
 from __future__ import annotations
 
 import fnmatch
+import ipaddress
 import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -51,7 +52,7 @@ HOST_ROOT_SOCKETS = ("/var/run/docker.sock", "/run/docker.sock", "/run/container
 @dataclass(frozen=True)
 class Refusal:
     """kind: read, write, device, bind_tcp, connect_tcp, unix_socket, protected,
-    host, scope, other. subject: the path, port, pattern or host refused.
+    host, dns, scope, other. subject: the path, port, pattern or host refused.
     what: the refused action as said (e.g. "create .envrc")."""
     kind: str
     layer: str
@@ -94,10 +95,7 @@ def from_landlock(fields: Mapping[str, str]) -> Refusal | None:
         port = fields.get("src", "")
         return Refusal("bind_tcp", LANDLOCK, port, f"bind TCP port {port}")
     if "net.connect_tcp" in b:
-        port = fields.get("dest", "")
-        addr = fields.get("daddr", "")
-        return Refusal("connect_tcp", LANDLOCK, port,
-                       f"connect to TCP port {port}" + (f" on {addr}" if addr else ""))
+        return connect_refusal(LANDLOCK, fields.get("dest", ""), fields.get("daddr", ""))
     if any(x.startswith("scope.") for x in blockers):
         return Refusal("scope", LANDLOCK, blockers[0],
                        "signal to a process outside the sandbox"
@@ -105,6 +103,22 @@ def from_landlock(fields: Mapping[str, str]) -> Refusal | None:
     if blockers and blockers[0]:
         return Refusal("other", LANDLOCK, blockers[0], f"{blockers[0]} {path}".strip())
     return None
+
+
+def connect_refusal(layer: str, port: str, addr: str = "") -> Refusal:
+    """A refused TCP connect to `addr` (as the agent wrote it; "" unknown) port
+    `port`. The agent's own loopback (or an unknown address) is `connect_tcp`;
+    any other address is a host the profile does not name."""
+    try:
+        ip = ipaddress.ip_address(addr.strip("[]")) if addr else None
+    except ValueError:
+        ip = None
+    if ip is not None and not (ip.is_loopback or ip.is_unspecified) and port.isdigit():
+        shown = f"[{ip}]" if ip.version == 6 else str(ip)
+        entry = shown if port == "443" else f"{shown}:{port}"
+        return Refusal("host", layer, entry, f"connect to {shown}:{port}")
+    return Refusal("connect_tcp", layer, port,
+                   f"connect to TCP port {port}" + (f" on {addr}" if addr else ""))
 
 
 # as strings: re compiles them for the first refusal (most runs have none)
@@ -119,6 +133,8 @@ def from_reason(reason: str) -> Refusal:
     m = re.match(_UNIX, reason)
     if m:
         return Refusal("unix_socket", MEDIATION, m.group(2) or m.group(1), reason)
+    if reason.startswith("a UDP socket (a DNS lookup"):
+        return Refusal("dns", SECCOMP, "", reason)
     if reason.startswith("listen() on a TCP socket with no port bound"):
         return Refusal("bind_tcp", MEDIATION, "", reason)
     if "another name" in reason or "a file protected at start" in reason:
@@ -228,9 +244,15 @@ def grant(r: Refusal, home: str, deny: Sequence[str] = (),
                      note=f"add {port} to network.connect_tcp too to reach the server "
                           "from inside")
     if r.kind == "connect_tcp":
-        port = int(r.subject) if r.subject.isdigit() else r.subject
-        return Grant("network.connect_tcp", port, "",
-                     note="any host on that port; --allow-host HOST names one")
+        # The agent's own loopback is not the host's (a network namespace of its
+        # own): what it wanted there is most often the person's service on the host.
+        if not r.subject.isdigit():
+            return Grant(cannot=f"{r.what}: the port is not known")
+        return Grant("network.allow", f"localhost:{r.subject}",
+                     f"--allow-host localhost:{r.subject}",
+                     note="the service on the host's loopback on that port; a server the "
+                          f"agent runs itself needs network.connect_tcp: [{r.subject}] "
+                          "(the agent's own loopback) instead")
     if r.kind == "unix_socket":
         for pat in HOST_ROOT_SOCKETS:
             if fnmatch.fnmatchcase(r.subject, pat):
@@ -250,6 +272,10 @@ def grant(r: Refusal, home: str, deny: Sequence[str] = (),
                           "agent's own tools): only in a workdir you trust")
     if r.kind == "host" and r.subject:
         return Grant("network.allow", r.subject, f"--allow-host {r.subject}")
+    if r.kind == "dns":
+        return Grant(note="--allow-host HOST (or network.allow: [HOST]) names a host the "
+                          "agent may reach, through confine's gateway, which answers its "
+                          "DNS lookups")
     if r.kind == "scope":
         key = "scope.signals" if "signal" in r.subject else "scope.abstract_unix"
         return Grant(key, "false", "", note="the agent then reaches the host's own "
@@ -279,6 +305,8 @@ def key(r: Refusal, g: Grant) -> str:
 def suggestion(g: Grant) -> str:
     if g.cannot:
         return g.cannot
+    if not g.key:
+        return g.note       # no one entry grants it: what to name, said in words
     value = g.value
     entry = f"{g.key}: [{value if not isinstance(value, str) or value.isdigit() else _yaml(value)}]"
     if g.key.startswith("scope."):
@@ -361,6 +389,8 @@ def report(events: Iterable[Mapping[str, object]], home: str | None = None) -> R
                 cannot.append(g.cannot)
             continue
         if not g.key or g.value is None:
+            if g.note and g.note not in notes:
+                notes.append(g.note)
             continue
         vals = grants.setdefault(g.key, [])
         if g.value not in vals:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import glob
 import grp
+import ipaddress
 import os
 import pwd
 import socket
@@ -455,12 +456,22 @@ def _metadata(plan, res: dict) -> list[dict]:
         return [_finding("metadata", "network", "info",
                          f"cloud metadata {host}:{port} not reachable from this host",
                          res.get("error", "no answer in time"), None)]
-    granted = plan.abi < 4 or port in plan.policy.network.connect_tcp
+    # connect_tcp is the agent's own loopback (the host's, when it lists ports): with
+    # the supervisor's connect mediation any other address goes to the gateway, which
+    # never dials metadata; without it Landlock alone lets the port through anywhere
+    try:
+        loop = ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loop = False
+    granted = plan.abi < 4 or (port in plan.policy.network.connect_tcp
+                               and (loop or not plan.unix_mediation))
     return [_finding("metadata", "network", "high",
                      f"cloud metadata {host}:{port} is reachable from this host",
                      "instance credentials are served there to any local process",
                      not granted, f"Landlock TCP (port {port} not granted)" if not granted else
-                     f"the profile allows TCP port {port} to any address",
+                     f"the profile's connect_tcp port {port} reaches it"
+                     + ("" if loop else " (no connect mediation here: Landlock filters ports, "
+                                        "not addresses)"),
                      None if not granted else
                      f"drop port {port} from network.connect_tcp, or block {host} on the host")]
 

@@ -39,9 +39,9 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..digest import in_broker, sha256
+from ..errors import printable
 from ..paths import state_dir
 from ..record import dataclass, field
-from .report import _safe
 
 if TYPE_CHECKING:
     from .guard import Guard
@@ -554,16 +554,16 @@ def format_held(h: Held, limit: int = LIST_LIMIT, place: str = "the workdir") ->
     lines = []
     if roots:
         lines.append(f"confine: held {len(roots)} protected path(s) that arrived with content "
-                     f"(files that run later); they were NOT put in {_safe(place)}:")
+                     f"(files that run later); they were NOT put in {printable(place)}:")
         for r in roots[:limit]:
             what = ("directory, " + _count(h, r.path) if r.kind == "dir"
                     else f"file, {r.size} bytes")
-            lines.append(f"confine:   held {_safe(r.path)} ({what})")
+            lines.append(f"confine:   held {printable(r.path)} ({what})")
         if len(roots) > limit:
             lines.append(f"confine:   ... and {len(roots) - limit} more "
                          f"(confine held list {h.run_id})")
     for note in h.left[:10]:
-        lines.append(f"confine:   not kept: {_safe(note)}")
+        lines.append(f"confine:   not kept: {printable(note)}")
     if len(h.left) > 10:
         lines.append(f"confine:   ... and {len(h.left) - 10} more not kept")
     if roots:
@@ -657,7 +657,7 @@ def select(m: dict[str, Any], paths: list[str]) -> list[dict[str, Any]]:
         rel = os.path.normpath(rel)
         got = [r for r in roots if r["path"] == rel or rel.startswith(r["path"] + "/")]
         if not got:
-            raise HeldError(f"{_safe(p)} is not held in run {m['run']}")
+            raise HeldError(f"{printable(p)} is not held in run {m['run']}")
         out.extend(g for g in got if g not in out)
     return out
 
@@ -689,7 +689,7 @@ def _stored(m: dict[str, Any], item: dict[str, Any]) -> tuple[bytes, str]:
         os.close(pfd)
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise HeldError(f"held copy of {_safe(item['path'])} is not a regular file")
+            raise HeldError(f"held copy of {printable(item['path'])} is not a regular file")
         data = b""
         while len(data) <= COPY_CAP:
             b = os.read(fd, 1 << 20)
@@ -714,8 +714,8 @@ def _dest_parent(m: dict[str, Any], rel: str) -> tuple[int, str]:
                 nxt = os.open(c, _DIR, dir_fd=cur)
             except OSError as e:
                 why = "a symlink" if e.errno in (errno.ELOOP, errno.ENOTDIR) else e.strerror
-                raise HeldError(f"cannot put {_safe(rel)} in place: "
-                                f"{_safe(c)} on the way is {why}") from None
+                raise HeldError(f"cannot put {printable(rel)} in place: "
+                                f"{printable(c)} on the way is {why}") from None
             os.close(cur)
             cur = nxt
         return cur, comps[-1]
@@ -751,19 +751,19 @@ def show(m: dict[str, Any], roots: list[dict[str, Any]], out: Callable[[str], No
     for r in roots:
         items = [i for i in m["items"] if i["root"] == r["path"]]
         rec: dict[str, Any] = {"files": {}, "dest": _dest_state(m, r["path"])}
-        out(f"== {_safe(r['path'])} ({r['kind']}) -> {_safe(os.path.join(m['workdir'], r['path']))}")
+        out(f"== {printable(r['path'])} ({r['kind']}) -> {printable(os.path.join(m['workdir'], r['path']))}")
         for i in items:
             if i["kind"] == "dir":
                 if i["path"] != r["path"]:
-                    out(f"-- {_safe(i['path'])}/ (directory)")
+                    out(f"-- {printable(i['path'])}/ (directory)")
                 continue
             data, digest = _stored(m, i)
             rec["files"][i["path"]] = digest
-            out(f"-- {_safe(i['path'])} ({len(data)} bytes, mode {i['mode']:o}, sha256 {digest})")
+            out(f"-- {printable(i['path'])} ({len(data)} bytes, mode {i['mode']:o}, sha256 {digest})")
             if content:
                 text = data.decode("utf-8", "surrogateescape")
                 for line in text.splitlines() or [""]:
-                    out("   " + _safe(line))
+                    out("   " + printable(line))
         shown[r["path"]] = rec
     fd = _open_own_dir(m["dir"], False)
     try:
@@ -782,25 +782,25 @@ def apply(m: dict[str, Any], roots: list[dict[str, Any]]) -> list[str]:
         rel = r["path"]
         rec = shown.get(rel)
         if rec is None:
-            raise HeldError(f"{_safe(rel)} was not shown yet: run `confine held show "
+            raise HeldError(f"{printable(rel)} was not shown yet: run `confine held show "
                             f"{m['run']}` first")
         items = [i for i in m["items"] if i["root"] == rel]
         for i in items:
             if i["kind"] == "file":
                 _, digest = _stored(m, i)
                 if rec["files"].get(i["path"]) != digest:
-                    raise HeldError(f"held copy of {_safe(i['path'])} changed since it was "
+                    raise HeldError(f"held copy of {printable(i['path'])} changed since it was "
                                     "shown: show it again")
         if set(rec["files"]) != {i["path"] for i in items if i["kind"] == "file"}:
-            raise HeldError(f"{_safe(rel)}: the files held differ from those shown: show again")
+            raise HeldError(f"{printable(rel)}: the files held differ from those shown: show again")
         now = _dest_state(m, rel)
         if "error" in now:
             raise HeldError(now["error"])
         if now["exists"]:
-            raise HeldError(f"{_safe(os.path.join(m['workdir'], rel))} exists: not replaced "
+            raise HeldError(f"{printable(os.path.join(m['workdir'], rel))} exists: not replaced "
                             "(move it away or discard the held one)")
         if now != rec.get("dest"):
-            raise HeldError(f"the directory of {_safe(rel)} changed since it was shown: "
+            raise HeldError(f"the directory of {printable(rel)} changed since it was shown: "
                             "show it again")
         plan.append((r, items))
     done = []

@@ -28,10 +28,9 @@ import stat
 import time
 from collections.abc import Callable
 
-from ..errors import ConfineError
+from ..errors import ConfineError, printable
 from ..record import dataclass
 from .held import MANIFEST, _read_json
-from .report import _safe
 from .revert import _RUN_ID, QUARANTINE_WORKDIR, _run_time, remove_at
 
 KEEP_BYTES = 1 << 30            # each store (held, quarantine) keeps at most this on disk ...
@@ -212,7 +211,7 @@ def bound(base: str, what: str, keep: str | None, say: Callable[[str], None], *,
             total -= r.size
             count -= 1
             dropped.append(r)
-            say(f"dropped {what} run {r.run} (workdir {_safe(r.workdir)}, {human(r.size)}): "
+            say(f"dropped {what} run {r.run} (workdir {printable(r.workdir)}, {human(r.size)}): "
                 + why)
         mine = [r for r in every if current(r)]
         cur = sum(r.size for r in mine)

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ..errors import printable
+
 if TYPE_CHECKING:  # a type only: revert.py imports this module
     from .revert import Report
 
@@ -25,26 +27,6 @@ _VERB = {
 }
 
 
-def _safe(text: str) -> str:
-    """Printable text: control characters, format characters (bidi
-    overrides), separators other than space, backslashes and undecodable
-    bytes (surrogateescape) become \\xNN / \\uNNNN escapes."""
-    if text.isprintable() and "\\" not in text:
-        return text
-    out = []
-    for ch in text:
-        o = ord(ch)
-        if ch == "\\":
-            out.append("\\\\")
-        elif 0xDC80 <= o <= 0xDCFF:             # a byte that was not UTF-8
-            out.append(f"\\x{o - 0xDC00:02x}")
-        elif ch.isprintable():
-            out.append(ch)
-        elif o < 0x100:
-            out.append(f"\\x{o:02x}")
-        else:
-            out.append(f"\\u{o:04x}" if o < 0x10000 else f"\\U{o:08x}")
-    return "".join(out)
 
 
 def format_report(report: Report, *, verbose: bool = False, limit: int | None = LIMIT) -> str:
@@ -69,16 +51,16 @@ def format_report(report: Report, *, verbose: bool = False, limit: int | None = 
         shown = failed + rest[:len(rest) - cut]
     else:
         cut = 0
-    paths = [_safe(c.path or ".") for c in shown]
+    paths = [printable(c.path or ".") for c in shown]
     width = min(max(len(p) for p in paths), 48)
     for c, path in zip(shown, paths, strict=True):
         tail = c.detail
         if c.quarantine:
             tail = (tail + "; " if tail else "") + f"moved to {c.quarantine}"
-        lines.append(f"  {_VERB.get(c.what, c.what):9} {path:<{width}}  {_safe(c.action)}"
-                     + (f": {_safe(tail)}" if tail else ""))
+        lines.append(f"  {_VERB.get(c.what, c.what):9} {path:<{width}}  {printable(c.action)}"
+                     + (f": {printable(tail)}" if tail else ""))
     if cut:
-        where = f" {_safe(report.quarantine_dir)}/REPORT.txt" if report.quarantine_dir else ""
+        where = f" {printable(report.quarantine_dir)}/REPORT.txt" if report.quarantine_dir else ""
         lines.append(f"confine: ... and {cut} more change(s) not shown here"
                      + (f" (all of them: {where.strip()})" if where else ""))
     if report.failed:
@@ -86,5 +68,5 @@ def format_report(report: Report, *, verbose: bool = False, limit: int | None = 
                      "them before running git or opening the editor here")
     if report.quarantine_dir and any(c.quarantine for c in report.changes):
         dirs = dict.fromkeys([report.quarantine_dir, *report.other_quarantine])
-        lines.append(f"confine: quarantine: {', '.join(_safe(d) for d in dirs)}")
+        lines.append(f"confine: quarantine: {', '.join(printable(d) for d in dirs)}")
     return "\n".join(lines)

@@ -22,6 +22,7 @@ import time
 from typing import Callable, Iterator, Sequence
 
 from ..digest import sha256
+from ..errors import printable
 from ..paths import is_under, state_dir
 from ..record import dataclass, field
 from . import gitdata, index
@@ -34,7 +35,7 @@ from .gitconfig import (
     sanitize_git_config,
     vet_git_config,
 )
-from .report import _safe, format_report
+from .report import format_report
 from .snapshot import (
     _DIR,
     _FILE,
@@ -755,7 +756,7 @@ def _verify_and_revert(snap: Snapshot, quarantine_dir: str | None, trust_mounts:
         if any(c.quarantine for c in report.changes):
             try:
                 text = format_report(report, verbose=True, limit=None)
-                extra = "".join(f"  special   {_safe(sp)}: recorded, not copied\n"
+                extra = "".join(f"  special   {printable(sp)}: recorded, not copied\n"
                                 for sp in q.specials)
                 if q.n_specials > len(q.specials):
                     extra += f"  ... and {q.n_specials - len(q.specials)} more specials\n"

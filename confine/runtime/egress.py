@@ -125,7 +125,11 @@ class Egress:
     def routes(self) -> InetRoutes:
         return InetRoutes(redirect_port=self.redirect_port, dns_port=self.dns_port,
                           proxy_port=self.proxy_port, expect=self.expect,
-                          refused=self.refused)
+                          host_service=self.host_service, refused=self.refused)
+
+    def host_service(self, ip: str, port: int) -> bool:
+        """Does an allow entry name this port of the host's loopback?"""
+        return self.rules.host_service(ip, port) is not None
 
     def start_here(self) -> None:
         try:

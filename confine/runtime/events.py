@@ -23,10 +23,9 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping
 
-from ..errors import ConfineError, default_warn
+from ..errors import ConfineError, default_warn, printable
 from ..paths import is_under
 from ..policy import explain, runlater
-from ..protect.report import _safe
 
 Warn = Callable[[str], None]
 MAX_SHOWN = 100
@@ -87,7 +86,7 @@ class Events:
             if len(self.shown) < MAX_SHOWN:
                 self.shown.add(key)
                 # the agent chooses the names in it: no escape reaches the terminal
-                show = _safe(line)
+                show = printable(line)
             else:
                 self.hidden += 1
                 if self.hidden == 1:
@@ -140,12 +139,11 @@ class Events:
                                        f"rename {path}: a protected path, bound read-only "
                                        "for the run", self.read_only[rel]))
 
-    def connect_refused(self, port: int) -> None:
-        """The broker's connect() to TCP `port` got EACCES (as write_refused)."""
+    def connect_refused(self, port: int, addr: str = "") -> None:
+        """The broker's connect() to TCP `port` of `addr` got EACCES (as write_refused)."""
         if self.landlock_seen is not False or port in self.connect_ports:
             return
-        self.explained(explain.Refusal("connect_tcp", explain.LANDLOCK, str(port),
-                                       f"connect to TCP port {port}"))
+        self.explained(explain.connect_refusal(explain.LANDLOCK, str(port), addr))
 
     def landlock(self, fields: Mapping[str, str]) -> None:
         """A Landlock audit record of this run's domain (kernel/audit.py)."""
@@ -159,10 +157,17 @@ class Events:
         self.emit({"event": "notice", "what": "landlock refusals not shown", "why": why})
 
     def summary(self, status: int = 0) -> list[str]:
-        """The lines said at exit: how many refusals, by layer, and that
-        Landlock's own were not among them when they could not be seen (only
-        when something was refused: a failing test run is not confine's to
-        comment on); for a run that failed, the paths bound read-only."""
+        """The lines said at exit: how many refusals, by layer; for a run that
+        failed, that Landlock's own refusals were not among them when they could
+        not be seen, and the paths bound read-only.
+
+        Nothing an unprivileged process can read reports a read Landlock refused
+        (its records reach only the audit stream, kernel/audit.py), so the gap is
+        said instead, once, and only where it may be the cause: the agent exited
+        with a failure of its own (not 129-192, 128 + a signal: the person's doing,
+        or a crash that no refused read explains; not 125, a nested confine's own
+        failure, whose line already says why). A run
+        that succeeded is not told about reads it did without."""
         out: list[str] = []
         if self.refusals:
             by = ", ".join(f"{n} by {layer}" for layer, n in self.refusals.most_common())
@@ -170,10 +175,11 @@ class Events:
                        + (f"; every one is in {self.path}" if self.path
                           else "; --log FILE records each, `confine explain FILE` says "
                                "what to add to a profile"))
-            if self.landlock_gap:
-                out.append("not shown: Landlock's own refusals of reads, executes and TCP "
-                           "binds (a 'Permission denied' or 'does not exist' may be one), "
-                           + self.landlock_gap)
+        if self.landlock_gap and status not in (0, 125) and not 128 < status <= 128 + 64:
+            out.append(f"exit status {status}: a 'Permission denied', 'No such file or "
+                       "directory' or 'command not found' above may be Landlock refusing a "
+                       "read or an execute outside the grants (--read PATH grants one); "
+                       "not shown: Landlock's own refusals, " + self.landlock_gap)
         if status != 0 and self.read_only:
             names = sorted(self.read_only)
             shown = ", ".join(names[:5]) + (

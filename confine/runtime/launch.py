@@ -77,10 +77,15 @@ def _filter_count(plan: Plan) -> int:
         plan.ioctl_allowlist)
 
 
-def _filters(plan: Plan) -> list[Any]:
+def _filters(plan: Plan, dgram_notified: bool = False) -> list[Any]:
+    """The deny filters; dgram_notified: the notifying filter refuses UDP sockets
+    (plan.dgram_notify, loaded by this launch), so the deny filter leaves them."""
     if any(m.feature == "seccomp" for m in plan.missing):
         return []
-    out = [seccomp.compiled(r) for r in (plan.seccomp_rules, plan.seccomp_extra) if r]
+    deny = plan.seccomp_rules
+    if dgram_notified:         # refused by the notifying filter instead, which says so
+        deny = tuple(r for r in deny if r.group != seccomp.DGRAM_GROUP)
+    out = [seccomp.compiled(r) for r in (deny, plan.seccomp_extra) if r]
     if plan.ioctl_allowlist:
         # loaded first, so evaluated last: the deny filter's own answer (EPERM for
         # TIOCSTI, the disk ioctls) wins over the allowlist's EACCES
@@ -197,11 +202,12 @@ def _launch(plan: Plan, guard: Any, warn: Callable[[str], None] | None,
     _check_mediate_as(plan)
     ruleset = _empty_ruleset(plan)
     rules_r, rules_w = os.pipe2(os.O_CLOEXEC) if ruleset is not None else (None, None)
-    filters = _filters(plan)
     status_r, status_w = os.pipe2(os.O_CLOEXEC)
     med = (MediationChannel.open(guard, files=plan.file_mediation, meta=plan.meta_mediation,
-                                 bind=not plan.pidfd_getfd, signals=plan.signal_mediation)
+                                 bind=not plan.pidfd_getfd, signals=plan.signal_mediation,
+                                 dgram=plan.dgram_notify)
            if plan.unix_mediation else None)
+    filters = _filters(plan, dgram_notified=med is not None and plan.dgram_notify)
     sigset = set(FORWARD) | {signal.SIGCHLD}
     # SIGCHLD is ignored by default, which could discard it before sigwaitinfo.
     old_chld = signal.signal(signal.SIGCHLD, lambda *_: None)
@@ -426,6 +432,8 @@ def _start_mediator(pid: int, med: MediationChannel, plan: Plan,
                  events=events, meta=plan.meta_roots() if plan.meta_mediation else None,
                  real_ids=plan.mediate_as)
     m.refuse_abstract = plan.refuse_abstract
+    if plan.dgram_notify:
+        m.refuse_dgram()
     if plan.signal_mediation:
         # the supervisor's children now but the agent's: an embedding program's own
         # (and the broker, re-parented here), never targets (mediation/signals.py)

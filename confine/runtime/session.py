@@ -18,7 +18,7 @@ import threading
 from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
-from ..errors import ConfineError, default_warn
+from ..errors import ConfineError, default_warn, printable
 from ..paths import is_under
 from ..plan import HostFacts, Lsm, Plan, Protected, compile, features
 from ..plan.compile import unreachable_servers
@@ -27,7 +27,6 @@ from ..plan.identity import resolve as resolve_identity
 from ..policy import load as _load
 from ..policy import realpaths
 from ..policy.model import Policy
-from ..protect.report import _safe
 from ..record import dataclass, field
 from . import home as _home
 from .events import Events
@@ -215,12 +214,12 @@ class Session:
             self.events.close()
             if self.tmp is not None:
                 if not remove_tree(self.tmp):
-                    self.warn(f"could not remove the run's TMPDIR {_safe(self.tmp)}: remove it "
+                    self.warn(f"could not remove the run's TMPDIR {printable(self.tmp)}: remove it "
                               "by hand")
                 self.tmp = None
             if self.tmp_home is not None:
                 if not remove_tree(self.tmp_home):
-                    self.warn(f"could not remove the run's HOME {_safe(self.tmp_home)}: "
+                    self.warn(f"could not remove the run's HOME {printable(self.tmp_home)}: "
                               "remove it by hand")
                 self.tmp_home = None
         finally:
@@ -309,7 +308,7 @@ class Session:
                       "afterwards (--no-agent-home keeps the account's own)")
             path = self.tmp_home
         for n in notes:
-            self.warn(_safe(n))
+            self.warn(printable(n))
         return path, notes
 
     def _snapshot(self, policy: Any, home: str, facts: HostFacts) -> Protected:
@@ -385,7 +384,7 @@ class Session:
         for i, snap in enumerate(self.snapshots):
             for path, why in snap.guard_only:
                 shown = path if i == 0 else os.path.join(snap.workdir, path)
-                say(f"protected path {_safe(shown)} has no read-only bind ({why}): "
+                say(f"protected path {printable(shown)} has no read-only bind ({why}): "
                     + ("writes to it are refused by name and inode; other changes are reverted "
                        "at exit" if guarded else "it is only checked at exit"))
         result = Result(status=125)
@@ -395,6 +394,7 @@ class Session:
         # blocks and forwards them as before; the child resets the handlers.
         hold = self._hold = _SignalHold()
         held_fd: list[int] = []
+        ran = False
         try:
             plan = self._start_egress(plan)
             plan, offer, serve = self._delegation(plan)
@@ -407,6 +407,7 @@ class Session:
                              after_fork=serve, before_walk=self._stop_server)
             result.status, result.steps = outcome.status, outcome.steps
             result.timed_out = outcome.timed_out
+            ran = True
         except OSError as e:
             raise ConfineError(f"setup failed: {e.strerror or e}") from None
         finally:
@@ -418,7 +419,9 @@ class Session:
             result.held_roots = self._collect_held(held_fd[0] if held_fd else None, say)
             result.held = result.held_roots[0] if result.held_roots else None
             self._bound_stores(keep_limits, say)
-            for line in self.events.summary(result.status):
+            # a command that never ran (not found, setup failed) failed before the
+            # agent did anything: its error is the one line, said after these
+            for line in self.events.summary(result.status if ran else 0):
                 say(line)
         rep = result.report
         if (rep is None or rep.alerts) and result.status == 0 and not self.req.agent_status:
@@ -527,9 +530,9 @@ class Session:
         gitdir = os.path.join(top, ".git")
         if any(is_under(gitdir, p) for p, _, _ in plan.path_rules):
             return
-        say(f"the workdir lies inside the git repository {_safe(top)}, whose .git is not "
+        say(f"the workdir lies inside the git repository {printable(top)}, whose .git is not "
             "readable here: git inside will say 'not a git repository'; run with "
-            f"-w {_safe(top)} to work in the repository, or --read {_safe(gitdir)} to let "
+            f"-w {printable(top)} to work in the repository, or --read {printable(gitdir)} to let "
             "git read it")
 
     def _prepare_held(self) -> list[int]:
@@ -566,8 +569,8 @@ class Session:
                     got = (held.Held(snap.run_id, snap.workdir, None) if rfd is None
                            else held.collect(rfd, g, snap.run_id))
                 except Exception as e:  # noqa: BLE001 - said, never silently lost
-                    say(f"the held files of this run in {_safe(snap.workdir)} could not be "
-                        f"kept ({_safe(f'{type(e).__name__}: {e}')}): they were not put "
+                    say(f"the held files of this run in {printable(snap.workdir)} could not be "
+                        f"kept ({printable(f'{type(e).__name__}: {e}')}): they were not put "
                         "there and are gone")
                     out.append(None)        # the list stays in roots order
                     continue
@@ -598,8 +601,8 @@ class Session:
             try:
                 keep.bound(base, what, run, say, lim=lim, max_runs=runs)
             except Exception as e:  # noqa: BLE001 - housekeeping must not cost the report
-                say(f"could not bound the {what} kept across runs in {_safe(base)}: "
-                    f"{_safe(f'{type(e).__name__}: {e}')}")
+                say(f"could not bound the {what} kept across runs in {printable(base)}: "
+                    f"{printable(f'{type(e).__name__}: {e}')}")
 
     def _exit_check(self, mount_ns: bool, say: Warn) -> Any:
         """verify_and_revert and its report.  A failure of the check is said
@@ -615,7 +618,7 @@ class Session:
                           *(p for p in (self.tmp, self.plan.agent_home) if p)])
         except Exception as e:  # noqa: BLE001 - never silently: the check did not happen
             say(f"PROTECTED PATHS NOT CHECKED after the run (the check failed: "
-                f"{_safe(f'{type(e).__name__}: {e}')}): inspect .git/hooks, "
+                f"{printable(f'{type(e).__name__}: {e}')}): inspect .git/hooks, "
                 ".git/config, .envrc, .vscode and the other protected paths before running "
                 "git or opening the editor in the workdir")
             return None

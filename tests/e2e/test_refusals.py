@@ -27,7 +27,7 @@ import tempfile
 import pytest
 from conftest import PY, Sandbox, landlock_abi
 
-GAP = "not shown: Landlock's own refusals of reads"
+GAP = "not shown: Landlock's own refusals"
 
 
 def _audit_set(enabled: int) -> None:
@@ -138,8 +138,16 @@ def test_unprivileged_run_says_where_the_gap_is(user_sandbox, upstream):
     assert not _lines(p.stderr, f"--read {upstream}")
     assert _lines(p.stderr, "protected: ['!.envrc']")
     assert GAP in p.stderr and "started as root" in p.stderr, p.stderr
-    quiet = user_sandbox.run(["git", "clone", upstream, "x"])
-    assert quiet.returncode != 0 and "confine:" not in quiet.stderr   # nothing else refused
+    # a read refused by Landlock alone (nothing else refused): the failing run is told
+    # once where the refusal may be, with the flag that grants a read
+    quiet = user_sandbox.run(["git", "clone", upstream, "y"])
+    said = [ln for ln in quiet.stderr.splitlines() if ln.startswith("confine:")]
+    assert quiet.returncode != 0 and len(said) == 1, quiet.stderr
+    assert GAP in said[0] and "--read PATH" in said[0], said
+    # a run that succeeded is not told about it, whatever else was refused
+    ok = user_sandbox.run(["sh", "-c", f"git clone {upstream} z; ln -s z .envrc; true"])
+    assert ok.returncode == 0 and _lines(ok.stderr, "protected: ['!.envrc']"), ok.stderr
+    assert GAP not in ok.stderr, ok.stderr
 
 
 def test_root_run_with_audit_off_says_so(root_sandbox):
@@ -227,6 +235,23 @@ attempt("control", lambda: opened(odd + "/envrc", os.O_WRONLY | os.O_CREAT))
     assert len(_lines(p.stderr, "denied: ")) == 2, p.stderr
 
 
+def test_a_byte_that_is_not_utf8_is_shown_one_way_in_every_line(sandbox):
+    # the name guard's line (through the broker), the exit's held list, a CLI error:
+    # each shows the byte 0xfe as \xfe (not '?', not \udcfe)
+    code = ("import os\nos.mkdir(b'e\\xfe')\n"
+            "for p in (b'e\\xfe/.git', b'e\\xfe/.envrc'):\n"
+            " try: os.symlink(b'x', p) if p.endswith(b'.git') else open(p, 'w').close()\n"
+            " except OSError as e: print(p, e.errno)\n")
+    p = sandbox.run([PY, "-c", code])
+    assert "b'e\\xfe/.git' 13" in p.stdout, (p.stdout, p.stderr)     # refused, as before
+    said = [ln for ln in p.stderr.splitlines() if ln.startswith("confine:") and "e\\xfe" in ln]
+    assert any(".git" in ln and "denied" in ln for ln in said), p.stderr
+    assert "e?/" not in p.stderr and "udcfe" not in p.stderr, p.stderr
+    bad = sandbox.confine("exec", "-w", os.fsdecode(b"/tmp/confine-nx\xfe"), "--", "true")
+    assert bad.returncode == 125 and "confine-nx\\xfe" in bad.stderr, bad.stderr
+    assert "udcfe" not in bad.stderr, bad.stderr
+
+
 def test_log_where_the_agent_writes_is_refused(sandbox):
     """The agent could forge what `confine explain` reads: exit 125, one line."""
     for where in (os.path.join(sandbox.workdir, "run.log"),
@@ -241,6 +266,23 @@ def test_log_where_the_agent_writes_is_refused(sandbox):
     finally:
         if os.path.exists(f"/tmp/confine-ok-{os.getpid()}.log"):
             os.unlink(f"/tmp/confine-ok-{os.getpid()}.log")
+
+
+def test_a_command_not_found_is_the_only_line(sandbox):
+    """A command that never ran gets its own error and nothing about the run it
+    did not have (the read-only binds, Landlock's unseen refusals)."""
+    with open(os.path.join(sandbox.workdir, ".envrc"), "w") as f:
+        f.write("x\n")
+    os.chown(os.path.join(sandbox.workdir, ".envrc"), sandbox.pw.pw_uid, sandbox.pw.pw_gid)
+    p = sandbox.run(["confine-no-such-command"])
+    said = [ln for ln in p.stderr.splitlines() if ln.startswith("confine:")]
+    assert p.returncode == 127 and len(said) == 1, p.stderr
+    assert "confine-no-such-command: command not found" in said[0], said
+    # the control: a command that ran and failed still hears about the binds
+    failed = sandbox.run(["sh", "-c", "exit 3"])
+    if "NOT read-only for this run" in failed.stderr:
+        pytest.skip("no mount namespace here: nothing is bound read-only")
+    assert failed.returncode == 3 and _lines(failed.stderr, "bound read-only"), failed.stderr
 
 
 def test_rm_envrc_on_its_read_only_bind_is_named(sandbox):
@@ -337,5 +379,29 @@ def test_tcp_connect_is_explained_in_every_run(sandbox):
         assert "CONNECTED" not in p.stdout and "13" in p.stdout, (p.stdout, p.stderr)
         got = _lines(p.stderr, f"network.connect_tcp: [{port}]")
         assert len(got) == 1 and "[landlock]" in got[0], p.stderr
+        # the agent's loopback is its own: the host's service is reached by name
+        assert f"--allow-host localhost:{port}" in got[0] and "any host" not in got[0], got
     finally:
         srv.close()
+
+
+def test_dns_lookup_without_network_names_allow_host(sandbox):
+    # the default profile has no network (nothing leaves: no route, no UDP socket)
+    p = sandbox.run(["curl", "-sS", "--max-time", "10", "https://example.com/"])
+    assert p.returncode == 6 and "resolve" in p.stderr, (p.returncode, p.stderr)
+    got = _lines(p.stderr, "--allow-host HOST")
+    assert len(got) == 1 and "DNS" in got[0] and "[seccomp]" in got[0], p.stderr
+    # said before the agent's own message, and once however many lookups were refused
+    err = p.stderr.splitlines()
+    assert err.index(got[0]) < next(i for i, ln in enumerate(err) if ln.startswith("curl:")), \
+        p.stderr
+    # the refusal itself is unchanged: a UDP socket is still refused (EPERM) inside...
+    code = ("import socket\ntry:\n socket.socket(socket.AF_INET, socket.SOCK_DGRAM); "
+            "print('MADE')\nexcept OSError as e: print('ERR', e.errno)")
+    inside = sandbox.run([PY, "-c", code])
+    assert "ERR 1" in inside.stdout, (inside.stdout, inside.stderr)
+    assert len(_lines(inside.stderr, "--allow-host HOST")) == 1, inside.stderr
+    # ... and made outside (the control); a run without a lookup says nothing of DNS
+    assert "MADE" in sandbox.outside([PY, "-c", code]).stdout
+    quiet = sandbox.run([PY, "-c", "import socket; print(socket.gethostbyname('localhost'))"])
+    assert "127.0.0.1" in quiet.stdout and "confine:" not in quiet.stderr, quiet.stderr

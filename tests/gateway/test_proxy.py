@@ -10,6 +10,7 @@ import ssl
 import subprocess
 import threading
 import time
+import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
@@ -500,3 +501,29 @@ def test_curl_plain_http_and_refusal_body(make_stack, http_origin):
                        timeout=20)
     assert r.stdout.startswith("HTTP/1.1 403") and f"confine: other.test:{p} refused" in r.stdout
     assert len(http_origin.requests) == 1
+
+
+# --- a service on the host's loopback (localhost:P) --------------------------------------------
+def test_localhost_entry_by_proxy_and_redirect_never_asks_upstream(make_stack, http_origin,
+                                                                   upstream):
+    p = http_origin.port
+    st = make_stack([f"localhost:{p}"])
+    proxy = f"http://127.0.0.1:{st.gw.port}"
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({"http": proxy}))
+    with opener.open(f"http://localhost:{p}/svc", timeout=10) as resp:
+        assert resp.read().decode() == f"sni=None host=localhost:{p} path=/svc"
+    # the redirected connect to ::1 (the origin listens on 127.0.0.1 only) is dialled
+    # at the entry's other loopback address
+    c = redirected(st, "::1", p)
+    c.sendall(f"GET /six HTTP/1.0\r\nHost: localhost:{p}\r\n\r\n".encode())
+    got = b""
+    while chunk := c.recv(4096):
+        got += chunk
+    assert b"path=/six" in got, got
+    assert "localhost" not in upstream.names()
+    # the neighbouring port and another loopback address are not the entry's
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({"http": proxy}))
+    for url in (f"http://localhost:{p + 1}/", f"http://127.0.0.2:{p}/"):
+        with pytest.raises(urllib.error.HTTPError) as e:
+            opener.open(url, timeout=10)
+        assert e.value.code == 403, url

@@ -57,8 +57,22 @@ def test_landlock_tcp_bind_and_connect():
     gr = g(r)
     assert (gr.key, gr.value) == ("network.bind_tcp", 8000)
     assert "network.bind_tcp: [8000]" in ex.line(r, gr)
+    # connect_tcp is the agent's own loopback: a refused loopback connect suggests the
+    # host's service by name (the flag that reaches it), connect_tcp only in the note
     r = ex.from_landlock({"blockers": "net.connect_tcp", "daddr": "127.0.0.1", "dest": "5432"})
-    assert r is not None and (g(r).key, g(r).value) == ("network.connect_tcp", 5432)
+    assert r is not None and r.kind == "connect_tcp"
+    gr = g(r)
+    assert (gr.key, gr.value, gr.flag) == ("network.allow", "localhost:5432",
+                                           "--allow-host localhost:5432")
+    line = ex.line(r, gr)
+    assert "any host" not in line and "network.connect_tcp: [5432]" in line and "own" in line
+    # another address is a host the profile does not name
+    r = ex.from_landlock({"blockers": "net.connect_tcp", "daddr": "192.0.2.7", "dest": "80"})
+    assert r is not None and r.kind == "host"
+    assert (g(r).key, g(r).value, g(r).flag) == ("network.allow", "192.0.2.7:80",
+                                                 "--allow-host 192.0.2.7:80")
+    r = ex.connect_refusal(ex.LANDLOCK, "443", "2001:db8::1")
+    assert (g(r).value, g(r).flag) == ("[2001:db8::1]", "--allow-host [2001:db8::1]")
 
 
 @pytest.mark.parametrize("path", [f"{HOME}/.ssh/id_ed25519", f"{HOME}/.aws", "/etc/shadow",
@@ -225,18 +239,37 @@ def test_events_are_bounded():
     assert sum(ev.refusals.values()) == 500
 
 
-def test_summary_names_the_landlock_gap_only_beside_other_refusals(tmp_path):
+def test_summary_names_the_landlock_gap_once_and_only_for_a_failed_run(tmp_path):
     ev = Events(str(tmp_path / "log"), lambda s: None)
     ev.unexplained("since audit is off")
-    assert ev.summary(0) == [] and ev.summary(1) == []       # a failing test run: silent
+    assert ev.summary(0) == []                                # a run that succeeded: silent
+    assert ev.summary(130) == [] and ev.summary(143) == []    # ended by a signal: silent
+    assert ev.summary(125) == []                  # a nested confine's own error says why
+    # a failed run: the one place a refused read may be, and how to grant one
+    (gap,) = ev.summary(1)
+    assert "since audit is off" in gap and "--read PATH" in gap and "exit status 1" in gap
     ev.mediated("create /w/.envrc: protected path (.envrc)")
+    assert len(ev.summary(0)) == 1                            # the count, no gap
     out = ev.summary(1)
-    assert len(out) == 2 and "since audit is off" in out[1] and "reads" in out[1]
+    assert len(out) == 2 and "since audit is off" in out[1]
     ev.read_only = {".envrc": ".envrc"}
-    assert len(ev.summary(0)) == 2 and "Device or resource busy" in ev.summary(1)[2]
+    assert len(ev.summary(0)) == 1 and "Device or resource busy" in ev.summary(1)[2]
     ev.close()
     rep = ex.report(json.loads(x) for x in (tmp_path / "log").read_text().splitlines())
     assert rep.unseen == ["since audit is off"] and rep.grants == {"protected": ["!.envrc"]}
+
+
+def test_one_escaping_for_names_in_every_line(capsys):
+    from confine.errors import default_warn, printable
+    name = "/w/a\udcfe\x1b[2Jb"                     # a byte that is not UTF-8, an escape
+    assert printable(name) == "/w/a\\xfe\\x1b[2Jb"
+    default_warn(f"raw {name}")                       # a line no one escaped before
+    default_warn(f"escaped {printable(name)}")        # ... and one that was: unchanged
+    err = capsys.readouterr().err
+    assert err == "confine: raw /w/a\\xfe\\x1b[2Jb\nconfine: escaped /w/a\\xfe\\x1b[2Jb\n", err
+    from confine.mediation import wire
+    rid, rep = wire.decode_reply(wire.Reply(-1, 13, f"create {name}: protected").encode(7))
+    assert rid == 7 and rep.reason == f"create {name}: protected"   # the byte survives the wire
 
 
 def test_gateway_events_from_other_writers_are_explained():

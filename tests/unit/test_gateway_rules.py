@@ -242,3 +242,30 @@ def test_entry_for():
     assert entry_for("exa_mple.com", 443) is None
     for host, port in (("example.com", 8443), ("2001:db8::1", 22), ("192.0.2.1", 443)):
         assert Rules.parse([entry_for(host, port)]).decide(host, port).allowed
+
+
+@pytest.mark.parametrize("entry", ["localhost", "localhost:*", "127.0.0.1", "[::1]:*", "::1",
+                                   "127.0.0.0/8:80", "[::ffff:127.0.0.1]"])
+def test_host_loopback_needs_one_address_and_one_port(entry):
+    with pytest.raises(RuleError, match="loopback"):
+        Rules.parse([entry])
+    Rules.parse(deny=[entry])       # a deny may name every port
+
+
+def test_host_loopback_entries():
+    r = Rules.parse(["localhost:11434", "127.0.0.1:5432", "[::1]:8080", "example.com"])
+    for ip, port in (("127.0.0.1", 11434), ("::1", 11434), ("127.0.0.1", 5432), ("::1", 8080)):
+        got = r.host_service(ip, port)
+        assert got is not None and got.port == port, (ip, port)
+    assert r.host_service("127.0.0.1", 11434).alias == (ipaddress.ip_address("::1"),)
+    assert r.host_service("::1", 11434).text == "localhost:11434"
+    # exactly those: no neighbouring port, no other loopback address, no other family
+    for ip, port in (("127.0.0.1", 11435), ("127.0.0.2", 11434), ("::1", 5432),
+                     ("127.0.0.1", 8080), ("127.0.0.1", 443)):
+        assert r.host_service(ip, port) is None, (ip, port)
+    assert r.decide("localhost", 11434).allowed and not r.decide("localhost", 443).allowed
+    # a deny of localhost wins over the addresses it stands for
+    d = Rules.parse(["127.0.0.1:5432"], ["localhost"])
+    assert d.host_service("127.0.0.1", 5432) is None
+    # a network that only contains loopback opens nothing of it
+    assert Rules.parse(["0.0.0.0/0:80"]).host_service("127.0.0.1", 80) is None

@@ -26,6 +26,7 @@ from .loader import (
 )
 from .rules import (
                      DEFAULT_RULES,
+                     DGRAM_GROUP,
                      FILE_CALLS,
                      IOCTL_NAMES,
                      IOCTLS,
@@ -38,6 +39,7 @@ from .rules import (
                      ArgMatch,
                      Rule,
                      describe,
+                     dgram_notifiable,
                      no_inet_rules,
                      rules_for,
 )
@@ -46,7 +48,7 @@ from .syscalls import native_arch, syscall_number
 __all__ = [
     "Program", "compiled",
     "ArgMatch", "Rule", "DEFAULT_RULES", "IOCTLS", "IOCTL_NAMES", "PERSONA_FLAGS",
-    "rules_for", "no_inet_rules", "describe",
+    "rules_for", "no_inet_rules", "describe", "DGRAM_GROUP", "dgram_notifiable",
     "SOCKET_CALLS", "FILE_CALLS", "OPEN_CALLS", "META_CALLS", "META_REFUSED", "META_IOCTLS",
     "available",
     "build", "load", "export_bpf", "BPF_LD_W_ABS", "status",

@@ -26,12 +26,16 @@ from typing import TYPE_CHECKING, Any, Iterable, Sequence
 from ...record import NamedTuple
 from ..libc import libc, oserror
 from .rules import (
+    AF_INET,
+    AF_INET6,
     FILE_CALLS,
     META_CALLS,
     META_IOCTLS,
     META_REFUSED,
     OPEN_CALLS,
     OPEN_WRITE_BITS,
+    SOCK_DGRAM,
+    SOCK_TYPE_MASK,
     SOCKET_CALLS,
     Rule,
     describe_rule,
@@ -349,7 +353,7 @@ FIOSETOWN, SIOCSPGRP = 0x8901, 0x8902
 
 
 def build_notify(files: bool = False, meta: bool = False, bind: bool = False,
-                 signals: bool = False) -> "pyseccomp.SyscallFilter":
+                 signals: bool = False, dgram: bool = False) -> "pyseccomp.SyscallFilter":
     """The notifying filter, loaded after the deny filter. The kernel runs every
     filter and the most restrictive answer wins, so a denial is never turned
     into a notification. See confine/mediation/ for who answers.
@@ -358,7 +362,9 @@ def build_notify(files: bool = False, meta: bool = False, bind: bool = False,
     meta: mediate META_CALLS, refuse META_REFUSED and META_IOCTLS (no mount
     namespace: nothing else stops them outside the writable paths).
     signals: mediate the kill family and fcntl F_SETOWN(_EX), refuse the ioctls
-    that aim SIGIO/SIGURG (no pid namespace, Landlock below ABI 6)."""
+    that aim SIGIO/SIGURG (no pid namespace, Landlock below ABI 6).
+    dgram: IPv4/IPv6 datagram sockets (the deny table's DGRAM_GROUP, left out of
+    the deny filter): the supervisor refuses each and says why once."""
     sc = libseccomp()
     flt = sc.SyscallFilter(sc.ALLOW)
     flt.set_attr(sc.Attr.ACT_BADARCH, sc.KILL_PROCESS)
@@ -389,6 +395,10 @@ def build_notify(files: bool = False, meta: bool = False, bind: bool = False,
             for bit in OPEN_WRITE_BITS:
                 flt.add_rule(sc.NOTIFY, name, sc.Arg(arg, sc.MASKED_EQ, bit, bit))
         flt.add_rule(sc.ERRNO(_errno.ENOSYS), "openat2")
+    if dgram:
+        for fam in (AF_INET, AF_INET6):
+            flt.add_rule(sc.NOTIFY, "socket", sc.Arg(0, sc.MASKED_EQ, 0xFFFFFFFF, fam),
+                         sc.Arg(1, sc.MASKED_EQ, SOCK_TYPE_MASK, SOCK_DGRAM))
     for name in SOCKET_CALLS:
         if name == "sendto":
             flt.add_rule(sc.NOTIFY, name, sc.Arg(4, sc.NE, 0))

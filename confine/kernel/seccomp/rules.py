@@ -35,7 +35,8 @@ from ...record import dataclass
 from .syscalls import native_arch, syscall_number
 
 __all__ = ["ArgMatch", "Rule", "DEFAULT_RULES", "rules_for", "udp_rules", "no_inet_rules", "describe",
-           "describe_rule", "SOCKET_CALLS", "FILE_CALLS", "OPEN_CALLS", "OPEN_WRITE_BITS",
+           "describe_rule", "DGRAM_GROUP", "dgram_notifiable", "SOCKET_CALLS", "FILE_CALLS",
+           "OPEN_CALLS", "OPEN_WRITE_BITS",
            "IOCTLS", "IOCTL_NAMES", "PERSONA_FLAGS", "META_CALLS", "META_REFUSED",
            "META_IOCTLS"]
 
@@ -477,6 +478,17 @@ def rules_for(extra_deny: Iterable[str] = (), unsafe_allow: Iterable[str] = (),
             continue  # already denied unconditionally
         rules.append(Rule(name, EPERM, (), "profile", "denied by the profile"))
     return tuple(rules)
+
+
+# The deny table's group refusing UDP sockets. Where the notifying filter is loaded
+# and the run has no gateway, it refuses them instead (build_notify(dgram=True)): the
+# same refusal, but the supervisor sees it and says once that DNS needs a host rule.
+DGRAM_GROUP = "socket:inet-dgram"
+
+
+def dgram_notifiable(rules: Iterable[Rule]) -> bool:
+    """Do `rules` refuse UDP sockets with the default group (not opted out)?"""
+    return any(r.group == DGRAM_GROUP for r in rules)
 
 
 def no_inet_rules() -> tuple[Rule, ...]:
