@@ -529,6 +529,18 @@ HELD_BASES = ("/var/lib/confine/held",
 
 
 @pytest.fixture(autouse=True)
+def _unit_state_home(request, tmp_path_factory, monkeypatch):
+    """The unit tier runs no confine and must not depend on this host's state:
+    whatever a test reaches through the state directories (paths.state_dir) lands in
+    a directory of its own, never in the account's ~/.local/state or root's
+    /var/lib/confine (issue 23 item 3). Here, not in a tests/unit/conftest.py: that
+    one would be imported as `conftest` too and shadow this file for the e2e tests."""
+    if request.node.get_closest_marker("unit") is not None:
+        monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path_factory.mktemp("state")))
+    yield
+
+
+@pytest.fixture(autouse=True)
 def _no_held_leftovers(request):
     """Runs that hold protected names (protect/held.py) leave state for the
     person; what a test's runs left goes with the test. The unit tier runs no
