@@ -73,6 +73,7 @@ from confine.kernel.libc import check, libc, oserror
 
 # The guard's only runtime names here: its verdict "vet this git config" and
 # the prefix of the broker's own temporary names.
+from confine.protect import gitlink
 from confine.protect.guard import INTERNAL, VET
 from confine.protect.held import mark_skip_worktree
 from confine.protect.report import _safe
@@ -108,6 +109,9 @@ VETTED_CAP = 256
 # Files protected at start the broker holds open (FileBroker.pinned); past
 # this a removed one's number may come back as a new file the guard refuses.
 PINNED_CAP = 256
+# Pointer files (.git, commondir) written but not yet checked and put in
+# place (FileBroker.pointers): git has one at a time; past this more are refused.
+POINTERS_CAP = 64
 INDEX_CAP = 256 << 20     # a bigger index is installed unchanged (held entries look deleted)
 _STATFS_SIZE = 128
 
@@ -333,6 +337,9 @@ class FileBroker:
         # repository's config) the agent may remove one, and its number must
         # not pass to the next new file. Repository configs first, bounded.
         self.pinned: dict[tuple[int, int], int] = {}
+        # Pointer files git is writing (_pointer_open): (directory, name) ->
+        # (that directory pinned, name, the nameless file, gitlink kind).
+        self.pointers: dict[tuple[tuple[int, int], bytes], tuple[int, bytes, int, str]] = {}
         if guard is not None and guard.inodes:
             for rel in guard.files:
                 if len(self.pinned) >= PINNED_CAP:
@@ -976,6 +983,10 @@ class FileBroker:
                         me = str(task.tgid).encode()
                         base = me if base == b"self" else me + b"/task/" + str(task.tid).encode()
                     name = base + (b"/" if slash else b"")
+                    if creat and not slash and base in _POINTER_NAMES:
+                        fd = self._pointer_open(pfd, base, flags, self._mode(task, mode, 0o666))
+                        if fd is not None:
+                            return fd
                     if slash and creat:        # the kernel refuses (EISDIR): nothing is made
                         return os.open(name, flags | os.O_CLOEXEC, self._mode(task, mode, 0o7777),
                                        dir_fd=pfd)
@@ -1248,6 +1259,18 @@ class FileBroker:
             raise Refused(errno.EACCES, f"git config {dst}: {what} not allowed in a repository "
                           "config written inside the sandbox (they could run programs for the "
                           "next person using git there)")
+        self._install_checked(npfd, nbase, data, stat.S_IMODE(st.st_mode) & 0o666,
+                              flags & RENAME_NOREPLACE)
+        try:
+            os.unlink(obase, dir_fd=opfd)
+        except OSError:
+            pass
+        return 0
+
+    def _install_checked(self, npfd: int, nbase: bytes, data: bytes, mode: int,
+                         flags: int) -> None:
+        """Put the checked bytes at nbase as a new inode the agent never had
+        open (held in `vetted`, so no later open may write it)."""
         self._pin_replaced(npfd, nbase)
         tmp = (INTERNAL + os.urandom(8).hex()).encode()
         tfd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
@@ -1257,22 +1280,125 @@ class FileBroker:
                 view = memoryview(data)
                 while view:
                     view = view[os.write(tfd, view):]
-                os.fchmod(tfd, stat.S_IMODE(st.st_mode) & 0o666)
+                os.fchmod(tfd, mode)
                 self._hold_vetted(tfd)
             finally:
                 os.close(tfd)
-            check(libc.renameat2(npfd, tmp, npfd, nbase, flags & RENAME_NOREPLACE))
+            check(libc.renameat2(npfd, tmp, npfd, nbase, flags))
         except BaseException:
             try:
                 os.unlink(tmp, dir_fd=npfd)
             except OSError:
                 pass
             raise
+
+    # ------------------------------------------------------------ pointer files
+
+    def _pointer_open(self, pfd: int, base: bytes, flags: int, mode: int) -> int | None:
+        """A `.git` file or a worktree's `commondir` that git is writing
+        (protect/gitlink.py): made without a name (O_TMPFILE) and put in place
+        by _settle once its content passes. None: not such a pointer (judged
+        as any other name). Only a new one, or one this broker put there
+        (git rewrites a submodule's `.git` with O_TRUNC)."""
+        if self.guard is None or flags & os.O_ACCMODE == os.O_RDONLY:
+            return None
         try:
-            os.unlink(obase, dir_fd=opfd)
+            st: os.stat_result | None = os.stat(base, dir_fd=pfd, follow_symlinks=False)
+        except FileNotFoundError:
+            st = None
+        if st is not None and (flags & os.O_EXCL or not flags & os.O_TRUNC
+                               or _ident(st) not in self.vetted):
+            return None
+        comps = self._position(pfd, base)
+        kind = self.guard.pointer_at(self.guard.folded(comps))
+        if kind is None:
+            return None
+        with self.lock:
+            key = (_ident(os.fstat(pfd)), base)
+            if key not in self.pointers and len(self.pointers) >= POINTERS_CAP:
+                raise Refused(errno.EACCES, f"create {self.guard.show(comps or ())}: more than "
+                              f"{POINTERS_CAP} git pointer files written and not yet checked")
+            keep = (flags & (os.O_APPEND | os.O_NONBLOCK)) | os.O_RDWR | os.O_CLOEXEC
+            tfd = os.open(b".", keep | os.O_TMPFILE, mode, dir_fd=pfd)
+            try:
+                mine = os.dup(tfd)
+                held = os.open(b".", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=pfd)
+            except BaseException:
+                os.close(tfd)
+                raise
+            old = self.pointers.pop(key, None)
+            self.pointers[key] = (held, base, mine, kind)
+            if old is not None:
+                os.close(old[0])
+                os.close(old[2])
+            return tfd
+
+    def _settle(self) -> None:
+        """Put the pointer files whose content passes in place; at the start of
+        every call, so git's next step after writing one finds it there. One
+        that does not pass never appears (said as a refusal)."""
+        if not self.pointers:
+            return
+        with self.lock:
+            for key, (pfd, base, tfd, kind) in list(self.pointers.items()):
+                try:
+                    data = os.pread(tfd, gitlink.MAX_BYTES + 1, 0)
+                    if not data.endswith(b"\n") and len(data) <= gitlink.MAX_BYTES:
+                        continue        # not written yet
+                    del self.pointers[key]
+                    try:
+                        self._place_pointer(pfd, base, data, kind, tfd)
+                    finally:
+                        os.close(pfd)
+                        os.close(tfd)
+                except Refused as r:
+                    self._said.line = r.reason
+                except OSError:
+                    pass
+
+    def _place_pointer(self, pfd: int, base: bytes, data: bytes, kind: str, tfd: int) -> None:
+        """Judge the pointer's content where its directory is now, and put a
+        fresh copy of it at its name; Refused with the reason otherwise."""
+        assert self.guard is not None
+        g = self.guard
+        comps = self._position(pfd, base)
+        where = _safe(g.show(comps)) if comps is not None else os.fsdecode(base)
+        if comps is None or g.pointer_at(g.folded(comps)) != kind:
+            raise Refused(errno.EACCES, f"create {where}: a git pointer file moved out of place")
+        if kind == gitlink.COMMONDIR:
+            if data != gitlink.COMMONDIR_CONTENT:
+                raise Refused(errno.EACCES, f"create {where}: a worktree's commondir other than "
+                              "`../..` would point git at another repository")
+        else:
+            try:
+                target = gitlink.gitdir_of(data, comps[:-1], g.roots)
+                why = gitlink.allowed_target(g.folded(target) or ())
+                if why is None and not self._is_real_dir(target):
+                    why = "not a directory of the workdir reached without a symlink"
+            except ValueError as e:
+                why = str(e)
+            if why is not None:
+                raise Refused(errno.EACCES, f"create {where}: a .git file would point git at "
+                              f"another directory: {_safe(why)}")
+        self._install_checked(pfd, base, data, stat.S_IMODE(os.fstat(tfd).st_mode) & 0o666, 0)
+
+    def _is_real_dir(self, comps: tuple[str, ...]) -> bool:
+        """Whether the workdir components name a directory, opened from the
+        workdir one component at a time, never through a symlink."""
+        if not self.roots:
+            return False
+        cur = os.dup(next(iter(self.roots.values())))
+        try:
+            for c in comps:
+                nxt = os.open(os.fsencode(c), os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW
+                              | os.O_CLOEXEC, dir_fd=cur)
+                os.close(cur)
+                cur = nxt
+            return True
         except OSError:
-            pass
-        return 0
+            return False
+        finally:
+            os.close(cur)
 
     def _pin_replaced(self, pfd: int, name: bytes) -> None:
         """The file about to be replaced, if the guard knows it by inode (a
@@ -1454,6 +1580,7 @@ class FileBroker:
         (p1, p2), op = req.paths, req.op
         self._said.line = ""
         try:
+            self._settle()
             if op == Op.OPEN:
                 fd = self.open(task, d1, p1, req.flags, req.mode)
                 return Reply(0, reason=self._said.line, fd=fd)
@@ -1487,6 +1614,9 @@ class FileBroker:
 
 # Calls that make or move a name: performed under FileBroker.lock.
 _MAKES_NAMES = frozenset({Op.MKDIR, Op.MKNOD, Op.SYMLINK, Op.LINK, Op.RENAME})
+# Names of the pointer files git writes (gitlink.kind decides, case-folded):
+# any other spelling is judged as an ordinary protected name.
+_POINTER_NAMES = frozenset({b".git", b"commondir"})
 
 
 

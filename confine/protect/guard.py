@@ -39,6 +39,7 @@ import unicodedata
 from typing import Iterable, Sequence
 
 from ..policy.patterns import Pattern
+from . import gitlink
 from .snapshot import GIT_SKIP, Snapshot
 
 VET = "vet"
@@ -164,7 +165,10 @@ class Guard:
         if len(below) == 1 and below[0] in ("modules", "worktrees"):
             yield ()     # .git/modules itself: everything renamed in is a git directory
         if below and below[0] in ("modules", "worktrees"):
-            for j in range(2, len(below) + 1):
+            # a worktree's name is one component (git's own, sanitized); a
+            # submodule's may be a path
+            last = 2 if below[0] == "worktrees" else len(below)
+            for j in range(2, min(len(below), last) + 1):
                 if GIT_SKIP.intersection(below[:j]):
                     break
                 yield below[j:]
@@ -283,6 +287,23 @@ class Guard:
             return False
         m = self.match(comps)
         return m is not None and not m[0].git and self.create_at(comps, kind) is not None
+
+    def pointer_at(self, comps: tuple[str, ...] | None) -> str | None:
+        """gitlink.GITFILE or COMMONDIR when comps (folded) is a pointer file git
+        writes for a new worktree or submodule, which the broker makes only once
+        its content is checked (protect/gitlink.py); None for any other name,
+        and for one protected at start or by a pattern other than git's own."""
+        if not comps or self._internal(comps) is not None:
+            return None
+        if any(comps[:k] in self.fixed for k in range(1, len(comps) + 1)):
+            return None
+        k = gitlink.kind(comps)
+        m = self.match(comps) if k is not None else None
+        if k == gitlink.GITFILE:
+            return k if m is None else None
+        if k == gitlink.COMMONDIR and m is not None and m[0].git and m[0].comps == ("commondir",):
+            return k
+        return None
 
     def rename_to_at(self, comps: tuple[str, ...] | None) -> str | None:
         why = self._internal(comps)

@@ -1,0 +1,100 @@
+"""The pointer files git writes to tie a worktree or a submodule to its git
+directory, judged by their content before the broker lets one appear.
+
+Threat: a `.git` file (`gitdir: PATH`) or a worktree's `commondir` is read by
+the person's git later, outside the sandbox. Pointing elsewhere, it makes that
+git use a git directory the agent prepared (its config runs programs, its
+hooks run) or one outside the workdir. So only what git itself writes for
+`git worktree add` and `git submodule add` may appear:
+
+* a `.git` file whose whole content is `gitdir: PATH` and a newline, PATH
+  resolving (as git resolves it: relative to the file's directory, lexically)
+  to a directory of the workdir below a git directory's `worktrees/NAME` or
+  `modules/NAME...` (such a git directory is protected like any other: its
+  hooks and config are judged by the name guard and the exit check);
+* a `commondir` of `.git/worktrees/NAME` whose whole content is `../..` and a
+  newline (the repository that holds it).
+
+The broker (mediation/files.py) makes such a file without a name (O_TMPFILE),
+lets the agent write it, and at its next call reads what was written, judges
+it here, opens the target from the workdir one component at a time without
+following a symlink, and only then puts a fresh copy of the checked bytes at
+the name. Nothing else is ever at that name: a pointer that does not pass
+never appears.
+"""
+from __future__ import annotations
+
+import os
+from typing import Sequence
+
+GITFILE = "gitfile"
+COMMONDIR = "commondir"
+MAX_BYTES = 4096
+COMMONDIR_CONTENT = b"../..\n"
+# Below a submodule's git directory these hold data, never a git directory
+# of a worktree or a submodule.
+_NOT_A_MODULE = frozenset({"objects", "refs", "logs", "lfs", "hooks", "info", "worktrees"})
+
+
+def kind(folded: tuple[str, ...]) -> str | None:
+    """GITFILE or COMMONDIR when the (case-folded) workdir components name a
+    pointer git writes there, else None. A `.git` file never inside a git
+    directory (a worktree or a submodule is a working tree)."""
+    if not folded:
+        return None
+    if folded[-1] == ".git":
+        return GITFILE if ".git" not in folded[:-1] else None
+    if (folded[-1] == "commondir" and len(folded) >= 4 and folded[-4:-2] == (".git", "worktrees")
+            and ".git" not in folded[:-4]):
+        return COMMONDIR
+    return None
+
+
+def gitdir_of(data: bytes, parent: Sequence[str], roots: Sequence[str]) -> tuple[str, ...]:
+    """The workdir components (raw) of the directory the `.git` file content
+    `data`, in the directory `parent` (raw workdir components), points to.
+    roots: the paths at which the workdir is mounted (an absolute PATH is
+    taken below one of them). ValueError(reason) when it is not git's own
+    format or leaves the workdir."""
+    if not data.startswith(b"gitdir: ") or not data.endswith(b"\n") or data.count(b"\n") != 1:
+        raise ValueError("not a single `gitdir: PATH` line")
+    if b"\0" in data or b"\r" in data:
+        raise ValueError("not a single `gitdir: PATH` line")
+    path = os.fsdecode(data[len(b"gitdir: "):-1])
+    if not path:
+        raise ValueError("an empty path")
+    if path.startswith("/"):
+        norm = os.path.normpath(path)
+        for root in roots:
+            root = os.path.normpath(root)
+            if norm == root:
+                return ()
+            if norm.startswith(root.rstrip("/") + "/"):
+                return tuple(norm[len(root.rstrip("/")) + 1:].split("/"))
+        raise ValueError(f"{path} is outside the workdir")
+    comps: list[str] = list(parent)
+    for c in path.split("/"):
+        if c in ("", "."):
+            continue
+        if c == "..":
+            if not comps:
+                raise ValueError(f"{path} leads out of the workdir")
+            comps.pop()
+        else:
+            comps.append(c)
+    return tuple(comps)
+
+
+def allowed_target(folded: tuple[str, ...]) -> str | None:
+    """None when the (case-folded) workdir components are a worktree's or a
+    submodule's git directory of a repository in the workdir
+    (`.../.git/worktrees/NAME`, `.../.git/modules/NAME...`), else the reason."""
+    if ".git" in folded:
+        i = folded.index(".git")
+        below = folded[i + 1:]
+        if len(below) == 2 and below[0] == "worktrees":
+            return None
+        if len(below) >= 2 and below[0] == "modules" and not _NOT_A_MODULE.intersection(below[1:]):
+            return None
+    return ("not a worktree's or submodule's git directory of this repository "
+            "(.git/worktrees/NAME or .git/modules/NAME)")
