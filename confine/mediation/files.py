@@ -340,6 +340,9 @@ class FileBroker:
         # Pointer files git is writing (_pointer_open): (directory, name) ->
         # (that directory pinned, name, the nameless file, gitlink kind).
         self.pointers: dict[tuple[tuple[int, int], bytes], tuple[int, bytes, int, str]] = {}
+        # Refusals of pointers judged during another call: said with the next
+        # reply that has nothing of its own to say (bounded).
+        self.late: list[str] = []
         if guard is not None and guard.inodes:
             for rel in guard.files:
                 if len(self.pinned) >= PINNED_CAP:
@@ -1352,7 +1355,8 @@ class FileBroker:
                         os.close(pfd)
                         os.close(tfd)
                 except Refused as r:
-                    self._said.line = r.reason
+                    if len(self.late) < POINTERS_CAP:
+                        self.late.append(r.reason)
                 except OSError:
                     pass
 
@@ -1575,12 +1579,20 @@ class FileBroker:
     def handle(self, req: FileRequest, fds: list[int]) -> Reply:
         """Perform req; fds are the directories req.dirs index. Never raises
         OSError or Refused: they become the reply."""
+        self._settle()
+        rep = self._handle(req, fds)
+        if self.late and not rep.reason:
+            with self.lock:
+                if self.late:
+                    rep = rep._replace(reason=self.late.pop(0))
+        return rep
+
+    def _handle(self, req: FileRequest, fds: list[int]) -> Reply:
         task = Task(req.tgid, req.tid, req.umask, req.nid)
         d1, d2 = (fds[i] if i >= 0 else self.root for i in req.dirs)
         (p1, p2), op = req.paths, req.op
         self._said.line = ""
         try:
-            self._settle()
             if op == Op.OPEN:
                 fd = self.open(task, d1, p1, req.flags, req.mode)
                 return Reply(0, reason=self._said.line, fd=fd)

@@ -266,7 +266,10 @@ class Guard:
                     and name.endswith(".sample")):
                 return None          # git never runs *.sample hooks
             if p.git and p.comps == ("config",) and kind == "file":
-                return f"protected path ({p.text}): git writes it by renaming config.lock"
+                # cp -a, rsync: a config written in place cannot be checked
+                return (f"protected path ({p.text}): git writes it by renaming config.lock; "
+                        "to copy a repository use `git clone` (cp -a and rsync cannot "
+                        "write its config)")
             return f"protected path ({p.text})"
         if kind == "symlink":
             a = self.ancestor(comps)
