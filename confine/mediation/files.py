@@ -1199,7 +1199,8 @@ class FileBroker:
                     sf, df = g.folded(sc), g.folded(dc)
                     src = g.show(sc) if sc is not None else os.fsdecode(obase)
                     dst = g.show(dc) if dc is not None else os.fsdecode(nbase)
-                    verdict = g.rename_to_at(df)
+                    verdict = g.rename_to_at(df, bool(flags & RENAME_EXCHANGE)
+                                             or not _is_file(opfd, obase))
                     if flags & RENAME_EXCHANGE:
                         back = g.rename_to_at(sf)
                         if back is not None:
@@ -1339,7 +1340,9 @@ class FileBroker:
     def _settle(self) -> None:
         """Put the pointer files whose content passes in place; at the start of
         every call, so git's next step after writing one finds it there. One
-        that does not pass never appears (said as a refusal)."""
+        that does not pass never appears (said as a refusal); one whose git
+        directory is not made yet waits (git clone writes the `.git` file of a
+        submodule first)."""
         if not self.pointers:
             return
         with self.lock:
@@ -1348,21 +1351,21 @@ class FileBroker:
                     data = os.pread(tfd, gitlink.MAX_BYTES + 1, 0)
                     if not data.endswith(b"\n") and len(data) <= gitlink.MAX_BYTES:
                         continue        # not written yet
-                    del self.pointers[key]
-                    try:
-                        self._place_pointer(pfd, base, data, kind, tfd)
-                    finally:
-                        os.close(pfd)
-                        os.close(tfd)
+                    if not self._place_pointer(pfd, base, data, kind, tfd):
+                        continue
                 except Refused as r:
                     if len(self.late) < POINTERS_CAP:
                         self.late.append(r.reason)
                 except OSError:
                     pass
+                del self.pointers[key]
+                os.close(pfd)
+                os.close(tfd)
 
-    def _place_pointer(self, pfd: int, base: bytes, data: bytes, kind: str, tfd: int) -> None:
+    def _place_pointer(self, pfd: int, base: bytes, data: bytes, kind: str, tfd: int) -> bool:
         """Judge the pointer's content where its directory is now, and put a
-        fresh copy of it at its name; Refused with the reason otherwise."""
+        fresh copy of it at its name (True); False: its target directory does
+        not exist yet; Refused with the reason otherwise."""
         assert self.guard is not None
         g = self.guard
         comps = self._position(pfd, base)
@@ -1377,18 +1380,24 @@ class FileBroker:
             try:
                 target = gitlink.gitdir_of(data, comps[:-1], g.roots)
                 why = gitlink.allowed_target(g.folded(target) or ())
-                if why is None and not self._is_real_dir(target):
-                    why = "not a directory of the workdir reached without a symlink"
+                if why is None:
+                    found = self._real_dir(target)
+                    if found is None:
+                        return False
+                    if not found:
+                        why = "not a directory reached without a symlink"
             except ValueError as e:
                 why = str(e)
             if why is not None:
                 raise Refused(errno.EACCES, f"create {where}: a .git file would point git at "
                               f"another directory: {_safe(why)}")
         self._install_checked(pfd, base, data, stat.S_IMODE(os.fstat(tfd).st_mode) & 0o666, 0)
+        return True
 
-    def _is_real_dir(self, comps: tuple[str, ...]) -> bool:
+    def _real_dir(self, comps: tuple[str, ...]) -> bool | None:
         """Whether the workdir components name a directory, opened from the
-        workdir one component at a time, never through a symlink."""
+        workdir one component at a time, never through a symlink; None when
+        a component does not exist."""
         if not self.roots:
             return False
         cur = os.dup(next(iter(self.roots.values())))
@@ -1399,6 +1408,8 @@ class FileBroker:
                 os.close(cur)
                 cur = nxt
             return True
+        except FileNotFoundError:
+            return None
         except OSError:
             return False
         finally:
@@ -1630,6 +1641,15 @@ _MAKES_NAMES = frozenset({Op.MKDIR, Op.MKNOD, Op.SYMLINK, Op.LINK, Op.RENAME})
 # any other spelling is judged as an ordinary protected name.
 _POINTER_NAMES = frozenset({b".git", b"commondir"})
 
+
+
+def _is_file(pfd: int, base: bytes) -> bool:
+    """A regular file (under FileBroker.lock: no other name can be made or
+    moved there meanwhile)."""
+    try:
+        return stat.S_ISREG(os.lstat(base, dir_fd=pfd).st_mode)
+    except OSError:
+        return False
 
 
 def _is_dir(pfd: int, base: bytes) -> bool:

@@ -308,7 +308,10 @@ class Guard:
             return k
         return None
 
-    def rename_to_at(self, comps: tuple[str, ...] | None) -> str | None:
+    def rename_to_at(self, comps: tuple[str, ...] | None, tree: bool = True) -> str | None:
+        """tree: what is renamed may bring names along (a directory, a
+        symlink); a regular file brings none (git's `HEAD.lock` onto
+        `.git/modules/a/HEAD`, where a nested submodule `a/HEAD` could be)."""
         why = self._internal(comps)
         if not comps or why:
             return why
@@ -318,7 +321,7 @@ class Guard:
             if len(r) == 1 and ((p.git and p.comps == ("config",)) or comps in self.configs):
                 return VET
             return f"protected path ({p.text})"
-        a = self.ancestor(comps)
+        a = self.ancestor(comps) if tree else None
         if a is not None:
             return f"a tree renamed here would bring paths protected by {a.text} along unchecked"
         return None

@@ -1,0 +1,109 @@
+"""Git flows that write pointer files inside (issue 23, item 5).
+
+`git worktree add` writes a `.git` file (`gitdir: PATH`) in the new worktree
+and a `commondir` in `.git/worktrees/NAME`; both point git somewhere, so the
+broker makes them without a name and puts a checked copy in place only when
+they point where git itself points them (protect/gitlink.py). Each test makes
+the repository outside, as the agent's account, runs git inside, and checks
+from outside (the person's git) what was left; each refusal has a control (the
+same write outside the sandbox works, or an allowed pointer in the same run).
+"""
+from __future__ import annotations
+
+import os
+
+SETUP = r'''
+set -e
+git init -q -b main r
+cd r
+echo one > f
+git add f
+git -c user.name=P -c user.email=p@example.invalid commit -qm one
+'''
+GIT = "git -c user.name=a -c user.email=b@example.invalid"
+SAFE = ["-c", "safe.directory=*"]
+
+
+def _repo(box) -> None:
+    p = box.outside(["/bin/sh", "-c", SETUP])
+    assert p.returncode == 0, p.stderr
+
+
+def _git_out(box, *args: str):
+    return box.outside(["git", *SAFE, *args])
+
+
+def test_worktree_add_works_and_commits_in_it(sandbox):
+    _repo(sandbox)
+    p = sandbox.run(["/bin/sh", "-c", f"""
+        cd r && git worktree add -q wt2 && git worktree add -q ../wt || exit 9
+        cd wt2 && echo two > g && git add g && {GIT} commit -qm two || exit 8
+        git status --porcelain && echo status=$?
+        cd ../../wt && {GIT} commit -q --allow-empty -m three && echo done"""], timeout=120)
+    assert p.returncode == 0 and "status=0" in p.stdout and "done" in p.stdout, \
+        (p.stdout, p.stderr)
+    assert "denied" not in p.stderr and "PROTECTED PATHS" not in p.stderr, p.stderr
+    wd = sandbox.workdir
+    with open(os.path.join(wd, "r/wt2/.git")) as f:
+        assert f.read() == f"gitdir: {wd}/r/.git/worktrees/wt2\n"
+    with open(os.path.join(wd, "r/.git/worktrees/wt2/commondir")) as f:
+        assert f.read() == "../..\n"
+    # the person's git: both worktrees, each with its commit, nothing changed
+    log = _git_out(sandbox, "-C", "r/wt2", "log", "--format=%s")
+    assert log.stdout.split() == ["two", "one"], (log.stdout, log.stderr)
+    log = _git_out(sandbox, "-C", "wt", "log", "--format=%s")
+    assert log.stdout.split() == ["three", "one"], (log.stdout, log.stderr)
+    st = _git_out(sandbox, "-C", "r/wt2", "status", "--porcelain")
+    assert (st.returncode, st.stdout) == (0, ""), (st.stdout, st.stderr)
+
+
+HAND = r'''
+set -u
+mkdir a b c d e
+cd r && git worktree add -q w && cd ..
+printf 'gitdir: %s\n' "{out}/.git" > a/.git; echo "a=$?"
+echo "gitdir: ../r/.git" > b/.git; echo "b=$?"
+ln -s r/.git/worktrees d/l
+echo "gitdir: ../d/l/w" > d/.git; echo "d=$?"
+printf 'gitdir: ../r/.git/worktrees/w\nx\n' > e/.git; echo "e=$?"
+echo "../../../../.." > r/.git/worktrees/w/commondir; echo "cd=$?"
+printf 'gitdir: ../r/.git/worktrees/w\n' > c/.git; echo "c=$?"
+touch z
+'''
+
+
+def test_hand_written_pointers_elsewhere_never_appear(sandbox, outside_dir):
+    """A `.git` file pointing outside, to another repository's own git
+    directory, through a symlink or with more than git writes, and a
+    commondir pointing elsewhere, never appear; the one pointing to the
+    worktree's git directory (control) does."""
+    _repo(sandbox)
+    out = sandbox.outside(["git", "init", "-q", outside_dir])
+    assert out.returncode == 0, out.stderr
+    p = sandbox.run(["/bin/sh", "-c", HAND.replace("{out}", outside_dir)], timeout=120)
+    wd = sandbox.workdir
+    for d in "abde":
+        assert not os.path.lexists(os.path.join(wd, d, ".git")), (d, p.stdout, p.stderr)
+    assert "a .git file would point git at another directory" in p.stderr, p.stderr
+    with open(os.path.join(wd, "r/.git/worktrees/w/commondir")) as f:
+        assert f.read() == "../..\n"
+    # control: the pointer git would write is there, and git uses it
+    with open(os.path.join(wd, "c/.git")) as f:
+        assert f.read() == "gitdir: ../r/.git/worktrees/w\n"
+    log = _git_out(sandbox, "-C", "c", "log", "--format=%s")
+    assert log.stdout.split() == ["one"], (log.stdout, log.stderr)
+    # control: outside the sandbox the same writes work
+    q = sandbox.outside(["/bin/sh", "-c", "mkdir -p x && echo 'gitdir: ../r/.git' > x/.git "
+                         "&& cat x/.git"])
+    assert q.stdout == "gitdir: ../r/.git\n", q
+
+
+def test_copy_of_a_repository_says_use_git_clone(sandbox):
+    _repo(sandbox)
+    p = sandbox.run(["/bin/sh", "-c", "cp -a r r2; echo cp=$?; git clone -q r r3; echo clone=$?"],
+                    timeout=120)
+    assert "cp=0" not in p.stdout and "clone=0" in p.stdout, (p.stdout, p.stderr)
+    assert "r2/.git/config" in p.stderr and "use `git clone`" in p.stderr, p.stderr
+    # control: the clone is a repository the person's git reads
+    log = _git_out(sandbox, "-C", "r3", "log", "--format=%s")
+    assert log.stdout.split() == ["one"], (log.stdout, log.stderr)
