@@ -60,7 +60,7 @@ def test_worktree_add_works_and_commits_in_it(sandbox):
 HAND = r'''
 set -u
 mkdir a b c d e
-cd r && git worktree add -q w && cd ..
+(cd r && git worktree add -q w)
 printf 'gitdir: %s\n' "{out}/.git" > a/.git; echo "a=$?"
 echo "gitdir: ../r/.git" > b/.git; echo "b=$?"
 ln -s r/.git/worktrees d/l
