@@ -74,7 +74,8 @@ from confine.kernel.libc import check, libc, oserror
 # The guard's only runtime names here: its verdict "vet this git config" and
 # the prefix of the broker's own temporary names.
 from confine.protect import gitlink
-from confine.protect.guard import INTERNAL, VET
+from confine.protect.gitconfig import ConfigItem
+from confine.protect.guard import INTERNAL, VET, fold
 from confine.protect.held import mark_skip_worktree
 from confine.protect.report import _safe
 
@@ -1218,7 +1219,7 @@ class FileBroker:
                 if verdict == VET:
                     assert g is not None
                     return self._vet_config(opfd, obase, npfd, nbase, flags, src, dst,
-                                            g.trusted_config(df))
+                                            g.trusted_config(df), dc)
                 if verdict is not None:
                     raise Refused(errno.EACCES, f"rename {src} to {dst}: {verdict}")
                 if (self.held and dc is not None and len(dc) >= 2 and dc[-2:] == (".git", "index")
@@ -1233,7 +1234,8 @@ class FileBroker:
         return 0
 
     def _vet_config(self, opfd: int, obase: bytes, npfd: int, nbase: bytes, flags: int,
-                    src: str | None, dst: str | None, trusted: bytes | None = None) -> int:
+                    src: str | None, dst: str | None, trusted: bytes | None = None,
+                    at: tuple[str, ...] | None = None) -> int:
         """git's lock-file protocol onto <gitdir>/config: check every key, then
         install the checked bytes as a new inode the agent never had open.
         trusted: the config that was there at start (an existing repository):
@@ -1256,7 +1258,8 @@ class FileBroker:
             os.close(fd)
         if len(data) > CONFIG_CAP:
             raise Refused(errno.EACCES, f"git config {dst}: larger than {CONFIG_CAP} bytes")
-        bad, perr = protect.vet_git_config(data, trusted)
+        bad, perr = protect.vet_git_config(
+            data, trusted, None if at is None else lambda it: self._points_back(at[:-1], it))
         if perr or bad:
             what = f"syntax error ({perr})" if perr else \
                 "key(s) " + ", ".join(sorted({it.name for it in bad}))
@@ -1394,12 +1397,67 @@ class FileBroker:
         self._install_checked(pfd, base, data, stat.S_IMODE(os.fstat(tfd).st_mode) & 0o666, 0)
         return True
 
+    def _points_back(self, gitdir: tuple[str, ...], it: ConfigItem) -> bool:
+        """Whether `it` is the core.worktree git writes in a submodule's git
+        directory (raw components): its working tree, whose `.git` file (read
+        by descriptor, no symlink) points back here (protect/gitlink.py)."""
+        if self.guard is None or (it.section, it.sub, it.key) != ("core", None, "worktree") \
+                or it.value is None:
+            return False
+        g = self.guard
+        try:
+            wt = gitlink.worktree_of(gitdir, it.value, fold)
+        except ValueError:
+            return False
+        data = self._read_below(wt + (".git",))
+        if data is None:
+            return False
+        try:
+            back = gitlink.gitdir_of(data, wt, g.roots)
+        except ValueError:
+            return False
+        return g.folded(back) == g.folded(gitdir)
+
+    def _read_below(self, comps: tuple[str, ...]) -> bytes | None:
+        """The first gitlink.MAX_BYTES of the regular file at the workdir
+        components, opened one component at a time, never through a symlink."""
+        if not comps:
+            return None
+        try:
+            cur = self._dir_below(comps[:-1])
+        except OSError:
+            return None
+        try:
+            fd = os.open(os.fsencode(comps[-1]), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK
+                         | os.O_CLOEXEC, dir_fd=cur)
+            try:
+                if not stat.S_ISREG(os.fstat(fd).st_mode):
+                    return None
+                return os.pread(fd, gitlink.MAX_BYTES, 0)
+            finally:
+                os.close(fd)
+        except OSError:
+            return None
+        finally:
+            os.close(cur)
+
     def _real_dir(self, comps: tuple[str, ...]) -> bool | None:
         """Whether the workdir components name a directory, opened from the
         workdir one component at a time, never through a symlink; None when
         a component does not exist."""
-        if not self.roots:
+        try:
+            os.close(self._dir_below(comps))
+            return True
+        except FileNotFoundError:
+            return None
+        except OSError:
             return False
+
+    def _dir_below(self, comps: tuple[str, ...]) -> int:
+        """The directory at the workdir components (O_PATH), opened from the
+        workdir one component at a time, never through a symlink."""
+        if not self.roots:
+            raise oserror(err=errno.EACCES)
         cur = os.dup(next(iter(self.roots.values())))
         try:
             for c in comps:
@@ -1407,13 +1465,10 @@ class FileBroker:
                               | os.O_CLOEXEC, dir_fd=cur)
                 os.close(cur)
                 cur = nxt
-            return True
-        except FileNotFoundError:
-            return None
-        except OSError:
-            return False
-        finally:
+        except BaseException:
             os.close(cur)
+            raise
+        return cur
 
     def _pin_replaced(self, pfd: int, name: bytes) -> None:
         """The file about to be replaced, if the guard knows it by inode (a

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import fnmatch
 from collections import Counter
-from typing import Sequence
+from typing import Callable, Sequence
 
 from ..record import dataclass
 
@@ -291,16 +291,21 @@ def is_dangerous_key(it: ConfigItem) -> bool:
     return any(fnmatch.fnmatchcase(name, pat) for pat in _DANGEROUS)
 
 
-def sanitize_git_config(data: bytes) -> tuple[bytes, list[ConfigItem], str | None]:
-    """(new file, removed entries, parse error) keeping only `is_safe_key` entries.
+def sanitize_git_config(data: bytes, allow: Callable[[ConfigItem], bool] | None = None
+                        ) -> tuple[bytes, list[ConfigItem], str | None]:
+    """(new file, removed entries, parse error) keeping only `is_safe_key` entries
+    (and those `allow` accepts: a submodule's core.worktree pointing back).
     Anything after a syntax error is dropped with the error reported."""
     items, err = parse_git_config(data)
-    keep = [it for it in items if is_safe_key(it)]
-    removed = [it for it in items if not is_safe_key(it)]
+    ok = [is_safe_key(it) or (allow is not None and allow(it)) for it in items]
+    keep = [it for it, k in zip(items, ok, strict=True) if k]
+    removed = [it for it, k in zip(items, ok, strict=True) if not k]
     return render_git_config(keep), removed, err
 
 
-def vet_git_config(data: bytes, trusted: bytes | None = None) -> tuple[list[ConfigItem], str | None]:
+def vet_git_config(data: bytes, trusted: bytes | None = None,
+                   allow: Callable[[ConfigItem], bool] | None = None
+                   ) -> tuple[list[ConfigItem], str | None]:
     """The entries of a config the agent wrote that may not stay, and a
     syntax error (then the whole file is refused, as git refuses it).
 
@@ -311,7 +316,8 @@ def vet_git_config(data: bytes, trusted: bytes | None = None) -> tuple[list[Conf
     include) along, and those may stay, each as often as it was there and
     with the very same section, subsection, key and value. A NUL byte is
     refused: git never writes one, and C strings would end where this parser
-    goes on."""
+    goes on. allow: entries judged by where the config is (a submodule's
+    core.worktree pointing back to its own working tree, protect/gitlink.py)."""
     if b"\0" in data:
         return [], "a NUL byte"
     items, err = parse_git_config(data)
@@ -324,7 +330,7 @@ def vet_git_config(data: bytes, trusted: bytes | None = None) -> tuple[list[Conf
                 allowed[(it.section, it.sub, it.key, it.value)] += 1
     bad = []
     for it in items:
-        if is_safe_key(it):
+        if is_safe_key(it) or (allow is not None and allow(it)):
             continue
         k = (it.section, it.sub, it.key, it.value)
         if allowed[k] > 0:

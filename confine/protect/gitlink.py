@@ -13,7 +13,12 @@ hooks run) or one outside the workdir. So only what git itself writes for
   `modules/NAME...` (such a git directory is protected like any other: its
   hooks and config are judged by the name guard and the exit check);
 * a `commondir` of `.git/worktrees/NAME` whose whole content is `../..` and a
-  newline (the repository that holds it).
+  newline (the repository that holds it);
+* in a submodule's git directory (`.git/modules/NAME`), `core.worktree` (git
+  runs a checkout there) only with the relative value git writes: the
+  submodule's own working tree, a directory of the workdir outside every git
+  directory whose `.git` file points back to this git directory (the broker
+  when git rewrites the config, the exit check for what is left).
 
 The broker (mediation/files.py) makes such a file without a name (O_TMPFILE),
 lets the agent write it, and at its next call reads what was written, judges
@@ -25,7 +30,7 @@ never appears.
 from __future__ import annotations
 
 import os
-from typing import Sequence
+from typing import Callable, Sequence
 
 GITFILE = "gitfile"
 COMMONDIR = "commondir"
@@ -98,3 +103,30 @@ def allowed_target(folded: tuple[str, ...]) -> str | None:
             return None
     return ("not a worktree's or submodule's git directory of this repository "
             "(.git/worktrees/NAME or .git/modules/NAME)")
+
+
+def worktree_of(gitdir: Sequence[str], value: str,
+                fold: Callable[[str], str]) -> tuple[str, ...]:
+    """The working tree (raw workdir components) that `core.worktree = value`
+    names in the git directory `gitdir` (raw components), resolved as git does
+    (relative to the git directory); fold: the name guard's (guard.fold).
+    ValueError unless gitdir is a submodule's and value a relative path to a
+    place outside every git directory of the workdir."""
+    folded = tuple(fold(c) for c in gitdir)
+    if allowed_target(folded) is not None or folded[folded.index(".git") + 1] != "modules":
+        raise ValueError("not a submodule's git directory")
+    if not value or value.startswith("/") or "\0" in value:
+        raise ValueError("not a relative path")
+    comps = list(gitdir)
+    for c in value.split("/"):
+        if c in ("", "."):
+            continue
+        if c == "..":
+            if not comps:
+                raise ValueError("leads out of the workdir")
+            comps.pop()
+        else:
+            comps.append(c)
+    if not comps or ".git" in (fold(c) for c in comps):
+        raise ValueError("not a working tree")
+    return tuple(comps)

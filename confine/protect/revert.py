@@ -23,8 +23,15 @@ from typing import Callable, Iterator
 
 from ..digest import sha256
 from ..record import dataclass, field
-from . import gitdata, index
-from .gitconfig import is_dangerous_key, parse_git_config, sanitize_git_config, vet_git_config
+from . import gitdata, gitlink, index
+from .gitconfig import (
+    ConfigItem,
+    is_dangerous_key,
+    parse_git_config,
+    sanitize_git_config,
+    vet_git_config,
+)
+from .guard import fold
 from .report import _safe, format_report
 from .snapshot import (
     _DIR,
@@ -1131,6 +1138,18 @@ def _checked_config(rv: _Reverter, rel: str, old: Entry, now: Entry) -> bool:
     return True
 
 
+def _points_back(cur: _Scan, gd: str, it: ConfigItem) -> bool:
+    """A submodule's core.worktree as git writes it: its working tree, whose
+    `.git` file (found by this walk) points back to the git directory gd."""
+    if (it.section, it.sub, it.key) != ("core", None, "worktree") or it.value is None or not gd:
+        return False
+    try:
+        wt = gitlink.worktree_of(tuple(gd.split("/")), it.value, fold)
+    except ValueError:
+        return False
+    return cur.pointers.get("/".join(wt + (".git",))) == gd
+
+
 def _new_repo_entry(rv: _Reverter, cur: _Scan, rel: str, e: Entry, gd: str,
                     handled: set[str]) -> None:
     """A protected entry of a git directory created during the run: keep the
@@ -1149,7 +1168,7 @@ def _new_repo_entry(rv: _Reverter, cur: _Scan, rel: str, e: Entry, gd: str,
         if data is None:
             _quarantine(rv, rel, "new-repo", handled, detail="unreadable or too large config")
             return
-        new, removed, err = sanitize_git_config(data)
+        new, removed, err = sanitize_git_config(data, lambda it: _points_back(cur, gd, it))
         if not removed and err is None:
             return  # nothing but safe keys: leave it alone, say nothing
         try:
