@@ -75,7 +75,7 @@ from confine.kernel.libc import check, libc, oserror
 # the prefix of the broker's own temporary names.
 from confine.protect import gitlink
 from confine.protect.gitconfig import ConfigItem
-from confine.protect.guard import INTERNAL, VET, fold
+from confine.protect.guard import INTERNAL, VET, VET_MODULES, fold
 from confine.protect.held import mark_skip_worktree
 from confine.protect.report import _safe
 
@@ -1206,9 +1206,10 @@ class FileBroker:
                         back = g.rename_to_at(sf)
                         if back is not None:
                             raise Refused(errno.EACCES, f"exchange {dst} with {src}: "
-                                          + (back if back != VET else "protected path"))
-                        if verdict == VET:
-                            verdict = "protected path (.git/config)"
+                                          + (back if back not in (VET, VET_MODULES)
+                                             else "protected path"))
+                        if verdict in (VET, VET_MODULES):
+                            verdict = "protected path"
                     # A directory from outside the workdir would bring names nobody
                     # judged: EXDEV, so mv and shutil.move copy it, name by name.
                     if sf is None and df is not None and _is_dir(opfd, obase):
@@ -1216,6 +1217,8 @@ class FileBroker:
                     if flags & RENAME_EXCHANGE and df is None and sf is not None \
                             and _is_dir(npfd, nbase):
                         raise oserror(err=errno.EXDEV)
+                if verdict == VET_MODULES:
+                    return self._vet_gitmodules(opfd, obase, npfd, nbase, flags, src, dst)
                 if verdict == VET:
                     assert g is not None
                     return self._vet_config(opfd, obase, npfd, nbase, flags, src, dst,
@@ -1243,21 +1246,7 @@ class FileBroker:
         from confine import protect
         if flags & (RENAME_EXCHANGE | RENAME_WHITEOUT):
             raise Refused(errno.EACCES, f"rename onto {dst}: protected path (.git/config)")
-        fd = os.open(obase, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=opfd)
-        try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                raise Refused(errno.EACCES, f"rename {src} to {dst}: not a regular file")
-            data = b""
-            while len(data) <= CONFIG_CAP:
-                chunk = os.read(fd, 65536)
-                if not chunk:
-                    break
-                data += chunk
-        finally:
-            os.close(fd)
-        if len(data) > CONFIG_CAP:
-            raise Refused(errno.EACCES, f"git config {dst}: larger than {CONFIG_CAP} bytes")
+        data, st = self._read_lock(opfd, obase, src, dst)
         bad, perr = protect.vet_git_config(
             data, trusted, None if at is None else lambda it: self._points_back(at[:-1], it))
         if perr or bad:
@@ -1273,6 +1262,66 @@ class FileBroker:
         except OSError:
             pass
         return 0
+
+    def _read_lock(self, opfd: int, obase: bytes, src: str | None,
+                   dst: str | None) -> tuple[bytes, os.stat_result]:
+        """The content of git's lock file about to be renamed onto dst."""
+        fd = os.open(obase, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=opfd)
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise Refused(errno.EACCES, f"rename {src} to {dst}: not a regular file")
+            data = b""
+            while len(data) <= CONFIG_CAP:
+                chunk = os.read(fd, 65536)
+                if not chunk:
+                    break
+                data += chunk
+        finally:
+            os.close(fd)
+        if len(data) > CONFIG_CAP:
+            raise Refused(errno.EACCES, f"git config {dst}: larger than {CONFIG_CAP} bytes")
+        return data, st
+
+    def _vet_gitmodules(self, opfd: int, obase: bytes, npfd: int, nbase: bytes, flags: int,
+                        src: str | None, dst: str | None) -> int:
+        """git's lock-file protocol onto a new `.gitmodules` (git submodule
+        add): every entry checked (protect/gitlink.py), then the checked bytes
+        installed as a new inode the agent never had open."""
+        if flags & (RENAME_EXCHANGE | RENAME_WHITEOUT):
+            raise Refused(errno.EACCES, f"rename onto {dst}: protected path (.gitmodules)")
+        data, st = self._read_lock(opfd, obase, src, dst)
+        bad = gitlink.gitmodules_problems(data, self._local_url)
+        if bad:
+            raise Refused(errno.EACCES, f"git config {dst}: {_safe('; '.join(bad))}: not allowed "
+                          "in a .gitmodules written inside the sandbox (the next `git submodule "
+                          "update` there clones and runs what it names)")
+        self._install_checked(npfd, nbase, data, stat.S_IMODE(st.st_mode) & 0o666,
+                              flags & RENAME_NOREPLACE)
+        try:
+            os.unlink(obase, dir_fd=opfd)
+        except OSError:
+            pass
+        return 0
+
+    def _local_url(self, path: str) -> str | None:
+        """Why a local repository may not be a submodule's url: inside the
+        workdir, or where this sandbox may write (tried: a nameless file made
+        there and dropped at once, as the agent would make one); None if not."""
+        if self.guard is not None and self.guard.rel(path) is not None:
+            return "inside the workdir (the agent could prepare what the person's git clones)"
+        for d in (path, os.path.join(path, ".git")):
+            try:
+                os.close(os.open(d, os.O_TMPFILE | os.O_WRONLY | os.O_CLOEXEC, 0o600))
+            except OSError as e:
+                if e.errno in (errno.EACCES, errno.EROFS, errno.EPERM):
+                    continue
+                if e.errno in (errno.ENOENT, errno.ENOTDIR) and d != path:
+                    continue                # no .git directory: a bare repository
+                return f"cannot tell whether the sandbox may write there ({e.strerror})"
+            return "writable inside the sandbox (the agent could prepare what the person's git " \
+                   "clones)"
+        return None
 
     def _install_checked(self, npfd: int, nbase: bytes, data: bytes, mode: int,
                          flags: int) -> None:

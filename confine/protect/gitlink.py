@@ -18,7 +18,16 @@ hooks run) or one outside the workdir. So only what git itself writes for
   runs a checkout there) only with the relative value git writes: the
   submodule's own working tree, a directory of the workdir outside every git
   directory whose `.git` file points back to this git directory (the broker
-  when git rewrites the config, the exit check for what is left).
+  when git rewrites the config, the exit check for what is left);
+* a new `.gitmodules` (the person's `git submodule update` clones each `url`
+  and runs `update = !cmd`) only by git's lock-file rename, with nothing but
+  `submodule.NAME.path`, `url` and `branch`: `path` a relative path outside
+  every git directory; `url` a network URL (https, http, ssh, git, or
+  `host:path`), or an absolute local path (`file://` too) outside the workdir
+  that the sandbox cannot write (the person would clone what the agent
+  prepared there); never `ext::`, never a relative URL (git resolves it
+  against the superproject's remote, which may be the workdir), never a value
+  starting with `!` or `-`.
 
 The broker (mediation/files.py) makes such a file without a name (O_TMPFILE),
 lets the agent write it, and at its next call reads what was written, judges
@@ -30,7 +39,10 @@ never appears.
 from __future__ import annotations
 
 import os
+import re
 from typing import Callable, Sequence
+
+from .gitconfig import parse_git_config
 
 GITFILE = "gitfile"
 COMMONDIR = "commondir"
@@ -130,3 +142,56 @@ def worktree_of(gitdir: Sequence[str], value: str,
     if not comps or ".git" in (fold(c) for c in comps):
         raise ValueError("not a working tree")
     return tuple(comps)
+
+
+_NETWORK = re.compile(r"(?i)^(https?|ssh|git|git\+ssh|ssh\+git)://[^-/]")
+_SCP = re.compile(r"^[A-Za-z0-9_.@-]*[A-Za-z0-9_]:[^/]?")
+
+
+def url_problem(url: str, local: Callable[[str], str | None]) -> str | None:
+    """Why a submodule url may not be written, None if it may. local(path):
+    the same for an absolute local path (the broker knows what it may write)."""
+    if not url or url[0] in "!-" or any(c in url for c in "\0\n\r"):
+        return "not a URL"
+    low = url.lower()
+    if low.startswith("file://"):
+        path = url[len("file://"):]
+        return local(os.path.normpath(path)) if path.startswith("/") else "not an absolute path"
+    if url.startswith("/"):
+        return local(os.path.normpath(url))
+    if "::" in url.split("/")[0]:
+        return "a remote helper (`ext::` runs a command)"
+    if _NETWORK.match(url):
+        return None
+    if url.startswith(("./", "../")):
+        return ("a relative URL (git resolves it against the superproject's remote or "
+                "directory): give the repository's absolute path or URL")
+    if "://" not in url and _SCP.match(url) and "/" not in url.split(":")[0]:
+        return None
+    return "not a network URL or an absolute path"
+
+
+def gitmodules_problems(data: bytes, local: Callable[[str], str | None]) -> list[str]:
+    """What may not stay in a `.gitmodules` the agent wrote (empty: it may)."""
+    if b"\0" in data:
+        return ["a NUL byte"]
+    items, err = parse_git_config(data)
+    if err is not None:
+        return [f"syntax error ({err})"]
+    out = []
+    for it in items:
+        if it.section != "submodule" or it.sub is None or it.key not in ("path", "url", "branch"):
+            out.append(f"{it.name}: only submodule.NAME.path, url and branch are allowed")
+            continue
+        v = it.value or ""
+        if it.key == "url":
+            why = url_problem(v, local)
+        elif it.key == "path":
+            comps = v.split("/")
+            why = None if v and v[0] not in "/!-" and ".." not in comps and ".git" not in (
+                c.lower() for c in comps) else "not a relative path outside every git directory"
+        else:
+            why = None if v and v[0] not in "!-" else "not a branch name"
+        if why is not None:
+            out.append(f"{it.name} = {v}: {why}")
+    return out

@@ -43,6 +43,7 @@ from . import gitlink
 from .snapshot import GIT_SKIP, Snapshot
 
 VET = "vet"
+VET_MODULES = "vet-gitmodules"     # a new .gitmodules, checked by gitlink.gitmodules_problems
 _NOT = Pattern("", ("",), False, True, False)
 INTERNAL = ".confine-vet-"     # the broker's temporary names
 
@@ -320,6 +321,9 @@ class Guard:
             p, r = m
             if len(r) == 1 and ((p.git and p.comps == ("config",)) or comps in self.configs):
                 return VET
+            if (p.text == ".gitmodules" and r == (".gitmodules",)
+                    and not any(comps[:k] in self.fixed for k in range(1, len(comps) + 1))):
+                return VET_MODULES
             return f"protected path ({p.text})"
         a = self.ancestor(comps) if tree else None
         if a is not None:

@@ -940,6 +940,9 @@ def _revert(snap: Snapshot, cur: _Scan, rv: _Reverter, trusted_mode: bool) -> No
                     rv.add("created", rel, "kept", f"links to the git directory {target} in the "
                            "workdir, which is checked as well", alert=False)
                     return
+            if now.kind == "f" and rel.rsplit("/", 1)[-1] == ".gitmodules" \
+                    and _new_gitmodules(rv, rel):
+                return
             _quarantine(rv, rel, "created", handled)
             return
         how = _differs(old, now)
@@ -1135,6 +1138,32 @@ def _checked_config(rv: _Reverter, rel: str, old: Entry, now: Entry) -> bool:
             + ([f"removed {', '.join(gone)}"] if gone else [])
         rv.add("git-config", rel, "kept", "changed by git through confine's check ("
                + ("; ".join(parts) or "same entries") + ")", alert=False)
+    return True
+
+
+def _new_gitmodules(rv: _Reverter, rel: str) -> bool:
+    """A new `.gitmodules` that may stay (git submodule add, through the
+    broker's check): every entry passes gitlink.gitmodules_problems, a local
+    url only outside the workdir (what the sandbox could write there is the
+    broker's to judge, while the agent runs)."""
+    try:
+        pfd, name = rv.fs.parent(rel)
+        try:
+            data = rv.fs.read_file(pfd, name, os.stat(name, dir_fd=pfd, follow_symlinks=False),
+                                   FILE_COPY_CAP)
+        finally:
+            os.close(pfd)
+    except (OSError, _Unsafe):
+        return False
+    if data is None:
+        return False
+    wd = rv.snap.workdir.rstrip("/") + "/"
+
+    def local(path: str) -> str | None:
+        return "inside the workdir" if (path + "/").startswith(wd) else None
+    if gitlink.gitmodules_problems(data, local):
+        return False
+    rv.add("created", rel, "kept", "submodule paths and urls only (checked)", alert=False)
     return True
 
 
