@@ -107,3 +107,74 @@ def test_copy_of_a_repository_says_use_git_clone(sandbox):
     # control: the clone is a repository the person's git reads
     log = _git_out(sandbox, "-C", "r3", "log", "--format=%s")
     assert log.stdout.split() == ["one"], (log.stdout, log.stderr)
+
+
+def _library(box, where: str) -> None:
+    p = box.outside(["/bin/sh", "-c", f"git init -q -b main {where} && "
+                     f"{GIT} -C {where} commit -q --allow-empty -m lib"])
+    assert p.returncode == 0, p.stderr
+
+
+def test_submodule_add_of_a_local_repository_outside(sandbox, outside_dir):
+    """`git submodule add /outside/lib lib` (granted --read): the submodule's
+    `.git` file, its git directory's core.worktree and the new `.gitmodules`
+    pass the checks, git status is clean inside and for the person after the
+    exit check, which keeps all three."""
+    _repo(sandbox)
+    lib = os.path.join(outside_dir, "lib")
+    _library(sandbox, lib)
+    p = sandbox.run(["/bin/sh", "-c", f"""
+        cd r && git -c protocol.file.allow=always submodule add -q {lib} lib || exit 9
+        {GIT} commit -qm sub || exit 8
+        git status --porcelain && echo status=$?"""], "--read", outside_dir, timeout=120)
+    assert p.returncode == 0 and p.stdout == "status=0\n", (p.stdout, p.stderr)
+    assert "denied: git config" not in p.stderr and "denied: create" not in p.stderr, p.stderr
+    wd = sandbox.workdir
+    with open(os.path.join(wd, "r/.gitmodules")) as f:
+        assert f.read() == f'[submodule "lib"]\n\tpath = lib\n\turl = {lib}\n'
+    with open(os.path.join(wd, "r/lib/.git")) as f:
+        assert f.read() == "gitdir: ../.git/modules/lib\n"
+    with open(os.path.join(wd, "r/.git/modules/lib/config")) as f:
+        assert "\tworktree = ../../../lib\n" in f.read()
+    for args in (["status", "--porcelain"], ["-C", "lib", "status", "--porcelain"]):
+        st = _git_out(sandbox, "-C", "r", *args)
+        assert (st.returncode, st.stdout) == (0, ""), (args, st.stdout, st.stderr)
+    sm = _git_out(sandbox, "-C", "r", "submodule", "status")
+    assert sm.returncode == 0 and sm.stdout.split()[1:2] == ["lib"], (sm.stdout, sm.stderr)
+
+
+GITMODULES = {
+    "ok": "[submodule \"x\"]\n\tpath = x\n\turl = {lib}\n",
+    "update": "[submodule \"x\"]\n\tpath = x\n\turl = {lib}\n\tupdate = !sh -c id\n",
+    "inside": "[submodule \"x\"]\n\tpath = x\n\turl = {wd}/r\n",
+    "relative": "[submodule \"x\"]\n\tpath = x\n\turl = ../r\n",
+    "ext": "[submodule \"x\"]\n\tpath = x\n\turl = ext::sh -c id\n",
+    "writable": "[submodule \"x\"]\n\tpath = x\n\turl = {out}\n",
+}
+
+
+def test_gitmodules_written_inside_is_checked(sandbox, outside_dir):
+    """git's lock-file rename onto a new `.gitmodules`: an `update` command, a
+    url into the workdir, a relative url, a remote helper and a url the
+    sandbox may write (--write) never appear; the plain one (control, same
+    run) does. Outside the sandbox the same renames work (control)."""
+    lib = os.path.join(outside_dir, "lib")
+    out = os.path.join(outside_dir, "w")
+    _library(sandbox, lib)
+    _library(sandbox, out)
+    script = "; ".join(f"mkdir {k} && printf '%s' '{v}' > {k}/.gitmodules.lock && "
+                       f"mv {k}/.gitmodules.lock {k}/.gitmodules; echo {k}=$?"
+                       for k, v in GITMODULES.items())
+    script = script.replace("{lib}", lib).replace("{wd}", sandbox.workdir).replace("{out}", out)
+    p = sandbox.run(["/bin/sh", "-c", script], "--read", lib, "--write", out, timeout=120)
+    assert "ok=0" in p.stdout, (p.stdout, p.stderr)
+    for k in GITMODULES:
+        there = os.path.exists(os.path.join(sandbox.workdir, k, ".gitmodules"))
+        assert there == (k == "ok"), (k, p.stdout, p.stderr)
+        assert (f"{k}=0" in p.stdout) == (k == "ok"), (k, p.stdout)
+    assert "submodule.x.update: only" in p.stderr and "writable inside the sandbox" in p.stderr, \
+        p.stderr
+    q = sandbox.outside(["/bin/sh", "-c", "mkdir o && printf '[submodule \"x\"]\\n\\tupdate = "
+                         "!true\\n' > o/.gitmodules.lock && mv o/.gitmodules.lock o/.gitmodules "
+                         "&& echo done"])
+    assert q.stdout == "done\n", q
