@@ -126,8 +126,12 @@ def test_submodule_add_of_a_local_repository_outside(sandbox, outside_dir):
     p = sandbox.run(["/bin/sh", "-c", f"""
         cd r && git -c protocol.file.allow=always submodule add -q {lib} lib || exit 9
         {GIT} commit -qm sub || exit 8
-        git status --porcelain && echo status=$?"""], "--read", outside_dir, timeout=120)
-    assert p.returncode == 0 and p.stdout == "status=0\n", (p.stdout, p.stderr)
+        git status --porcelain && echo status=$?
+        git -C lib config core.worktree ../../../f; echo other=$?"""], "--read", outside_dir,
+                    timeout=120)
+    # and core.worktree pointing anywhere else is refused
+    assert p.returncode == 0 and p.stdout.startswith("status=0\n"), (p.stdout, p.stderr)
+    assert "other=0" not in p.stdout and "core.worktree" in p.stderr, (p.stdout, p.stderr)
     assert "denied: git config" not in p.stderr and "denied: create" not in p.stderr, p.stderr
     wd = sandbox.workdir
     with open(os.path.join(wd, "r/.gitmodules")) as f:
