@@ -427,9 +427,12 @@ def test_refusals_that_stay_and_the_agents_own_held_writes(sandbox, cleanup):
     assert r is not None, p.stderr
     assert r["symlink ordinary"] == "ok" and r["link ordinary"] == "ok"      # controls
     for k in ("symlink .envrc", "link .mcp.json", "rename onto .envrc", "fifo .envrc",
-              "hook", "git config", "gitfile", "task onto .mcp.json", "held file into workdir",
+              "hook", "git config", "task onto .mcp.json", "held file into workdir",
               "hard link held to .envrc"):
         assert r[k] == "EACCES", (k, r[k], p.stderr)
+    # a `.git` file is made without a name and appears only with a checked
+    # `gitdir:` line (protect/gitlink.py): this one never appears
+    assert r["gitfile"] == "ok" and not os.path.lexists(os.path.join(sandbox.workdir, "n/.git"))
     assert r["hook sample"] == "ok"
     assert r["write .envrc"] == "ok" and r["append .envrc"] == "ok"
     assert r[".envrc exists"] is False
