@@ -325,6 +325,9 @@ class Guard:
                     and not any(comps[:k] in self.fixed for k in range(1, len(comps) + 1))):
                 return VET_MODULES
             return f"protected path ({p.text})"
+        if not tree and comps[-1] == ".git":
+            # a .git file only as git writes it, its content checked (gitlink.py)
+            return "a .git file or link would point git at another directory"
         a = self.ancestor(comps) if tree else None
         if a is not None:
             return f"a tree renamed here would bring paths protected by {a.text} along unchecked"

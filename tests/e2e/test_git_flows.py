@@ -67,6 +67,7 @@ ln -s r/.git/worktrees d/l
 echo "gitdir: ../d/l/w" > d/.git; echo "d=$?"
 printf 'gitdir: ../r/.git/worktrees/w\nx\n' > e/.git; echo "e=$?"
 echo "../../../../.." > r/.git/worktrees/w/commondir; echo "cd=$?"
+printf 'gitdir: /etc\n' > f; mkdir g && mv f g/.git; echo "g=$?"
 printf 'gitdir: ../r/.git/worktrees/w\n' > c/.git; echo "c=$?"
 touch z
 '''
@@ -82,7 +83,8 @@ def test_hand_written_pointers_elsewhere_never_appear(sandbox, outside_dir):
     assert out.returncode == 0, out.stderr
     p = sandbox.run(["/bin/sh", "-c", HAND.replace("{out}", outside_dir)], timeout=120)
     wd = sandbox.workdir
-    for d in "abde":
+    assert "g=0" not in p.stdout, (p.stdout, p.stderr)      # nor renamed into place
+    for d in "abdeg":
         assert not os.path.lexists(os.path.join(wd, d, ".git")), (d, p.stdout, p.stderr)
     assert "a .git file would point git at another directory" in p.stderr, p.stderr
     with open(os.path.join(wd, "r/.git/worktrees/w/commondir")) as f:
