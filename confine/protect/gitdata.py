@@ -38,8 +38,9 @@ import struct
 import zlib
 from typing import TYPE_CHECKING, Callable, Iterable
 
-from ..digest import sha256
+from ..digest import in_broker, sha256
 from ..record import dataclass, field
+from . import gitlink
 from .gitconfig import parse_git_config
 
 if TYPE_CHECKING:   # types only: snapshot.py and revert.py import this module
@@ -535,8 +536,9 @@ class _Objects:
 
 
 def _tree_changes(objs: _Objects, names: _Names, old: str | None, new: str,
-                  limit: int = 50) -> list[str]:
-    """Protected paths that the tree `new` adds or changes against `old`."""
+                  limit: int = 50, same: Callable[[str, str], bool] | None = None) -> list[str]:
+    """Protected paths that the tree `new` adds or changes against `old`
+    (but those same(path, blob) says a checkout would write as they are)."""
     out: list[str] = []
     stack: list[tuple[str | None, str, str]] = [(old, new, "")]
     seen: set[tuple[str | None, str]] = set()
@@ -553,9 +555,26 @@ def _tree_changes(objs: _Objects, names: _Names, old: str | None, new: str,
             if stat.S_ISDIR(mode):
                 ob = before.get(raw)
                 stack.append((ob[1] if ob and stat.S_ISDIR(ob[0]) else None, sha, path + "/"))
-            elif names.match(path) is not None:
+            elif names.match(path) is not None and not (same is not None and same(path, sha)):
                 out.append(path)
     return out
+
+
+def _as_kept(cur: _Scan, worktree: str | None, hashlen: int, path: str, sha: str) -> bool:
+    """A staged or committed `.gitmodules` whose blob is the very file in the
+    working tree, and that file passes the rules a new one is kept by
+    (protect/gitlink.py): a checkout would write what is already there."""
+    if worktree is None or path.rsplit("/", 1)[-1] != ".gitmodules":
+        return False
+    data = _read(cur, _j(worktree, path), 1 << 20)
+    if data is None:
+        return False
+    blob = in_broker("sha1" if hashlen == 20 else "sha256", b"blob %d\0" % len(data) + data)
+    if blob.hexdigest() != sha:
+        return False
+    wd = cur.workdir.rstrip("/") + "/"
+    return not gitlink.gitmodules_problems(
+        data, lambda p: "inside the workdir" if (p + "/").startswith(wd) else None)
 
 
 # --- record (snapshot) and check (exit) ----------------------------------------------------
@@ -655,7 +674,8 @@ def _check_one(cur: _Scan, rv: _Reverter, quarantine: Quarantine, gd: str, workt
     # 2. staged entries that add or change a protected path
     if now.index is not None and now.index_key != before.index_key:
         old = before.index or {}
-        added = sorted(p for p, v in now.index.items() if old.get(p) != v)
+        added = sorted(p for p, v in now.index.items() if old.get(p) != v
+                       and not _as_kept(cur, worktree, hashlen, p, v[1]))
         if added:
             rv.add("git-data", _j(gd, "index"), "noted",
                    "staged entries for protected paths (git restore/checkout/reset would write "
@@ -681,7 +701,8 @@ def _check_one(cur: _Scan, rv: _Reverter, quarantine: Quarantine, gd: str, workt
                 continue
             done.add((base, tip))
             old_tree = objs.tree_of(base) if base else None
-            found = _tree_changes(objs, names, old_tree, objs.tree_of(tip))
+            found = _tree_changes(objs, names, old_tree, objs.tree_of(tip), same=lambda p, b:
+                                  _as_kept(cur, worktree, hashlen, p, b))
             if found:
                 rv.add("git-data", _j(gd, ref), "noted",
                        f"commit {tip[:12]} adds or changes protected paths (a checkout would "

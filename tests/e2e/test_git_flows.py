@@ -145,6 +145,8 @@ def test_submodule_add_of_a_local_repository_outside(sandbox, outside_dir):
     for args in (["status", "--porcelain"], ["-C", "lib", "status", "--porcelain"]):
         st = _git_out(sandbox, "-C", "r", *args)
         assert (st.returncode, st.stdout) == (0, ""), (args, st.stdout, st.stderr)
+    # the staged and committed .gitmodules is the checked file itself: nothing to note
+    assert "PROTECTED PATHS WERE CHANGED" not in p.stderr, p.stderr
     sm = _git_out(sandbox, "-C", "r", "submodule", "status")
     assert sm.returncode == 0 and sm.stdout.split()[1:2] == ["lib"], (sm.stdout, sm.stderr)
 
@@ -184,3 +186,27 @@ def test_gitmodules_written_inside_is_checked(sandbox, outside_dir):
                          "!true\\n' > o/.gitmodules.lock && mv o/.gitmodules.lock o/.gitmodules "
                          "&& echo done"])
     assert q.stdout == "done\n", q
+
+
+STAGED = r'''
+cd r
+printf '[submodule "x"]\n\tpath = x\n\turl = https://example.invalid/x\n' > .gitmodules.lock
+mv .gitmodules.lock .gitmodules && git add .gitmodules || exit 9
+sha=$(printf '[submodule "x"]\n\tpath = x\n\tupdate = !sh -c id\n' | git hash-object -w --stdin)
+[ "$TAMPER" = 1 ] && git update-index --cacheinfo "100644,$sha,.gitmodules"
+echo done
+'''
+
+
+def test_a_staged_gitmodules_other_than_the_checked_file_is_noted(sandbox):
+    """The exit check notes a staged `.gitmodules` unless it is the checked
+    file in the working tree: one staged by hand with `update = !cmd` is
+    named (the control, the same run without it, is not)."""
+    _repo(sandbox)
+    for tamper in ("0", "1"):
+        p = sandbox.run(["/bin/sh", "-c", STAGED.replace("$TAMPER", tamper)], timeout=120)
+        assert p.stdout == "done\n", (p.stdout, p.stderr)
+        noted = "staged entries for protected paths" in p.stderr and ".gitmodules" in p.stderr
+        assert noted == (tamper == "1"), (tamper, p.stderr)
+        sandbox.outside(["git", *SAFE, "-C", "r", "rm", "-q", "--cached", "-f", ".gitmodules"])
+        os.unlink(os.path.join(sandbox.workdir, "r/.gitmodules"))
