@@ -57,6 +57,13 @@ exist. When git installs an index (`index.lock` renamed onto `.git/index`),
 the entries of held paths get the skip-worktree bit, so git neither reports
 them deleted nor commits their deletion. If the hold cannot be made, the call
 is refused as before.
+
+Pointer files (protect/gitlink.py: a new `.git` file, a worktree's
+`commondir`) are opened by git before their content exists: the broker makes
+them without a name (O_TMPFILE), and at the start of the next call reads what
+was written, judges it and puts a fresh copy at the name (_settle); one that
+does not pass never appears. A new `.gitmodules` (git's lock-file rename) and
+a submodule's core.worktree are checked by content like a git config.
 """
 from __future__ import annotations
 
@@ -71,8 +78,9 @@ from typing import TYPE_CHECKING
 from confine.kernel import landlock, notify
 from confine.kernel.libc import check, libc, oserror
 
-# The guard's only runtime names here: its verdict "vet this git config" and
-# the prefix of the broker's own temporary names.
+# The guard's only runtime names here: its verdicts "vet this git config" and
+# "vet this .gitmodules", the prefix of the broker's own temporary names and
+# the folding names are compared by; gitlink judges pointer files' content.
 from confine.protect import gitlink
 from confine.protect.gitconfig import ConfigItem
 from confine.protect.guard import INTERNAL, VET, VET_MODULES, fold
@@ -1209,7 +1217,8 @@ class FileBroker:
                                           + (back if back not in (VET, VET_MODULES)
                                              else "protected path"))
                         if verdict in (VET, VET_MODULES):
-                            verdict = "protected path"
+                            verdict = ("protected path (.git/config)" if verdict == VET
+                                       else "protected path (.gitmodules)")
                     # A directory from outside the workdir would bring names nobody
                     # judged: EXDEV, so mv and shutil.move copy it, name by name.
                     if sf is None and df is not None and _is_dir(opfd, obase):
