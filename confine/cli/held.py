@@ -148,12 +148,15 @@ def held_apply(args: tuple[str, ...], as_json: bool) -> None:
 def held_discard(args: tuple[str, ...], as_json: bool) -> None:
     """Remove held paths without putting them in place."""
     m, roots = _load(args)
+    notes: list[str] = []
     try:
-        gone = _held.discard(m, roots)
+        gone = _held.discard(m, roots, notes)
     except (_held.HeldError, OSError) as e:
         raise ConfineError(str(e)) from None
     if as_json:
-        click.echo(json.dumps({"run": m["run"], "discarded": gone}))
+        click.echo(json.dumps({"run": m["run"], "discarded": gone, "notes": notes}))
         return
     for p in gone:
         click.echo(f"discarded {printable(p)}")
+    for n in notes:
+        click.echo(f"confine: {printable(n)}", err=True)

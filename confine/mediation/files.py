@@ -57,6 +57,13 @@ exist. When git installs an index (`index.lock` renamed onto `.git/index`),
 the entries of held paths get the skip-worktree bit, so git neither reports
 them deleted nor commits their deletion. If the hold cannot be made, the call
 is refused as before.
+
+Pointer files (protect/gitlink.py: a new `.git` file, a worktree's
+`commondir`) are opened by git before their content exists: the broker makes
+them without a name (O_TMPFILE), and at the start of the next call reads what
+was written, judges it and puts a fresh copy at the name (_settle); one that
+does not pass never appears. A new `.gitmodules` (git's lock-file rename) and
+a submodule's core.worktree are checked by content like a git config.
 """
 from __future__ import annotations
 
@@ -72,9 +79,13 @@ from confine.errors import printable
 from confine.kernel import landlock, notify
 from confine.kernel.libc import check, libc, oserror
 
-# The guard's only runtime names here: its verdict "vet this git config" and
-# the prefix of the broker's own temporary names.
-from confine.protect.guard import INTERNAL, VET, root_key
+# The guard's only runtime names here: its verdicts "vet this git config" and
+# "vet this .gitmodules", the prefix of the broker's own temporary names, the
+# folding names are compared by, and a root's key; gitlink judges pointer files'
+# content.
+from confine.protect import gitlink
+from confine.protect.gitconfig import ConfigItem
+from confine.protect.guard import INTERNAL, VET, VET_MODULES, fold, root_key
 from confine.protect.held import held_key, mark_skip_worktree
 
 from ..record import NamedTuple
@@ -108,6 +119,9 @@ VETTED_CAP = 256
 # Files protected at start the broker holds open (FileBroker.pinned); past
 # this a removed one's number may come back as a new file the guard refuses.
 PINNED_CAP = 256
+# Pointer files (.git, commondir) written but not yet checked and put in
+# place (FileBroker.pointers): git has one at a time; past this more are refused.
+POINTERS_CAP = 64
 INDEX_CAP = 256 << 20     # a bigger index is installed unchanged (held entries look deleted)
 _STATFS_SIZE = 128
 
@@ -333,6 +347,12 @@ class FileBroker:
         # repository's config) the agent may remove one, and its number must
         # not pass to the next new file. Repository configs first, bounded.
         self.pinned: dict[tuple[int, int], int] = {}
+        # Pointer files git is writing (_pointer_open): (directory, name) ->
+        # (that directory pinned, name, the nameless file, gitlink kind).
+        self.pointers: dict[tuple[tuple[int, int], bytes], tuple[int, bytes, int, str]] = {}
+        # Refusals of pointers judged during another call: said with the next
+        # reply that has nothing of its own to say (bounded).
+        self.late: list[str] = []
         if guard is not None and guard.inodes:
             for rel in guard.files:
                 if len(self.pinned) >= PINNED_CAP:
@@ -987,6 +1007,10 @@ class FileBroker:
                         me = str(task.tgid).encode()
                         base = me if base == b"self" else me + b"/task/" + str(task.tid).encode()
                     name = base + (b"/" if slash else b"")
+                    if creat and not slash and base in _POINTER_NAMES:
+                        fd = self._pointer_open(pfd, base, flags, self._mode(task, mode, 0o666))
+                        if fd is not None:
+                            return fd
                     if slash and creat:        # the kernel refuses (EISDIR): nothing is made
                         return os.open(name, flags | os.O_CLOEXEC, self._mode(task, mode, 0o7777),
                                        dir_fd=pfd)
@@ -1196,14 +1220,17 @@ class FileBroker:
                     sf, df = g.folded(sc), g.folded(dc)
                     src = g.show(sc) if sc is not None else os.fsdecode(obase)
                     dst = g.show(dc) if dc is not None else os.fsdecode(nbase)
-                    verdict = g.rename_to_at(df)
+                    verdict = g.rename_to_at(df, bool(flags & RENAME_EXCHANGE)
+                                             or not _is_file(opfd, obase))
                     if flags & RENAME_EXCHANGE:
                         back = g.rename_to_at(sf)
                         if back is not None:
                             raise Refused(errno.EACCES, f"exchange {dst} with {src}: "
-                                          + (back if back != VET else "protected path"))
-                        if verdict == VET:
-                            verdict = "protected path (.git/config)"
+                                          + (back if back not in (VET, VET_MODULES)
+                                             else "protected path"))
+                        if verdict in (VET, VET_MODULES):
+                            verdict = ("protected path (.git/config)" if verdict == VET
+                                       else "protected path (.gitmodules)")
                     # A directory from outside the workdir (or from another protected
                     # root, judged by its own patterns) would bring names nobody
                     # judged: EXDEV, so mv and shutil.move copy it, name by name.
@@ -1214,10 +1241,12 @@ class FileBroker:
                             and (df is None or root_key(sf) != root_key(df)) \
                             and _is_dir(npfd, nbase):
                         raise oserror(err=errno.EXDEV)
+                if verdict == VET_MODULES:
+                    return self._vet_gitmodules(opfd, obase, npfd, nbase, flags, src, dst)
                 if verdict == VET:
                     assert g is not None
                     return self._vet_config(opfd, obase, npfd, nbase, flags, src, dst,
-                                            g.trusted_config(df))
+                                            g.trusted_config(df), dc)
                 if verdict is not None:
                     raise Refused(errno.EACCES, f"rename {src} to {dst}: {verdict}")
                 if (self.held and dc is not None and len(dc) >= 2 and dc[-2:] == (".git", "index")
@@ -1232,7 +1261,8 @@ class FileBroker:
         return 0
 
     def _vet_config(self, opfd: int, obase: bytes, npfd: int, nbase: bytes, flags: int,
-                    src: str | None, dst: str | None, trusted: bytes | None = None) -> int:
+                    src: str | None, dst: str | None, trusted: bytes | None = None,
+                    at: tuple[str, ...] | None = None) -> int:
         """git's lock-file protocol onto <gitdir>/config: check every key, then
         install the checked bytes as a new inode the agent never had open.
         trusted: the config that was there at start (an existing repository):
@@ -1240,6 +1270,31 @@ class FileBroker:
         from confine import protect
         if flags & (RENAME_EXCHANGE | RENAME_WHITEOUT):
             raise Refused(errno.EACCES, f"rename onto {dst}: protected path (.git/config)")
+        data, st = self._read_lock(opfd, obase, src, dst)
+        # A repository made during the run may point at local paths while it runs
+        # (a local clone): its config is sanitized at exit, locations and all.
+        bad, perr = protect.vet_git_config(
+            data, trusted, values=trusted is not None,
+            allow=None if at is None else lambda it: self._points_back(at[:-1], it))
+        if perr or bad:
+            what = f"syntax error ({perr})" if perr else \
+                "key(s) " + ", ".join(sorted({it.name for it, _ in bad}))
+            why = protect.KEY_REFUSED if perr else "; ".join(
+                dict.fromkeys(w if w == protect.KEY_REFUSED else f"{it.name}: {w}"
+                              for it, w in bad))
+            raise Refused(errno.EACCES, f"git config {dst}: {what} not allowed in a repository "
+                          f"config written inside the sandbox ({why})")
+        self._install_checked(npfd, nbase, data, stat.S_IMODE(st.st_mode) & 0o666,
+                              flags & RENAME_NOREPLACE)
+        try:
+            os.unlink(obase, dir_fd=opfd)
+        except OSError:
+            pass
+        return 0
+
+    def _read_lock(self, opfd: int, obase: bytes, src: str | None,
+                   dst: str | None) -> tuple[bytes, os.stat_result]:
+        """The content of git's lock file about to be renamed onto dst."""
         fd = os.open(obase, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=opfd)
         try:
             st = os.fstat(fd)
@@ -1255,17 +1310,52 @@ class FileBroker:
             os.close(fd)
         if len(data) > CONFIG_CAP:
             raise Refused(errno.EACCES, f"git config {dst}: larger than {CONFIG_CAP} bytes")
-        # A repository made during the run may point at local paths while it runs
-        # (a local clone): its config is sanitized at exit, locations and all.
-        bad, perr = protect.vet_git_config(data, trusted, values=trusted is not None)
-        if perr or bad:
-            what = f"syntax error ({perr})" if perr else \
-                "key(s) " + ", ".join(sorted({it.name for it, _ in bad}))
-            why = protect.KEY_REFUSED if perr else "; ".join(
-                dict.fromkeys(w if w == protect.KEY_REFUSED else f"{it.name}: {w}"
-                              for it, w in bad))
-            raise Refused(errno.EACCES, f"git config {dst}: {what} not allowed in a repository "
-                          f"config written inside the sandbox ({why})")
+        return data, st
+
+    def _vet_gitmodules(self, opfd: int, obase: bytes, npfd: int, nbase: bytes, flags: int,
+                        src: str | None, dst: str | None) -> int:
+        """git's lock-file protocol onto a new `.gitmodules` (git submodule
+        add): every entry checked (protect/gitlink.py), then the checked bytes
+        installed as a new inode the agent never had open."""
+        if flags & (RENAME_EXCHANGE | RENAME_WHITEOUT):
+            raise Refused(errno.EACCES, f"rename onto {dst}: protected path (.gitmodules)")
+        data, st = self._read_lock(opfd, obase, src, dst)
+        bad = gitlink.gitmodules_problems(data, self._local_url)
+        if bad:
+            raise Refused(errno.EACCES, f"git config {dst}: {printable('; '.join(bad))}: not allowed "
+                          "in a .gitmodules written inside the sandbox (the next `git submodule "
+                          "update` there clones and runs what it names)")
+        self._install_checked(npfd, nbase, data, stat.S_IMODE(st.st_mode) & 0o666,
+                              flags & RENAME_NOREPLACE)
+        try:
+            os.unlink(obase, dir_fd=opfd)
+        except OSError:
+            pass
+        return 0
+
+    def _local_url(self, path: str) -> str | None:
+        """Why a local repository may not be a submodule's url: inside the
+        workdir, or where this sandbox may write (tried: a nameless file made
+        there and dropped at once, as the agent would make one); None if not."""
+        if self.guard is not None and self.guard.rel(path) is not None:
+            return "inside the workdir (the agent could prepare what the person's git clones)"
+        for d in (path, os.path.join(path, ".git")):
+            try:
+                os.close(os.open(d, os.O_TMPFILE | os.O_WRONLY | os.O_CLOEXEC, 0o600))
+            except OSError as e:
+                if e.errno in (errno.EACCES, errno.EROFS, errno.EPERM):
+                    continue
+                if e.errno in (errno.ENOENT, errno.ENOTDIR) and d != path:
+                    continue                # no .git directory: a bare repository
+                return f"cannot tell whether the sandbox may write there ({e.strerror})"
+            return "writable inside the sandbox (the agent could prepare what the person's git " \
+                   "clones)"
+        return None
+
+    def _install_checked(self, npfd: int, nbase: bytes, data: bytes, mode: int,
+                         flags: int) -> None:
+        """Put the checked bytes at nbase as a new inode the agent never had
+        open (held in `vetted`, so no later open may write it)."""
         self._pin_replaced(npfd, nbase)
         tmp = (INTERNAL + os.urandom(8).hex()).encode()
         tfd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
@@ -1275,22 +1365,188 @@ class FileBroker:
                 view = memoryview(data)
                 while view:
                     view = view[os.write(tfd, view):]
-                os.fchmod(tfd, stat.S_IMODE(st.st_mode) & 0o666)
+                os.fchmod(tfd, mode)
                 self._hold_vetted(tfd)
             finally:
                 os.close(tfd)
-            check(libc.renameat2(npfd, tmp, npfd, nbase, flags & RENAME_NOREPLACE))
+            check(libc.renameat2(npfd, tmp, npfd, nbase, flags))
         except BaseException:
             try:
                 os.unlink(tmp, dir_fd=npfd)
             except OSError:
                 pass
             raise
+
+    # ------------------------------------------------------------ pointer files
+
+    def _pointer_open(self, pfd: int, base: bytes, flags: int, mode: int) -> int | None:
+        """A `.git` file or a worktree's `commondir` that git is writing
+        (protect/gitlink.py): made without a name (O_TMPFILE) and put in place
+        by _settle once its content passes. None: not such a pointer (judged
+        as any other name). Only a new one, or one this broker put there
+        (git rewrites a submodule's `.git` with O_TRUNC)."""
+        if self.guard is None or flags & os.O_ACCMODE == os.O_RDONLY:
+            return None
         try:
-            os.unlink(obase, dir_fd=opfd)
+            st: os.stat_result | None = os.stat(base, dir_fd=pfd, follow_symlinks=False)
+        except FileNotFoundError:
+            st = None
+        if st is not None and (flags & os.O_EXCL or not flags & os.O_TRUNC
+                               or _ident(st) not in self.vetted):
+            return None
+        comps = self._position(pfd, base)
+        kind = self.guard.pointer_at(self.guard.folded(comps))
+        if kind is None:
+            return None
+        with self.lock:
+            key = (_ident(os.fstat(pfd)), base)
+            if key not in self.pointers and len(self.pointers) >= POINTERS_CAP:
+                raise Refused(errno.EACCES, f"create {self.guard.show(comps or ())}: more than "
+                              f"{POINTERS_CAP} git pointer files written and not yet checked")
+            keep = (flags & (os.O_APPEND | os.O_NONBLOCK)) | os.O_RDWR | os.O_CLOEXEC
+            tfd = os.open(b".", keep | os.O_TMPFILE, mode, dir_fd=pfd)
+            try:
+                mine = os.dup(tfd)
+                held = os.open(b".", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=pfd)
+            except BaseException:
+                os.close(tfd)
+                raise
+            old = self.pointers.pop(key, None)
+            self.pointers[key] = (held, base, mine, kind)
+            if old is not None:
+                os.close(old[0])
+                os.close(old[2])
+            return tfd
+
+    def _settle(self) -> None:
+        """Put the pointer files whose content passes in place; at the start of
+        every call, so git's next step after writing one finds it there. One
+        that does not pass never appears (said as a refusal); one whose git
+        directory is not made yet waits (git clone writes the `.git` file of a
+        submodule first)."""
+        if not self.pointers:
+            return
+        with self.lock:
+            for key, (pfd, base, tfd, kind) in list(self.pointers.items()):
+                try:
+                    data = os.pread(tfd, gitlink.MAX_BYTES + 1, 0)
+                    if not data.endswith(b"\n") and len(data) <= gitlink.MAX_BYTES:
+                        continue        # not written yet
+                    if not self._place_pointer(pfd, base, data, kind, tfd):
+                        continue
+                except Refused as r:
+                    if len(self.late) < POINTERS_CAP:
+                        self.late.append(r.reason)
+                except OSError:
+                    pass
+                del self.pointers[key]
+                os.close(pfd)
+                os.close(tfd)
+
+    def _place_pointer(self, pfd: int, base: bytes, data: bytes, kind: str, tfd: int) -> bool:
+        """Judge the pointer's content where its directory is now, and put a
+        fresh copy of it at its name (True); False: its target directory does
+        not exist yet; Refused with the reason otherwise."""
+        assert self.guard is not None
+        g = self.guard
+        comps = self._position(pfd, base)
+        where = printable(g.show(comps)) if comps is not None else os.fsdecode(base)
+        if comps is None or g.pointer_at(g.folded(comps)) != kind:
+            raise Refused(errno.EACCES, f"create {where}: a git pointer file moved out of place")
+        if kind == gitlink.COMMONDIR:
+            if data != gitlink.COMMONDIR_CONTENT:
+                raise Refused(errno.EACCES, f"create {where}: a worktree's commondir other than "
+                              "`../..` would point git at another repository")
+        else:
+            try:
+                target = gitlink.gitdir_of(data, comps[:-1], g.roots)
+                why = gitlink.allowed_target(g.folded(target) or ())
+                if why is None:
+                    found = self._real_dir(target)
+                    if found is None:
+                        return False
+                    if not found:
+                        why = "not a directory reached without a symlink"
+            except ValueError as e:
+                why = str(e)
+            if why is not None:
+                raise Refused(errno.EACCES, f"create {where}: a .git file would point git at "
+                              f"another directory: {printable(why)}")
+        self._install_checked(pfd, base, data, stat.S_IMODE(os.fstat(tfd).st_mode) & 0o666, 0)
+        return True
+
+    def _points_back(self, gitdir: tuple[str, ...], it: ConfigItem) -> bool:
+        """Whether `it` is the core.worktree git writes in a submodule's git
+        directory (raw components): its working tree, whose `.git` file (read
+        by descriptor, no symlink) points back here (protect/gitlink.py)."""
+        if self.guard is None or (it.section, it.sub, it.key) != ("core", None, "worktree") \
+                or it.value is None:
+            return False
+        g = self.guard
+        try:
+            wt = gitlink.worktree_of(gitdir, it.value, fold)
+        except ValueError:
+            return False
+        data = self._read_below(wt + (".git",))
+        if data is None:
+            return False
+        try:
+            back = gitlink.gitdir_of(data, wt, g.roots)
+        except ValueError:
+            return False
+        return g.folded(back) == g.folded(gitdir)
+
+    def _read_below(self, comps: tuple[str, ...]) -> bytes | None:
+        """The first gitlink.MAX_BYTES of the regular file at the workdir
+        components, opened one component at a time, never through a symlink."""
+        if not comps:
+            return None
+        try:
+            cur = self._dir_below(comps[:-1])
         except OSError:
-            pass
-        return 0
+            return None
+        try:
+            fd = os.open(os.fsencode(comps[-1]), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK
+                         | os.O_CLOEXEC, dir_fd=cur)
+            try:
+                if not stat.S_ISREG(os.fstat(fd).st_mode):
+                    return None
+                return os.pread(fd, gitlink.MAX_BYTES, 0)
+            finally:
+                os.close(fd)
+        except OSError:
+            return None
+        finally:
+            os.close(cur)
+
+    def _real_dir(self, comps: tuple[str, ...]) -> bool | None:
+        """Whether the workdir components name a directory, opened from the
+        workdir one component at a time, never through a symlink; None when
+        a component does not exist."""
+        try:
+            os.close(self._dir_below(comps))
+            return True
+        except FileNotFoundError:
+            return None
+        except OSError:
+            return False
+
+    def _dir_below(self, comps: tuple[str, ...]) -> int:
+        """The directory at the workdir components (O_PATH), opened from the
+        workdir one component at a time, never through a symlink."""
+        if not self.roots:
+            raise oserror(err=errno.EACCES)
+        cur = os.dup(next(iter(self.roots.values())))
+        try:
+            for c in comps:
+                nxt = os.open(os.fsencode(c), os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW
+                              | os.O_CLOEXEC, dir_fd=cur)
+                os.close(cur)
+                cur = nxt
+        except BaseException:
+            os.close(cur)
+            raise
+        return cur
 
     def _pin_replaced(self, pfd: int, name: bytes) -> None:
         """The file about to be replaced, if the guard knows it by inode (a
@@ -1467,6 +1723,15 @@ class FileBroker:
     def handle(self, req: FileRequest, fds: list[int]) -> Reply:
         """Perform req; fds are the directories req.dirs index. Never raises
         OSError or Refused: they become the reply."""
+        self._settle()
+        rep = self._handle(req, fds)
+        if self.late and not rep.reason:
+            with self.lock:
+                if self.late:
+                    rep = rep._replace(reason=self.late.pop(0))
+        return rep
+
+    def _handle(self, req: FileRequest, fds: list[int]) -> Reply:
         task = Task(req.tgid, req.tid, req.umask, req.nid)
         d1, d2 = (fds[i] if i >= 0 else self.root for i in req.dirs)
         (p1, p2), op = req.paths, req.op
@@ -1505,7 +1770,19 @@ class FileBroker:
 
 # Calls that make or move a name: performed under FileBroker.lock.
 _MAKES_NAMES = frozenset({Op.MKDIR, Op.MKNOD, Op.SYMLINK, Op.LINK, Op.RENAME})
+# Names of the pointer files git writes (gitlink.kind decides, case-folded):
+# any other spelling is judged as an ordinary protected name.
+_POINTER_NAMES = frozenset({b".git", b"commondir"})
 
+
+
+def _is_file(pfd: int, base: bytes) -> bool:
+    """A regular file (under FileBroker.lock: no other name can be made or
+    moved there meanwhile)."""
+    try:
+        return stat.S_ISREG(os.lstat(base, dir_fd=pfd).st_mode)
+    except OSError:
+        return False
 
 
 def _is_dir(pfd: int, base: bytes) -> bool:

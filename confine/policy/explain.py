@@ -208,6 +208,17 @@ def grant_root(path: str) -> str:
     return path
 
 
+def _made(r: Refusal, parent: str, home: str, never: Sequence[tuple[str, str]]) -> str | None:
+    """The path a refused creation (`create PATH`, the refusal's subject its
+    directory) would make, when that path alone could be granted."""
+    if not r.what.startswith("create /"):
+        return None
+    made = os.path.normpath(r.what[len("create "):])
+    if os.path.dirname(made) != parent or grant_root(made) != made:
+        return None
+    return made if runlater.refusal(made, home, never, []) is None else None
+
+
 def grant(r: Refusal, home: str, deny: Sequence[str] = (),
           never: Sequence[tuple[str, str]] | None = None) -> Grant:
     """What would allow `r`; home: the agent's home (for ~ in the secret and
@@ -233,6 +244,14 @@ def grant(r: Refusal, home: str, deny: Sequence[str] = (),
         if why is None and root != path:
             why = runlater.refusal(path, home, never, [])
         if why is not None:
+            made = _made(r, path, home, never)
+            if made is not None:
+                # a new name in a directory nobody may grant (`git worktree add
+                # ../wt` from a project in the home): the name itself may be
+                return Grant("filesystem.write", made, f"--write {made}",
+                             note=f"create it first, outside confine (mkdir -p {made}): a "
+                                  f"grant needs an existing path, and --write {root} cannot "
+                                  f"be granted ({why})")
             return Grant(cannot=f"--write {root} cannot be granted: {why}")
         return Grant("filesystem.write", root, f"--write {root}")
     if r.kind == "bind_tcp":

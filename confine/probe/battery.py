@@ -2059,8 +2059,16 @@ def _l_gitfile():
     try:
         with open(target, "w") as f:
             f.write("gitdir: %s\n" % os.path.dirname(prep))
+        # The name guard makes a .git file without a name and puts it in place
+        # at the next mediated call, once its content is checked: make one.
+        with open(os.path.join(base, "after"), "w"):
+            pass
     except OSError as e:
         return blocked(e.errno, by_guard(e.errno, target))
+    if CONFINED and not os.path.lexists(target):
+        return blocked("never appeared", "protected-path guard", "%s was written without a name "
+                       "and never put in place (it points outside .git/worktrees/ and "
+                       ".git/modules/)" % target)
     return possible("wrote %s pointing at %s" % (target, os.path.dirname(prep)))
 
 

@@ -40,7 +40,7 @@ from __future__ import annotations
 import fnmatch
 import re
 from collections import Counter
-from typing import Collection, Sequence
+from typing import Callable, Collection, Sequence
 
 from ..record import dataclass
 
@@ -392,18 +392,23 @@ def _value_problem(it: ConfigItem, remotes: Collection[str]) -> str | None:
 
 
 def judge(items: Sequence[ConfigItem], trusted: Sequence[ConfigItem] = (),
-          values: bool = True) -> list[tuple[ConfigItem, str]]:
+          values: bool = True, allow: Callable[[ConfigItem], bool] | None = None
+          ) -> list[tuple[ConfigItem, str]]:
     """The entries of `items` that may not stay, each with why, in order.
 
     An entry of `trusted` (the person's config at start) may stay as it was,
     each as often as it was there, with the very same section, subsection,
     key and value.  values=False judges keys only (the module docstring
-    says which values of safe keys are refused)."""
+    says which values of safe keys are refused). allow: entries judged by where
+    the config is (a submodule's core.worktree pointing back to its own working
+    tree, protect/gitlink.py)."""
     allowed: Counter[tuple[str, str | None, str, str | None]] = Counter(
         (t.section, t.sub, t.key, t.value) for t in trusted)
     why: dict[int, str] = {}
 
     def ok(i: int, it: ConfigItem, remotes: Collection[str]) -> bool:
+        if allow is not None and allow(it):
+            return True
         w = KEY_REFUSED if not is_safe_key(it) else \
             _value_problem(it, remotes) if values else None
         if w is None:
@@ -425,18 +430,20 @@ def judge(items: Sequence[ConfigItem], trusted: Sequence[ConfigItem] = (),
     return [(items[i], why[i]) for i in sorted(why)]
 
 
-def sanitize_git_config(data: bytes) -> tuple[bytes, list[tuple[ConfigItem, str]], str | None]:
+def sanitize_git_config(data: bytes, allow: Callable[[ConfigItem], bool] | None = None
+                        ) -> tuple[bytes, list[tuple[ConfigItem, str]], str | None]:
     """(new file, removed entries with why, parse error) keeping only what
-    `judge` accepts with nothing trusted. Anything after a syntax error is
-    dropped with the error reported."""
+    `judge` accepts with nothing trusted (and `allow` accepts: see judge).
+    Anything after a syntax error is dropped with the error reported."""
     items, err = parse_git_config(data)
-    removed = judge(items)
+    removed = judge(items, allow=allow)
     gone = {id(it) for it, _ in removed}
     return render_git_config([it for it in items if id(it) not in gone]), removed, err
 
 
-def vet_git_config(data: bytes, trusted: bytes | None = None,
-                   values: bool = True) -> tuple[list[tuple[ConfigItem, str]], str | None]:
+def vet_git_config(data: bytes, trusted: bytes | None = None, values: bool = True,
+                   allow: Callable[[ConfigItem], bool] | None = None
+                   ) -> tuple[list[tuple[ConfigItem, str]], str | None]:
     """The entries of a config the agent wrote that may not stay, each with
     why, and a syntax error (then the whole file is refused, as git refuses it).
 
@@ -447,13 +454,14 @@ def vet_git_config(data: bytes, trusted: bytes | None = None,
     include, a remote on a local path) along, and those may stay, each as
     often as it was there and with the very same section, subsection, key
     and value. A NUL byte is refused: git never writes one, and C strings
-    would end where this parser goes on."""
+    would end where this parser goes on. allow: see judge."""
     if b"\0" in data:
         return [], "a NUL byte"
     items, err = parse_git_config(data)
     if err is not None:
         return [], err
-    return judge(items, parse_git_config(trusted)[0] if trusted is not None else (), values), None
+    return judge(items, parse_git_config(trusted)[0] if trusted is not None else (), values,
+                 allow), None
 
 
 def location_path(it: ConfigItem) -> str | None:

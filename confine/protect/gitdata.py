@@ -71,6 +71,7 @@ from typing import TYPE_CHECKING, Callable, Iterable
 
 from ..digest import in_broker, sha256
 from ..record import dataclass, field
+from . import gitlink
 from .gitconfig import parse_git_config
 
 if TYPE_CHECKING:   # types only: snapshot.py and revert.py import this module
@@ -845,8 +846,9 @@ class _Objects:
 
 
 def _tree_changes(objs: _Objects, names: _Names, old: str | None, new: str,
-                  limit: int = 50) -> list[str]:
-    """Protected paths that the tree `new` adds or changes against `old`."""
+                  limit: int = 50, same: Callable[[str, str], bool] | None = None) -> list[str]:
+    """Protected paths that the tree `new` adds or changes against `old`
+    (but those same(path, blob) says a checkout would write as they are)."""
     out: list[str] = []
     stack: list[tuple[str | None, str, str]] = [(old, new, "")]
     seen: set[tuple[str | None, str]] = set()
@@ -863,9 +865,26 @@ def _tree_changes(objs: _Objects, names: _Names, old: str | None, new: str,
             if stat.S_ISDIR(mode):
                 ob = before.get(raw)
                 stack.append((ob[1] if ob and stat.S_ISDIR(ob[0]) else None, sha, path + "/"))
-            elif names.match(path) is not None:
+            elif names.match(path) is not None and not (same is not None and same(path, sha)):
                 out.append(path)
     return out
+
+
+def _as_kept(cur: _Scan, worktree: str | None, hashlen: int, path: str, sha: str) -> bool:
+    """A staged or committed `.gitmodules` whose blob is the very file in the
+    working tree, and that file passes the rules a new one is kept by
+    (protect/gitlink.py): a checkout would write what is already there."""
+    if worktree is None or path.rsplit("/", 1)[-1] != ".gitmodules":
+        return False
+    data = _read(cur, _j(worktree, path), 1 << 20)
+    if data is None:
+        return False
+    blob = in_broker("sha1" if hashlen == 20 else "sha256", b"blob %d\0" % len(data) + data)
+    if blob.hexdigest() != sha:
+        return False
+    wd = cur.workdir.rstrip("/") + "/"
+    return not gitlink.gitmodules_problems(
+        data, lambda p: "inside the workdir" if (p + "/").startswith(wd) else None)
 
 
 # --- record (snapshot) and check (exit) ----------------------------------------------------
@@ -1080,7 +1099,8 @@ def _check_one(cur: _Scan, rv: _Reverter, quarantine: Quarantine, gd: str, workt
     # 2. staged entries that add or change a protected path
     if now.index is not None and now.index_key != before.index_key:
         old = before.index or {}
-        added = sorted(p for p, v in now.index.items() if old.get(p) != v)
+        added = sorted(p for p, v in now.index.items() if old.get(p) != v
+                       and not _as_kept(cur, worktree, hashlen, p, v[1]))
         if added:
             rv.add("git-data", _j(gd, "index"), "noted",
                    "staged entries for protected paths (git restore/checkout/reset would write "
@@ -1130,7 +1150,9 @@ def _check_one(cur: _Scan, rv: _Reverter, quarantine: Quarantine, gd: str, workt
             key = (base, tip, stash)
             try:
                 if key not in found_for:
-                    found_for[key] = _commit_changes(objs, names, base, tip, stash)
+                    found_for[key] = _commit_changes(
+                        objs, names, base, tip, stash,
+                        same=lambda p, b: _as_kept(cur, worktree, hashlen, p, b))
             except CannotDecide as e:
                 alerts += 1
                 rv.add("git-data", where, "noted", f"cannot decide ({e}): inspect this ref "
@@ -1149,14 +1171,16 @@ def _check_one(cur: _Scan, rv: _Reverter, quarantine: Quarantine, gd: str, workt
 
 
 def _commit_changes(objs: _Objects, names: _Names, base: str | None, tip: str,
-                    stash: bool) -> list[str]:
+                    stash: bool, same: Callable[[str, str], bool] | None = None) -> list[str]:
     """Protected paths the commit tip adds against base; for a stash also those of its
-    index and untracked-files parents, which `git stash pop` writes as well."""
+    index and untracked-files parents, which `git stash pop` writes as well. same: see
+    _tree_changes (a checked `.gitmodules` as it is in the working tree)."""
     old_tree = objs.tree_of(base) if base else None
-    found = _tree_changes(objs, names, old_tree, objs.tree_of(tip))
+    found = _tree_changes(objs, names, old_tree, objs.tree_of(tip), same=same)
     if stash:
         for p in objs.parents(tip)[1:3]:
-            found += [f for f in _tree_changes(objs, names, old_tree, objs.tree_of(p))
+            found += [f for f in _tree_changes(objs, names, old_tree, objs.tree_of(p),
+                                               same=same)
                       if f not in found]
     return found
 

@@ -39,9 +39,11 @@ import unicodedata
 from typing import Iterable, Sequence
 
 from ..policy.patterns import Pattern
+from . import gitlink
 from .snapshot import GIT_SKIP, Snapshot
 
 VET = "vet"
+VET_MODULES = "vet-gitmodules"     # a new .gitmodules, checked by gitlink.gitmodules_problems
 _NOT = Pattern("", ("",), False, True, False)
 INTERNAL = ".confine-vet-"     # the broker's temporary names
 
@@ -176,7 +178,10 @@ class Guard:
         if len(below) == 1 and below[0] in ("modules", "worktrees"):
             yield ()     # .git/modules itself: everything renamed in is a git directory
         if below and below[0] in ("modules", "worktrees"):
-            for j in range(2, len(below) + 1):
+            # a worktree's name is one component (git's own, sanitized); a
+            # submodule's may be a path
+            last = 2 if below[0] == "worktrees" else len(below)
+            for j in range(2, min(len(below), last) + 1):
                 if GIT_SKIP.intersection(below[:j]):
                     break
                 yield below[j:]
@@ -274,7 +279,10 @@ class Guard:
                     and name.endswith(".sample")):
                 return None          # git never runs *.sample hooks
             if p.git and p.comps == ("config",) and kind == "file":
-                return f"protected path ({p.text}): git writes it by renaming config.lock"
+                # cp -a, rsync: a config written in place cannot be checked
+                return (f"protected path ({p.text}): git writes it by renaming config.lock; "
+                        "to copy a repository use `git clone` (cp -a and rsync cannot "
+                        "write its config)")
             return f"protected path ({p.text})"
         if kind == "symlink":
             a = self.ancestor(comps)
@@ -296,7 +304,27 @@ class Guard:
         m = self.match(comps)
         return m is not None and not m[0].git and self.create_at(comps, kind) is not None
 
-    def rename_to_at(self, comps: tuple[str, ...] | None) -> str | None:
+    def pointer_at(self, comps: tuple[str, ...] | None) -> str | None:
+        """gitlink.GITFILE or COMMONDIR when comps (folded) is a pointer file git
+        writes for a new worktree or submodule, which the broker makes only once
+        its content is checked (protect/gitlink.py); None for any other name,
+        and for one protected at start or by a pattern other than git's own."""
+        if not comps or self._internal(comps) is not None:
+            return None
+        if any(comps[:k] in self.fixed for k in range(1, len(comps) + 1)):
+            return None
+        k = gitlink.kind(comps)
+        m = self.match(comps) if k is not None else None
+        if k == gitlink.GITFILE:
+            return k if m is None else None
+        if k == gitlink.COMMONDIR and m is not None and m[0].git and m[0].comps == ("commondir",):
+            return k
+        return None
+
+    def rename_to_at(self, comps: tuple[str, ...] | None, tree: bool = True) -> str | None:
+        """tree: what is renamed may bring names along (a directory, a
+        symlink); a regular file brings none (git's `HEAD.lock` onto
+        `.git/modules/a/HEAD`, where a nested submodule `a/HEAD` could be)."""
         why = self._internal(comps)
         if not comps or why:
             return why
@@ -305,8 +333,14 @@ class Guard:
             p, r = m
             if len(r) == 1 and ((p.git and p.comps == ("config",)) or comps in self.configs):
                 return VET
+            if (p.text == ".gitmodules" and r == (".gitmodules",)
+                    and not any(comps[:k] in self.fixed for k in range(1, len(comps) + 1))):
+                return VET_MODULES
             return f"protected path ({p.text})"
-        a = self.ancestor(comps)
+        if not tree and comps[-1] == ".git":
+            # a .git file only as git writes it, its content checked (gitlink.py)
+            return "a .git file or link would point git at another directory"
+        a = self.ancestor(comps) if tree else None
         if a is not None:
             return f"a tree renamed here would bring paths protected by {a.text} along unchecked"
         return None

@@ -895,9 +895,20 @@ def unskip(m: dict[str, Any], rel: str) -> str | None:
     return None
 
 
-def discard(m: dict[str, Any], roots: list[dict[str, Any]]) -> list[str]:
-    """Remove held copies (and, when none is left, the run's held state)."""
+def discard(m: dict[str, Any], roots: list[dict[str, Any]],
+            notes: list[str] | None = None) -> list[str]:
+    """Remove held copies (and, when none is left, the run's held state), and
+    clear the skip-worktree bit the broker set on their index entries: git
+    then reports them deleted, as they are (notes: where that was not done)."""
     from .revert import remove_at
+    for r in roots:
+        try:
+            n = unskip(m, r["path"])
+        except OSError as e:
+            n = f"{r['path']}: the index was not changed ({e.strerror or e}): its entries " \
+                "may stay skip-worktree"
+        if n and notes is not None:
+            notes.append(n)
     gone = []
     top = _open_own_dir(os.path.join(m["dir"], FILES), False)
     try:

@@ -25,7 +25,7 @@ from ..digest import sha256
 from ..errors import printable
 from ..paths import is_under, state_dir
 from ..record import dataclass, field
-from . import gitdata, index
+from . import gitdata, gitlink, index
 from .gitconfig import (
     KEY_REFUSED,
     ConfigItem,
@@ -35,6 +35,7 @@ from .gitconfig import (
     sanitize_git_config,
     vet_git_config,
 )
+from .guard import fold
 from .report import format_report
 from .snapshot import (
     _DIR,
@@ -916,6 +917,9 @@ def _revert(snap: Snapshot, cur: _Scan, rv: _Reverter, trusted_mode: bool) -> No
                     rv.add("created", rel, "kept", f"links to the git directory {target} in the "
                            "workdir, which is checked as well", alert=False)
                     return
+            if now.kind == "f" and rel.rsplit("/", 1)[-1] == ".gitmodules" \
+                    and _new_gitmodules(rv, rel):
+                return
             _quarantine(rv, rel, "created", handled)
             return
         how = _differs(old, now)
@@ -1147,6 +1151,44 @@ def _into_writable(rv: _Reverter, rel: str, it: ConfigItem,
     return None
 
 
+def _new_gitmodules(rv: _Reverter, rel: str) -> bool:
+    """A new `.gitmodules` that may stay (git submodule add, through the
+    broker's check): every entry passes gitlink.gitmodules_problems, a local
+    url only outside the workdir (what the sandbox could write there is the
+    broker's to judge, while the agent runs)."""
+    try:
+        pfd, name = rv.fs.parent(rel)
+        try:
+            data = rv.fs.read_file(pfd, name, os.stat(name, dir_fd=pfd, follow_symlinks=False),
+                                   FILE_COPY_CAP)
+        finally:
+            os.close(pfd)
+    except (OSError, _Unsafe):
+        return False
+    if data is None:
+        return False
+    wd = rv.snap.workdir.rstrip("/") + "/"
+
+    def local(path: str) -> str | None:
+        return "inside the workdir" if (path + "/").startswith(wd) else None
+    if gitlink.gitmodules_problems(data, local):
+        return False
+    rv.add("created", rel, "kept", "submodule paths and urls only (checked)", alert=False)
+    return True
+
+
+def _points_back(cur: _Scan, gd: str, it: ConfigItem) -> bool:
+    """A submodule's core.worktree as git writes it: its working tree, whose
+    `.git` file (found by this walk) points back to the git directory gd."""
+    if (it.section, it.sub, it.key) != ("core", None, "worktree") or it.value is None or not gd:
+        return False
+    try:
+        wt = gitlink.worktree_of(tuple(gd.split("/")), it.value, fold)
+    except ValueError:
+        return False
+    return cur.pointers.get("/".join(wt + (".git",))) == gd
+
+
 def _new_repo_entry(rv: _Reverter, cur: _Scan, rel: str, e: Entry, gd: str,
                     handled: set[str]) -> None:
     """A protected entry of a git directory created during the run: keep the
@@ -1165,7 +1207,7 @@ def _new_repo_entry(rv: _Reverter, cur: _Scan, rel: str, e: Entry, gd: str,
         if data is None:
             _quarantine(rv, rel, "new-repo", handled, detail="unreadable or too large config")
             return
-        new, removed, err = sanitize_git_config(data)
+        new, removed, err = sanitize_git_config(data, lambda it: _points_back(cur, gd, it))
         if not removed and err is None:
             return  # nothing but safe keys: leave it alone, say nothing
         try:

@@ -319,10 +319,12 @@ def test_a_changed_config_is_checked_again_at_exit(sandbox):
     assert "PROTECTED PATHS WERE CHANGED" in err, err
 
 
-def test_submodule_add_fails_loudly(sandbox):
-    """Not supported yet (the submodule's `.git` file would point git at a
-    directory nobody judged): it must fail with a nonzero status and a
-    confine: line naming the file, never exit 0 with half a submodule."""
+def test_submodule_add_with_a_relative_url_fails_loudly(sandbox):
+    """A relative url in `.gitmodules` resolves against the superproject's
+    remote or directory (here: a repository in the workdir, which the agent
+    could prepare for the person's `git submodule update`): refused with a
+    nonzero status and a confine: line naming the file and why, never exit 0
+    with half a submodule (tests/e2e/test_git_flows.py: an absolute one works)."""
     _existing_repo(sandbox)
     p = sandbox.outside(["/bin/sh", "-c", "git init -q -b main lib && "
                          "git -C lib -c user.name=a -c user.email=b commit -q --allow-empty -m l"])
@@ -330,5 +332,8 @@ def test_submodule_add_fails_loudly(sandbox):
     p = sandbox.run(["/bin/sh", "-c", "cd r && git -c protocol.file.allow=always "
                      "submodule add -q ../lib lib; echo \"rc=$?\""], timeout=120)
     assert "rc=0" not in p.stdout and "rc=" in p.stdout, (p.stdout, p.stderr)
-    assert "confine: denied: create" in p.stderr and "lib/.git" in p.stderr, p.stderr
-    assert not os.path.exists(os.path.join(sandbox.workdir, "r/.gitmodules"))
+    assert "confine: denied: git config" in p.stderr and "r/.gitmodules" in p.stderr \
+        and "relative URL" in p.stderr, p.stderr
+    # git writes the path first (allowed), then the url (refused): nothing to clone from
+    gm = os.path.join(sandbox.workdir, "r/.gitmodules")
+    assert not os.path.exists(gm) or "url" not in open(gm).read(), open(gm).read()

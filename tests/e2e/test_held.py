@@ -192,6 +192,34 @@ def test_discard_removes_held_files(sandbox, cleanup):
     assert bad.returncode == 125 and "no held files" in bad.stderr, bad.stderr
 
 
+def test_discard_puts_the_index_back(sandbox, cleanup):
+    """The held files were marked skip-worktree inside (so git there is clean);
+    after `discard` git reports them deleted, as they are, and an entry the
+    person marked skip-worktree themselves keeps its bit."""
+    make_bare(sandbox)
+    p = sandbox.run(["git", "clone", "-q", "up.git", "c"])
+    assert p.returncode == 0, p.stderr
+    rid = run_id(p.stderr)
+    cleanup.append((sandbox, rid))
+    mine = sandbox.outside(["git", "-C", "c", "update-index", "--skip-worktree", "README"])
+    assert mine.returncode == 0, mine.stderr
+    # control: before the discard the held entries are skipped and git is clean
+    st = sandbox.outside(["git", "-C", "c", "status", "--porcelain"])
+    assert (st.returncode, st.stdout) == (0, ""), (st.stdout, st.stderr)
+    ls = sandbox.outside(["git", "-C", "c", "ls-files", "-v", ".envrc", "README"])
+    assert ls.stdout.split("\n")[:2] == ["S .envrc", "S README"], ls.stdout
+    x = sandbox.confine("held", "discard", rid, "c/.envrc", "c/.vscode")
+    assert x.returncode == 0, x.stderr
+    st = sandbox.outside(["git", "-C", "c", "status", "--porcelain"])
+    assert sorted(st.stdout.splitlines()) == [" D .envrc", " D .vscode/settings.json",
+                                              " D .vscode/tasks.json"], st.stdout
+    ls = sandbox.outside(["git", "-C", "c", "ls-files", "-v"])
+    flags = dict(reversed(line.split(" ", 1)) for line in ls.stdout.splitlines())
+    assert flags[".envrc"] == "H" and flags[".vscode/tasks.json"] == "H", flags
+    # not discarded: still held, still skipped; the person's own bit untouched
+    assert flags[".mcp.json"] == "S" and flags["README"] == "S", flags
+
+
 WAIT_BODY = r'''
 import subprocess, sys
 r = subprocess.run(["git", "clone", "-q", "up.git", "c"], capture_output=True, text=True)
@@ -403,9 +431,12 @@ def test_refusals_that_stay_and_the_agents_own_held_writes(sandbox, cleanup):
     assert r is not None, p.stderr
     assert r["symlink ordinary"] == "ok" and r["link ordinary"] == "ok"      # controls
     for k in ("symlink .envrc", "link .mcp.json", "rename onto .envrc", "fifo .envrc",
-              "hook", "git config", "gitfile", "task onto .mcp.json", "held file into workdir",
+              "hook", "git config", "task onto .mcp.json", "held file into workdir",
               "hard link held to .envrc"):
         assert r[k] == "EACCES", (k, r[k], p.stderr)
+    # a `.git` file is made without a name and appears only with a checked
+    # `gitdir:` line (protect/gitlink.py): this one never appears
+    assert r["gitfile"] == "ok" and not os.path.lexists(os.path.join(sandbox.workdir, "n/.git"))
     assert r["hook sample"] == "ok"
     assert r["write .envrc"] == "ok" and r["append .envrc"] == "ok"
     assert r[".envrc exists"] is False

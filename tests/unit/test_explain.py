@@ -429,3 +429,14 @@ def test_git_internals_of_an_existing_repository_are_never_suggested():
         r = ex.Refusal("protected", ex.GUARD, "x", "create x: protected path", pat)
         g = ex.grant(r, "/home/u", (), [])
         assert g.cannot and "git's own" in g.cannot, (pat, g)
+
+
+def test_new_directory_beside_an_ungrantable_one_suggests_itself():
+    """`git worktree add ../wt` from a project in the home: the home cannot be
+    granted, the new directory can (made first); a start-up file cannot."""
+    r = ex.Refusal("write", ex.READ_ONLY_HOST, "/home/u", "create /home/u/wt")
+    gr = ex.grant(r, "/home/u")
+    assert (gr.key, gr.value, gr.flag) == ("filesystem.write", "/home/u/wt", "--write /home/u/wt")
+    assert "mkdir -p /home/u/wt" in gr.note
+    r = ex.Refusal("write", ex.READ_ONLY_HOST, "/home/u", "create /home/u/.bashrc")
+    assert ex.grant(r, "/home/u").cannot
