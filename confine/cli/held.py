@@ -19,6 +19,7 @@ from typing import Any
 import click
 
 from ..errors import ConfineError, printable
+from ..paths import is_under
 from ..protect import held as _held
 from ..protect import keep as _keep
 
@@ -58,14 +59,20 @@ def held(ctx: click.Context) -> None:
 
 
 @held.command("list")
+@click.option("-w", "--workdir", "workdirs", multiple=True, metavar="DIR",
+              help="Only runs whose workdir (or write grant) is DIR or lies below it "
+                   "(repeatable; DIR need not exist any more).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def held_list(as_json: bool) -> None:
+def held_list(workdirs: tuple[str, ...], as_json: bool) -> None:
     """Every run that holds files, with its held paths."""
+    wanted = [os.path.realpath(os.path.abspath(os.path.expanduser(w))) for w in workdirs]
     out: list[dict[str, Any]] = []
     for run in _held.runs():
         try:
             m = _held.load(run)
         except _held.HeldError:
+            continue
+        if wanted and not any(is_under(str(m["workdir"]), w) for w in wanted):
             continue
         try:
             size = _keep.tree_size(os.open(os.path.dirname(m["dir"]), _DIR), run, close=True)
@@ -78,7 +85,8 @@ def held_list(as_json: bool) -> None:
         click.echo(json.dumps(out, indent=2))
         return
     if not out:
-        click.echo(f"nothing is held ({printable(_held.held_base())})")
+        click.echo(f"nothing is held ({printable(_held.held_base())})"
+                   + (f" for {', '.join(printable(w) for w in wanted)}" if wanted else ""))
         return
     lim = _keep.limits()
     total = sum(one["size"] or 0 for one in out)

@@ -503,7 +503,10 @@ def test_git_clone_of_a_repo_with_protected_files_reports_them(sandbox):
     subprocess.run(["git", "-C", src, "commit", "-qm", "x"], check=True, env=env)
     subprocess.run(["chown", "-R", f"{sandbox.pw.pw_uid}:{sandbox.pw.pw_gid}", src], check=True)
     p = sandbox.run(["git", "clone", "-q", "src", "dst"])
-    assert p.returncode == 0, p.stderr
+    # the clone's own status is 0; its index and commits carry .envrc, which the
+    # person's next checkout or reset would write: noted, so the run exits 123
+    assert p.returncode == 123, p.stderr
+    assert "dst/.git/index" in p.stderr and "noted: staged entries" in p.stderr, p.stderr
     assert os.path.isfile(os.path.join(sandbox.workdir, "dst/main.py")), p.stderr
     assert not os.path.exists(os.path.join(sandbox.workdir, "dst/.envrc"))
     assert "confine:   held dst/.envrc (file, 2 bytes)" in p.stderr, p.stderr

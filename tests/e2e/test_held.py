@@ -542,3 +542,25 @@ def test_a_flood_of_held_files_is_bounded(user_sandbox, cleanup):
     assert f"over the {held.ENTRY_CAP} entries" in p.stderr, p.stderr
     m = [x for x in held_json(user_sandbox) if x["run"] == rid][0]
     assert m["held"][0]["files"] == held.ENTRY_CAP - 1       # the directory is one entry
+
+
+def test_held_list_filtered_by_workdir(sandbox, cleanup):
+    """`confine held list -w DIR` shows the runs of that workdir (or below it) only
+    (issue 23 item 7); control: without -w the same run is listed, and a workdir
+    that holds nothing lists nothing."""
+    p = sandbox.run(["/bin/sh", "-c", "echo 'echo hi' > .envrc"])
+    assert p.returncode == 0, p.stderr
+    rid = run_id(p.stderr)
+    cleanup.append((sandbox, rid))
+    assert rid in [r["run"] for r in held_json(sandbox)]
+    mine = sandbox.confine("held", "list", "--json", "-w", sandbox.workdir)
+    assert mine.returncode == 0, mine.stderr
+    rows = json.loads(mine.stdout)
+    assert [r["run"] for r in rows] == [rid], rows
+    above = json.loads(sandbox.confine("held", "list", "--json", "-w",
+                                       os.path.dirname(sandbox.workdir)).stdout)
+    assert rid in [r["run"] for r in above]
+    other = sandbox.confine("held", "list", "-w", sandbox.workdir + "-elsewhere")
+    assert other.returncode == 0 and "nothing is held" in other.stdout, other.stdout
+    assert json.loads(sandbox.confine("held", "list", "--json", "-w",
+                                      sandbox.workdir + "-elsewhere").stdout) == []
