@@ -573,8 +573,8 @@ def _run(sandbox, paths: str):
 
 def test_hidden_branches_pointing_at_protected_files_are_reported(sandbox):
     wd, p = _run(sandbox, EVIL)
-    # 123 once "noted" alerts set it (issue 21 item 7, a change of its own)
-    assert p.returncode in (0, ACTED), p.stderr
+    # the agent exited 0; what the person must look at makes it 123 (issue 21 item 7)
+    assert p.returncode == ACTED, p.stderr
     lines = [ln for ln in p.stderr.splitlines() if "adds or changes protected paths" in ln
              or "cannot decide" in ln]
     for ref in REFS:
