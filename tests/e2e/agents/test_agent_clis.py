@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import pwd
+import shlex
 import shutil
 import subprocess
 import time
@@ -137,3 +138,73 @@ def test_one_tool_using_turn(agent_sandbox, agent_clis, model, cli, home):
     assert "confine: denied" not in said, said
     assert refusals == [], (refusals, said)
     assert took < 60, took
+
+
+def _pane(label: str) -> str:
+    return subprocess.run(["tmux", "-L", label, "capture-pane", "-p", "-t", "s"],
+                          capture_output=True, text=True, timeout=30).stdout
+
+
+# What each UI draws once it is up (a trust question or its prompt).
+UI_UP = {"claude": ("trust", "Claude Code", "? for shortcuts"),
+         "codex": ("trust", "OpenAI Codex", "directory")}
+# Codex's UI starts its app server with a directory of its own in /tmp, outside TMPDIR
+# and every grant: `confine: denied: create /tmp/codex-daemon-UID [read-only host]`,
+# then "app server did not become ready". Not a state name in ~/.codex (item 1).
+CODEX_UI = pytest.mark.xfail(strict=True, reason=(
+    "codex UI: `confine: denied: create /tmp/codex-daemon-UID [read-only host]` (its "
+    "app server's directory is not under TMPDIR); `codex --no-daemon` avoids it"))
+
+
+def _used_claude_home(sb: Sandbox, bindir: str) -> None:
+    """A HOME where the person ran Claude Code outside and finished its onboarding
+    (which asks Anthropic's servers, absent here): one turn outside, then the flag its
+    onboarding sets."""
+    _, _, env = CLIS["claude"]
+    out = subprocess.run(in_netns(sb.outside_cmd(_argv(bindir, "claude"), env_extra=env)),
+                         capture_output=True, text=True, timeout=120, cwd=sb.workdir,
+                         stdin=subprocess.DEVNULL)
+    assert out.returncode == 0, out.stdout + out.stderr
+    path = os.path.join(sb.agent.pw_dir, ".claude.json")
+    with open(path) as f:
+        conf = json.load(f)
+    conf["hasCompletedOnboarding"] = True
+    with open(path, "w") as f:
+        json.dump(conf, f)
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed here")
+@pytest.mark.parametrize("cli", ["claude", pytest.param("codex", marks=CODEX_UI)])
+def test_ui_starts_in_a_pty(agent_sandbox, agent_clis, model, cli):
+    """The interactive UI starts in a terminal (a tmux pane) under its profile, stays
+    up, and no confine text is drawn into its screen."""
+    sb = agent_sandbox
+    opts, _, env = CLIS[cli]
+    _fresh_home(sb.agent)
+    if cli == "claude":
+        _used_claude_home(sb, agent_clis)
+    argv = [os.path.join(agent_clis, cli)]
+    cmd = shlex.join(in_netns(sb.exec_cmd(argv, *opts, "--allow-host", MODEL,
+                                          env_extra=[*env, "TERM=xterm-256color"])))
+    label = f"confine-ui-{os.getpid()}-{sb.mode}-{cli}"
+    tmux = ["tmux", "-L", label]
+    subprocess.run([*tmux, "-f", "/dev/null", "new-session", "-d", "-s", "s", "-x", "160",
+                    "-y", "45", "-c", sb.workdir, cmd], check=True, timeout=30)
+    try:
+        subprocess.run([*tmux, "set-option", "-t", "s", "remain-on-exit", "on"],
+                       check=True, timeout=30)
+        end, screen = time.monotonic() + 60, ""
+        while time.monotonic() < end:
+            screen = _pane(label)
+            if any(w in screen for w in UI_UP[cli]):
+                break
+            time.sleep(0.2)
+        time.sleep(2.0)     # what it does right after its first screen (hosts, state)
+        screen = _pane(label)
+        dead = subprocess.run([*tmux, "display-message", "-p", "-t", "s", "#{pane_dead}"],
+                              capture_output=True, text=True, timeout=30).stdout.strip()
+        assert dead == "0", f"the UI ended:\n{screen}"
+        assert any(w in screen for w in UI_UP[cli]), screen
+        assert "confine:" not in screen, screen
+    finally:
+        subprocess.run([*tmux, "kill-server"], capture_output=True, timeout=30)
