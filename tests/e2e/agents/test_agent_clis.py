@@ -86,7 +86,8 @@ def _not_own_host(cli: str, ev: dict) -> bool:
 # protected: the lead decides how its lock files are let through.
 USED_CLAUDE = pytest.mark.xfail(strict=True, reason=(
     "issue 22 item 1: `confine: denied: create ~/.claude/plugins/store/*.json.lock` "
-    "(a run-later directory) on a HOME Claude Code used before"))
+    "(plugins/ runs later, so it stays protected: its lock files need a decision) on a "
+    "HOME Claude Code used before"))
 # In about 1 run in 3 Claude Code's Bash tool fails with "task output swap refused (tasks
 # dir moved or linked)": its pin of $TMPDIR/claude-UID reads the held directory's
 # /proc/self/fd link as "(deleted)". Never outside confine with a fresh TMPDIR (0 in 6),
