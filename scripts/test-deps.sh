@@ -15,3 +15,5 @@ if [ -x "$(dirname "$0")/test-deps-export.sh" ]; then
 fi
 # The unprivileged account tests run as (no password, no groups).
 id confine-test >/dev/null 2>&1 || useradd --create-home --shell /bin/bash confine-test
+# The real agent CLIs (npm, pinned) for tests/e2e/agents.
+"$(dirname "$0")/test-deps-agents.sh"

@@ -13,11 +13,20 @@ chooses what it is refused, so it must not be able to grow the supervisor's
 memory); past that, refusals still reach the log but no more lines are shown.
 Thread-safe: the mediator, the gateway's workers and the DNS server emit
 from their own threads.
+
+`Screen` keeps confine's lines out of a full-screen program: while the terminal
+confine writes to is in raw mode (an agent's UI, which also draws on the
+alternate screen, which cannot be read back), a line printed there would be
+drawn into the agent's screen, garbling it and reading as the agent's own text.
+Such lines are held (bounded) and said when the agent is gone, before the exit
+summary; refusals are in the log as always.
 """
 from __future__ import annotations
 
 import json
 import os
+import sys
+import termios
 import threading
 import time
 from collections import Counter
@@ -196,6 +205,61 @@ class Events:
             if self._fd is not None:
                 os.close(self._fd)
                 self._fd = None
+
+
+def terminal_raw(fd: int) -> bool:
+    """fd is a terminal with line editing or echo off: a full-screen program holds it.
+    Not a terminal (or not readable) is False: a line there draws into no screen."""
+    try:
+        lflag = termios.tcgetattr(fd)[3]
+    except (termios.error, OSError, ValueError):
+        return False
+    return not (lflag & termios.ICANON and lflag & termios.ECHO)
+
+
+class Screen:
+    """A warn that holds confine's lines while the terminal on `fd` is raw, and says
+    them at `release()` (the run's end). Asked at each line: a program switches
+    raw mode on and off as it goes (an editor, a pager) and lines between are shown."""
+
+    def __init__(self, warn: Warn = default_warn, fd: int | None = None):
+        self.warn = warn
+        if fd is None:
+            try:
+                fd = sys.stderr.fileno()
+            except (OSError, ValueError):   # replaced or closed: no terminal to guard
+                fd = -1
+        self.fd = fd
+        self.held: list[str] = []
+        self.dropped = 0
+        self.released = False
+        self._lock = threading.Lock()
+
+    def __call__(self, msg: str) -> None:
+        if not self.released and terminal_raw(self.fd):
+            with self._lock:
+                if not self.released:
+                    # bounded: the agent chooses what is refused (see MAX_SHOWN)
+                    if len(self.held) < MAX_SHOWN + 10:
+                        self.held.append(msg)
+                    else:
+                        self.dropped += 1
+                    return
+        self.warn(msg)
+
+    def release(self) -> None:
+        """The agent is gone: say what was held, and from now on say lines at once."""
+        with self._lock:
+            self.released = True
+            held, self.held = self.held, []
+        if not held:
+            return
+        self.warn(f"{len(held) + self.dropped} line(s) held while the agent's full-screen "
+                  "program had the terminal (raw mode):")
+        for line in held:
+            self.warn(line)
+        if self.dropped:
+            self.warn(f"... and {self.dropped} more not kept")
 
 
 def open_log(path: str) -> int:

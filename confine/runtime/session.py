@@ -29,7 +29,7 @@ from ..policy import realpaths
 from ..policy.model import Policy
 from ..record import dataclass, field
 from . import home as _home
-from .events import Events
+from .events import Events, Screen
 from .workdir import check_workdir, make_tmp, remove_tree
 
 Warn = Callable[[str], None]
@@ -352,6 +352,12 @@ class Session:
         seconds until the agent (and all it started) is killed (Result.timed_out)."""
         from .launch import launch
         plan, say = self.plan, self.warn
+        # confine's own stderr: while the agent's UI holds that terminal in raw mode
+        # its lines wait for the end (a caller's own warn is not a terminal's)
+        screen = Screen(say) if say is default_warn else None
+        if screen is not None:
+            say = screen
+            self.events.warn = say
         if self.snapshot is None:
             raise ConfineError("this session was prepared without the protected-path snapshot")
         refuse_missing(plan, allow_degraded, say)
@@ -414,6 +420,8 @@ class Session:
             # the agent and its leftovers are gone (launch killed them): nothing
             # can use the gateway any more
             self._stop_egress()
+            if screen is not None:
+                screen.release()
             hold.also_stops()
             result.report = self._exit_check(plan.mount_ns, say)
             result.held_roots = self._collect_held(held_fd[0] if held_fd else None, say)
