@@ -16,8 +16,13 @@ if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] \
         && [ -x "$prefix/bin/claude" ] && [ -x "$prefix/bin/codex" ]; then
     exit 0
 fi
+if ! command -v npm >/dev/null && command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+    # a fresh Debian: node and npm from Debian's own packages
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm) \
+        >/dev/null 2>&1 || true
+fi
 if ! command -v npm >/dev/null; then
-    echo "test-deps-agents.sh: npm not found: the agent CLI tests will skip" >&2
+    echo "test-deps-agents.sh: npm not found and not installable: the agent CLI tests will skip" >&2
     exit 0
 fi
 mkdir -p "$prefix"
