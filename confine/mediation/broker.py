@@ -203,6 +203,9 @@ def broker_main(sock: socket.socket, guard: Guard | None = None) -> NoReturn:
             except Deferred:
                 pass
             except Exception:  # noqa: BLE001 - answer rather than leave the agent waiting
+                if os.environ.get("CONFINE_DEBUG"):
+                    import traceback
+                    traceback.print_exc()
                 answer = Reply(-1, errno.EIO)
             if answer is not None:
                 if answer.fd is not None and req is not None and req.answer & ANSWER \

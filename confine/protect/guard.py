@@ -438,9 +438,16 @@ class Roots:
         g, tail = self._pick(comps)
         return g.hold_at(tail, kind)
 
-    def rename_to_at(self, comps: tuple[str, ...] | None) -> str | None:
+    def rename_to_at(self, comps: tuple[str, ...] | None, tree: bool = True) -> str | None:
         g, tail = self._pick(comps)
-        return g.rename_to_at(tail)
+        return g.rename_to_at(tail, tree)
+
+    def pointer_at(self, comps: tuple[str, ...] | None) -> str | None:
+        """Pointer files are vetted in the first root (the workdir) only: below another
+        root a `.git` file is refused as any other name would be (gitlink.py places
+        targets relative to the workdir)."""
+        g, tail = self._pick(comps)
+        return g.pointer_at(tail) if g is self.first else None
 
     def trusted_config(self, comps: tuple[str, ...] | None) -> bytes | None:
         g, tail = self._pick(comps)
