@@ -1337,7 +1337,11 @@ class FileBroker:
         """Why a local repository may not be a submodule's url: inside the
         workdir, or where this sandbox may write (tried: a nameless file made
         there and dropped at once, as the agent would make one); None if not."""
-        if self.guard is not None and self.guard.rel(path) is not None:
+        comps = self.guard.rel(path) if self.guard is not None else None
+        if comps is not None:
+            if comps and comps[0].startswith("/"):      # below another protected root
+                return "in a write grant: writable inside the sandbox (the agent could " \
+                       "prepare what the person's git clones)"
             return "inside the workdir (the agent could prepare what the person's git clones)"
         for d in (path, os.path.join(path, ".git")):
             try:
