@@ -1286,10 +1286,7 @@ class FileBroker:
                           f"config written inside the sandbox ({why})")
         self._install_checked(npfd, nbase, data, stat.S_IMODE(st.st_mode) & 0o666,
                               flags & RENAME_NOREPLACE)
-        try:
-            os.unlink(obase, dir_fd=opfd)
-        except OSError:
-            pass
+        _drop(opfd, obase)
         return 0
 
     def _read_lock(self, opfd: int, obase: bytes, src: str | None,
@@ -1327,10 +1324,7 @@ class FileBroker:
                           "update` there clones and runs what it names)")
         self._install_checked(npfd, nbase, data, stat.S_IMODE(st.st_mode) & 0o666,
                               flags & RENAME_NOREPLACE)
-        try:
-            os.unlink(obase, dir_fd=opfd)
-        except OSError:
-            pass
+        _drop(opfd, obase)
         return 0
 
     def _local_url(self, path: str) -> str | None:
@@ -1770,6 +1764,14 @@ class FileBroker:
                 import traceback
                 traceback.print_exc()
             return Reply(-1, e.errno or errno.EIO)
+
+
+def _drop(dfd: int, name: bytes) -> None:
+    """git's lock file, once its checked content is installed (gone already: fine)."""
+    try:
+        os.unlink(name, dir_fd=dfd)
+    except OSError:
+        pass
 
 
 # Calls that make or move a name: performed under FileBroker.lock.

@@ -1079,6 +1079,20 @@ def _quarantine(rv: _Reverter, rel: str, what: str, handled: set[str],
     return qpath
 
 
+def _read_small(rv: _Reverter, rel: str) -> bytes | None:
+    """A file's content (up to FILE_COPY_CAP) read by descriptor, no symlink followed;
+    None if it cannot be read so."""
+    try:
+        pfd, name = rv.fs.parent(rel)
+        try:
+            return rv.fs.read_file(pfd, name, os.stat(name, dir_fd=pfd, follow_symlinks=False),
+                                   FILE_COPY_CAP)
+        finally:
+            os.close(pfd)
+    except (OSError, _Unsafe):
+        return None
+
+
 def _checked_config(rv: _Reverter, rel: str, old: Entry, now: Entry) -> bool:
     """True if the config of a repository that existed at start, changed
     during the run, may stay: the same rule the name guard applied to git's
@@ -1087,15 +1101,7 @@ def _checked_config(rv: _Reverter, rel: str, old: Entry, now: Entry) -> bool:
     one that cannot be read is not accepted: it is reverted as any change."""
     if now.kind != "f" or now.nlink != 1 or old.data is None:
         return False
-    try:
-        pfd, name = rv.fs.parent(rel)
-        try:
-            data = rv.fs.read_file(pfd, name, os.stat(name, dir_fd=pfd, follow_symlinks=False),
-                                   FILE_COPY_CAP)
-        finally:
-            os.close(pfd)
-    except (OSError, _Unsafe):
-        return False
+    data = _read_small(rv, rel)
     if data is None:
         return False
     bad, err = vet_git_config(data, old.data)
@@ -1156,15 +1162,7 @@ def _new_gitmodules(rv: _Reverter, rel: str) -> bool:
     broker's check): every entry passes gitlink.gitmodules_problems, a local
     url only outside the workdir (what the sandbox could write there is the
     broker's to judge, while the agent runs)."""
-    try:
-        pfd, name = rv.fs.parent(rel)
-        try:
-            data = rv.fs.read_file(pfd, name, os.stat(name, dir_fd=pfd, follow_symlinks=False),
-                                   FILE_COPY_CAP)
-        finally:
-            os.close(pfd)
-    except (OSError, _Unsafe):
-        return False
+    data = _read_small(rv, rel)
     if data is None:
         return False
     wd = rv.snap.workdir.rstrip("/") + "/"
