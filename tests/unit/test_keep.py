@@ -89,3 +89,30 @@ def test_the_current_runs_write_grants_stay_with_it(tmp_path):
     assert keep.bound(str(tmp_path), "held files", cur, said.append,
                       lim=keep.Limits(600 << 10, 30)) == []
     assert sorted(os.listdir(tmp_path)) == [cur, grant] and "alone holds" in said[0], said
+
+
+def test_a_finished_runs_size_is_measured_once(tmp_path):
+    """A kept run's size is recorded in it (keep.SIZE_NOTE) and read back, not walked
+    at the end of every later run; the run just ended is measured afresh."""
+    old = _run(tmp_path, 2, 300 << 10)
+    cur = _run(tmp_path, 0, 100 << 10)
+    bfd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        first = {r.run: r.size for r in keep.runs(bfd, fresh=cur)}
+        assert first[old] >= 300 << 10
+        assert os.path.exists(tmp_path / old / keep.SIZE_NOTE)
+        # the record is what counts for a finished run (never walked again) ...
+        with open(tmp_path / old / keep.SIZE_NOTE, "w") as f:
+            f.write("12345")
+        with open(tmp_path / cur / "more", "wb") as f:
+            f.write(os.urandom(200 << 10))
+        again = {r.run: r.size for r in keep.runs(bfd, fresh=cur)}
+        assert again[old] == 12345
+        # ... the current run's is measured afresh
+        assert again[cur] >= first[cur] + (200 << 10)
+        # a record that is not a number is measured again
+        with open(tmp_path / old / keep.SIZE_NOTE, "w") as f:
+            f.write("x")
+        assert {r.run: r.size for r in keep.runs(bfd)}[old] >= 300 << 10
+    finally:
+        os.close(bfd)
