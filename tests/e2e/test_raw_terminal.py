@@ -48,10 +48,12 @@ def _tmux(label: str, *args: str) -> str:
                           timeout=30, check=True).stdout
 
 
-def _wait(label: str, pred, what: str, timeout: float = 30.0) -> str:
+def _wait(label: str, pred, what: str, timeout: float = 30.0, history: bool = False) -> str:
+    """The pane's screen once pred holds (history: with the lines scrolled off it, as
+    when the agent leaves its alternate screen and more lines follow)."""
     end = time.monotonic() + timeout
     while True:
-        screen = _tmux(label, "capture-pane", "-p", "-t", "s")
+        screen = _tmux(label, "capture-pane", "-p", "-t", "s", *(["-S", "-"] if history else []))
         if pred(screen):
             return screen
         assert time.monotonic() < end, f"{what} never seen; screen:\n{screen}"
@@ -79,7 +81,7 @@ def test_lines_wait_while_the_terminal_is_raw(sandbox, test_user, mode):
             assert "confine: denied: create" in during and ".git/hooks/pre-commit" in during, during
         open(os.path.join(sb.workdir, "go"), "w").close()
         after = _wait(label, lambda s: "DONE" in s and "refused during the run" in s,
-                      "the end of the run")
+                      "the end of the run", history=True)
         # said once, at the end, with the refusal named
         assert after.count("confine: denied: create") == 1, after
         assert ".git/hooks/pre-commit" in after, after
