@@ -55,7 +55,6 @@ __all__ = ["Change", "Report", "verify_and_revert", "default_quarantine_dir", "r
 QUARANTINE_COPY_CAP = 512 << 20  # bytes copied when a move crosses filesystems ...
 QUARANTINE_ENTRY_CAP = 10_000    # ... and entries (each is a new inode owned by the supervisor)
 QUARANTINE_COPY_DEPTH = 64       # directory levels copied (two descriptors per level)
-QUARANTINE_KEEP_RUNS = 100       # the default quarantine keeps this many runs (keep.py: bytes, days)
 QUARANTINE_WORKDIR = "WORKDIR.txt"  # a run's workdir, for the line that drops the run (keep.py)
 _QPATH_MAX = 2048                # longer quarantine paths are shortened (PATH_MAX is 4096)
 _RUN_ID = re.compile(r"(\d{8}-\d{6})-\d+(\..*)?")

@@ -602,12 +602,12 @@ class Session:
         quarantine, once this run's are kept: the oldest go first, this one stays."""
         from ..protect import held, keep, revert
         run = self.snapshot.run_id
-        for base, what, runs in (
-                (held.held_base(), "held files", None),
-                (os.path.dirname(revert.default_quarantine_dir(run)), "quarantine",
-                 revert.QUARANTINE_KEEP_RUNS)):
+        # bytes and days only: a count of runs would drop one at the end of every run
+        # once reached, each with its line, where nothing is short of room
+        for base, what in ((held.held_base(), "held files"),
+                           (os.path.dirname(revert.default_quarantine_dir(run)), "quarantine")):
             try:
-                keep.bound(base, what, run, say, lim=lim, max_runs=runs)
+                keep.bound(base, what, run, say, lim=lim)
             except Exception as e:  # noqa: BLE001 - housekeeping must not cost the report
                 say(f"could not bound the {what} kept across runs in {printable(base)}: "
                     f"{printable(f'{type(e).__name__}: {e}')}")
