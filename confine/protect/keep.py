@@ -150,16 +150,18 @@ def _workdir(bfd: int, name: str) -> str:
         os.close(dfd)
 
 
-# A run's size, measured once, kept in the run's own directory: walking every kept run's
-# tree at the end of every run cost about 0.4 s per run with a full quarantine (100 runs,
-# 90k entries). A finished run only shrinks (held apply/discard), so the recorded size
-# never counts less than is there: the bound holds, at worst a little early.
-SIZE_NOTE = ".confine-size"
+# A run's size, measured once, kept beside the runs (SIZE_DIR/RUN in the store, never
+# inside a run: a run's top level holds what was taken from the agent's workdir, under
+# the names the agent chose). Walking every kept run's tree at the end of every run
+# cost about 0.4 s per run with a full quarantine (100 runs, 90k entries). A finished
+# run only shrinks (held apply/discard), so the recorded size never counts less than is
+# there: the bound holds, at worst a little early.
+SIZE_DIR = ".confine-sizes"
 
 
 def _recorded(bfd: int, name: str) -> int | None:
     try:
-        fd = os.open(f"{name}/{SIZE_NOTE}", os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC,
+        fd = os.open(f"{SIZE_DIR}/{name}", os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC,
                      dir_fd=bfd)
     except OSError:
         return None
@@ -172,22 +174,44 @@ def _recorded(bfd: int, name: str) -> int | None:
 
 def _record(bfd: int, name: str, size: int) -> None:
     try:
-        fd = os.open(f"{name}/{SIZE_NOTE}", os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
-                     | os.O_CLOEXEC, 0o600, dir_fd=bfd)
+        os.mkdir(SIZE_DIR, 0o700, dir_fd=bfd)
+    except FileExistsError:
+        pass
     except OSError:
         return                      # measured again next time
+    try:
+        fd = os.open(f"{SIZE_DIR}/{name}", os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+                     | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=bfd)
+    except OSError:
+        return
     try:
         os.write(fd, str(size).encode())
     finally:
         os.close(fd)
 
 
+def _forget(bfd: int, keep: set[str]) -> None:
+    """Drop the records of runs no longer in the store (dropped, discarded)."""
+    try:
+        names = os.listdir(f"/proc/self/fd/{bfd}/{SIZE_DIR}")
+    except OSError:
+        return
+    for n in names:
+        if n not in keep:
+            try:
+                os.unlink(f"{SIZE_DIR}/{n}", dir_fd=bfd)
+            except OSError:
+                pass
+
+
 def runs(bfd: int, fresh: str | None = None) -> list[Run]:
     """The runs in a store (names like a run id only), oldest first. A run's size is
-    measured once and recorded (SIZE_NOTE); `fresh` (the run just ended, and its write
+    measured once and recorded (SIZE_DIR); `fresh` (the run just ended, and its write
     grants' RUN.rootN) is measured again."""
     out = []
-    for n in os.listdir(bfd):
+    names = os.listdir(bfd)
+    _forget(bfd, set(names))
+    for n in names:
         m = _RUN_ID.fullmatch(n)
         t = _run_time(m.group(1)) if m else None
         if t is None:

@@ -32,6 +32,11 @@ def test_defaults(monkeypatch):
     assert keep.limits() == keep.Limits(1 << 30, 30)
 
 
+def _runs_in(base) -> list[str]:
+    """The store's entries but the size records (keep.SIZE_DIR)."""
+    return [n for n in os.listdir(base) if n != keep.SIZE_DIR]
+
+
 def _run(base, hours_ago: float, size: int) -> str:
     name = time.strftime("%Y%m%d-%H%M%S", time.localtime(time.time() - hours_ago * 3600)) + "-7"
     os.makedirs(base / name)
@@ -47,13 +52,13 @@ def test_oldest_go_first_and_the_current_run_stays(tmp_path):
     gone = keep.bound(str(tmp_path), "held files", cur, said.append,
                       lim=keep.Limits(1 << 20, 30))
     assert [r.run for r in gone] == [old, mid, new]     # 700 KiB alone is under 1 MiB
-    assert sorted(os.listdir(tmp_path)) == [cur]
+    assert sorted(_runs_in(tmp_path)) == [cur]
     assert all("over the 1.0 MiB bound on held files" in s for s in said), said
     # alone over the bound: said, kept
     said.clear()
     assert keep.bound(str(tmp_path), "held files", cur, said.append,
                       lim=keep.Limits(100 << 10, 30)) == []
-    assert os.listdir(tmp_path) == [cur] and "alone holds" in said[0], said
+    assert _runs_in(tmp_path) == [cur] and "alone holds" in said[0], said
     # control: under the bound nothing goes, and nothing is said
     said.clear()
     assert keep.bound(str(tmp_path), "held files", None, said.append,
@@ -66,7 +71,7 @@ def test_age_limit(tmp_path):
     said: list[str] = []
     gone = keep.bound(str(tmp_path), "quarantine", None, said.append,
                       lim=keep.Limits(1 << 30, 30))
-    assert [r.run for r in gone] == [old] and os.listdir(tmp_path) == [fresh]
+    assert [r.run for r in gone] == [old] and _runs_in(tmp_path) == [fresh]
     assert "older than 30 days" in said[0]
 
 
@@ -83,26 +88,28 @@ def test_the_current_runs_write_grants_stay_with_it(tmp_path):
     gone = keep.bound(str(tmp_path), "held files", cur, said.append,
                       lim=keep.Limits(700 << 10, 30))
     assert [r.run for r in gone] == [old]
-    assert sorted(os.listdir(tmp_path)) == [cur, grant]
+    assert sorted(_runs_in(tmp_path)) == [cur, grant]
     # together over the bound: said once, both kept
     said.clear()
     assert keep.bound(str(tmp_path), "held files", cur, said.append,
                       lim=keep.Limits(600 << 10, 30)) == []
-    assert sorted(os.listdir(tmp_path)) == [cur, grant] and "alone holds" in said[0], said
+    assert sorted(_runs_in(tmp_path)) == [cur, grant] and "alone holds" in said[0], said
 
 
 def test_a_finished_runs_size_is_measured_once(tmp_path):
-    """A kept run's size is recorded in it (keep.SIZE_NOTE) and read back, not walked
-    at the end of every later run; the run just ended is measured afresh."""
+    """A kept run's size is recorded beside it (keep.SIZE_DIR, never inside a run,
+    whose top level holds names the agent chose) and read back, not walked at the end
+    of every later run; the run just ended is measured afresh."""
     old = _run(tmp_path, 2, 300 << 10)
     cur = _run(tmp_path, 0, 100 << 10)
     bfd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
     try:
         first = {r.run: r.size for r in keep.runs(bfd, fresh=cur)}
         assert first[old] >= 300 << 10
-        assert os.path.exists(tmp_path / old / keep.SIZE_NOTE)
+        assert os.path.exists(tmp_path / keep.SIZE_DIR / old)
+        assert not os.path.exists(tmp_path / old / keep.SIZE_DIR)
         # the record is what counts for a finished run (never walked again) ...
-        with open(tmp_path / old / keep.SIZE_NOTE, "w") as f:
+        with open(tmp_path / keep.SIZE_DIR / old, "w") as f:
             f.write("12345")
         with open(tmp_path / cur / "more", "wb") as f:
             f.write(os.urandom(200 << 10))
@@ -111,8 +118,17 @@ def test_a_finished_runs_size_is_measured_once(tmp_path):
         # ... the current run's is measured afresh
         assert again[cur] >= first[cur] + (200 << 10)
         # a record that is not a number is measured again
-        with open(tmp_path / old / keep.SIZE_NOTE, "w") as f:
+        with open(tmp_path / keep.SIZE_DIR / old, "w") as f:
             f.write("x")
         assert {r.run: r.size for r in keep.runs(bfd)}[old] >= 300 << 10
+        # the record of a run that is gone goes with it
+        import shutil
+        shutil.rmtree(tmp_path / old)
+        keep.runs(bfd)
+        assert not os.path.exists(tmp_path / keep.SIZE_DIR / old)
+        # a name the agent chose at a quarantined run's top level is never taken for one
+        with open(tmp_path / cur / keep.SIZE_DIR, "w") as f:
+            f.write("1")
+        assert {r.run: r.size for r in keep.runs(bfd)}[cur] > 1
     finally:
         os.close(bfd)
