@@ -365,7 +365,7 @@ class Session:
         keep_limits = keep.limits()      # a bad override stops the run here, not at its end
         if self.req.log is not None:
             _check_log_path(self.req.log, plan)
-            self.events = Events(self.req.log, say)
+        self.events = Events(self.req.log, say, journal=self._open_record(plan, say))
         self.events.context(os.path.realpath(plan.identity.home),
                             tuple(d.path for d in plan.policy.deny))
         pol = plan.policy
@@ -420,6 +420,7 @@ class Session:
             # the agent and its leftovers are gone (launch killed them): nothing
             # can use the gateway any more
             self._stop_egress()
+            self.events.ended()
             if screen is not None:
                 screen.release()
             hold.also_stops()
@@ -437,7 +438,28 @@ class Session:
             say(f"exit status {EXIT_CHECK_ACTED}: the agent exited 0, but the exit check "
                 + ("could not run" if rep is None else "reported protected paths (above)")
                 + " (--agent-status keeps the agent's own status)")
+        self.events.emit({"event": "status", "status": result.status,
+                          "agent_status": result.agent_status, "timed_out": result.timed_out,
+                          "refusals": dict(self.events.refusals)})
         return result
+
+    def _open_record(self, plan: Plan, say: Warn) -> Any:
+        """The run's record (journal/), in the person's state, with --log FILE
+        getting the same lines; a record that cannot be kept stops the run."""
+        from ..journal.writer import Journal
+        from .events import open_log
+        mirror = open_log(self.req.log) if self.req.log is not None else None
+        ident = plan.identity
+        try:
+            return Journal.open(self.snapshot.run_id, {
+                "argv": list(plan.argv), "workdir": plan.policy.workdir,
+                "profile": self.req.profile, "user": ident.user, "uid": ident.uid,
+                "started_by": os.geteuid(), "pid": os.getpid(), "log": self.req.log},
+                mirror=mirror, mirror_name=self.req.log or "", warn=say)
+        except BaseException:
+            if mirror is not None:
+                os.close(mirror)
+            raise
 
     def _in_tmp(self, held_fd: list[int], offer: Callable[[], None]) -> None:
         held_fd.extend(self._prepare_held())
@@ -566,6 +588,7 @@ class Session:
         import sys
 
         from ..protect import held
+        from ..protect.report import held_event
         if fd is None:
             return []
         out: list[Any] = []
@@ -586,6 +609,8 @@ class Session:
                     if rfd is not None:
                         os.close(rfd)
                 out.append(got)
+                if got.items or got.left:
+                    self.events.emit(held_event(got))
                 text = held.format_held(got, place="the workdir" if snap.workdir == os.path.realpath(
                     self.plan.policy.workdir) else snap.workdir)
                 if text:
@@ -600,12 +625,14 @@ class Session:
     def _bound_stores(self, lim: Any, say: Warn) -> None:
         """Bounds across runs (protect/keep.py) on the held files and the
         quarantine, once this run's are kept: the oldest go first, this one stays."""
+        from ..journal.store import records_dir
         from ..protect import held, keep, revert
         run = self.snapshot.run_id
         # bytes and days only: a count of runs would drop one at the end of every run
         # once reached, each with its line, where nothing is short of room
         for base, what in ((held.held_base(), "held files"),
-                           (os.path.dirname(revert.default_quarantine_dir(run)), "quarantine")):
+                           (os.path.dirname(revert.default_quarantine_dir(run)), "quarantine"),
+                           (records_dir(), "records")):
             try:
                 keep.bound(base, what, run, say, lim=lim)
             except Exception as e:  # noqa: BLE001 - housekeeping must not cost the report
@@ -618,6 +645,7 @@ class Session:
         import sys
 
         from .. import protect
+        from ..protect.report import report_events
         try:
             pol = self.plan.policy
             report = protect.verify_and_revert(
@@ -625,6 +653,8 @@ class Session:
                 writable=[pol.tmp, *(w.path for w in pol.write),
                           *(p for p in (self.tmp, self.plan.agent_home) if p)])
         except Exception as e:  # noqa: BLE001 - never silently: the check did not happen
+            self.events.emit({"event": "exit_check", "what": "unchecked", "action": "failed",
+                              "detail": f"{type(e).__name__}: {e}"})
             say(f"PROTECTED PATHS NOT CHECKED after the run (the check failed: "
                 f"{printable(f'{type(e).__name__}: {e}')}): inspect .git/hooks, "
                 ".git/config, .envrc, .vscode and the other protected paths before running "
@@ -650,6 +680,8 @@ class Session:
         if not first_q and report.other_quarantine:
             # the quarantine named first is one that holds something
             report.quarantine_dir = report.other_quarantine.pop(0)
+        for ev in report_events(report):
+            self.events.emit(ev)
         if report.alerts or report.failed:
             try:
                 print(protect.format_report(report), file=sys.stderr, flush=True)

@@ -1,0 +1,193 @@
+"""Where the records and the record key live: the person's state, never the agent's.
+
+    records  state_dir("runs")/RUN.jsonl    (0700 directory, 0600 files)
+    key      state_dir("keys")/record.key   (0700 directory, 0600, 32 random bytes)
+
+As root: /var/lib/confine/runs and /var/lib/confine/keys (root's runs, whatever
+--user the agent runs as); otherwise under $XDG_STATE_HOME (~/.local/state)/confine.
+RUN is the run id of the snapshot and the held files (protect/snapshot.py).
+
+Threat: the agent runs as another account (root's runs with --user) or as the
+person's own uid under Landlock, which grants it neither directory (its own HOME
+is state_dir's sibling homes/NAME, the workdir and TMPDIR lie elsewhere). A
+directory or key another account owns, or a key others may read, is refused
+(fail closed: a key someone else can read signs nothing). Names are opened
+without following a symlink.
+"""
+from __future__ import annotations
+
+import errno
+import os
+import re
+import stat
+
+from ..errors import ConfineError
+from ..paths import state_dir
+
+SUFFIX = ".jsonl"
+KEY_NAME = "record.key"
+KEY_BYTES = 32
+RUN = re.compile(r"\d{8}-\d{6}-\d+(\.[A-Za-z0-9_-]+)?")
+_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def records_dir(*, euid: int | None = None, home: str | None = None) -> str:
+    return state_dir("runs", euid=euid, home=home)
+
+
+def key_path(*, euid: int | None = None, home: str | None = None) -> str:
+    return os.path.join(state_dir("keys", euid=euid, home=home), KEY_NAME)
+
+
+def own_dir(path: str, create: bool) -> int:
+    """A directory of ours, 0700, by descriptor (made if asked)."""
+    if create:
+        os.makedirs(path, mode=0o700, exist_ok=True)
+    fd = os.open(path, _DIR)
+    st = os.fstat(fd)
+    if st.st_uid != os.geteuid():
+        os.close(fd)
+        raise OSError(errno.EPERM, f"{path} belongs to another account")
+    if stat.S_IMODE(st.st_mode) & 0o077:
+        os.fchmod(fd, 0o700)
+    return fd
+
+
+def load_key(create: bool) -> bytes | None:
+    """The person's record key (made on first use when create); None: there is none."""
+    path = key_path()
+    try:
+        dfd = own_dir(os.path.dirname(path), create)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        raise ConfineError(f"record key {path}: {e.strerror or e}") from None
+    try:
+        flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+        try:
+            fd = os.open(KEY_NAME, flags, dir_fd=dfd)
+        except FileNotFoundError:
+            if not create:
+                return None
+            fd = _make_key(dfd, path)
+        try:
+            st = os.fstat(fd)
+            if (not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid()
+                    or stat.S_IMODE(st.st_mode) & 0o077):
+                raise ConfineError(f"record key {path}: not a 0600 file of this account: "
+                                   "refusing it (remove it; a new one is made)")
+            key = os.read(fd, 4096)
+        finally:
+            os.close(fd)
+    except OSError as e:
+        raise ConfineError(f"record key {path}: {e.strerror or e}") from None
+    finally:
+        os.close(dfd)
+    if len(key) < KEY_BYTES:
+        raise ConfineError(f"record key {path}: shorter than {KEY_BYTES} bytes: refusing it")
+    return key
+
+
+def _make_key(dfd: int, path: str) -> int:
+    """Written under another name, then linked in: a reader never sees half a key,
+    and of two runs making it at once one wins and both use its key."""
+    tmp = f".{KEY_NAME}.{os.getpid()}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC,
+                 0o600, dir_fd=dfd)
+    try:
+        os.write(fd, os.urandom(KEY_BYTES))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    try:
+        os.link(tmp, KEY_NAME, src_dir_fd=dfd, dst_dir_fd=dfd)
+    except FileExistsError:
+        pass
+    finally:
+        os.unlink(tmp, dir_fd=dfd)
+    os.fsync(dfd)
+    return os.open(KEY_NAME, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
+
+
+def create(run: str) -> tuple[int, str, str]:
+    """A new record for `run`: (fd for appending, its path, the run id it is under:
+    RUN, or RUN.N when RUN is taken, two runs in one second of one process)."""
+    base = records_dir()
+    try:
+        dfd = own_dir(base, True)
+    except OSError as e:
+        raise ConfineError(f"the run's record in {base}: {e.strerror or e}") from None
+    try:
+        for n in range(100):
+            name = run if n == 0 else f"{run}.{n}"
+            try:
+                fd = os.open(name + SUFFIX, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL
+                             | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dfd)
+            except FileExistsError:
+                continue
+            except OSError as e:
+                raise ConfineError(f"the run's record in {base}: {e.strerror or e}") from None
+            return fd, os.path.join(base, name + SUFFIX), name
+    finally:
+        os.close(dfd)
+    raise ConfineError(f"the run's record in {base}: {run}: 100 records of that id exist")
+
+
+def runs() -> list[str]:
+    """The run ids with a record, oldest first."""
+    base = records_dir()
+    try:
+        names = os.listdir(base)
+    except OSError:
+        return []
+    got: list[tuple[str, int, str]] = []
+    for n in names:
+        if not n.endswith(SUFFIX) or not RUN.fullmatch(n[:-len(SUFFIX)]):
+            continue
+        try:
+            st = os.stat(os.path.join(base, n), follow_symlinks=False)
+        except OSError:
+            continue
+        got.append((n[:15], st.st_mtime_ns, n[:-len(SUFFIX)]))
+    return [r for _, _, r in sorted(got)]
+
+
+def locate(run: str | None) -> str:
+    """The record of `run` (None: the newest); a path (with a '/') is taken as it
+    is: a --log FILE, or a copy."""
+    if run is not None and ("/" in run or (not RUN.fullmatch(run.removesuffix(SUFFIX))
+                                            and os.path.isfile(run))):
+        return run
+    if run is None:
+        every = runs()
+        if not every:
+            raise ConfineError(f"no run has a record in {records_dir()} yet")
+        run = every[-1]
+    if run.endswith(SUFFIX):
+        run = run[:-len(SUFFIX)]
+    if not RUN.fullmatch(run):
+        raise ConfineError(f"{run!r} is not a run id (like 20261206-081500-1234) or a path "
+                           "(`confine log show --last` shows the newest)")
+    path = os.path.join(records_dir(), run + SUFFIX)
+    if not os.path.lexists(path):
+        raise ConfineError(f"no record of run {run} in {records_dir()}")
+    return path
+
+
+def read(path: str) -> bytes:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as e:
+        raise ConfineError(f"{path}: cannot read ({e.strerror or e})") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ConfineError(f"{path}: not a regular file")
+        chunks = []
+        while True:
+            b = os.read(fd, 1 << 20)
+            if not b:
+                break
+            chunks.append(b)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
