@@ -72,6 +72,10 @@ def summary(rec: Mapping[str, Any]) -> str:
         return (f"asked {where} ({g('via')}): {g('decision')} by {g('approver')}"
                 + (f" in {lat} ms" if lat is not None else "")
                 + (f": {g('reason')}" if g("reason") else ""))
+    if ev == "exit_check" and g("what") == "summary":
+        return (f"exit check: {g('changes')} change(s), {g('alerts')} alert(s), "
+                f"{g('failed')} failed" + (f"; quarantine {g('quarantine')}"
+                                           if g("quarantine") else ""))
     if ev == "exit_check":
         return (f"{g('what')} {g('path') or '.'}: {g('action')}"
                 + (f": {g('detail')}" if g("detail") else "")

@@ -75,7 +75,7 @@ class Events:
         if path is not None and journal is None:
             self._fd = open_log(path)
         elif journal is not None and path is None:
-            self.path = journal.path
+            self.path = f"the run's record (confine log show {journal.run})"
 
     def emit(self, event: Mapping[str, object]) -> None:
         """One decision: a line of the run's record (and of --log FILE). Its type is
