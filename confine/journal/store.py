@@ -13,6 +13,10 @@ is state_dir's sibling homes/NAME, the workdir and TMPDIR lie elsewhere). A
 directory or key another account owns, or a key others may read, is refused
 (fail closed: a key someone else can read signs nothing). Names are opened
 without following a symlink.
+
+Bounds across runs: `bound()` drops the oldest records past protect/keep.py's
+KEEP_BYTES / KEEP_DAYS (the same knobs and overrides as the held files and the
+quarantine), called by the session at the end of every run.
 """
 from __future__ import annotations
 
@@ -20,6 +24,8 @@ import errno
 import os
 import re
 import stat
+import time
+from collections.abc import Callable
 
 from ..errors import ConfineError
 from ..paths import state_dir
@@ -191,3 +197,54 @@ def read(path: str) -> bytes:
         return b"".join(chunks)
     finally:
         os.close(fd)
+
+
+def bound(max_bytes: int, days: float, keep: str, say: Callable[[str], None],
+          now: float | None = None) -> int:
+    """The records across runs: at most max_bytes on disk and none older than `days`
+    (protect/keep.py's KEEP_BYTES and KEEP_DAYS, and their overrides); the oldest go
+    first, each said; `keep` (this run's, RUN or RUN.N) stays. One stat per record:
+    a record is one file, so this runs at the end of every run without a size cache.
+    Returns how many were dropped."""
+    base = records_dir()
+    try:
+        dfd = own_dir(base, False)
+    except OSError:
+        return 0
+    dropped = 0
+    try:
+        got: list[tuple[float, int, str, int]] = []
+        with os.scandir(dfd) as it:
+            for e in it:
+                n = e.name
+                if not n.endswith(SUFFIX) or not RUN.fullmatch(n[:-len(SUFFIX)]):
+                    continue
+                try:
+                    st = e.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                got.append((st.st_mtime, st.st_mtime_ns, n, st.st_blocks * 512))
+        got.sort()
+        total = sum(g[3] for g in got)
+        oldest = (time.time() if now is None else now) - days * 86400
+        for mtime, _, n, size in got:
+            run = n[:-len(SUFFIX)]
+            if run == keep or run.startswith(keep + "."):
+                continue
+            if mtime < oldest:
+                why = f"older than {days:g} days"
+            elif total > max_bytes:
+                why = f"over the {max_bytes} bytes kept across runs"
+            else:
+                break
+            try:
+                os.unlink(n, dir_fd=dfd)
+            except OSError as e:
+                say(f"could not drop the record of run {run} ({why}): {e.strerror or e}")
+                continue
+            total -= size
+            dropped += 1
+            say(f"dropped the record of run {run} ({size} bytes): {why}")
+    finally:
+        os.close(dfd)
+    return dropped

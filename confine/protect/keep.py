@@ -1,6 +1,6 @@
 """Bounds across runs on what confine keeps for the person: held files
-(held.py, `held_base()`), the quarantine (revert.py, `default_quarantine_dir`)
-and the runs' records (journal/store.py, `records_dir()`: one file per run).
+(held.py, `held_base()`) and the quarantine (revert.py, `default_quarantine_dir`);
+the runs' records (journal/store.py `bound`) by the same KEEP_BYTES and KEEP_DAYS.
 
 Each run is bounded on its own (held.COPY_CAP, revert.QUARANTINE_COPY_CAP and
 their entry caps), but nothing expired the runs: an agent started again and
@@ -23,7 +23,6 @@ allocated (a sparse file costs what it holds); removal is revert.remove_at.
 """
 from __future__ import annotations
 
-import json
 import os
 import re
 import stat
@@ -131,12 +130,9 @@ def _tree_size(pfd: int, name: str) -> int:
 
 
 def _workdir(bfd: int, name: str) -> str:
-    """The run's workdir: a held run's manifest, a quarantine run's note, a
-    record's start line (journal/)."""
+    """The run's workdir: a held run's manifest, a quarantine run's note."""
     try:
         dfd = os.open(name, _DIR, dir_fd=bfd)
-    except NotADirectoryError:
-        return _record_workdir(bfd, name)
     except OSError:
         return "?"
     try:
@@ -153,22 +149,6 @@ def _workdir(bfd: int, name: str) -> str:
             os.close(fd)
     finally:
         os.close(dfd)
-
-
-def _record_workdir(bfd: int, name: str) -> str:
-    try:
-        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=bfd)
-    except OSError:
-        return "?"
-    try:
-        first = os.read(fd, 65536).split(b"\n", 1)[0]
-    finally:
-        os.close(fd)
-    try:
-        wd = json.loads(first).get("workdir")
-    except (ValueError, AttributeError):
-        return "?"
-    return wd if isinstance(wd, str) else "?"
 
 
 # A run's size, measured once, kept beside the runs (SIZE_DIR/RUN in the store, never

@@ -625,19 +625,20 @@ class Session:
     def _bound_stores(self, lim: Any, say: Warn) -> None:
         """Bounds across runs (protect/keep.py) on the held files and the
         quarantine, once this run's are kept: the oldest go first, this one stays."""
-        from ..journal.store import records_dir
+        from ..journal import store
         from ..protect import held, keep, revert
         run = self.snapshot.run_id
         # bytes and days only: a count of runs would drop one at the end of every run
         # once reached, each with its line, where nothing is short of room
         for base, what in ((held.held_base(), "held files"),
-                           (os.path.dirname(revert.default_quarantine_dir(run)), "quarantine"),
-                           (records_dir(), "records")):
+                           (os.path.dirname(revert.default_quarantine_dir(run)), "quarantine")):
             try:
                 keep.bound(base, what, run, say, lim=lim)
             except Exception as e:  # noqa: BLE001 - housekeeping must not cost the report
                 say(f"could not bound the {what} kept across runs in {printable(base)}: "
                     f"{printable(f'{type(e).__name__}: {e}')}")
+        if self.events.journal is not None:
+            store.bound(lim.max_bytes, lim.days, self.events.journal.run, say)
 
     def _exit_check(self, mount_ns: bool, say: Warn) -> Any:
         """verify_and_revert and its report.  A failure of the check is said
