@@ -85,7 +85,8 @@ def summary(rec: Mapping[str, Any]) -> str:
     if ev == "status":
         return (f"exit status {g('status')}"
                 + (f" (the agent's {g('agent_status')})" if g("agent_status") is not None
-                   else "") + (" (timed out)" if g("timed_out") else ""))
+                   else "") + (" (timed out)" if g("timed_out") else "")
+                + (f": {g('error')}" if g("error") else ""))
     if ev == "dropped":
         by = ", ".join(f"{n} {k}" for k, n in (g("by_event") or {}).items())
         return f"{g('count')} line(s) over the cap of {g('limit')} not recorded ({by})"

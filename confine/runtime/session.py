@@ -194,6 +194,8 @@ class Session:
         self.roots: tuple[Any, ...] = ()   # protect.roots.Root
         self.guard: Any = None
         self.events: Events = Events(None, warn)
+        self._status_said = False          # the run's record has its status line
+        self._error: BaseException | None = None   # what ended a run without one
         self.host: HostFacts | None = None
         self.egress: Any = None             # the running egress gateway (runtime/egress.py)
         self._server: tuple[int, int] | None = None   # the nested-run endpoint's (pid, pidfd)
@@ -205,12 +207,18 @@ class Session:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.close()
+        self.close(exc[1] if len(exc) > 1 else None)
 
-    def close(self) -> None:
+    def close(self, exc: object = None) -> None:
         try:
             self._stop_server()
             self._stop_egress()
+            exc = exc or self._error
+            if self.events.journal is not None and not self._status_said:
+                # the run ended by confine's own error (a command not found, a setup failure)
+                self.events.emit({"event": "status", "status": getattr(exc, "status", 125),
+                                  "error": printable(f"{type(exc).__name__}: {exc}")
+                                  if exc is not None else "confine failed"})
             self.events.close()
             if self.tmp is not None:
                 if not remove_tree(self.tmp):
@@ -415,7 +423,11 @@ class Session:
             result.timed_out = outcome.timed_out
             ran = True
         except OSError as e:
-            raise ConfineError(f"setup failed: {e.strerror or e}") from None
+            self._error = ConfineError(f"setup failed: {e.strerror or e}")
+            raise self._error from None
+        except BaseException as e:
+            self._error = e
+            raise
         finally:
             # the agent and its leftovers are gone (launch killed them): nothing
             # can use the gateway any more
@@ -441,6 +453,7 @@ class Session:
         self.events.emit({"event": "status", "status": result.status,
                           "agent_status": result.agent_status, "timed_out": result.timed_out,
                           "refusals": dict(self.events.refusals)})
+        self._status_said = True
         return result
 
     def _open_record(self, plan: Plan, say: Warn) -> Any:

@@ -1,5 +1,6 @@
 """The run's record (issue 25 item 4, confine/journal/): real confined runs, started
-as root with --user and as the unprivileged test account.
+as root with --user and as the unprivileged test account (tests/conftest.py removes
+the records of a test's runs after it).
 
 * A run refused by the name guard, the mediator (a unix socket outside the grants),
   the gateway (a name no rule allows) and Landlock (a read outside the grants) has
@@ -51,15 +52,6 @@ def _records(sb: Sandbox) -> list[str]:
         if start.get("workdir") == wd:
             out.append((os.stat(p).st_mtime_ns, p))
     return [p for _, p in sorted(out)]
-
-
-@pytest.fixture
-def records_gone():
-    made: list[Sandbox] = []
-    yield made.append
-    for sb in made:
-        for p in _records(sb):
-            os.unlink(p)
 
 
 @pytest.fixture
@@ -124,9 +116,8 @@ def _copy(sb: Sandbox, lines: list[bytes], where: str, name: str) -> str:
 
 
 def test_record_lists_the_run_and_verify_catches_each_edit(sandbox, unix_server, outside_file,
-                                                           request, records_gone):
+                                                           request):
     sb = sandbox
-    records_gone(sb)
     kernel = False
     if sb.mode == "root":
         try:
@@ -221,9 +212,8 @@ print(json.dumps(R))
 """
 
 
-def test_the_agent_cannot_write_or_replace_the_record(sandbox, records_gone):
+def test_the_agent_cannot_write_or_replace_the_record(sandbox):
     sb = sandbox
-    records_gone(sb)
     first = sb.run(["true"])
     assert first.returncode == 0, first.stderr
     (path,) = _records(sb)
@@ -257,9 +247,8 @@ print(n)
 """
 
 
-def test_a_flood_of_refusals_is_capped_and_counted(sandbox, records_gone):
+def test_a_flood_of_refusals_is_capped_and_counted(sandbox):
     sb = sandbox
-    records_gone(sb)
     p = sb.run([PY, "-c", FLOOD], env_extra=["CONFINE_RECORD_LINES=50"])
     assert p.stdout.strip() == "400", p.stderr
     (path,) = _records(sb)
