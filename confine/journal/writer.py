@@ -4,8 +4,8 @@ Each line is written at once (a crash of confine loses nothing written; the
 person's `tail -f` sees it) and made durable by a syncer thread that fsyncs at
 most every SYNC_EVERY seconds: a flood of refusals (the agent decides how many)
 costs one fsync per interval, not one per refusal, and never blocks the mediator
-on the disk. The start line and the end line are fsynced before open() and
-close() return.
+on the disk. The end line is fsynced before close() returns; the start line
+by the syncer, at once (a disk's latency is not added to every start).
 
 Threat: the agent decides how many lines there are. At most `lines` per run
 (LINES, or CONFINE_RECORD_LINES of the launching user); past that, lines are
@@ -88,7 +88,9 @@ class Journal:
                                          "nonce": nonce, "key": chain.key_id(key), **info}))
         if j.fd is None:
             raise ConfineError(f"the run's record {path}: cannot be written")
-        os.fsync(j.fd)
+        with j._lock:
+            j._dirty = True         # fsynced by the syncer: a disk's latency is not the start's
+            j._start_syncer()
         return j
 
     def append(self, fields: Mapping[str, object]) -> None:
@@ -102,12 +104,13 @@ class Journal:
             self._write(chain.encode(self.lines, self.prev, fields))
             if not self._dirty:
                 self._dirty = True
-                if self._syncer is None:
-                    self._syncer = threading.Thread(target=self._sync, name="confine-record",
-                                                    args=(os.dup(self.fd),), daemon=True)
-                    self._syncer.start()
-                else:
-                    self._cv.notify()
+                self._cv.notify()
+
+    def _start_syncer(self) -> None:
+        assert self.fd is not None
+        self._syncer = threading.Thread(target=self._sync, name="confine-record",
+                                        args=(os.dup(self.fd),), daemon=True)
+        self._syncer.start()
 
     def ended(self) -> None:
         """The agent is gone: what is left to say (the exit check, the status) fits."""
