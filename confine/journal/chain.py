@@ -33,6 +33,8 @@ VERSION = 1
 RESERVED = ("seq", "prev", "mac")
 _HEX64 = re.compile(rb"[0-9a-f]{64}")
 _MAC_TAIL = re.compile(rb',"mac":"([0-9a-f]{64})"\}\n\Z')
+# one encoder for every line: json.dumps with options makes a new one per call
+_ENCODER = json.JSONEncoder(default=str, separators=(",", ":"))
 
 # verdicts (the CLI's exit codes: ok 0, not-closed 2, the others 1)
 OK, EDITED, REMOVED, REORDERED, TRUNCATED, NOT_CLOSED, NO_KEY, OTHER_KEY, EMPTY = (
@@ -64,7 +66,7 @@ def encode(seq: int, prev: str, fields: Mapping[str, object]) -> bytes:
     for k, v in fields.items():
         if k not in RESERVED:
             rec[k] = v
-    return (json.dumps(rec, default=str, separators=(",", ":")) + "\n").encode("ascii")
+    return (_ENCODER.encode(rec) + "\n").encode("ascii")
 
 
 def seal(key: bytes, seq: int, prev: str, fields: Mapping[str, object]) -> bytes:
