@@ -25,10 +25,10 @@ import os
 import re
 import stat
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from ..errors import ConfineError
-from ..paths import state_dir
+from ..paths import is_under, state_dir
 
 SUFFIX = ".jsonl"
 KEY_NAME = "record.key"
@@ -248,3 +248,23 @@ def bound(max_bytes: int, days: float, keep: str, say: Callable[[str], None],
     finally:
         os.close(dfd)
     return dropped
+
+
+def exposed(writable: Iterable[str], readable: Iterable[str],
+            denied: Iterable[str] = ()) -> str | None:
+    """Why the agent could reach the records or the key of this account (a state
+    directory set inside the workdir, a grant of ~/.local/state), or None. A record
+    the agent can write proves nothing, nor does a key it can read."""
+    runs_dir = os.path.realpath(records_dir())
+    keys_dir = os.path.realpath(os.path.dirname(key_path()))
+    for w in writable:
+        w = os.path.realpath(w)
+        for what, p in (("the records", runs_dir), ("the record key", keys_dir)):
+            if is_under(p, w) or is_under(w, p):
+                return f"{what} ({p}) lie where the agent can write ({w})"
+    deny = [os.path.realpath(d) for d in denied]
+    for r in readable:
+        r = os.path.realpath(r)
+        if is_under(keys_dir, r) and not any(is_under(keys_dir, d) for d in deny):
+            return f"the record key ({keys_dir}) lies where the agent can read ({r})"
+    return None

@@ -459,8 +459,17 @@ class Session:
     def _open_record(self, plan: Plan, say: Warn) -> Any:
         """The run's record (journal/), in the person's state, with --log FILE
         getting the same lines; a record that cannot be kept stops the run."""
+        from ..journal import store
         from ..journal.writer import Journal
         from .events import open_log
+        pol = plan.policy
+        why = store.exposed([pol.workdir, pol.tmp, *(w.path for w in pol.write),
+                             *([plan.agent_home] if plan.agent_home else [])],
+                            [r.path for r in pol.read], [d.path for d in pol.deny])
+        if why:
+            raise ConfineError(f"the run's record: {why}: refusing to run (drop the grant"
+                               + (")" if os.geteuid() == 0 else
+                                  ", or set XDG_STATE_HOME elsewhere)"))
         mirror = open_log(self.req.log) if self.req.log is not None else None
         ident = plan.identity
         try:

@@ -11,7 +11,8 @@ the records of a test's runs after it).
   own message and status.
 * The agent cannot write, remove or replace a record, or read the key; the person
   can read it (and, unprivileged, the same account outside the sandbox can open it:
-  the refusal inside is confine's).
+  the refusal inside is confine's). A grant that would reach the key, or a state
+  directory inside the workdir, refuses the run.
 * A flood of refusals is capped, and the cap is one "dropped" line counting them.
 
 The gateway's refusal is a DNS query for a name no rule allows, answered by
@@ -227,6 +228,15 @@ def test_the_agent_cannot_write_or_replace_the_record(sandbox):
         assert f.read() == before
     ok = sb.confine("log", "verify", path)               # the person reads it
     assert ok.returncode == 0, ok.stderr
+    # a grant that reaches the key, a state directory in the workdir: refused, one line
+    state = os.path.dirname(os.path.dirname(os.path.dirname(path)))
+    for opts, env in ((("--read", state), ()),
+                      (("--no-agent-home",), (f"XDG_STATE_HOME={sb.workdir}/state",))):
+        if env and sb.mode == "root":
+            continue            # root's records are in /var/lib/confine, whatever the env
+        bad = sb.run(["true"], *opts, env_extra=env)
+        assert bad.returncode == 125 and "the run's record: the record" in bad.stderr, bad.stderr
+        assert len(bad.stderr.strip().splitlines()) == 1, bad.stderr
     if sb.mode == "user":
         # the same account outside the sandbox can: the refusals inside are confine's
         c = sb.outside([PY, "-c", "import os,sys; open(sys.argv[1], 'a').close(); "
