@@ -49,6 +49,7 @@ def main() -> None:
         recs = []
         for i in range(3):
             j = Journal.open(f"20261206-000000-{i + 1}", {"argv": ["bench"]})
+            j.start()
             ev = Events(None, quiet, journal=j)
             recs.append(per_refusal(ev, n))
             t = time.perf_counter()

@@ -4,8 +4,9 @@ Each line is written at once (a crash of confine loses nothing written; the
 person's `tail -f` sees it) and made durable by a syncer thread that fsyncs at
 most every SYNC_EVERY seconds: a flood of refusals (the agent decides how many)
 costs one fsync per interval, not one per refusal, and never blocks the mediator
-on the disk. The end line is fsynced before close() returns; the start line
-by the syncer, at once (a disk's latency is not added to every start).
+on the disk. The end line is fsynced before close() returns; the lines before
+the agent's child is forked (`start()`) by the syncer once it runs (a disk's
+latency is not added to every start).
 
 Threat: the agent decides how many lines there are. At most `lines` per run
 (LINES, or CONFINE_RECORD_LINES of the launching user); past that, lines are
@@ -88,10 +89,19 @@ class Journal:
                                          "nonce": nonce, "key": chain.key_id(key), **info}))
         if j.fd is None:
             raise ConfineError(f"the run's record {path}: cannot be written")
-        with j._lock:
-            j._dirty = True         # fsynced by the syncer: a disk's latency is not the start's
-            j._start_syncer()
+        j._dirty = True             # fsynced by the syncer: a disk's latency is not the start's
         return j
+
+    def start(self) -> None:
+        """The syncer thread, from now on: called once the agent's child is forked.
+        Not before: a launcher with one thread forks the child straight into the
+        run's cgroup (kernel/cgroup.py fork_into), and nothing of a thread is
+        copied into the child. Until then lines are written, not fsynced."""
+        with self._lock:
+            if self._syncer is None and not self.closed and self.fd is not None:
+                self._syncer = threading.Thread(target=self._sync, name="confine-record",
+                                                args=(os.dup(self.fd),), daemon=True)
+                self._syncer.start()
 
     def append(self, fields: Mapping[str, object]) -> None:
         """One decision (fields carry "event" and "time")."""
@@ -105,12 +115,6 @@ class Journal:
             if not self._dirty:
                 self._dirty = True
                 self._cv.notify()
-
-    def _start_syncer(self) -> None:
-        assert self.fd is not None
-        self._syncer = threading.Thread(target=self._sync, name="confine-record",
-                                        args=(os.dup(self.fd),), daemon=True)
-        self._syncer.start()
 
     def ended(self) -> None:
         """The agent is gone: what is left to say (the exit check, the status) fits."""

@@ -118,6 +118,11 @@ class Events:
         if show is not None:
             self.warn(show)
 
+    def forked(self) -> None:
+        """The agent's child is forked: the record's syncer thread may start."""
+        if self.journal is not None:
+            self.journal.start()
+
     def ended(self) -> None:
         """The agent is gone: the record keeps room for the exit check and the status."""
         if self.journal is not None:

@@ -418,7 +418,8 @@ class Session:
                              on_sockets=eg.start_on if eg is not None and plan.gateway_ports
                              else None, events=self.events,
                              in_tmp=lambda: self._in_tmp(held_fd, offer),
-                             after_fork=serve, before_walk=self._stop_server)
+                             after_fork=lambda: (serve(), self.events.forked()),
+                             before_walk=self._stop_server)
             result.status, result.steps = outcome.status, outcome.steps
             result.timed_out = outcome.timed_out
             ran = True

@@ -27,6 +27,7 @@ def state(tmp_path, monkeypatch):
 
 def _record(n: int = 8, **kw) -> tuple[bytes, bytes, writer.Journal]:
     j = writer.Journal.open(RUN, {"argv": ["x"], "workdir": "/w"}, **kw)
+    j.start()
     for i in range(n):
         j.append({"event": "refusal", "time": 1.5, "layer": "mediation", "what": f"r{i}"})
     j.close({"status": 0})
@@ -128,6 +129,10 @@ def test_a_bad_cap_is_refused(state, monkeypatch, raw):
 
 def test_threads_append_in_one_chain(state):
     j = writer.Journal.open(RUN, {})
+    before = threading.active_count()
+    j.append({"event": "refusal", "time": 1})
+    assert threading.active_count() == before      # no thread until start() (the fork)
+    j.start()
 
     def flood(t: int) -> None:
         for i in range(200):
@@ -139,7 +144,7 @@ def test_threads_append_in_one_chain(state):
         t.join()
     j.close({})
     v = chain.verify(store.read(j.path), store.load_key(False))
-    assert v.ok and v.lines == 802, v
+    assert v.ok and v.lines == 803, v
 
 
 def test_the_mirror_gets_the_same_bytes_and_a_second_run_segments(state, tmp_path):
