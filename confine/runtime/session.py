@@ -418,7 +418,7 @@ class Session:
                              on_sockets=eg.start_on if eg is not None and plan.gateway_ports
                              else None, events=self.events,
                              in_tmp=lambda: self._in_tmp(held_fd, offer),
-                             after_fork=lambda: (serve(), self.events.forked()),
+                             after_fork=lambda: self._forked(serve),
                              before_walk=self._stop_server)
             result.status, result.steps = outcome.status, outcome.steps
             result.timed_out = outcome.timed_out
@@ -483,6 +483,10 @@ class Session:
             if mirror is not None:
                 os.close(mirror)
             raise
+
+    def _forked(self, serve: Callable[[], None]) -> None:
+        serve()
+        self.events.forked()       # threads only now (kernel/cgroup.py fork_into)
 
     def _in_tmp(self, held_fd: list[int], offer: Callable[[], None]) -> None:
         held_fd.extend(self._prepare_held())
