@@ -525,7 +525,10 @@ def pytest_collection_modifyitems(config, items):
 
 
 HELD_BASES = ("/var/lib/confine/held",
-              os.path.expanduser("~confine-test/.local/state/confine/held"))
+              os.path.expanduser("~confine-test/.local/state/confine/held"),
+              # the runs' records (journal/store.py): one file per run, RUN.jsonl
+              "/var/lib/confine/runs",
+              os.path.expanduser("~confine-test/.local/state/confine/runs"))
 
 
 @pytest.fixture(autouse=True)
@@ -559,8 +562,12 @@ def _no_held_leftovers(request):
         # another pytest on this machine (a second checkout's suite) makes runs in
         # the same bases: those are its to remove, not ours
         try:
-            with open(os.path.join(d, "manifest.json")) as f:
-                wd = json.load(f).get("workdir", "")
+            if d.endswith(".jsonl"):     # a record: its start line names the workdir
+                with open(d) as f:
+                    wd = json.loads(f.readline()).get("workdir", "")
+            else:
+                with open(os.path.join(d, "manifest.json")) as f:
+                    wd = json.load(f).get("workdir", "")
         except OSError:
             return True     # still being written, or not a run: leave it
         except (ValueError, AttributeError):
@@ -573,7 +580,13 @@ def _no_held_leftovers(request):
         for n in runs(b) - old:
             d = os.path.join(b, n)
             if not others(d):
-                shutil.rmtree(d, ignore_errors=True)
+                if d.endswith(".jsonl"):
+                    try:
+                        os.unlink(d)
+                    except FileNotFoundError:
+                        pass
+                else:
+                    shutil.rmtree(d, ignore_errors=True)
 
 
 def make_sdist(where: str, pw) -> str:

@@ -1,5 +1,6 @@
 """Bounds across runs on what confine keeps for the person: held files
-(held.py, `held_base()`) and the quarantine (revert.py, `default_quarantine_dir`).
+(held.py, `held_base()`) and the quarantine (revert.py, `default_quarantine_dir`);
+the runs' records (journal/store.py `bound`) by the same KEEP_BYTES and KEEP_DAYS.
 
 Each run is bounded on its own (held.COPY_CAP, revert.QUARANTINE_COPY_CAP and
 their entry caps), but nothing expired the runs: an agent started again and

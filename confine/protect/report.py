@@ -14,9 +14,10 @@ from typing import TYPE_CHECKING
 from ..errors import printable
 
 if TYPE_CHECKING:  # a type only: revert.py imports this module
+    from .held import Held
     from .revert import Report
 
-__all__ = ["format_report", "LIMIT"]
+__all__ = ["format_report", "report_events", "held_event", "LIMIT"]
 
 LIMIT = 200     # change lines printed on the terminal; REPORT.txt gets them all
 
@@ -26,7 +27,26 @@ _VERB = {
     "external": "outside",
 }
 
+def report_events(report: Report) -> list[dict[str, object]]:
+    """The exit check's findings as lines of the run's record (runtime/events.py):
+    every change, quarantined or not, alert or only noted; REPORT.txt and stderr
+    keep their text, the record gets each one."""
+    out: list[dict[str, object]] = [
+        {"event": "exit_check", "what": c.what, "path": c.path, "action": c.action,
+         "detail": c.detail, "quarantine": c.quarantine, "alert": c.alert}
+        for c in report.changes]
+    out.append({"event": "exit_check", "what": "summary", "changes": len(report.changes),
+                "alerts": len(report.alerts), "failed": len(report.failed),
+                "quarantine": report.quarantine_dir if any(c.quarantine for c in report.changes)
+                else None, "seconds": round(report.seconds, 3)})
+    return out
 
+
+def held_event(held: Held) -> dict[str, object]:
+    """What a run held and kept for the person (protect/held.py), as a record line."""
+    return {"event": "held", "what": "kept at exit", "run": held.run_id, "dir": held.dir,
+            "workdir": held.workdir, "paths": [i.path for i in held.roots][:LIMIT],
+            "files": sum(1 for i in held.items if i.kind == "file"), "left": held.left[:LIMIT]}
 
 
 def format_report(report: Report, *, verbose: bool = False, limit: int | None = LIMIT) -> str:

@@ -2,7 +2,10 @@
 
 One `Events` per run, owned by the session (the supervisor's side; the agent
 never holds it). Every decision (a refused file call, a refused or allowed
-connection, a DNS answer, an approval) is one JSON line in `--log FILE`; a
+connection, a DNS answer, an approval, the exit check's findings, the status) is
+one line of the run's record through `emit`, the one entry: a hash-chained
+`journal.Journal` in the person's state directory, which also writes the same
+bytes to `--log FILE` (without a record, --log gets plain JSON lines); a
 refusal also prints one `confine:` line the first time its key is seen
 (the same path or host refused a thousand times is one line), naming what
 was refused, by which layer, and the profile key or flag that would grant it;
@@ -33,6 +36,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 
 from ..errors import ConfineError, default_warn, printable
+from ..journal.writer import Journal
 from ..paths import is_under
 from ..policy import explain, runlater
 
@@ -41,8 +45,10 @@ MAX_SHOWN = 100
 
 
 class Events:
-    def __init__(self, path: str | None = None, warn: Warn = default_warn):
+    def __init__(self, path: str | None = None, warn: Warn = default_warn,
+                 journal: Journal | None = None):
         self.warn = warn
+        self.journal = journal
         # What grant() needs to never suggest a secret or a run-later path (set
         # by the session once the policy is known).
         self.home = os.path.expanduser("~")
@@ -66,11 +72,18 @@ class Events:
         self.shown: set[str] = set()
         self.refusals: Counter[str] = Counter()    # by layer: "landlock", "gateway", ...
         self.hidden = 0
-        if path is not None:
+        if path is not None and journal is None:
             self._fd = open_log(path)
+        elif journal is not None and path is None:
+            self.path = f"the run's record (confine log show {journal.run})"
 
     def emit(self, event: Mapping[str, object]) -> None:
-        """One JSON line in the log (nothing without --log)."""
+        """One decision: a line of the run's record (and of --log FILE). Its type is
+        "event" (or "kind" where that is all it has)."""
+        if self.journal is not None:
+            self.journal.append({**event, "time": round(time.time(), 3),
+                                 "event": event.get("event") or event.get("kind") or "other"})
+            return
         if self._fd is None:
             return
         rec = {"time": round(time.time(), 3), **event}
@@ -104,6 +117,16 @@ class Events:
                                else " (--log FILE records every one)"))
         if show is not None:
             self.warn(show)
+
+    def forked(self) -> None:
+        """The agent's child is forked: the record's syncer thread may start."""
+        if self.journal is not None:
+            self.journal.start()
+
+    def ended(self) -> None:
+        """The agent is gone: the record keeps room for the exit check and the status."""
+        if self.journal is not None:
+            self.journal.ended()
 
     def context(self, home: str, deny: tuple[str, ...] = ()) -> None:
         """The agent's home and the profile's secrets, for the suggestions."""
@@ -200,7 +223,10 @@ class Events:
                        f"a profile's protected: [{lift}] lifts them")
         return out
 
-    def close(self) -> None:
+    def close(self, fields: Mapping[str, object] | None = None) -> None:
+        """The record's end line (fields added to it) and the log closed."""
+        if self.journal is not None:
+            self.journal.close(fields)
         with self._lock:
             if self._fd is not None:
                 os.close(self._fd)

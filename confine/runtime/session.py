@@ -194,6 +194,8 @@ class Session:
         self.roots: tuple[Any, ...] = ()   # protect.roots.Root
         self.guard: Any = None
         self.events: Events = Events(None, warn)
+        self._status_said = False          # the run's record has its status line
+        self._error: BaseException | None = None   # what ended a run without one
         self.host: HostFacts | None = None
         self.egress: Any = None             # the running egress gateway (runtime/egress.py)
         self._server: tuple[int, int] | None = None   # the nested-run endpoint's (pid, pidfd)
@@ -205,12 +207,18 @@ class Session:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.close()
+        self.close(exc[1] if len(exc) > 1 else None)
 
-    def close(self) -> None:
+    def close(self, exc: object = None) -> None:
         try:
             self._stop_server()
             self._stop_egress()
+            exc = exc or self._error
+            if self.events.journal is not None and not self._status_said:
+                # the run ended by confine's own error (a command not found, a setup failure)
+                self.events.emit({"event": "status", "status": getattr(exc, "status", 125),
+                                  "error": printable(f"{type(exc).__name__}: {exc}")
+                                  if exc is not None else "confine failed"})
             self.events.close()
             if self.tmp is not None:
                 if not remove_tree(self.tmp):
@@ -365,7 +373,7 @@ class Session:
         keep_limits = keep.limits()      # a bad override stops the run here, not at its end
         if self.req.log is not None:
             _check_log_path(self.req.log, plan)
-            self.events = Events(self.req.log, say)
+        self.events = Events(self.req.log, say, journal=self._open_record(plan, say))
         self.events.context(os.path.realpath(plan.identity.home),
                             tuple(d.path for d in plan.policy.deny))
         pol = plan.policy
@@ -410,16 +418,22 @@ class Session:
                              on_sockets=eg.start_on if eg is not None and plan.gateway_ports
                              else None, events=self.events,
                              in_tmp=lambda: self._in_tmp(held_fd, offer),
-                             after_fork=serve, before_walk=self._stop_server)
+                             after_fork=lambda: self._forked(serve),
+                             before_walk=self._stop_server)
             result.status, result.steps = outcome.status, outcome.steps
             result.timed_out = outcome.timed_out
             ran = True
         except OSError as e:
-            raise ConfineError(f"setup failed: {e.strerror or e}") from None
+            self._error = ConfineError(f"setup failed: {e.strerror or e}")
+            raise self._error from None
+        except BaseException as e:
+            self._error = e
+            raise
         finally:
             # the agent and its leftovers are gone (launch killed them): nothing
             # can use the gateway any more
             self._stop_egress()
+            self.events.ended()
             if screen is not None:
                 screen.release()
             hold.also_stops()
@@ -437,7 +451,42 @@ class Session:
             say(f"exit status {EXIT_CHECK_ACTED}: the agent exited 0, but the exit check "
                 + ("could not run" if rep is None else "reported protected paths (above)")
                 + " (--agent-status keeps the agent's own status)")
+        self.events.emit({"event": "status", "status": result.status,
+                          "agent_status": result.agent_status, "timed_out": result.timed_out,
+                          "refusals": dict(self.events.refusals)})
+        self._status_said = True
         return result
+
+    def _open_record(self, plan: Plan, say: Warn) -> Any:
+        """The run's record (journal/), in the person's state, with --log FILE
+        getting the same lines; a record that cannot be kept stops the run."""
+        from ..journal import store
+        from ..journal.writer import Journal
+        from .events import open_log
+        pol = plan.policy
+        why = store.exposed([pol.workdir, pol.tmp, *(w.path for w in pol.write),
+                             *([plan.agent_home] if plan.agent_home else [])],
+                            [r.path for r in pol.read], [d.path for d in pol.deny])
+        if why:
+            raise ConfineError(f"the run's record: {why}: refusing to run (drop the grant"
+                               + (")" if os.geteuid() == 0 else
+                                  ", or set XDG_STATE_HOME elsewhere)"))
+        mirror = open_log(self.req.log) if self.req.log is not None else None
+        ident = plan.identity
+        try:
+            return Journal.open(self.snapshot.run_id, {
+                "argv": list(plan.argv), "workdir": plan.policy.workdir,
+                "profile": self.req.profile, "user": ident.user, "uid": ident.uid,
+                "started_by": os.geteuid(), "pid": os.getpid(), "log": self.req.log},
+                mirror=mirror, mirror_name=self.req.log or "", warn=say)
+        except BaseException:
+            if mirror is not None:
+                os.close(mirror)
+            raise
+
+    def _forked(self, serve: Callable[[], None]) -> None:
+        serve()
+        self.events.forked()       # threads only now (kernel/cgroup.py fork_into)
 
     def _in_tmp(self, held_fd: list[int], offer: Callable[[], None]) -> None:
         held_fd.extend(self._prepare_held())
@@ -566,6 +615,7 @@ class Session:
         import sys
 
         from ..protect import held
+        from ..protect.report import held_event
         if fd is None:
             return []
         out: list[Any] = []
@@ -586,6 +636,8 @@ class Session:
                     if rfd is not None:
                         os.close(rfd)
                 out.append(got)
+                if got.items or got.left:
+                    self.events.emit(held_event(got))
                 text = held.format_held(got, place="the workdir" if snap.workdir == os.path.realpath(
                     self.plan.policy.workdir) else snap.workdir)
                 if text:
@@ -600,6 +652,7 @@ class Session:
     def _bound_stores(self, lim: Any, say: Warn) -> None:
         """Bounds across runs (protect/keep.py) on the held files and the
         quarantine, once this run's are kept: the oldest go first, this one stays."""
+        from ..journal import store
         from ..protect import held, keep, revert
         run = self.snapshot.run_id
         # bytes and days only: a count of runs would drop one at the end of every run
@@ -611,6 +664,8 @@ class Session:
             except Exception as e:  # noqa: BLE001 - housekeeping must not cost the report
                 say(f"could not bound the {what} kept across runs in {printable(base)}: "
                     f"{printable(f'{type(e).__name__}: {e}')}")
+        if self.events.journal is not None:
+            store.bound(lim.max_bytes, lim.days, self.events.journal.run, say)
 
     def _exit_check(self, mount_ns: bool, say: Warn) -> Any:
         """verify_and_revert and its report.  A failure of the check is said
@@ -618,6 +673,7 @@ class Session:
         import sys
 
         from .. import protect
+        from ..protect.report import report_events
         try:
             pol = self.plan.policy
             report = protect.verify_and_revert(
@@ -625,6 +681,8 @@ class Session:
                 writable=[pol.tmp, *(w.path for w in pol.write),
                           *(p for p in (self.tmp, self.plan.agent_home) if p)])
         except Exception as e:  # noqa: BLE001 - never silently: the check did not happen
+            self.events.emit({"event": "exit_check", "what": "unchecked", "action": "failed",
+                              "detail": f"{type(e).__name__}: {e}"})
             say(f"PROTECTED PATHS NOT CHECKED after the run (the check failed: "
                 f"{printable(f'{type(e).__name__}: {e}')}): inspect .git/hooks, "
                 ".git/config, .envrc, .vscode and the other protected paths before running "
@@ -650,6 +708,8 @@ class Session:
         if not first_q and report.other_quarantine:
             # the quarantine named first is one that holds something
             report.quarantine_dir = report.other_quarantine.pop(0)
+        for ev in report_events(report):
+            self.events.emit(ev)
         if report.alerts or report.failed:
             try:
                 print(protect.format_report(report), file=sys.stderr, flush=True)

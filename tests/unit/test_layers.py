@@ -128,3 +128,12 @@ def test_gateway_is_self_contained():
     bad = {(m, t) for m, t in _edges(_graph(), "confine.gateway")
            if not any(_under(t, ok) for ok in allowed)}
     assert bad == set()
+
+
+def test_journal_is_below_the_runtime():
+    # the record's format, store and writer: the runtime and the CLI call in, never back
+    allowed = ("confine.journal", "confine.errors", "confine.paths", "confine.digest",
+               "confine.record")
+    bad = {(m, t) for m, t in _edges(_graph(), "confine.journal")
+           if not any(_under(t, ok) for ok in allowed)}
+    assert bad == set()
