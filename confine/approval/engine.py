@@ -170,6 +170,12 @@ class Engine:
         assert hit is not None
         return self._finish(ev, hit, [done])
 
+    def submit_for(self, kind: str, subject: Mapping[str, Any], pid: int | None,
+                   done: Callable[[Verdict], None]) -> None:
+        """submit() for a caller that knows the agent's process only by its pid
+        (the mediator: it imports nothing of the engine)."""
+        self.submit(Event(kind, dict(subject), process_of(pid)), done)
+
     def _remembered(self, key: tuple[str, str]) -> Verdict | None:
         if key in self._denied:
             return Verdict("deny", "denied earlier in this run", "remembered", "deny")

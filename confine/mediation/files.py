@@ -157,6 +157,15 @@ class Refused(Exception):
         self.reason = reason
 
 
+class AskFirst(Refused):
+    """A refusal the engine may turn into an allow (wire.ASK): `fd` is the very
+    file judged (the caller owns it), `subject` what the question is about."""
+    def __init__(self, err: int, reason: str, fd: int, subject: str):
+        super().__init__(err, reason)
+        self.fd = fd
+        self.subject = subject
+
+
 class _StatfsBuf(threading.local):
     """A struct statfs per thread: one per call was a fifth of _fstype's time."""
 
@@ -406,6 +415,7 @@ class FileBroker:
         self.meta_holes: set[tuple[int, int]] = set()
         self.judge_truncate = False
         self.socket_entries: set[tuple[tuple[int, int], bytes]] = set()
+        self.asks = 0       # wire.ASK_* bits: refusals put to the supervisor first (AsksRequest)
         for r in (guard.roots if guard is not None else ()):
             try:
                 fd = os.open(r, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -760,17 +770,26 @@ class FileBroker:
                 placed = self._placed(opath, st)
             if placed is None or not self._socket_allowed(*placed):
                 where = path_of(opath)
-                raise Refused(errno.EACCES, f"connect to unix socket {os.fsdecode(path)}"
-                              + (f" (-> {where})" if where and where.encode() != path else "")
-                              + ": outside the workdir and unix_sockets.allow")
-        except BaseException:
-            if opath >= 0:
+                why = (f"connect to unix socket {os.fsdecode(path)}"
+                       + (f" (-> {where})" if where and where.encode() != path else "")
+                       + ": outside the workdir and unix_sockets.allow")
+                self._ask_unix(opath, where or os.fsdecode(path), why)
+                raise Refused(errno.EACCES, why)
+        except BaseException as e:
+            if opath >= 0 and not isinstance(e, AskFirst):
                 os.close(opath)
             raise
         finally:
             if pfd >= 0:
                 os.close(pfd)
         return opath
+
+    def _ask_unix(self, opath: int, where: str, why: str) -> None:
+        """approvals.unix_sockets may allow it: asked first (AskFirst), on the socket
+        already resolved, so what is approved is the very file connected to."""
+        from .wire import ASK_UNIX
+        if self.asks & ASK_UNIX and where.startswith("/"):
+            raise AskFirst(errno.EACCES, why, opath, where)
 
     def _socket_allowed(self, pfd: int, base: bytes) -> bool:
         try:

@@ -61,6 +61,8 @@ from .signals import CALLS as _SIGNAL_CALLS
 from .wire import (
     ANSWER,
     ANSWER_CLOEXEC,
+    ASK,
+    ASK_UNIX,
     DATA_CAP,
     IOVEC,
     MSGHDR_SIZE,
@@ -69,6 +71,7 @@ from .wire import (
     UMASK_UNREAD,
     XATTR_NAME_MAX,
     XATTR_SIZE_MAX,
+    AsksRequest,
     FileRequest,
     ListenerRequest,
     MetaRequest,
@@ -77,6 +80,7 @@ from .wire import (
     Reply,
     RootsRequest,
     SocketRequest,
+    VerdictRequest,
     WritableRequest,
     debug,
     decode_reply,
@@ -152,6 +156,13 @@ class _MetaCall(NamedTuple):
 Handler = Callable[[notify.Notif], None]
 
 
+class _Refusal(NamedTuple):
+    """A verdict where no engine could judge: denied."""
+    allowed: bool = False
+    by: str = "confine"
+    reason: str = "nothing here can approve it"
+
+
 def _goes_on(tid: int) -> bool:
     """The thread will run its own code again: not gone, not killed, not frozen by the
     leftover walk (supervise.kill_leftovers stops every process before it kills any).
@@ -211,6 +222,10 @@ class Mediator:
         self.unshown = 0
         self._send_roots(roots)
         self._send_listener()
+        # The run's approval engine (confine/approval, set on events by the
+        # session): refusals it may allow are put to it first (_ask).
+        self.approval = getattr(events, "approval", None)
+        self._send_asks()
         if meta is not None:
             self._send_writable(*meta)
         self.getfd = True          # pidfd_getfd works here (False once the host refused it)
@@ -309,6 +324,36 @@ class Mediator:
             socket.send_fds(self.broker, [ListenerRequest(0).pack()], [self.fd])
         except OSError:
             pass       # no broker: every mediated call fails anyway
+
+    def _send_asks(self) -> None:
+        """Tell the broker which refusals to ask about first (wire.AsksRequest):
+        only those the engine may allow, so a run that asks nothing pays nothing."""
+        bits = ASK_UNIX if self.approval is not None and self.approval.asks("unix_socket") else 0
+        if not bits:
+            return
+        try:
+            self.broker.send(AsksRequest(0, bits).pack())
+        except OSError:
+            pass       # no broker: every mediated call fails anyway
+
+    def _ask(self, rid: int, got: _Pending, question: str) -> None:
+        """The broker asks before refusing (wire.ASK): the engine decides, here in
+        the supervisor, without holding up this thread (the answer may take a
+        person's minute); the verdict goes back to the broker's waiting call.
+        Anything unclear is a denial."""
+        self.pending[rid] = got       # the broker replies again with the call's answer
+        parts = question.split("\0", 2)
+        kind, subject, _ = parts if len(parts) == 3 else ("", "", "")
+
+        def done(v: Any) -> None:
+            why = "" if v.allowed else f"denied by {v.by}" + (f" ({v.reason})" if v.reason else "")
+            try:
+                self.broker.send(VerdictRequest(0, rid, bool(v.allowed), why).pack())
+            except OSError:
+                pass   # the broker is gone: its call fails with it
+        if self.approval is None or kind != "unix_socket":
+            return done(_Refusal())
+        self.approval.submit_for(kind, {"path": subject}, got.pid, done)
 
     def _send_writable(self, roots: Sequence[str], holes: Sequence[str]) -> None:
         """Where metadata calls may act (wire.WritableRequest), by descriptor: the
@@ -487,6 +532,12 @@ class Mediator:
             rid, rep = decoded
             got = self.pending.pop(rid, None)
             if got is None:
+                return True
+            if rep.ret < 0 and rep.err == ASK:
+                try:
+                    self._ask(rid, got, rep.reason)
+                except Exception:  # noqa: BLE001 - never leave the broker waiting, never pass
+                    self.broker.send(VerdictRequest(0, rid, False, "the question failed").pack())
                 return True
             if rep.ret < 0 and rep.err == UMASK_UNREAD:
                 # nothing was made: from now on the umask is read here
