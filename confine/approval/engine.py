@@ -124,6 +124,21 @@ class Engine:
         self._queue: list[_Pending] = []
         self._wake = threading.Condition(self._lock)
         self._worker: threading.Thread | None = None
+        # protected writes the engine allowed, as made: workdir-relative path ->
+        # (st_dev, st_ino) of the file (the exit check accepts exactly that file)
+        self.writes: dict[str, tuple[int, int]] = {}
+
+    def landed(self, rel: str, dev: int, ino: int) -> None:
+        """An approved protected write made its file (the mediator says so)."""
+        with self._lock:
+            if len(self.writes) < MAX_REMEMBERED or rel in self.writes:
+                self.writes[rel] = (dev, ino)
+        if self._events is not None:
+            try:
+                self._events({"kind": "approved_write", "event": "approved_write", "path": rel,
+                              "dev": dev, "ino": ino})
+            except Exception:  # noqa: BLE001 - a failing log sink must not stop the mediator
+                pass
 
     def asks(self, kind: str) -> bool:
         """Something of this kind may be allowed beyond confine's fixed refusal."""

@@ -83,7 +83,12 @@ def broker_main(sock: socket.socket, guard: Guard | None = None) -> NoReturn:
         answer = None
         try:
             req = FileRequest.unpack(body)
-            answer = files.handle(req, fds)
+            # off the receiving thread: a refusal the engine may allow is asked here
+            files.ask_with(lambda why: verdicts.ask(reply, rid, why))
+            try:
+                answer = files.handle(req, fds)
+            finally:
+                files.ask_with(None)
             reply(rid, answer, req)
         finally:
             _close(fds + ([answer.fd] if answer is not None and answer.fd is not None else []))

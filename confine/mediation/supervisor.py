@@ -45,7 +45,7 @@ import threading
 import time
 from typing import Any, Callable, Sequence
 
-from confine.errors import default_warn
+from confine.errors import default_warn, printable
 from confine.kernel import caps, notify, sysfs
 from confine.kernel.seccomp import (
     FILE_CALLS,
@@ -61,8 +61,10 @@ from .signals import CALLS as _SIGNAL_CALLS
 from .wire import (
     ANSWER,
     ANSWER_CLOEXEC,
+    APPROVED_WRITE,
     ASK,
     ASK_UNIX,
+    ASK_WRITE,
     DATA_CAP,
     IOVEC,
     MSGHDR_SIZE,
@@ -225,7 +227,7 @@ class Mediator:
         # The run's approval engine (confine/approval, set on events by the
         # session): refusals it may allow are put to it first (_ask).
         self.approval = getattr(events, "approval", None)
-        self._send_asks()
+        self._send_asks(files)
         if meta is not None:
             self._send_writable(*meta)
         self.getfd = True          # pidfd_getfd works here (False once the host refused it)
@@ -325,10 +327,13 @@ class Mediator:
         except OSError:
             pass       # no broker: every mediated call fails anyway
 
-    def _send_asks(self) -> None:
+    def _send_asks(self, files: bool) -> None:
         """Tell the broker which refusals to ask about first (wire.AsksRequest):
         only those the engine may allow, so a run that asks nothing pays nothing."""
-        bits = ASK_UNIX if self.approval is not None and self.approval.asks("unix_socket") else 0
+        bits = 0
+        if self.approval is not None:
+            bits |= ASK_UNIX if self.approval.asks("unix_socket") else 0
+            bits |= ASK_WRITE if files and self.approval.asks("protected_write") else 0
         if not bits:
             return
         try:
@@ -351,7 +356,7 @@ class Mediator:
                 self.broker.send(VerdictRequest(0, rid, bool(v.allowed), why).pack())
             except OSError:
                 pass   # the broker is gone: its call fails with it
-        if self.approval is None or kind != "unix_socket":
+        if self.approval is None or kind not in ("unix_socket", "protected_write"):
             return done(_Refusal())
         self.approval.submit_for(kind, {"path": subject}, got.pid, done)
 
@@ -629,7 +634,11 @@ class Mediator:
         """Each distinct denial once; a flood (a checkout full of refused files)
         is cut short rather than burying the terminal (Events bounds its own).
         A held name (protect/held.py) is no refusal: the call succeeded, the file
-        went to the held area; said once per path, logged as such."""
+        went to the held area; said once per path, logged as such. Nor is a
+        write the engine approved (wire.APPROVED_WRITE): the file it made is
+        handed to the engine for the exit check."""
+        if what.startswith(APPROVED_WRITE):
+            return self._approved_write(what[len(APPROVED_WRITE):])
         if what.startswith("held "):
             if self.events is not None:
                 self.events.emit({"event": "held", "what": what})
@@ -655,6 +664,17 @@ class Mediator:
         self.unshown += 1
         if self.unshown == 1:
             self.warn(f"more than {MAX_REPORTED} different denials: no more are shown")
+
+    def _approved_write(self, what: str) -> None:
+        rel, _, ident = what.partition("\0")
+        dev, _, ino = ident.partition(":")
+        if self.approval is None or not (dev.isdigit() and ino.isdigit()):
+            return
+        self.approval.landed(rel, int(dev), int(ino))
+        if rel not in self.denied and len(self.denied) < MAX_REPORTED:
+            self.denied.add(rel)
+            self.warn(f"approved: create {printable(rel)} (a protected name): kept by the exit "
+                      "check as long as it is this file")
 
     def _landlock_refused(self, what: tuple, rofs: bool = False) -> None:
         """The broker, in the agent's Landlock domain, got EACCES without the

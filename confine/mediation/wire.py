@@ -191,6 +191,10 @@ ANSWER_CLOEXEC = 2
 # supervisor: the broker runs in the agent's Landlock domain and decides nothing.
 ASK = 0x10001               # no errno
 ASK_UNIX = 1                # AsksRequest bits: a connect to a unix socket outside the grants
+ASK_WRITE = 2               # a new file at a protected (run-later) name of the workdir
+# Reply.reason of an open the engine approved (ASK_WRITE): "APPROVED_WRITE REL\0DEV:INO",
+# the file made, for the exit check (protect/revert.py accepts exactly that file)
+APPROVED_WRITE = "approved write "
 ASK_WAIT = 300.0            # the broker's longest wait for a verdict: past it, refused
 _ASKS = struct.Struct("<QBI")                  # id, op, ASK_* bits
 _VERDICT = struct.Struct("<QBQB")              # id, op, the asking request's id, allowed

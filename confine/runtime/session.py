@@ -642,10 +642,12 @@ class Session:
         from .. import protect
         try:
             pol = self.plan.policy
+            engine = self.events.approval
             report = protect.verify_and_revert(
                 self.snapshot, trust_mounts=mount_ns,
                 writable=[pol.tmp, *(w.path for w in pol.write),
-                          *(p for p in (self.tmp, self.plan.agent_home) if p)])
+                          *(p for p in (self.tmp, self.plan.agent_home) if p)],
+                approved=dict(engine.writes) if engine is not None else None)
         except Exception as e:  # noqa: BLE001 - never silently: the check did not happen
             say(f"PROTECTED PATHS NOT CHECKED after the run (the check failed: "
                 f"{printable(f'{type(e).__name__}: {e}')}): inspect .git/hooks, "

@@ -180,3 +180,69 @@ def test_approver_socket_flag_needs_something_to_ask(root_sandbox):
     p = root_sandbox.run(["/bin/true"], "--approver-socket", "/tmp/nowhere.sock")
     assert p.returncode == 125 and "--approver-socket only applies" in p.stderr, p.stderr
     assert CONFINE
+
+
+WRITES = r"""
+import json, os
+def w(name, mode="w"):
+    try:
+        with open(name, mode) as f:
+            f.write("export FROM_AGENT=1\n")
+        return "W"
+    except OSError as e:
+        return e.errno
+def rm(name):
+    try:
+        os.unlink(name)
+        return "U"
+    except OSError as e:
+        return e.errno
+print(json.dumps([w(".envrc"), w(".mcp.json"), w(".bashrc"), rm(".bashrc"), w(".bashrc"),
+                  rm(".envrc"), w(".envrc"), w(".envrc"), w("notes.txt")]))
+"""
+
+
+@pytest.fixture
+def write_profile():
+    f = tempfile.NamedTemporaryFile("w", suffix=".yaml", dir="/tmp", delete=False)
+    f.write("extends: default\napprovals:\n  protected_writes: ask\n")
+    f.close()
+    os.chmod(f.name, 0o644)
+    yield f.name
+    os.unlink(f.name)
+
+
+def test_protected_write_asked(sandbox, write_profile):
+    """A new file at a protected name asks: once lets that create land in place and
+    is not remembered, run is, deny fails it with EACCES; the exit check keeps
+    exactly the approved file and nothing unapproved is there."""
+    d = Decider(["once", "deny", "run", "deny"])
+    try:
+        p = sandbox.run([PY, "-c", WRITES], "-p", write_profile, "--approver-socket", d.path)
+    finally:
+        d.close()
+    res = json.loads([ln for ln in p.stdout.splitlines() if ln.startswith("[")][-1])
+    E = errno.EACCES
+    # .envrc once; .mcp.json deny; .bashrc run, removed and made again unasked;
+    # .envrc removed and asked again (once is not remembered): deny, remembered
+    assert res == ["W", E, "W", "U", "W", "U", E, E, "W"], (res, p.stderr)
+    assert [q["subject"]["path"] for q in d.questions] == [".envrc", ".mcp.json", ".bashrc", ".envrc"]
+    assert d.questions[0]["kind"] == "protected_write"
+    assert p.returncode == 0, p.stderr            # nothing for the exit check to act on
+    assert "approved: create .bashrc" in p.stderr and "scripted deny" in p.stderr
+    kept = sorted(os.listdir(sandbox.workdir))
+    assert kept == [".bashrc", "notes.txt"], kept
+    with open(os.path.join(sandbox.workdir, ".bashrc")) as f:
+        assert f.read() == "export FROM_AGENT=1\n"
+
+
+def test_protected_write_unapproved_still_held(root_sandbox):
+    """Control: without approvals the same create is not made in the workdir (held
+    outside it, as before), and nobody is asked."""
+    d = Decider(["run"])
+    try:
+        p = root_sandbox.run([PY, "-c", "open('.envrc', 'w').write('x')"])
+    finally:
+        d.close()
+    assert not os.path.exists(os.path.join(root_sandbox.workdir, ".envrc")), p.stderr
+    assert d.questions == [] and "held .envrc" in p.stderr, p.stderr
