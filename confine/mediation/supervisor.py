@@ -542,7 +542,10 @@ class Mediator:
                 try:
                     self._ask(rid, got, rep.reason)
                 except Exception:  # noqa: BLE001 - never leave the broker waiting, never pass
-                    self.broker.send(VerdictRequest(0, rid, False, "the question failed").pack())
+                    try:
+                        self.broker.send(VerdictRequest(0, rid, False, "the question failed").pack())
+                    except OSError:
+                        pass   # the broker is gone: its call fails with it
                 return True
             if rep.ret < 0 and rep.err == UMASK_UNREAD:
                 # nothing was made: from now on the umask is read here
