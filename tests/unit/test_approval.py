@@ -255,3 +255,26 @@ def test_frame_round_trip_and_cap():
     a.close()
     b.close()
 
+
+
+def test_profile_answer_adds_the_socket(tmp_path):
+    from confine.approval import ProfileWriter
+    prof = tmp_path / "p.yaml"
+    prof.write_text("# mine\nunix_sockets:\n  allow:\n    - /run/a.sock\napprovals:\n  unix_sockets: ask\n")
+    checked = []
+
+    def validate(path):
+        checked.append(path)
+        load.load(path, workdir=str(tmp_path), home=str(tmp_path), tmp=str(tmp_path))
+    w = ProfileWriter(str(prof), validate=validate)
+    from confine.policy.approvals import KindSpec
+    e = Engine(Approvals((("unix_socket", KindSpec("ask")),)), lambda ev, offered: ("profile", ""),
+               "test", profile=w)
+    v = e.decide(_sock("/run/docker #1.sock"), 5)
+    assert v.answer == "run" and "cannot be written" in v.reason      # allowed, not written
+    v = e.decide(_sock("/run/docker.sock"), 5)
+    assert v.answer == "profile", v
+    assert len(checked) == 1                                          # the candidate was loaded
+    pol = load.load(str(prof), workdir=str(tmp_path), home=str(tmp_path), tmp=str(tmp_path))
+    assert [g.template for g in pol.unix_sockets] == ["/run/a.sock", "/run/docker.sock"]
+    assert prof.read_text().startswith("# mine\n")
