@@ -145,7 +145,12 @@ def cli():
 @click.option("--approver", metavar="CMD",
               help="Under network.default: ask, put each question to CMD instead of the terminal "
                    "(one JSON event on stdin, one JSON answer on stdout; a timeout or anything "
-                   "but an explicit allow denies). CMD runs outside the sandbox as you.")
+                   "but an explicit allow denies). CMD runs outside the sandbox as you. "
+                   "It answers the approvals: section's questions too.")
+@click.option("--approver-socket", "approver_socket", metavar="PATH",
+              help="Put each question of the approval engine (approvals:, network.default: ask) "
+                   "to the long-lived decider listening on the unix socket PATH (length-prefixed "
+                   "JSON frames, docs/approvals.md); absent, dead or slow: denied.")
 @click.option("--agent-home/--no-agent-home", default=True, show_default=True,
               help="HOME inside is the agent's own persistent home (rc files, history, "
                    "caches), kept per profile and workdir; never your real HOME.")

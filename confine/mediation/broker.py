@@ -19,22 +19,25 @@ import select
 import socket
 import struct
 import threading
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, Callable, NoReturn
 
 from confine.kernel import notify
 from confine.kernel.libc import libc
 
 from . import sockfd
-from .files import Deferred, FileBroker, Refused, Task
+from .files import AskFirst, Deferred, FileBroker, Refused, Task
 from .wire import (
     ANSWER,
     ANSWER_CLOEXEC,
+    ASK,
+    ASK_WAIT,
     FILE_OPS,
     MAX_FDS,
     META_OPS,
     REQUEST_MAX,
     SOCKET_OPS,
     UMASK_UNREAD,
+    AsksRequest,
     FileRequest,
     MetaRequest,
     MsgHdr,
@@ -42,6 +45,7 @@ from .wire import (
     Reply,
     RootsRequest,
     SocketRequest,
+    VerdictRequest,
     WritableRequest,
     request_head,
     rights_control,
@@ -57,6 +61,7 @@ def broker_main(sock: socket.socket, guard: Guard | None = None) -> NoReturn:
     os.umask(0)      # file requests carry the agent's umask and apply it themselves
     files = FileBroker(guard)
     listener = [-1]  # the agent's seccomp listener (ListenerRequest), once sent
+    verdicts = _Verdicts()
 
     def reply(rid: int, answer: Reply, req: FileRequest | SocketRequest | None = None) -> None:
         if req is not None and req.answer & ANSWER and listener[0] >= 0:
@@ -78,7 +83,12 @@ def broker_main(sock: socket.socket, guard: Guard | None = None) -> NoReturn:
         answer = None
         try:
             req = FileRequest.unpack(body)
-            answer = files.handle(req, fds)
+            # off the receiving thread: a refusal the engine may allow is asked here
+            files.ask_with(lambda why: verdicts.ask(reply, rid, why))
+            try:
+                answer = files.handle(req, fds)
+            finally:
+                files.ask_with(None)
             reply(rid, answer, req)
         finally:
             _close(fds + ([answer.fd] if answer is not None and answer.fd is not None else []))
@@ -92,7 +102,7 @@ def broker_main(sock: socket.socket, guard: Guard | None = None) -> NoReturn:
     def socket_call(rid: int, body: bytes, fds: list[int]) -> None:
         try:
             req = SocketRequest.unpack(body)
-            reply(rid, _socket_call(files, req, fds), req)
+            reply(rid, _socket_call(files, req, fds, lambda why: verdicts.ask(reply, rid, why)), req)
         finally:
             _close(fds)
 
@@ -178,6 +188,13 @@ def broker_main(sock: socket.socket, guard: Guard | None = None) -> NoReturn:
             except (OSError, ValueError):
                 pass       # no roots: every pathname connect is refused
             _close(fds)
+        elif op == Op.ASKS:
+            files.asks = AsksRequest.unpack(body).bits
+            _close(fds)
+        elif op == Op.VERDICT:
+            v = VerdictRequest.unpack(body)
+            verdicts.give(v.asked, v.allowed, v.reason)
+            _close(fds)
         elif op == Op.WRITABLE:
             try:
                 w = WritableRequest.unpack(body)
@@ -255,9 +272,40 @@ def broker_main(sock: socket.socket, guard: Guard | None = None) -> NoReturn:
 QUIET = (b"/run/nscd/socket", b"/run/systemd/userdb/", b"/run/systemd/resolve/io.systemd.Resolve")
 
 
-def _socket_call(files: FileBroker, req: SocketRequest, fds: list[int]) -> Reply:
+class _Verdicts:
+    """Calls waiting for the supervisor's verdict on a question (wire.ASK): the
+    thread performing the call waits (socket calls run on a thread of their
+    own, broker_main), the receiving thread hands it the VerdictRequest."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.waiting: dict[int, list] = {}
+
+    def ask(self, reply: Callable[[int, Reply], None], rid: int, question: str) -> tuple[bool, str]:
+        box: list = [threading.Event(), None]
+        with self.lock:
+            self.waiting[rid] = box
+        try:
+            reply(rid, Reply(-1, ASK, question))
+            box[0].wait(ASK_WAIT)
+        finally:
+            with self.lock:
+                self.waiting.pop(rid, None)
+        return box[1] if box[1] is not None else (False, "no verdict in time")
+
+    def give(self, rid: int, allowed: bool, reason: str) -> None:
+        with self.lock:
+            box = self.waiting.get(rid)
+            if box is not None:
+                box[1] = (allowed, reason)
+                box[0].set()
+
+
+def _socket_call(files: FileBroker, req: SocketRequest, fds: list[int],
+                 ask: Callable[[str], tuple[bool, str]] | None = None) -> Reply:
     """fds: the socket, then the agent's cwd if req.resolve and the path is
-    relative, then the descriptors to pass."""
+    relative, then the descriptors to pass; ask: puts a question to the
+    supervisor (wire.ASK) and waits for its verdict."""
     sockfd, extra = fds[0], fds[1:]
     ctypes.set_errno(0)
     if req.op == Op.LISTEN:
@@ -274,6 +322,10 @@ def _socket_call(files: FileBroker, req: SocketRequest, fds: list[int]) -> Reply
         try:
             opath = files.unix_target(Task(req.tgid, req.tid, 0),
                                       extra[0] if relative else files.root, path)
+        except AskFirst as r:
+            opath = _asked(r, ask, "unix_socket", path)
+            if isinstance(opath, Reply):
+                return opath
         except Refused as r:
             return Reply(-1, r.errno, "" if path.startswith(QUIET) else r.reason)
         except OSError as e:
@@ -288,6 +340,24 @@ def _socket_call(files: FileBroker, req: SocketRequest, fds: list[int]) -> Reply
     finally:
         if opath >= 0:
             os.close(opath)
+
+
+def _asked(r: AskFirst, ask: Callable[[str], tuple[bool, str]] | None, kind: str,
+           path: bytes) -> int | Reply:
+    """The file judged (r.fd) if the supervisor's engine allows it, else the
+    refusal with the engine's reason (the agent's EACCES, the `confine:` line)."""
+    if ask is None or path.startswith(QUIET):
+        os.close(r.fd)
+        return Reply(-1, r.errno, "" if path.startswith(QUIET) else r.reason)
+    try:
+        allowed, why = ask(f"{kind}\0{r.subject}\0{r.reason}")
+    except BaseException:
+        os.close(r.fd)
+        raise
+    if allowed:
+        return r.fd
+    os.close(r.fd)
+    return Reply(-1, r.errno, f"{r.reason}: {why}" if why else r.reason)
 
 
 def _perform(req: SocketRequest, sockfd: int, name: bytes, extra: list[int]) -> Reply:

@@ -73,7 +73,7 @@ import os
 import stat
 import struct
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from confine.errors import printable
 from confine.kernel import landlock, notify
@@ -89,7 +89,17 @@ from confine.protect.guard import INTERNAL, VET, VET_MODULES, fold, root_key
 from confine.protect.held import held_key, mark_skip_worktree
 
 from ..record import NamedTuple
-from .wire import UMASK_READ, UMASK_UNREAD, FileRequest, MetaRequest, Op, Reply, debug
+from .wire import (
+    APPROVED_WRITE,
+    ASK_WRITE,
+    UMASK_READ,
+    UMASK_UNREAD,
+    FileRequest,
+    MetaRequest,
+    Op,
+    Reply,
+    debug,
+)
 
 # Read once where this module is imported (the supervisor, before the broker's
 # fork): the broker's own seccomp filter may refuse the Landlock calls.
@@ -155,6 +165,15 @@ class Refused(Exception):
         super().__init__(reason)
         self.errno = err
         self.reason = reason
+
+
+class AskFirst(Refused):
+    """A refusal the engine may turn into an allow (wire.ASK): `fd` is the very
+    file judged (the caller owns it), `subject` what the question is about."""
+    def __init__(self, err: int, reason: str, fd: int, subject: str):
+        super().__init__(err, reason)
+        self.fd = fd
+        self.subject = subject
 
 
 class _StatfsBuf(threading.local):
@@ -406,6 +425,7 @@ class FileBroker:
         self.meta_holes: set[tuple[int, int]] = set()
         self.judge_truncate = False
         self.socket_entries: set[tuple[tuple[int, int], bytes]] = set()
+        self.asks = 0       # wire.ASK_* bits: refusals put to the supervisor first (AsksRequest)
         for r in (guard.roots if guard is not None else ()):
             try:
                 fd = os.open(r, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -760,17 +780,26 @@ class FileBroker:
                 placed = self._placed(opath, st)
             if placed is None or not self._socket_allowed(*placed):
                 where = path_of(opath)
-                raise Refused(errno.EACCES, f"connect to unix socket {os.fsdecode(path)}"
-                              + (f" (-> {where})" if where and where.encode() != path else "")
-                              + ": outside the workdir and unix_sockets.allow")
-        except BaseException:
-            if opath >= 0:
+                why = (f"connect to unix socket {os.fsdecode(path)}"
+                       + (f" (-> {where})" if where and where.encode() != path else "")
+                       + ": outside the workdir and unix_sockets.allow")
+                self._ask_unix(opath, where or os.fsdecode(path), why)
+                raise Refused(errno.EACCES, why)
+        except BaseException as e:
+            if opath >= 0 and not isinstance(e, AskFirst):
                 os.close(opath)
             raise
         finally:
             if pfd >= 0:
                 os.close(pfd)
         return opath
+
+    def _ask_unix(self, opath: int, where: str, why: str) -> None:
+        """approvals.unix_sockets may allow it: asked first (AskFirst), on the socket
+        already resolved, so what is approved is the very file connected to."""
+        from .wire import ASK_UNIX
+        if self.asks & ASK_UNIX and where.startswith("/"):
+            raise AskFirst(errno.EACCES, why, opath, where)
 
     def _socket_allowed(self, pfd: int, base: bytes) -> bool:
         try:
@@ -807,6 +836,8 @@ class FileBroker:
         if why is None:
             return None
         assert comps is not None
+        if kind == "file" and self.asks & ASK_WRITE and self._asked_write(comps, why):
+            return None
         if hold and self.held_fd is not None and self.guard.hold_at(folded, kind):
             # Made elsewhere, so the kernel's own check comes first: search
             # permission on this directory (_walk_to did not walk to it for a
@@ -823,6 +854,45 @@ class FileBroker:
                                "held area, not in the workdir (listed at exit)")
             return hfd
         raise Refused(errno.EACCES, f"{_verb(kind)} {self.guard.show(comps)}: {why}")
+
+    def _asked_write(self, comps: tuple[str, ...], why: str) -> bool:
+        """approvals.protected_writes may allow a new file at a protected name: the
+        supervisor's engine is asked (wire.ASK) with FileBroker.lock released (the
+        answer may take a person's minute; the caller's O_EXCL create then judges
+        what is there by the time it is back). Called with the lock held. True:
+        made in place, said to the supervisor (APPROVED_WRITE) with the file's
+        identity once opened (_approved_line); Refused: denied, with the reason;
+        False: nothing can ask (the guard's refusal stands)."""
+        ask = getattr(self._said, "ask", None)
+        if ask is None:
+            if self.inline == threading.get_ident():
+                raise Deferred()     # asked again on a thread of its own, where waiting is fine
+            return False
+        rel = "/".join(comps)
+        shown = self.guard.show(comps) if self.guard is not None else rel
+        self.lock.release()
+        try:
+            allowed, reason = ask(f"protected_write\0{rel}\0create {shown}: {why}")
+        finally:
+            self.lock.acquire()
+        if not allowed:
+            raise Refused(errno.EACCES, f"create {shown}: {why}: {reason}" if reason
+                          else f"create {shown}: {why}")
+        self._said.approved = rel
+        return True
+
+    def ask_with(self, ask: Callable[[str], tuple[bool, str]] | None) -> None:
+        """This thread's way to put a question to the supervisor (broker._Verdicts),
+        for the call it performs next; None: it cannot wait (the receiving thread)."""
+        self._said.ask = ask
+
+    def _approved_line(self, fd: int) -> str:
+        """The reply's line for an open the engine approved (_asked_write), "" otherwise."""
+        rel = getattr(self._said, "approved", None)
+        if not rel:
+            return ""
+        st = os.fstat(fd)
+        return f"{APPROVED_WRITE}{rel}\0{st.st_dev}:{st.st_ino}"
 
     # ------------------------------------------------------------ held names
 
@@ -1734,10 +1804,11 @@ class FileBroker:
         d1, d2 = (fds[i] if i >= 0 else self.root for i in req.dirs)
         (p1, p2), op = req.paths, req.op
         self._said.line = ""
+        self._said.approved = None
         try:
             if op == Op.OPEN:
                 fd = self.open(task, d1, p1, req.flags, req.mode)
-                return Reply(0, reason=self._said.line, fd=fd)
+                return Reply(0, reason=self._approved_line(fd) or self._said.line, fd=fd)
             if op == Op.TRUNCATE:
                 ret = self.truncate(task, d1, p1, req.arg)
             elif op in _MAKES_NAMES:

@@ -45,7 +45,7 @@ import threading
 import time
 from typing import Any, Callable, Sequence
 
-from confine.errors import default_warn
+from confine.errors import default_warn, printable
 from confine.kernel import caps, notify, sysfs
 from confine.kernel.seccomp import (
     FILE_CALLS,
@@ -61,6 +61,10 @@ from .signals import CALLS as _SIGNAL_CALLS
 from .wire import (
     ANSWER,
     ANSWER_CLOEXEC,
+    APPROVED_WRITE,
+    ASK,
+    ASK_UNIX,
+    ASK_WRITE,
     DATA_CAP,
     IOVEC,
     MSGHDR_SIZE,
@@ -69,6 +73,7 @@ from .wire import (
     UMASK_UNREAD,
     XATTR_NAME_MAX,
     XATTR_SIZE_MAX,
+    AsksRequest,
     FileRequest,
     ListenerRequest,
     MetaRequest,
@@ -77,6 +82,7 @@ from .wire import (
     Reply,
     RootsRequest,
     SocketRequest,
+    VerdictRequest,
     WritableRequest,
     debug,
     decode_reply,
@@ -152,6 +158,13 @@ class _MetaCall(NamedTuple):
 Handler = Callable[[notify.Notif], None]
 
 
+class _Refusal(NamedTuple):
+    """A verdict where no engine could judge: denied."""
+    allowed: bool = False
+    by: str = "confine"
+    reason: str = "nothing here can approve it"
+
+
 def _goes_on(tid: int) -> bool:
     """The thread will run its own code again: not gone, not killed, not frozen by the
     leftover walk (supervise.kill_leftovers stops every process before it kills any).
@@ -211,6 +224,10 @@ class Mediator:
         self.unshown = 0
         self._send_roots(roots)
         self._send_listener()
+        # The run's approval engine (confine/approval, set on events by the
+        # session): refusals it may allow are put to it first (_ask).
+        self.approval = getattr(events, "approval", None)
+        self._send_asks(files)
         if meta is not None:
             self._send_writable(*meta)
         self.getfd = True          # pidfd_getfd works here (False once the host refused it)
@@ -309,6 +326,39 @@ class Mediator:
             socket.send_fds(self.broker, [ListenerRequest(0).pack()], [self.fd])
         except OSError:
             pass       # no broker: every mediated call fails anyway
+
+    def _send_asks(self, files: bool) -> None:
+        """Tell the broker which refusals to ask about first (wire.AsksRequest):
+        only those the engine may allow, so a run that asks nothing pays nothing."""
+        bits = 0
+        if self.approval is not None:
+            bits |= ASK_UNIX if self.approval.asks("unix_socket") else 0
+            bits |= ASK_WRITE if files and self.approval.asks("protected_write") else 0
+        if not bits:
+            return
+        try:
+            self.broker.send(AsksRequest(0, bits).pack())
+        except OSError:
+            pass       # no broker: every mediated call fails anyway
+
+    def _ask(self, rid: int, got: _Pending, question: str) -> None:
+        """The broker asks before refusing (wire.ASK): the engine decides, here in
+        the supervisor, without holding up this thread (the answer may take a
+        person's minute); the verdict goes back to the broker's waiting call.
+        Anything unclear is a denial."""
+        self.pending[rid] = got       # the broker replies again with the call's answer
+        parts = question.split("\0", 2)
+        kind, subject, _ = parts if len(parts) == 3 else ("", "", "")
+
+        def done(v: Any) -> None:
+            why = "" if v.allowed else f"denied by {v.by}" + (f" ({v.reason})" if v.reason else "")
+            try:
+                self.broker.send(VerdictRequest(0, rid, bool(v.allowed), why).pack())
+            except OSError:
+                pass   # the broker is gone: its call fails with it
+        if self.approval is None or kind not in ("unix_socket", "protected_write"):
+            return done(_Refusal())
+        self.approval.submit_for(kind, {"path": subject}, got.pid, done)
 
     def _send_writable(self, roots: Sequence[str], holes: Sequence[str]) -> None:
         """Where metadata calls may act (wire.WritableRequest), by descriptor: the
@@ -488,6 +538,15 @@ class Mediator:
             got = self.pending.pop(rid, None)
             if got is None:
                 return True
+            if rep.ret < 0 and rep.err == ASK:
+                try:
+                    self._ask(rid, got, rep.reason)
+                except Exception:  # noqa: BLE001 - never leave the broker waiting, never pass
+                    try:
+                        self.broker.send(VerdictRequest(0, rid, False, "the question failed").pack())
+                    except OSError:
+                        pass   # the broker is gone: its call fails with it
+                return True
             if rep.ret < 0 and rep.err == UMASK_UNREAD:
                 # nothing was made: from now on the umask is read here
                 self.umask_here = True
@@ -578,7 +637,11 @@ class Mediator:
         """Each distinct denial once; a flood (a checkout full of refused files)
         is cut short rather than burying the terminal (Events bounds its own).
         A held name (protect/held.py) is no refusal: the call succeeded, the file
-        went to the held area; said once per path, logged as such."""
+        went to the held area; said once per path, logged as such. Nor is a
+        write the engine approved (wire.APPROVED_WRITE): the file it made is
+        handed to the engine for the exit check."""
+        if what.startswith(APPROVED_WRITE):
+            return self._approved_write(what[len(APPROVED_WRITE):])
         if what.startswith("held "):
             if self.events is not None:
                 self.events.emit({"event": "held", "what": what})
@@ -604,6 +667,17 @@ class Mediator:
         self.unshown += 1
         if self.unshown == 1:
             self.warn(f"more than {MAX_REPORTED} different denials: no more are shown")
+
+    def _approved_write(self, what: str) -> None:
+        rel, _, ident = what.partition("\0")
+        dev, _, ino = ident.partition(":")
+        if self.approval is None or not (dev.isdigit() and ino.isdigit()):
+            return
+        self.approval.landed(rel, int(dev), int(ino))
+        if rel not in self.denied and len(self.denied) < MAX_REPORTED:
+            self.denied.add(rel)
+            self.warn(f"approved: create {printable(rel)} (a protected name): kept by the exit "
+                      "check as long as it is this file")
 
     def _landlock_refused(self, what: tuple, rofs: bool = False) -> None:
         """The broker, in the agent's Landlock domain, got EACCES without the

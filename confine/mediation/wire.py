@@ -33,6 +33,8 @@ class Op(enum.IntEnum):
     ROOTS = 5       # once, first: where pathname unix sockets may be (see RootsRequest)
     NEWSOCK = 6     # make a socket for the agent (no pidfd_getfd: mediation/sockfd.py)
     LISTENER = 7    # once, before any file or socket call: the notify listener (see ListenerRequest)
+    ASKS = 8        # once: which refusals the broker puts to the supervisor first (see AsksRequest)
+    VERDICT = 9     # the supervisor's verdict on a question the broker put (see VerdictRequest)
     OPEN = 10
     TRUNCATE = 11
     MKDIR = 12
@@ -49,6 +51,7 @@ class Op(enum.IntEnum):
 
 
 SOCKET_OPS = frozenset({Op.CONNECT, Op.SENDTO, Op.SENDMSG, Op.LISTEN, Op.ROOTS, Op.NEWSOCK})
+CONFIG_OPS = frozenset({Op.ASKS, Op.VERDICT})
 FILE_OPS = frozenset({Op.OPEN, Op.TRUNCATE, Op.MKDIR, Op.MKNOD, Op.SYMLINK, Op.LINK, Op.RENAME})
 META_OPS = frozenset({Op.CHMOD, Op.CHOWN, Op.UTIMES, Op.SETXATTR, Op.REMOVEXATTR})
 XATTR_SIZE_MAX = 65536             # the kernel's own limits, checked before copying
@@ -179,6 +182,55 @@ UMASK_UNREAD = 0x10000      # no errno
 # with O_CLOEXEC.
 ANSWER = 1
 ANSWER_CLOEXEC = 2
+
+
+# Reply.err: the broker asks before it refuses (AsksRequest): reason is
+# "KIND\0SUBJECT\0REFUSAL". The request stays open: the broker's thread waits
+# for a VerdictRequest with the same request id, then replies again (the
+# call's real answer). The engine (confine/approval) decides, in the
+# supervisor: the broker runs in the agent's Landlock domain and decides nothing.
+ASK = 0x10001               # no errno
+ASK_UNIX = 1                # AsksRequest bits: a connect to a unix socket outside the grants
+ASK_WRITE = 2               # a new file at a protected (run-later) name of the workdir
+# Reply.reason of an open the engine approved (ASK_WRITE): "APPROVED_WRITE REL\0DEV:INO",
+# the file made, for the exit check (protect/revert.py accepts exactly that file)
+APPROVED_WRITE = "approved write "
+ASK_WAIT = 300.0            # the broker's longest wait for a verdict: past it, refused
+_ASKS = struct.Struct("<QBI")                  # id, op, ASK_* bits
+_VERDICT = struct.Struct("<QBQB")              # id, op, the asking request's id, allowed
+
+
+class AsksRequest(NamedTuple):
+    """Which refusals the broker turns into questions (ASK_* bits), sent once,
+    before any call, only when the run's engine may allow such a thing."""
+    rid: int
+    bits: int
+
+    def pack(self) -> bytes:
+        return _ASKS.pack(self.rid, Op.ASKS, self.bits)
+
+    @classmethod
+    def unpack(cls, body: bytes) -> "AsksRequest":
+        rid, _, bits = _ASKS.unpack_from(body)
+        return cls(rid, bits)
+
+
+class VerdictRequest(NamedTuple):
+    """The engine's verdict on the question of request `asked` (a Reply with ASK);
+    reason: what the agent is told, with the refusal, when it is denied."""
+    rid: int
+    asked: int
+    allowed: bool
+    reason: str = ""
+
+    def pack(self) -> bytes:
+        return (_VERDICT.pack(self.rid, Op.VERDICT, self.asked, 1 if self.allowed else 0)
+                + self.reason.encode("utf-8", "replace")[:REASON_CAP])
+
+    @classmethod
+    def unpack(cls, body: bytes) -> "VerdictRequest":
+        rid, _, asked, allowed = _VERDICT.unpack_from(body)
+        return cls(rid, asked, bool(allowed), body[_VERDICT.size:].decode("utf-8", "replace"))
 
 
 class ListenerRequest(NamedTuple):

@@ -16,7 +16,7 @@ from typing import Any, NoReturn
 from ..errors import ProfileError
 from ..paths import is_under
 from ..record import dataclass
-from . import realpaths, runlater, secrets
+from . import approvals, realpaths, runlater, secrets
 from .model import Env, Limits, Network, PathGrant, Policy, Scope, Seccomp
 from .patterns import DEFAULT_PATTERNS, compile_patterns
 
@@ -34,6 +34,7 @@ SCHEMA: dict[str, object] = {
     "scope": {"signals": "bool", "abstract_unix": "bool"},
     "unix_sockets": {"allow": "paths"},
     "protected": "patterns",
+    "approvals": "approvals",
     "limits": {"processes": "count", "memory": "size", "open_files": "count",
                "file_size": "size", "tmp_size": "size", "shm_size": "size"},
 }
@@ -225,6 +226,8 @@ class _Parser:
             if not isinstance(v, bool):
                 self.fail(node, f"{full!r} must be true or false")
             return Item(v, self.where(node))
+        if kind == "approvals":
+            return approvals.parse(self, node, full)
         if kind in ("count", "size"):
             return Item(self.limit(node, kind, full), self.where(node))
         if kind == "netdefault":
@@ -488,6 +491,7 @@ def load(ref: str, *, workdir: str, home: str, tmp: str,
     _check_write(write, vars, never, ro)
     _check_not_secret(read + write, deny)
     env_set = {k: v.value for k, v in env.get("set", {}).items()}
+    net_default = _network_default(net, raw.get("approvals", {}))
     return Policy(
         name=chain[0].stem,
         description=raw.get("description", Item("", "")).value,
@@ -502,7 +506,7 @@ def load(ref: str, *, workdir: str, home: str, tmp: str,
                                                   + list(allow_hosts(extra_allow)))),
                         deny=_strs(net.get("deny", [])), include=_strs(net.get("include", [])),
                         allowed_ips=_strs(net.get("allowed_ips", [])),
-                        default=str(net.get("default", Item("deny", "")).value)),
+                        default=net_default),
         env=Env(passthrough=tuple(dict.fromkeys(i.value for i in env.get("pass", []))),
                 set=tuple(sorted(env_set.items()))),
         seccomp=Seccomp(deny=tuple(dict.fromkeys(i.value for i in sc.get("deny", []))),
@@ -511,9 +515,22 @@ def load(ref: str, *, workdir: str, home: str, tmp: str,
         unix_sockets=_grants(raw.get("unix_sockets", {}).get("allow", []), vars,
                              must_exist=False),
         limits=Limits(**lim),
+        approvals=approvals.build(raw.get("approvals", {}), net_default),
         scope=Scope(signals=scope.get("signals", Item(True, "")).value,
                     abstract_unix=scope.get("abstract_unix", Item(True, "")).value),
     )
+
+
+def _network_default(net: dict[str, Any], appr: dict[str, Any]) -> str:
+    """network.default and approvals.network are one setting: they may not disagree."""
+    said = net.get("default")
+    if "network" not in appr:
+        return str(said.value) if said is not None else "deny"
+    spec = appr["network"]
+    if said is not None and said.value != spec.default:
+        raise ProfileError(f"{spec.where}: approvals.network: {spec.default} contradicts "
+                           f"network.default: {said.value} ({said.where})")
+    return str(spec.default)
 
 
 def _strs(items: list[Item]) -> tuple[str, ...]:

@@ -8,6 +8,7 @@ exporters can emit variables instead of one machine's paths.
 from __future__ import annotations
 
 from ..record import dataclass, field
+from .approvals import Approvals
 
 
 @dataclass(frozen=True)
@@ -101,6 +102,7 @@ class Policy:
     unix_sockets: tuple[PathGrant, ...] = ()   # pathname sockets connectable outside the workdir
     protected: tuple[str, ...] = ()            # workdir patterns added to patterns.DEFAULT_PATTERNS
     limits: Limits = field(default_factory=Limits)
+    approvals: Approvals = field(default_factory=Approvals)   # approvals:, the engine's rules
 
     def to_dict(self) -> dict[str, object]:
         def grants(gs: tuple[PathGrant, ...]) -> list[dict[str, object]]:
@@ -120,6 +122,7 @@ class Policy:
             "unix_sockets": {"allow": grants(self.unix_sockets)},
             "protected": list(self.protected),
             "limits": self.limits.to_dict(),
+            **({"approvals": self.approvals.to_dict()} if self.approvals.kinds else {}),
             "scope": {"signals": self.scope.signals,
                       "abstract_unix": self.scope.abstract_unix},
         }

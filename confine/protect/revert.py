@@ -19,7 +19,7 @@ import os
 import re
 import stat
 import time
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Iterator, Mapping, Sequence
 
 from ..digest import sha256
 from ..errors import printable
@@ -663,7 +663,8 @@ class _ExitScan(_Scan):
 
 def verify_and_revert(snap: Snapshot, *, quarantine_dir: str | None = None,
                       trust_mounts: bool = False, home: str | None = None,
-                      writable: Sequence[str] = ()) -> Report:
+                      writable: Sequence[str] = (),
+                      approved: Mapping[str, tuple[int, int]] | None = None) -> Report:
     """Compare the workdir with `snap`, put protected paths back, report.
 
     Supervisor side; call it after the agent and everything it left running
@@ -691,15 +692,21 @@ def verify_and_revert(snap: Snapshot, *, quarantine_dir: str | None = None,
     the run's TMPDIR, write grants): a git location set during the run that
     points into one of them, or the workdir, is an alert.
 
+    approved: new files at protected names the approval engine allowed while the
+    agent ran (workdir-relative path -> (st_dev, st_ino) of the file made): such
+    a file is kept, with its digest in the report, if it is still that very
+    file, a regular file with one name; anything else there is handled as ever.
+
     Returns a Report; `report.alerts` is what the launcher must print
     (format_report) and turn into a distinct outcome.
     """
     with index.no_gc():
-        return _verify_and_revert(snap, quarantine_dir, trust_mounts, home, writable)
+        return _verify_and_revert(snap, quarantine_dir, trust_mounts, home, writable, approved or {})
 
 
 def _verify_and_revert(snap: Snapshot, quarantine_dir: str | None, trust_mounts: bool,
-                       home: str | None, writable: Sequence[str] = ()) -> Report:
+                       home: str | None, writable: Sequence[str] = (),
+                       approved: Mapping[str, tuple[int, int]] | None = None) -> Report:
     t0 = time.monotonic()
     report = Report(namespaces_active=trust_mounts)
     q = _Quarantine(quarantine_dir or default_quarantine_dir(snap.run_id, home=home), snap.workdir)
@@ -735,7 +742,7 @@ def _verify_and_revert(snap: Snapshot, quarantine_dir: str | None, trust_mounts:
             rv.add("mode", rel, "noted", f"was mode {mode:o}, unreadable to the check: given "
                    "u+rwx back to check it", alert=False)
         try:
-            _revert(snap, cur, rv, trust_mounts and snap.mount_plan.complete)
+            _revert(snap, cur, rv, trust_mounts and snap.mount_plan.complete, approved or {})
         except Exception as e:  # noqa: BLE001
             rv.add("unchecked", "", "failed", f"the revert stopped ({type(e).__name__}: {e}): "
                    "what it had not reached is NOT reverted")
@@ -815,7 +822,8 @@ def _ancestors(rel: str) -> Iterator[str]:
         rel = _parent_of(rel)
 
 
-def _revert(snap: Snapshot, cur: _Scan, rv: _Reverter, trusted_mode: bool) -> None:
+def _revert(snap: Snapshot, cur: _Scan, rv: _Reverter, trusted_mode: bool,
+            approved: Mapping[str, tuple[int, int]] | None = None) -> None:
     # Every lookup below goes by the ancestors of one path (a bounded number),
     # never over all paths moved or handled: the cost stays linear in the
     # entries (10k sockets in a protected tree once took half a minute).
@@ -918,6 +926,8 @@ def _revert(snap: Snapshot, cur: _Scan, rv: _Reverter, trusted_mode: bool) -> No
                     return
             if now.kind == "f" and rel.rsplit("/", 1)[-1] == ".gitmodules" \
                     and _new_gitmodules(rv, rel):
+                return
+            if approved and _approved_kept(rv, rel, now, approved):
                 return
             _quarantine(rv, rel, "created", handled)
             return
@@ -1076,6 +1086,21 @@ def _quarantine(rv: _Reverter, rel: str, what: str, handled: set[str],
     if report:
         rv.add(what, rel, "quarantined", detail, quarantine=qpath)
     return qpath
+
+
+def _approved_kept(rv: _Reverter, rel: str, now: Entry, approved: Mapping[str, tuple[int, int]]) -> bool:
+    """A new file at a protected name the approval engine allowed: kept, with its
+    digest, if it is the very file made then (same inode, a regular file, one name)."""
+    if approved.get(rel) != (now.dev, now.ino) or now.kind != "f" or now.nlink != 1:
+        return False
+    digest = now.sha256
+    if digest is None:
+        data = _read_small(rv, rel)
+        if data is None:
+            return False       # cannot say what is kept: handled as any new file
+        digest = sha256(data).hexdigest()
+    rv.add("created", rel, "kept", f"approved during the run; sha256 {digest}", alert=False)
+    return True
 
 
 def _read_small(rv: _Reverter, rel: str) -> bytes | None:

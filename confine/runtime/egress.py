@@ -27,9 +27,9 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from ..approval.network import make_asker
 from ..errors import ConfineError
 from ..gateway import DNSServer, Gateway, Pins, Resolver, RuleError, Rules, refusal
-from ..gateway.approve import make_asker
 from ..mediation import InetRoutes
 from ..plan import Plan
 from ..plan.env import proxy_env
@@ -216,17 +216,18 @@ class Egress:
 
 
 def start(policy: Any, events: Events, resolv_conf: str = RESOLV_CONF,
-          approver: str | None = None) -> Egress:
+          approver: str | None = None, engine: Any = None) -> Egress:
     """Build and start the gateway and the DNS server on the supervisor's loopback."""
-    eg = build(policy, events, resolv_conf, approver=approver)
+    eg = build(policy, events, resolv_conf, approver=approver, engine=engine)
     eg.start_here()
     return eg
 
 
 def build(policy: Any, events: Events, resolv_conf: str = RESOLV_CONF,
-          ports: tuple[int, ...] = (), approver: str | None = None) -> Egress:
+          ports: tuple[int, ...] = (), approver: str | None = None, engine: Any = None) -> Egress:
     """The gateway and DNS server, not started; ports: (proxy, redirect, DNS) of
-    the sockets start_on will get."""
+    the sockets start_on will get; engine: the run's approval engine, whose
+    approver the gateway's questions go to (one question at a time across kinds)."""
     r = rules(policy.network)
     resolver = Resolver(upstreams(resolv_conf), r, Pins())
     holder: list[Egress] = []
@@ -239,7 +240,9 @@ def build(policy: Any, events: Events, resolv_conf: str = RESOLV_CONF,
     # one is never edited); a candidate is accepted only if the loader takes it.
     ask = make_asker(policy.network.default, approver,
                      policy.sources[0] if policy.sources else None, events.emit,
-                     validate=lambda path: _validate_profile(path, policy))
+                     validate=lambda path: _validate_profile(path, policy),
+                     backend=(engine.approver, engine.name) if engine is not None
+                     and engine.approver is not None else None)
     kw: dict[str, Any] = {} if ask is None else {"ask": ask}
     dns = DNSServer(resolver, host=LOOPBACK, log=log, **kw)
     gw = Gateway(r, resolver, host=LOOPBACK, log=log, **kw)

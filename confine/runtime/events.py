@@ -34,6 +34,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
+from typing import Any
 
 from ..errors import ConfineError, default_warn, printable
 from ..journal.writer import Journal
@@ -57,6 +58,9 @@ class Events:
         # Whether Landlock's own refusals reach this run (kernel/audit.py): None
         # until the launch says; a reason string when they cannot.
         self.landlock_seen: bool | None = None
+        # The run's approval engine (confine/approval/), set by the session: the
+        # mediator asks through it (unix sockets, protected writes).
+        self.approval: Any = None
         self.landlock_gap = ""
         # Workdir paths bound read-only for the run (outside git directories):
         # rm or mv of one fails with EBUSY, which no layer sees as a refusal.

@@ -82,7 +82,8 @@ class Request:
     log: str | None = None              # --log FILE: every decision as a JSON line (events.py)
     agent_status: bool = False          # keep the agent's 0 even when the exit check acted
     allow_host: Sequence[str] = ()      # --allow-host HOST[:PORT]: added to network.allow
-    approver: str | None = None         # --approver CMD: answers network.default: ask (gateway/approve.py)
+    approver: str | None = None         # --approver CMD: answers the approval engine's questions
+    approver_socket: str | None = None  # --approver-socket PATH: a decider on a unix socket (approval/)
     agent_home: bool = True             # HOME inside is the agent's own (runtime/home.py)
 
 
@@ -159,16 +160,24 @@ def refuse_missing(plan: Plan, allow_degraded: bool | Collection[str] | None,
         warn(f"degraded: NOT enforced: {m.feature}: {m.detail}")
 
 
-def _check_approver(approver: str | None, default: str) -> None:
-    """--approver is bad input unless something will be asked, and unless its
-    program exists: said before the run, not as every question denied."""
-    if approver is None:
+def _check_approver(approver: str | None, policy: Policy, socket_path: str | None = None) -> None:
+    """--approver and --approver-socket are bad input unless something will be asked,
+    and unless the program exists: said before the run, not as every question denied.
+    A decider's socket may come and go: absent when asked, the question is denied."""
+    if approver is None and socket_path is None:
         return
     import shlex
     import shutil
-    if default != "ask":
-        raise ConfineError("--approver only applies under network.default: ask (this "
-                           "profile refuses every host no rule allows)")
+    flag = "--approver" if socket_path is None else "--approver-socket"
+    if approver is not None and socket_path is not None:
+        raise ConfineError("--approver and --approver-socket: choose one")
+    if policy.network.default != "ask" and not any(
+            policy.approvals.decide(k, {})[0] == "ask" or any(r.decision == "ask" for r in s.rules)
+            or s.ask_above is not None for k, s in policy.approvals.kinds):
+        raise ConfineError(f"{flag} only applies where something is asked (network.default: ask "
+                           "or an approvals: kind or rule that says ask); this profile asks nothing")
+    if approver is None:
+        return
     try:
         argv = shlex.split(approver)
     except ValueError as e:
@@ -277,7 +286,7 @@ class Session:
                 if is_under(self.tmp, d.path):
                     raise ConfineError(f"refusing TMPDIR {self.tmp}: it lies inside the "
                                        f"protected secret {d.path}; set TMPDIR elsewhere")
-            _check_approver(req.approver, policy.network.default)
+            _check_approver(req.approver, policy, req.approver_socket)
             facts = host if host is not None else HostFacts.read(ident.started_as_root)
             self.host = facts
             lsm = _resolve_lsm(req.apparmor, req.selinux_context, facts)
@@ -377,6 +386,7 @@ class Session:
         self.events.context(os.path.realpath(plan.identity.home),
                             tuple(d.path for d in plan.policy.deny))
         pol = plan.policy
+        self._start_approval(pol)
         self.events.writable = tuple([pol.workdir, pol.tmp] + [w.path for w in pol.write])
         self.events.connect_ports = frozenset(pol.network.connect_tcp)
         self.events.workdir = pol.workdir
@@ -560,10 +570,22 @@ class Session:
         from . import egress
         if plan.gateway_ports:   # started on the child's sockets, in the agent's namespace
             self.egress = egress.build(plan.policy, self.events, ports=plan.gateway_ports,
-                                       approver=self.req.approver)
+                                       approver=self.req.approver, engine=self.events.approval)
         else:
-            self.egress = egress.start(plan.policy, self.events, approver=self.req.approver)
+            self.egress = egress.start(plan.policy, self.events, approver=self.req.approver,
+                                       engine=self.events.approval)
         return egress.bind_plan(plan, self.egress)
+
+    def _start_approval(self, pol: Policy) -> None:
+        """The run's approval engine (confine/approval/): the gateway and the
+        mediator ask through it, its verdicts go to the run's events."""
+        from .. import approval
+        from .egress import _validate_profile
+        assert self.snapshot is not None
+        self.events.approval = approval.build(
+            pol, command=self.req.approver, socket_path=self.req.approver_socket,
+            events=self.events.emit, run=self.snapshot.run_id,
+            validate=lambda path: _validate_profile(path, pol))
 
     def _stop_egress(self) -> None:
         eg, self.egress = self.egress, None
@@ -676,10 +698,12 @@ class Session:
         from ..protect.report import report_events
         try:
             pol = self.plan.policy
+            engine = self.events.approval
             report = protect.verify_and_revert(
                 self.snapshot, trust_mounts=mount_ns,
                 writable=[pol.tmp, *(w.path for w in pol.write),
-                          *(p for p in (self.tmp, self.plan.agent_home) if p)])
+                          *(p for p in (self.tmp, self.plan.agent_home) if p)],
+                approved=dict(engine.writes) if engine is not None else None)
         except Exception as e:  # noqa: BLE001 - never silently: the check did not happen
             self.events.emit({"event": "exit_check", "what": "unchecked", "action": "failed",
                               "detail": f"{type(e).__name__}: {e}"})

@@ -39,6 +39,8 @@ SAME = [
      "--allow-host", "example.org", "--allow-host=*.example.com:8443", "--approver", "ask-me",
      "--", "true", "--", "x"],
     ["exec", "--user", "a", "--user", "b", "--", "true"],
+    ["exec", "--approver-socket", "/run/decider.sock", "--", "true"],
+    ["exec", "--approver-socket=/run/d.sock", "--approver", "x", "--", "true"],
 ]
 
 

@@ -124,8 +124,19 @@ def test_nothing_imports_the_cli():
 
 def test_gateway_is_self_contained():
     # the gateway core reads no policy, plan or runtime: the wiring hands it Rules
+    # (approve.py is the old name of the approval engine's network kind, re-exported)
     allowed = ("confine.gateway", "confine.errors", "confine.kernel.sysfs", "confine.record")
     bad = {(m, t) for m, t in _edges(_graph(), "confine.gateway")
+           if not any(_under(t, ok) for ok in allowed)
+           and not (m == "confine.gateway.approve" and _under(t, "confine.approval"))}
+    assert bad == set()
+
+
+def test_approval_engine_is_below_the_runtime():
+    # the engine decides; the runtime wires it to the gateway and the mediator
+    allowed = ("confine.approval", "confine.policy", "confine.errors", "confine.record",
+               "confine.gateway.rules")
+    bad = {(m, t) for m, t in _edges(_graph(), "confine.approval")
            if not any(_under(t, ok) for ok in allowed)}
     assert bad == set()
 

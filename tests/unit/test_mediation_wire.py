@@ -8,7 +8,8 @@ from confine.mediation.wire import FileRequest, Op, Reply, SocketRequest
 
 
 def test_every_op_is_a_socket_or_a_file_op():
-    assert wire.SOCKET_OPS | wire.FILE_OPS | wire.META_OPS | {Op.WRITABLE, Op.LISTENER} == set(Op)
+    assert (wire.SOCKET_OPS | wire.FILE_OPS | wire.META_OPS | wire.CONFIG_OPS
+            | {Op.WRITABLE, Op.LISTENER}) == set(Op)
     assert not wire.SOCKET_OPS & wire.FILE_OPS
     assert not (wire.SOCKET_OPS | wire.FILE_OPS) & wire.META_OPS
 
@@ -99,3 +100,14 @@ def test_the_denial_set_stays_bounded():
     assert len(m.denied) == supervisor.MAX_REPORTED
     assert m.unshown == 20000 - supervisor.MAX_REPORTED
     assert len(seen) == supervisor.MAX_REPORTED + 1
+
+
+def test_asks_and_verdict_round_trip():
+    a = wire.AsksRequest(0, wire.ASK_UNIX | wire.ASK_WRITE)
+    assert wire.request_head(a.pack()) == (0, Op.ASKS)
+    assert wire.AsksRequest.unpack(a.pack()) == a
+    v = wire.VerdictRequest(0, 41, False, "denied by tty (é)")
+    assert wire.request_head(v.pack())[1] == Op.VERDICT
+    assert wire.VerdictRequest.unpack(v.pack()) == v
+    long = wire.VerdictRequest(0, 1, True, "x" * 10000)
+    assert len(wire.VerdictRequest.unpack(long.pack()).reason) == wire.REASON_CAP

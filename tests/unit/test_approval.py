@@ -1,0 +1,280 @@
+"""The approval engine, its grammar and its approvers, without a run (issue 25 items 1, 2).
+
+The e2e tests (tests/e2e/test_approvals.py) put real agents' calls to it; here
+each rule of the grammar, each remembered answer and each way a decider can
+fail is checked on its own, with the allowing case beside each denial.
+"""
+from __future__ import annotations
+
+import json
+import socket
+import struct
+import threading
+import time
+
+import pytest
+
+from confine.approval import Engine, Event, SocketApprover, frame, read_frame
+from confine.approval import engine as engine_mod
+from confine.errors import ProfileError
+from confine.policy import load
+from confine.policy.approvals import Approvals
+
+
+def _policy(tmp_path, text):
+    p = tmp_path / "p.yaml"
+    p.write_text(text)
+    return load.load(str(p), workdir=str(tmp_path), home=str(tmp_path), tmp=str(tmp_path))
+
+
+def _error(tmp_path, text):
+    with pytest.raises(ProfileError) as e:
+        _policy(tmp_path, text)
+    return str(e.value)
+
+
+# --- the grammar ---
+
+def test_minimal_form_as_written(tmp_path):
+    pol = _policy(tmp_path, "approvals:\n"
+                            "  unix_sockets: ask            # a connect outside the grants is asked\n"
+                            "  deletions: {ask_above: 20}   # more deletions than this: asked\n")
+    a = pol.approvals
+    assert a.decide("unix_socket", {"path": "/run/docker.sock"})[0] == "ask"
+    assert a.decide("deletions", {"count": 20, "path": "src/a"})[0] == "allow"
+    assert a.decide("deletions", {"count": 21, "path": "src/a"})[0] == "ask"
+    # kinds not named keep confine's fixed behaviour
+    assert a.decide("protected_write", {"path": ".envrc"})[0] == "deny"
+    assert a.decide("credential", {"name": "gh"})[0] == "allow"
+
+
+def test_rules_first_match_and_examples(tmp_path):
+    pol = _policy(tmp_path, """approvals:
+  unix_sockets:
+    default: deny
+    rules:
+      - match: /run/docker.sock
+        decision: allow
+        examples: {match: [/run/docker.sock], no_match: [/run/docker.sock.x]}
+      - match: /run/**/*.sock
+        decision: ask
+        examples: {match: [/run/user/1000/bus.sock, /run/x.sock], no_match: [/tmp/x.sock]}
+  deletions:
+    ask_above: 50
+    rules:
+      - match: "src/**"
+        decision: ask
+""")
+    a = pol.approvals
+    assert a.decide("unix_socket", {"path": "/run/docker.sock"})[0] == "allow"
+    assert a.decide("unix_socket", {"path": "/run/user/1/a.sock"})[0] == "ask"
+    assert a.decide("unix_socket", {"path": "/tmp/a.sock"})[0] == "deny"
+    assert a.decide("deletions", {"count": 1, "path": "src/main.c"})[0] == "ask"
+    assert a.decide("deletions", {"count": 1, "path": "docs/x"})[0] == "allow"
+    assert "rules[0]" in a.decide("unix_socket", {"path": "/run/docker.sock"})[1]
+
+
+@pytest.mark.parametrize("text, where", [
+    # an example that does not match its own rule
+    ("approvals:\n  unix_sockets:\n    rules:\n      - match: /run/*.sock\n        decision: ask\n"
+     "        examples: {match: [/run/a/b.sock]}\n",
+     "p.yaml:6: approvals.unix_sockets.rules[0].examples.match: '/run/a/b.sock' does not match"),
+    # a no_match example that matches
+    ("approvals:\n  unix_sockets:\n    rules:\n      - match: /run/*.sock\n        decision: ask\n"
+     "        examples:\n          no_match: [/run/x.sock]\n",
+     "p.yaml:7: approvals.unix_sockets.rules[0].examples.no_match: '/run/x.sock' matches"),
+    # an example an earlier rule decides first
+    ("approvals:\n  unix_sockets:\n    rules:\n      - {match: /run/*, decision: deny}\n"
+     "      - match: /run/d.sock\n        decision: allow\n        examples: {match: [/run/d.sock]}\n",
+     "p.yaml:7: approvals.unix_sockets.rules[1].examples.match: '/run/d.sock' is decided by an "
+     "earlier rule"),
+    ("approvals:\n  unix_socket: ask\n", "p.yaml:2: unknown key 'approvals.unix_socket' "
+     "(did you mean 'unix_sockets'?)"),
+    ("approvals:\n  exec: maybe\n", "p.yaml:2: approvals.exec: 'maybe' is not one of allow, deny, ask"),
+    ("approvals:\n  deletions: {ask_above: -1}\n", "p.yaml:2: approvals.deletions.ask_above: -1"),
+    ("approvals:\n  unix_sockets: {ask_above: 3}\n", "unknown key 'approvals.unix_sockets.ask_above'"),
+    ("approvals:\n  unix_sockets:\n    rules:\n      - {match: run/x, decision: ask}\n",
+     "p.yaml:4: approvals.unix_sockets.rules[0].match: 'run/x' must be an absolute path"),
+    ("approvals:\n  protected_writes:\n    rules:\n      - {match: /abs, decision: ask}\n",
+     "must be relative to the workdir"),
+    ("approvals:\n  unix_sockets:\n    rules:\n      - {decision: ask}\n", "missing key 'match'"),
+    ("approvals:\n  network: allow\n", "approvals.network: 'allow' is not one of ask, deny"),
+    ("network:\n  default: deny\napprovals:\n  network: ask\n", "contradicts network.default"),
+])
+def test_bad_input_names_line_and_key(tmp_path, text, where):
+    assert where in _error(tmp_path, text)
+
+
+def test_network_kind_is_network_default(tmp_path):
+    assert _policy(tmp_path, "approvals:\n  network: ask\n").network.default == "ask"
+    assert _policy(tmp_path, "network:\n  default: ask\n").approvals.decide("network", {})[0] == "ask"
+    assert _policy(tmp_path, "{}\n").approvals.decide("network", {})[0] == "deny"
+
+
+# --- the engine ---
+
+def _engine(answers, kinds="unix_sockets: ask"):
+    asked = []
+
+    def approver(ev, offered):
+        asked.append((ev.kind, dict(ev.subject), offered))
+        a = answers.pop(0)
+        if isinstance(a, Exception):
+            raise a
+        return a, "because"
+    from confine.policy.approvals import KindSpec
+    appr = Approvals((("unix_socket", KindSpec("ask")), ("protected_write", KindSpec("ask"))))
+    events = []
+    return Engine(appr, approver, "test", events=events.append), asked, events
+
+
+def _sock(path="/run/d.sock"):
+    return Event("unix_socket", {"path": path}, {"pid": 1})
+
+
+def test_once_not_remembered_run_remembered_deny_remembered():
+    e, asked, events = _engine(["once", "run", "deny"])
+    assert e.decide(_sock(), 5).answer == "once"
+    assert e.decide(_sock(), 5).answer == "run"          # once was not remembered: asked again
+    v = e.decide(_sock(), 5)
+    assert v.allowed and v.by == "remembered"            # run was
+    d = e.decide(_sock("/run/other.sock"), 5)
+    assert not d.allowed and d.answer == "deny" and d.reason == "because"
+    assert e.decide(_sock("/run/other.sock"), 5).by == "remembered"
+    assert len(asked) == 3
+    assert "profile" not in asked[0][2]                  # no profile file: not offered
+    assert [x["decision"] for x in events] == ["allow", "allow", "allow", "deny", "deny"]
+    assert all(x["kind"] == "approval" for x in events) and "latency_ms" in events[0]
+
+
+def test_unclear_answers_deny():
+    e, _, _ = _engine(["yes", RuntimeError("boom"), "profile"])
+    assert e.decide(_sock("/a"), 5).decision == "deny"
+    assert "boom" in e.decide(_sock("/b"), 5).reason
+    assert e.decide(_sock("/c"), 5).decision == "deny"   # profile was not offered
+
+
+def test_non_interactive_denies_every_ask_but_not_what_rules_decide():
+    from confine.policy.approvals import KindSpec
+    e = Engine(Approvals((("unix_socket", KindSpec("ask")),)), None)
+    v = e.decide(_sock(), 5)
+    assert v.decision == "deny" and "non-interactive" in v.reason
+    assert e.decide(Event("exec", {"path": "/bin/ls"}), 5).allowed      # exec: allow by default
+    assert not e.decide(Event("nonsense", {}), 5).allowed
+
+
+def test_one_question_at_a_time_and_flood_bounded():
+    gate = threading.Event()
+    seen = []
+
+    def slow(ev, offered):
+        seen.append(ev.subject["path"])
+        gate.wait(5)
+        return "once", ""
+    from confine.policy.approvals import KindSpec
+    e = Engine(Approvals((("unix_socket", KindSpec("ask")),)), slow, "slow")
+    out = []
+    for i in range(engine_mod.MAX_PENDING + 5):
+        e.submit(_sock(f"/s{i}"), out.append)
+    time.sleep(0.2)
+    assert len(seen) == 1                                # one question at a time
+    denied = [v for v in out if v.decision == "deny"]
+    assert len(denied) == 5 and "already waiting" in denied[0].reason
+    gate.set()
+    end = time.monotonic() + 5
+    while len(out) < engine_mod.MAX_PENDING + 5 and time.monotonic() < end:
+        time.sleep(0.01)
+    assert sum(v.allowed for v in out) == engine_mod.MAX_PENDING
+
+
+# --- the socket approver ---
+
+class _Server:
+    def __init__(self, tmp_path, reply):
+        self.path = str(tmp_path / "d.sock")
+        self.s = socket.socket(socket.AF_UNIX)
+        self.s.bind(self.path)
+        self.s.listen(4)
+        self.got = []
+        self.reply = reply
+        threading.Thread(target=self._one, daemon=True).start()
+
+    def _one(self):
+        c, _ = self.s.accept()
+        q = read_frame(c, time.monotonic() + 5)
+        self.got.append(q)
+        out = self.reply(q)
+        if out is not None:
+            c.sendall(out)
+        else:
+            time.sleep(0.5)       # says nothing: the approver's timeout decides
+        c.close()
+
+
+def _ans(q, **kw):
+    return frame({"type": "answer", "id": q["id"], **kw})
+
+
+@pytest.mark.parametrize("reply, want", [
+    (lambda q: _ans(q, decision="once", reason="ok"), ("once", "ok")),
+    (lambda q: _ans(q, decision="deny"), ("deny", "")),
+    (lambda q: frame({"type": "answer", "id": q["id"] + 1, "decision": "once"}), "not to this question"),
+    (lambda q: _ans(q, decision="once", extra=1), "unknown keys"),
+    (lambda q: _ans(q, decision="always"), "is not one of"),
+    (lambda q: struct.pack(">I", 1 << 20) + b"{}", "frame length"),
+    (lambda q: struct.pack(">I", 2) + b"[]", "not a JSON object"),
+    (lambda q: struct.pack(">I", 3) + b"\xff{}", "not UTF-8 JSON"),
+    (lambda q: b"\0\0", "closed the connection"),
+    (lambda q: None, "no answer in"),
+])
+def test_socket_approver_strict(tmp_path, reply, want):
+    srv = _Server(tmp_path, reply)
+    got = SocketApprover(srv.path, run="r1", workdir="/w", timeout=0.3).ask(
+        _sock(), ("once", "run", "deny"), 7)
+    if isinstance(want, tuple):
+        assert got == want
+    else:
+        assert got[0] == "deny" and want in got[1], got
+    q = srv.got[0]
+    assert (q["type"], q["id"], q["run"], q["workdir"], q["kind"]) == ("question", 7, "r1", "/w", "unix_socket")
+    assert q["subject"] == {"path": "/run/d.sock"} and q["choices"] == ["once", "run", "deny"]
+
+
+def test_socket_approver_absent_denies(tmp_path):
+    got = SocketApprover(str(tmp_path / "none.sock"), timeout=0.3)(_sock(), ("once", "deny"))
+    assert got[0] == "deny" and "none.sock" in got[1]
+
+
+def test_frame_round_trip_and_cap():
+    a, b = socket.socketpair()
+    a.sendall(frame({"x": "é"}))
+    assert read_frame(b, time.monotonic() + 1) == {"x": "é"}
+    with pytest.raises(ValueError):
+        frame({"x": "a" * 70000})
+    assert json.loads(frame({"k": 1})[4:]) == {"k": 1}
+    a.close()
+    b.close()
+
+
+
+def test_profile_answer_adds_the_socket(tmp_path):
+    from confine.approval import ProfileWriter
+    prof = tmp_path / "p.yaml"
+    prof.write_text("# mine\nunix_sockets:\n  allow:\n    - /run/a.sock\napprovals:\n  unix_sockets: ask\n")
+    checked = []
+
+    def validate(path):
+        checked.append(path)
+        load.load(path, workdir=str(tmp_path), home=str(tmp_path), tmp=str(tmp_path))
+    w = ProfileWriter(str(prof), validate=validate)
+    from confine.policy.approvals import KindSpec
+    e = Engine(Approvals((("unix_socket", KindSpec("ask")),)), lambda ev, offered: ("profile", ""),
+               "test", profile=w)
+    v = e.decide(_sock("/run/docker #1.sock"), 5)
+    assert v.answer == "run" and "cannot be written" in v.reason      # allowed, not written
+    v = e.decide(_sock("/run/docker.sock"), 5)
+    assert v.answer == "profile", v
+    assert len(checked) == 1                                          # the candidate was loaded
+    pol = load.load(str(prof), workdir=str(tmp_path), home=str(tmp_path), tmp=str(tmp_path))
+    assert [g.template for g in pol.unix_sockets] == ["/run/a.sock", "/run/docker.sock"]
+    assert prof.read_text().startswith("# mine\n")
