@@ -8,6 +8,7 @@ exporters can emit variables instead of one machine's paths.
 from __future__ import annotations
 
 from ..record import dataclass, field
+from .ssh_agent import SshAgent
 
 
 @dataclass(frozen=True)
@@ -101,6 +102,7 @@ class Policy:
     unix_sockets: tuple[PathGrant, ...] = ()   # pathname sockets connectable outside the workdir
     protected: tuple[str, ...] = ()            # workdir patterns added to patterns.DEFAULT_PATTERNS
     limits: Limits = field(default_factory=Limits)
+    ssh_agent: SshAgent | None = None          # None: no agent socket inside (ssh_agent.py)
 
     def to_dict(self) -> dict[str, object]:
         def grants(gs: tuple[PathGrant, ...]) -> list[dict[str, object]]:
@@ -122,4 +124,5 @@ class Policy:
             "limits": self.limits.to_dict(),
             "scope": {"signals": self.scope.signals,
                       "abstract_unix": self.scope.abstract_unix},
+            **({"ssh_agent": self.ssh_agent.to_dict()} if self.ssh_agent is not None else {}),
         }
