@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import os
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -116,12 +117,13 @@ def element_error(kind: str, v: object) -> str | None:
 
 def build(raw: Mapping[str, Any] | None, expand: Any) -> SshAgent | None:
     """The section from the loader's raw mapping (Items), or None when absent.
-    expand(template) -> absolute path (the loader's ~, {home} expansion)."""
+    expand(template) -> absolute path (the loader's {home}, {workdir} expansion);
+    `~` in known_hosts is the launching person's home, whose keys these are."""
     if raw is None:
         return None
     dec = raw.get("decision")
     decision = "allow" if dec is None else dec.value
-    if decision not in DECISIONS:
+    if dec is not None and decision not in DECISIONS:
         raise ProfileError(f"{dec.where}: ssh_agent.decision: {decision!r} is not one of "
                            f"{', '.join(DECISIONS)}")
     keys = tuple(dict.fromkeys(str(i.value) for i in raw.get("keys", [])))
@@ -136,5 +138,8 @@ def build(raw: Mapping[str, Any] | None, expand: Any) -> SshAgent | None:
     return SshAgent(keys=keys, hosts=hosts,
                     namespaces=tuple(dict.fromkeys(str(i.value) for i in raw.get("namespaces", []))),
                     decision=decision,
-                    known_hosts=tuple(dict.fromkeys(expand(f) for f in files)),
+                    known_hosts=tuple(dict.fromkeys(
+                        # ~ is the launching person's home (the agent's may be another)
+                        os.path.expanduser(f) if f == "~" or f.startswith("~/") else expand(f)
+                        for f in files)),
                     source=first.where if first is not None else "")

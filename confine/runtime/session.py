@@ -196,6 +196,7 @@ class Session:
         self.events: Events = Events(None, warn)
         self.host: HostFacts | None = None
         self.egress: Any = None             # the running egress gateway (runtime/egress.py)
+        self.ssh_agent: Any = None          # the run's ssh-agent proxy (runtime/sshagent.py)
         self._server: tuple[int, int] | None = None   # the nested-run endpoint's (pid, pidfd)
         self._unbind: Callable[[], None] = lambda: None  # its socket, if never served
         self.plan: Plan = self._prepare(protect, host,
@@ -269,7 +270,8 @@ class Session:
                 if is_under(self.tmp, d.path):
                     raise ConfineError(f"refusing TMPDIR {self.tmp}: it lies inside the "
                                        f"protected secret {d.path}; set TMPDIR elsewhere")
-            _check_approver(req.approver, policy.network.default)
+            _check_approver(req.approver, "ask" if policy.ssh_agent is not None and
+                            policy.ssh_agent.decision == "ask" else policy.network.default)
             facts = host if host is not None else HostFacts.read(ident.started_as_root)
             self.host = facts
             lsm = _resolve_lsm(req.apparmor, req.selinux_context, facts)
@@ -278,6 +280,9 @@ class Session:
             plan = compile(policy, req.argv, ident, facts, parent_env=parent_env,
                            cli_env=req.env, lsm=lsm, protected=protected, agent_home=home)
             plan = dataclasses.replace(plan, notes=plan.notes + tuple(home_notes))
+            if policy.ssh_agent is not None:
+                from . import sshagent
+                plan, self.ssh_agent = sshagent.prepare(plan, self.tmp, parent_env, self.warn)
             return self._with_endpoint(plan)
         except BaseException:
             self.close()
@@ -420,6 +425,8 @@ class Session:
             # the agent and its leftovers are gone (launch killed them): nothing
             # can use the gateway any more
             self._stop_egress()
+            if self.ssh_agent is not None:
+                self.ssh_agent.stop()
             if screen is not None:
                 screen.release()
             hold.also_stops()
@@ -442,6 +449,8 @@ class Session:
     def _in_tmp(self, held_fd: list[int], offer: Callable[[], None]) -> None:
         held_fd.extend(self._prepare_held())
         offer()
+        if self.ssh_agent is not None:
+            self.ssh_agent.start(self.events, self.req.approver)
 
     def _with_endpoint(self, plan: Plan) -> Plan:
         """confine inside confine (runtime/delegate_server.py): the endpoint the
