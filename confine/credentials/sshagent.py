@@ -385,7 +385,7 @@ class Proxy:
     def _accept(self) -> None:
         assert self._lsock is not None
         while True:
-            r, _, _ = select.select([self._lsock, self._stop_r], [], [])
+            r, _, _ = select.select([self._lsock.fileno(), self._stop_r], [], [])
             if self._stop_r in r:
                 return
             try:
@@ -413,7 +413,7 @@ class Proxy:
                                                                socket.SO_PEERCRED, 12))
         except OSError:
             return False
-        return uid == self.peer_uid
+        return bool(uid == self.peer_uid)
 
     # --- one client ---
     def _client(self, c: socket.socket) -> None:
