@@ -422,6 +422,9 @@ class Proxy:
             conn.run()
         except (EOFError, OSError, Malformed):
             pass
+        except Exception as e:  # noqa: BLE001 - a bug here closes the connection, never signs
+            self.emit({"event": "ssh-agent", "kind": "error", "decision": "deny",
+                       "reason": f"{type(e).__name__}: {e}"[:300]})
         finally:
             conn.close()
             with self._lock:
@@ -618,7 +621,10 @@ class _Conn:
     # --- what is said ---
     def who(self) -> tuple[int | None, str | None, str]:
         if self._who is None:
-            self._who = self.p.who(self.sock)
+            try:
+                self._who = self.p.who(self.sock)
+            except Exception:  # noqa: BLE001 - who asks is shown as unknown, never guessed
+                self._who = (None, None, "")
         return self._who
 
     def event(self, use: Use) -> dict[str, Any]:

@@ -43,6 +43,7 @@ ENV = "SSH_AUTH_SOCK"
 DIR_NAME = ".confine-ssh-agent"
 SOCKET_NAME = "agent.sock"
 UNIX_DIAG_PEER, UDIAG_SHOW_PEER = 2, 0x04
+SIOCGSKNS, CLONE_NEWNET = 0x894C, 0x40000000
 MAX_CMDLINE = 300
 
 
@@ -163,13 +164,49 @@ def ask_person(approver: str | None, events: Events) -> proto.Ask:
 
 
 # --- who is asking ---
+def _diag_socket(sock: socket.socket) -> socket.socket:
+    """A NETLINK_SOCK_DIAG socket in the network namespace of `sock`: an accepted
+    unix socket belongs to the client's namespace (the agent's own, usually). Made
+    on a thread of its own that enters that namespace (root can; else the
+    lookup fails and the process is unknown)."""
+    import fcntl
+    import threading
+
+    from ..kernel.libc import check, libc
+    try:
+        nsfd = fcntl.ioctl(sock.fileno(), SIOCGSKNS)
+    except OSError:
+        nsfd = -1
+    if nsfd < 0 or os.fstat(nsfd).st_ino == os.stat("/proc/thread-self/ns/net").st_ino:
+        if nsfd >= 0:
+            os.close(nsfd)
+        return socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, owner.NETLINK_SOCK_DIAG)
+    got: list[socket.socket | BaseException] = []
+
+    def make() -> None:
+        try:
+            check(libc.setns(nsfd, CLONE_NEWNET), "setns")
+            got.append(socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, owner.NETLINK_SOCK_DIAG))
+        except BaseException as e:   # noqa: BLE001 - said by the caller
+            got.append(e)
+    t = threading.Thread(target=make, name="confine-ssh-agent-diag")
+    try:
+        t.start()
+        t.join()
+    finally:
+        os.close(nsfd)
+    if not got or isinstance(got[0], BaseException):
+        raise OSError("cannot ask the agent's network namespace")
+    return got[0]
+
+
 def _peer_inode(sock: socket.socket) -> int | None:
     """The inode of the client's end of an accepted unix socket (sock_diag)."""
     ino = os.fstat(sock.fileno()).st_ino
     req = struct.pack("=BBHIIIII", socket.AF_UNIX, 0, 0, 0xFFFFFFFF, ino, UDIAG_SHOW_PEER,
                       owner.INET_DIAG_NOCOOKIE, owner.INET_DIAG_NOCOOKIE)
     msg = struct.pack("=IHHII", 16 + len(req), owner.SOCK_DIAG_BY_FAMILY, 1, 1, 0) + req
-    with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, owner.NETLINK_SOCK_DIAG) as nl:
+    with _diag_socket(sock) as nl:
         nl.settimeout(1.0)
         nl.sendto(msg, (0, 0))
         data = nl.recv(65536)
