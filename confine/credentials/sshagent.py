@@ -338,7 +338,9 @@ def parse_userauth(data: bytes) -> Userauth:
 Emit = Callable[[Mapping[str, Any]], None]
 Refused = Callable[[str, str, Mapping[str, Any]], None]      # key, line, event
 Ask = Callable[[Use], tuple[bool, str]]                      # allowed, who decided
-Who = Callable[[socket.socket], tuple[int | None, str | None, str]]   # pid, exe, cmdline
+# the inode of the client's socket of the connection accept() will return next
+PendingPeer = Callable[[socket.socket], "int | None"]
+Who = Callable[[int], tuple[int | None, str | None, str]]   # client socket inode -> pid, exe, cmdline
 
 
 class Proxy:
@@ -347,13 +349,15 @@ class Proxy:
 
     def __init__(self, policy: SshAgent, upstream: str | None, host_keys: HostKeys, *,
                  emit: Emit, refused: Refused, ask: Ask | None = None,
-                 who: Who | None = None, peer_uid: int | None = None) -> None:
+                 who: Who | None = None, pending_peer: PendingPeer | None = None,
+                 peer_uid: int | None = None) -> None:
         self.policy = policy
         self.upstream = upstream
         self.host_keys = host_keys
         self.keys = frozenset(policy.keys)
         self.emit, self.refused, self.ask = emit, refused, ask
-        self.who = who or (lambda s: (None, None, ""))
+        self.who = who or (lambda ino: (None, None, ""))
+        self.pending_peer = pending_peer or (lambda lsock: None)
         self.peer_uid = peer_uid
         self._lock = threading.Lock()
         self._clients: set[socket.socket] = set()
@@ -389,6 +393,10 @@ class Proxy:
             if self._stop_r in r:
                 return
             try:
+                peer = self.pending_peer(self._lsock)
+            except Exception:  # noqa: BLE001 - who asks is then unknown, never guessed
+                peer = None
+            try:
                 c, _ = self._lsock.accept()
             except OSError:
                 continue
@@ -404,7 +412,7 @@ class Proxy:
                                                                   "decision": "deny"})
                     continue
                 self._clients.add(c)
-            threading.Thread(target=self._client, args=(c,), daemon=True,
+            threading.Thread(target=self._client, args=(c, peer), daemon=True,
                              name="confine-ssh-agent-client").start()
 
     def _peer_ok(self, c: socket.socket) -> bool:
@@ -416,8 +424,8 @@ class Proxy:
         return bool(uid == self.peer_uid)
 
     # --- one client ---
-    def _client(self, c: socket.socket) -> None:
-        conn = _Conn(self, c)
+    def _client(self, c: socket.socket, peer: int | None) -> None:
+        conn = _Conn(self, c, peer)
         try:
             conn.run()
         except (EOFError, OSError, Malformed):
@@ -433,9 +441,10 @@ class Proxy:
 
 
 class _Conn:
-    def __init__(self, proxy: Proxy, sock: socket.socket) -> None:
+    def __init__(self, proxy: Proxy, sock: socket.socket, peer: int | None = None) -> None:
         self.p = proxy
         self.sock = sock
+        self.peer = peer
         self.up: socket.socket | None = None
         self.binds: list[Binding] = []
         self._who: tuple[int | None, str | None, str] | None = None
@@ -622,7 +631,7 @@ class _Conn:
     def who(self) -> tuple[int | None, str | None, str]:
         if self._who is None:
             try:
-                self._who = self.p.who(self.sock)
+                self._who = self.p.who(self.peer) if self.peer else (None, None, "")
             except Exception:  # noqa: BLE001 - who asks is shown as unknown, never guessed
                 self._who = (None, None, "")
         return self._who

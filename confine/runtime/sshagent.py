@@ -42,8 +42,7 @@ from .events import Events
 ENV = "SSH_AUTH_SOCK"
 DIR_NAME = ".confine-ssh-agent"
 SOCKET_NAME = "agent.sock"
-UNIX_DIAG_PEER, UDIAG_SHOW_PEER = 2, 0x04
-SIOCGSKNS, CLONE_NEWNET = 0x894C, 0x40000000
+UNIX_DIAG_ICONS, UDIAG_SHOW_ICONS = 3, 0x08
 MAX_CMDLINE = 300
 
 
@@ -81,7 +80,7 @@ class Agent:
         self.proxy = proto.Proxy(self.policy, self.upstream, self.host_keys,
                                  emit=events.emit, refused=refused,
                                  ask=ask_person(approver, events) if self.policy.decision == "ask"
-                                 else None, who=who, peer_uid=self.uid)
+                                 else None, who=who, pending_peer=pending_peer, peer_uid=self.uid)
         self.proxy.start(lsock)
         events.emit({"event": "ssh-agent", "kind": "start", "socket": self.path,
                      "keys": list(self.policy.keys), "hosts": [
@@ -164,49 +163,17 @@ def ask_person(approver: str | None, events: Events) -> proto.Ask:
 
 
 # --- who is asking ---
-def _diag_socket(sock: socket.socket) -> socket.socket:
-    """A NETLINK_SOCK_DIAG socket in the network namespace of `sock`: an accepted
-    unix socket belongs to the client's namespace (the agent's own, usually). Made
-    on a thread of its own that enters that namespace (root can; else the
-    lookup fails and the process is unknown)."""
-    import fcntl
-    import threading
-
-    from ..kernel.libc import check, libc
-    try:
-        nsfd = fcntl.ioctl(sock.fileno(), SIOCGSKNS)
-    except OSError:
-        nsfd = -1
-    if nsfd < 0 or os.fstat(nsfd).st_ino == os.stat("/proc/thread-self/ns/net").st_ino:
-        if nsfd >= 0:
-            os.close(nsfd)
-        return socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, owner.NETLINK_SOCK_DIAG)
-    got: list[socket.socket | BaseException] = []
-
-    def make() -> None:
-        try:
-            check(libc.setns(nsfd, CLONE_NEWNET), "setns")
-            got.append(socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, owner.NETLINK_SOCK_DIAG))
-        except BaseException as e:   # noqa: BLE001 - said by the caller
-            got.append(e)
-    t = threading.Thread(target=make, name="confine-ssh-agent-diag")
-    try:
-        t.start()
-        t.join()
-    finally:
-        os.close(nsfd)
-    if not got or isinstance(got[0], BaseException):
-        raise OSError("cannot ask the agent's network namespace")
-    return got[0]
-
-
-def _peer_inode(sock: socket.socket) -> int | None:
-    """The inode of the client's end of an accepted unix socket (sock_diag)."""
-    ino = os.fstat(sock.fileno()).st_ino
-    req = struct.pack("=BBHIIIII", socket.AF_UNIX, 0, 0, 0xFFFFFFFF, ino, UDIAG_SHOW_PEER,
+def pending_peer(lsock: socket.socket) -> int | None:
+    """The inode of the client's socket of the first connection waiting on the
+    listening socket `lsock` (the one accept() returns next: the queue is FIFO),
+    by sock_diag's UDIAG_SHOW_ICONS. Asked of the listener, which lives in the
+    supervisor's network namespace; the accepted socket belongs to the client's
+    (the agent's own), which an unprivileged supervisor may not enter."""
+    ino = os.fstat(lsock.fileno()).st_ino
+    req = struct.pack("=BBHIIIII", socket.AF_UNIX, 0, 0, 0xFFFFFFFF, ino, UDIAG_SHOW_ICONS,
                       owner.INET_DIAG_NOCOOKIE, owner.INET_DIAG_NOCOOKIE)
     msg = struct.pack("=IHHII", 16 + len(req), owner.SOCK_DIAG_BY_FAMILY, 1, 1, 0) + req
-    with _diag_socket(sock) as nl:
+    with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, owner.NETLINK_SOCK_DIAG) as nl:
         nl.settimeout(1.0)
         nl.sendto(msg, (0, 0))
         data = nl.recv(65536)
@@ -218,42 +185,38 @@ def _peer_inode(sock: socket.socket) -> int | None:
         alen, atype = struct.unpack_from("=HH", data, pos)
         if alen < 4:
             return None
-        if atype == UNIX_DIAG_PEER and alen >= 8:
-            return int(struct.unpack_from("=I", data, pos + 4)[0]) or None
+        if atype == UNIX_DIAG_ICONS:
+            return int(struct.unpack_from("=I", data, pos + 4)[0]) if alen >= 8 else None
         pos += (alen + 3) & ~3
     return None
 
 
-def who(sock: socket.socket) -> tuple[int | None, str | None, str]:
+def who(peer: int) -> tuple[int | None, str | None, str]:
     """(pid, executable, command line) of the run's process holding the client's
-    end: where the supervisor's broker made the connect (unix mediation), the
-    connecting pid is the broker's, so the holder of the peer socket is looked for
+    socket (inode `peer`): where the supervisor's broker made the connect (unix
+    mediation), the connecting pid is the broker's, so the holder is looked for
     among the run's processes. Unknown (None) when that is not one process."""
-    pid: int | None = None
-    try:
-        peer = _peer_inode(sock)
-    except (OSError, ValueError, struct.error):
-        peer = None
-    if peer is not None:
-        want = f"socket:[{peer}]"
-        found = []
-        for p in owner.descendants(os.getpid()):
+    want = f"socket:[{peer}]"
+    found: list[int] = []
+    budget = owner.MAX_FDS
+    for p in owner.descendants(os.getpid()):
+        try:
+            fds = os.listdir(f"/proc/{p}/fd")
+        except OSError:
+            continue
+        for fd in fds[:budget]:
             try:
-                fds = os.listdir(f"/proc/{p}/fd")
+                if os.readlink(f"/proc/{p}/fd/{fd}") == want:
+                    found.append(p)
+                    break
             except OSError:
                 continue
-            for fd in fds[:owner.MAX_FDS]:
-                try:
-                    if os.readlink(f"/proc/{p}/fd/{fd}") == want:
-                        found.append(p)
-                        break
-                except OSError:
-                    continue
-            if len(found) > 1:
-                break
-        pid = found[0] if len(found) == 1 else None
-    if pid is None:
+        budget -= len(fds)
+        if budget <= 0 or len(found) > 1:
+            break
+    if len(found) != 1:
         return None, None, ""
+    pid = found[0]
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
             raw = f.read(4096)

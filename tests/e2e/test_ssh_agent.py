@@ -323,39 +323,37 @@ def test_commit_signing_with_listed_key(sandbox, forge, agent):
     assert "BEGIN SSH SIGNATURE" in ctl.stdout, ctl.stderr
 
 
+# Answers "once" to the first question and "deny" to every later one; records each.
 APPROVER = """#!/usr/bin/python3
 import json, sys
 q = json.loads(sys.stdin.readline())
-open({asked!r}, "a").write(json.dumps(q) + "\\n")
-print(json.dumps({{"decision": {answer!r}}}))
+with open({asked!r}, "a") as f:
+    f.write(json.dumps(q) + "\\n")
+n = sum(1 for _ in open({asked!r}))
+print(json.dumps({{"decision": "once" if n == 1 else "deny"}}))
 """
 
 
 def test_ask_through_an_approver(sandbox, forge, agent):
-    """decision: ask: each signature is put to --approver (host, key, process); an
-    approver that allows lets the push through, one that denies stops it."""
+    """decision: ask: each signature is put to --approver (host, key, the process and
+    its command line), once per use: the first push is approved once and goes
+    through, the second is asked again, denied, and refused."""
     prof = _profile(sandbox, forge, decision="ask")
     d = os.path.dirname(prof)
     asked = os.path.join(d, "asked.jsonl")
-    for answer in ("once", "deny"):
-        script = write_owned(os.path.join(d, f"approve-{answer}"),
-                             APPROVER.format(asked=asked, answer=answer), sandbox.pw, 0o755)
-        open(asked, "w").close()
-        os.chmod(asked, 0o666)
-        shutil.rmtree(os.path.join(sandbox.workdir, "r"), ignore_errors=True)
-        p, log = _exec(sandbox, agent, prof, PUSH.format(url=forge.url(), branch=os.path.basename(sandbox.workdir)), "--approver", script,
-                       env=_git_env(sandbox, forge))
-        qs = [json.loads(line) for line in open(asked) if line.strip()]
-        assert qs and qs[0]["host"] == "127.0.0.1" and qs[0]["port"] == forge.port, qs
-        assert forge.fp_listed in qs[0]["via"], qs
-        if sandbox.mode == "root":
-            # the process is found by the peer of its socket, asked of the agent's network
-            # namespace, which only root may enter; unprivileged it is shown as unknown
-            assert "/ssh (" in (qs[0]["exe"] or "") and forge.repo in qs[0]["exe"], qs
-        if answer == "once":
-            assert "PUSHED" in p.stdout, (p.stdout, p.stderr, log)
-            assert len(qs) == 1, qs
-        else:
-            assert "PUSHED" not in p.stdout, p.stdout
-            assert any(e.get("decision") == "deny" and "not approved" in e.get("reason", "")
-                       for e in log), log
+    script = write_owned(os.path.join(d, "approve"), APPROVER.format(asked=asked), sandbox.pw, 0o755)
+    write_owned(asked, "", sandbox.pw, 0o644)
+    branch = os.path.basename(sandbox.workdir)
+    push = (PUSH.format(url=forge.url(), branch=branch)
+            + f" && git push -q {forge.url()} main:{branch}-again && echo AGAIN")
+    p, log = _exec(sandbox, agent, prof, push, "--approver", script, env=_git_env(sandbox, forge))
+    qs = [json.loads(line) for line in open(asked) if line.strip()]
+    assert "PUSHED" in p.stdout and "AGAIN" not in p.stdout, (p.stdout, p.stderr, log)
+    assert len(qs) == 2, qs
+    for q in qs:
+        assert q["host"] == "127.0.0.1" and q["port"] == forge.port, q
+        assert forge.fp_listed in q["via"], q
+        # the process: the holder of the client's socket (not the broker that connected it)
+        assert "/ssh (" in (q["exe"] or "") and forge.repo in q["exe"], q
+    assert any(e.get("decision") == "deny" and "not approved" in e.get("reason", "")
+               for e in log), log
