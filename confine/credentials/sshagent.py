@@ -204,6 +204,12 @@ def _hosts_match(field_: str, names: Iterable[str]) -> bool:
     return hit
 
 
+def shown_host(host: str, port: int) -> str:
+    if port == DEFAULT_SSH_PORT:
+        return host
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 def _spellings(host: str, port: int) -> list[str]:
     return [host] if port == DEFAULT_SSH_PORT else [f"[{host}]:{port}"]
 
@@ -271,7 +277,8 @@ class Use:
     """One signature asked for: the key, what it is for, who asks."""
     key: str                     # fingerprint
     kind: str                    # "login", "file" or "unknown"
-    host: str = ""               # login: the profile host(s) the bound key belongs to
+    host: str = ""               # login: the profile host(s) the bound key belongs to, shown
+    dest: tuple[str, int] | None = None   # login: the first of them
     namespace: str = ""          # file: the SSHSIG namespace
     pid: int | None = None
     exe: str | None = None
@@ -619,9 +626,9 @@ class _Conn:
         if ua.hostkey is not None and ua.hostkey != last.hostkey:
             return use, "the login names another host key than the one bound"
         hosts = self.p.host_keys.hosts_of(last.hostkey)
-        use = dataclasses.replace(use, host=", ".join(
-            h if p == DEFAULT_SSH_PORT else f"{h}:{p}" for h, p in hosts) or
-            f"unknown host key {fingerprint(last.hostkey)}")
+        use = dataclasses.replace(use, host=", ".join(shown_host(h, p) for h, p in hosts) or
+                                  f"unknown host key {fingerprint(last.hostkey)}",
+                                  dest=hosts[0] if hosts else None)
         if not hosts:
             return use, (f"the host key {fingerprint(last.hostkey)} is not known for any host "
                          "in ssh_agent.hosts (by the known_hosts files read outside)")
@@ -666,4 +673,4 @@ class _Conn:
 
 
 __all__ = ["HostKeys", "Malformed", "Proxy", "Use", "fingerprint", "parse_sshsig",
-           "parse_userauth", "read_frame"]
+           "parse_userauth", "read_frame", "shown_host"]

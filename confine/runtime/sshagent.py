@@ -36,6 +36,7 @@ from ..gateway import owner
 from ..paths import is_under
 from ..plan import Plan
 from ..plan.steps import child_steps
+from ..policy.ssh_agent import DEFAULT_SSH_PORT
 from ..record import dataclass
 from .events import Events
 
@@ -84,7 +85,7 @@ class Agent:
         self.proxy.start(lsock)
         events.emit({"event": "ssh-agent", "kind": "start", "socket": self.path,
                      "keys": list(self.policy.keys), "hosts": [
-                         h if p == 22 else f"{h}:{p}" for h, p in self.policy.hosts],
+                         proto.shown_host(h, p) for h, p in self.policy.hosts],
                      "namespaces": list(self.policy.namespaces),
                      "decision": self.policy.decision, "known_hosts": list(self.host_keys.read),
                      "upstream": self.upstream is not None})
@@ -119,7 +120,7 @@ def prepare(plan: Plan, tmp: str | None, parent_env: Mapping[str, str],
              "agent's ssh-agent lists no key")
     keys = proto.HostKeys.load(pol.known_hosts, pol.hosts)
     for h, p in keys.unknown():
-        shown = h if p == 22 else f"[{h}]:{p}"
+        shown = h if p == DEFAULT_SSH_PORT else f"[{h}]:{p}"
         warn(f"ssh_agent: no host key for {shown} in "
              f"{', '.join(keys.read) or 'any of ' + ', '.join(pol.known_hosts)}: ssh logins "
              "to it are refused (connect once outside, or add its key with ssh-keyscan)")
@@ -147,10 +148,8 @@ def ask_person(approver: str | None, events: Events) -> proto.Ask:
     assert asker is not None
 
     def ask(use: proto.Use) -> tuple[bool, str]:
-        if use.kind == "login":
-            target = use.host.split(", ")[0]
-            host, _, port = target.rpartition(":") if target.count(":") == 1 else (target, "", "")
-            q = SignQuestion(host=host, port=int(port) if port.isdigit() else 22,
+        if use.kind == "login" and use.dest is not None:
+            q = SignQuestion(host=use.dest[0], port=use.dest[1],
                              via=f"ssh-agent to sign with {use.key}", pid=use.pid,
                              exe=f"{use.exe or '?'} ({use.cmdline})"[:MAX_CMDLINE])
         else:
