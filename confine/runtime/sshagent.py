@@ -146,6 +146,9 @@ def ask_person(approver: str | None, events: Events) -> proto.Ask:
 
     asker = make_asker("ask", approver, None, events.emit)
     assert asker is not None
+    if getattr(asker, "approver", "") == "non-interactive":
+        events.warn("ssh_agent.decision is ask, but there is no terminal to ask on and no "
+                    "--approver: every signature will be refused")
 
     def ask(use: proto.Use) -> tuple[bool, str]:
         if use.kind == "login" and use.dest is not None:
