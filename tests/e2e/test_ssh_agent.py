@@ -246,6 +246,12 @@ out["remove_all"] = call(bytes([19]))
 out["lock"] = call(bytes([22]) + s(b"pw"))
 out["add"] = call(bytes([17]) + s(b"ssh-ed25519") + s(b"k") + s(b"k") + s(b"c"))
 out["unknown"] = call(bytes([99]))
+try:    # the person's own agent, by its path
+    socket.socket(socket.AF_UNIX).connect(sys.argv[2])
+    out["real"] = "reached"
+except OSError as e:
+    out["real"] = e.strerror
+out["sock"] = os.environ["SSH_AUTH_SOCK"]
 print(json.dumps(out))
 """
 
@@ -253,8 +259,9 @@ print(json.dumps(out))
 def test_unlisted_key_and_changes_refused(sandbox, forge, agent):
     """Inside: a sign request for OTHER, a login signature for LISTED with no host bound,
     a file signature outside the allowed namespaces, REMOVE_ALL, LOCK, ADD and an
-    unknown message: each answered FAILURE (5) and logged. Control: outside, the real
-    agent signs the same requests (14) and still holds both keys afterwards."""
+    unknown message: each answered FAILURE (5) and logged; the person's own agent
+    cannot be connected to by its path. Control: outside, the real agent signs the
+    same requests (14), is reached by its path, and still holds both keys afterwards."""
     prof = _profile(sandbox, forge)
     code = write_owned(os.path.join(sandbox.workdir, "raw.py"), RAW, sandbox.agent)
     for k in ("listed", "other"):
@@ -264,15 +271,18 @@ def test_unlisted_key_and_changes_refused(sandbox, forge, agent):
     # accepted; the REMOVE_ALL there is why this one is a copy
     spare = RealAgent(forge, agent.launcher)
     try:
-        ctl = subprocess.run([PY, code, sandbox.workdir], capture_output=True, text=True,
+        ctl = subprocess.run([PY, code, sandbox.workdir, agent.sock], capture_output=True, text=True,
                              env={"SSH_AUTH_SOCK": spare.sock}, **_as(agent.launcher))
     finally:
         spare.close()
     c = json.loads(ctl.stdout)
     assert c["sign_other"] == 14 and c["sign_listed"] == 14 and c["remove_all"] == 6, c
-    p, log = _exec(sandbox, agent, prof, f"{PY} {code} {sandbox.workdir}")
+    assert c["real"] == "reached", c
+    p, log = _exec(sandbox, agent, prof, f"{PY} {code} {sandbox.workdir} {agent.sock}")
     assert p.returncode == 0, (p.stdout, p.stderr)
     got = json.loads(p.stdout.strip().splitlines()[-1])
+    # inside, SSH_AUTH_SOCK is the proxy and the person's agent is out of reach
+    assert got.pop("real") != "reached" and got.pop("sock") != agent.sock, got
     assert set(got.values()) == {5}, got
     reasons = " | ".join(str(e.get("reason", "")) + str(e.get("op", "")) for e in log)
     for want in ("not in ssh_agent.keys", "bound no host", "namespace 'file'",
