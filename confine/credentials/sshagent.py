@@ -463,13 +463,13 @@ class _Conn:
     def run(self) -> None:
         while True:
             try:
-                body = read_frame(self.sock)
+                reply = self.handle(read_frame(self.sock))
             except Malformed as e:
                 self.p.refused("ssh-agent malformed", f"ssh-agent: a malformed message ({e}): "
                                "connection closed", {"event": "ssh-agent", "kind": "malformed",
                                                      "decision": "deny", "reason": str(e)})
                 raise
-            self.sock.sendall(self.handle(body))
+            self.sock.sendall(reply)
 
     def handle(self, body: bytes) -> bytes:
         t = body[0]
