@@ -2,7 +2,7 @@
 # System packages and accounts the tests need (root only; Debian/Ubuntu).
 set -eu
 pkgs=""
-for p in git python3-venv libseccomp2 tmux curl openssh-client; do
+for p in git python3-venv libseccomp2 tmux curl openssh-client openssh-server; do
     dpkg -s "$p" >/dev/null 2>&1 || pkgs="$pkgs $p"
 done
 if [ -n "$pkgs" ] && command -v apt-get >/dev/null; then

@@ -16,7 +16,7 @@ from typing import Any, NoReturn
 from ..errors import ProfileError
 from ..paths import is_under
 from ..record import dataclass
-from . import approvals, realpaths, runlater, secrets
+from . import approvals, realpaths, runlater, secrets, ssh_agent
 from .model import Env, Limits, Network, PathGrant, Policy, Scope, Seccomp
 from .patterns import DEFAULT_PATTERNS, compile_patterns
 
@@ -37,6 +37,7 @@ SCHEMA: dict[str, object] = {
     "approvals": "approvals",
     "limits": {"processes": "count", "memory": "size", "open_files": "count",
                "file_size": "size", "tmp_size": "size", "shm_size": "size"},
+    "ssh_agent": ssh_agent.SCHEMA,
 }
 
 # Patterns for YAML values only, as strings: re compiles them on first use (a built-in
@@ -304,6 +305,10 @@ class _Parser:
             why = host_entry_error(kind, v)
             if why is not None:
                 self.fail(el, f"{full}: {why}")
+        elif kind.startswith("ssh"):
+            why = ssh_agent.element_error(kind, v)
+            if why is not None:
+                self.fail(el, f"{full}: {why}")
         items.append(Item(v, self.where(el)))
 
     def limit(self, node: Any, kind: str, full: str) -> int | None:
@@ -518,6 +523,8 @@ def load(ref: str, *, workdir: str, home: str, tmp: str,
         approvals=approvals.build(raw.get("approvals", {}), net_default),
         scope=Scope(signals=scope.get("signals", Item(True, "")).value,
                     abstract_unix=scope.get("abstract_unix", Item(True, "")).value),
+        ssh_agent=ssh_agent.build(raw.get("ssh_agent"),
+                                  lambda t: os.path.normpath(expand(t, vars))),
     )
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from ..record import dataclass, field
 from .approvals import Approvals
+from .ssh_agent import SshAgent
 
 
 @dataclass(frozen=True)
@@ -103,6 +104,9 @@ class Policy:
     protected: tuple[str, ...] = ()            # workdir patterns added to patterns.DEFAULT_PATTERNS
     limits: Limits = field(default_factory=Limits)
     approvals: Approvals = field(default_factory=Approvals)   # approvals:, the engine's rules
+    # None: no agent socket inside (ssh_agent.py); out of the hash: hash(None) differs
+    # between processes before Python 3.12 (tests/unit/test_record.py compares them)
+    ssh_agent: SshAgent | None = field(default=None, hash=False)
 
     def to_dict(self) -> dict[str, object]:
         def grants(gs: tuple[PathGrant, ...]) -> list[dict[str, object]]:
@@ -125,4 +129,5 @@ class Policy:
             **({"approvals": self.approvals.to_dict()} if self.approvals.kinds else {}),
             "scope": {"signals": self.scope.signals,
                       "abstract_unix": self.scope.abstract_unix},
+            **({"ssh_agent": self.ssh_agent.to_dict()} if self.ssh_agent is not None else {}),
         }

@@ -171,7 +171,8 @@ def _check_approver(approver: str | None, policy: Policy, socket_path: str | Non
     flag = "--approver" if socket_path is None else "--approver-socket"
     if approver is not None and socket_path is not None:
         raise ConfineError("--approver and --approver-socket: choose one")
-    if policy.network.default != "ask" and not any(
+    if policy.network.default != "ask" and not (
+            policy.ssh_agent is not None and policy.ssh_agent.decision == "ask") and not any(
             policy.approvals.decide(k, {})[0] == "ask" or any(r.decision == "ask" for r in s.rules)
             or s.ask_above is not None for k, s in policy.approvals.kinds):
         raise ConfineError(f"{flag} only applies where something is asked (network.default: ask "
@@ -207,6 +208,7 @@ class Session:
         self._error: BaseException | None = None   # what ended a run without one
         self.host: HostFacts | None = None
         self.egress: Any = None             # the running egress gateway (runtime/egress.py)
+        self.ssh_agent: Any = None          # the run's ssh-agent proxy (runtime/sshagent.py)
         self._server: tuple[int, int] | None = None   # the nested-run endpoint's (pid, pidfd)
         self._unbind: Callable[[], None] = lambda: None  # its socket, if never served
         self.plan: Plan = self._prepare(protect, host,
@@ -295,6 +297,9 @@ class Session:
             plan = compile(policy, req.argv, ident, facts, parent_env=parent_env,
                            cli_env=req.env, lsm=lsm, protected=protected, agent_home=home)
             plan = dataclasses.replace(plan, notes=plan.notes + tuple(home_notes))
+            if policy.ssh_agent is not None:
+                from . import sshagent
+                plan, self.ssh_agent = sshagent.prepare(plan, self.tmp, parent_env, self.warn)
             return self._with_endpoint(plan)
         except BaseException:
             self.close()
@@ -443,6 +448,8 @@ class Session:
             # the agent and its leftovers are gone (launch killed them): nothing
             # can use the gateway any more
             self._stop_egress()
+            if self.ssh_agent is not None:
+                self.ssh_agent.stop()
             self.events.ended()
             if screen is not None:
                 screen.release()
@@ -501,6 +508,8 @@ class Session:
     def _in_tmp(self, held_fd: list[int], offer: Callable[[], None]) -> None:
         held_fd.extend(self._prepare_held())
         offer()
+        if self.ssh_agent is not None:
+            self.ssh_agent.start(self.events, self.req.approver)
 
     def _with_endpoint(self, plan: Plan) -> Plan:
         """confine inside confine (runtime/delegate_server.py): the endpoint the

@@ -148,3 +148,13 @@ def test_journal_is_below_the_runtime():
     bad = {(m, t) for m, t in _edges(_graph(), "confine.journal")
            if not any(_under(t, ok) for ok in allowed)}
     assert bad == set()
+
+
+def test_credentials_are_called_in():
+    # the credential sources and the ssh-agent proxy: the gateway and the runtime call
+    # them, never the other way round (credentials/__init__.py)
+    allowed = ("confine.credentials", "confine.policy", "confine.errors", "confine.paths",
+               "confine.kernel", "confine.record", "confine.digest")
+    bad = {(m, t) for m, t in _edges(_graph(), "confine.credentials")
+           if not any(_under(t, ok) for ok in allowed)}
+    assert bad == set()
