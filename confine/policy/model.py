@@ -101,6 +101,7 @@ class Policy:
     unix_sockets: tuple[PathGrant, ...] = ()   # pathname sockets connectable outside the workdir
     protected: tuple[str, ...] = ()            # workdir patterns added to patterns.DEFAULT_PATTERNS
     limits: Limits = field(default_factory=Limits)
+    workdir_mode: str = "shared"               # policy/workdir_mode.py: shared | exclusive
 
     def to_dict(self) -> dict[str, object]:
         def grants(gs: tuple[PathGrant, ...]) -> list[dict[str, object]]:
@@ -120,6 +121,7 @@ class Policy:
             "unix_sockets": {"allow": grants(self.unix_sockets)},
             "protected": list(self.protected),
             "limits": self.limits.to_dict(),
+            "workdir_mode": self.workdir_mode,
             "scope": {"signals": self.scope.signals,
                       "abstract_unix": self.scope.abstract_unix},
         }
