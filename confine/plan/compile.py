@@ -20,9 +20,9 @@ from typing import Any
 
 from landlockpy import AccessFS, AccessNet, Scope
 
+from ..errors import ConfineError
 from ..kernel import caps, landlock, seccomp
 from ..kernel.seccomp import ioctls as seccomp_ioctls
-from ..errors import ConfineError
 from ..paths import is_under
 from ..policy import workdir_mode
 from ..policy.model import Policy
