@@ -586,6 +586,8 @@ def compile(policy: Policy, argv: Sequence[str], identity: Identity, host: HostF
             child_rules.append((g.path, landlock.READ & handled_fs))
     sc_rules = seccomp.rules_for(policy.seccomp.deny, policy.seccomp.unsafe_allow,
                                  udp=policy.network.egress and host.seccomp_user_notif)
+    if policy.workdir_mode == workdir_mode.EXCLUSIVE:
+        sc_rules = tuple(sc_rules) + seccomp.setflags_rules()
     sc_extra: tuple[Any, ...] = ()
     if abi < 4 and not (policy.network.connect_tcp or policy.network.bind_tcp
                         or policy.network.egress):

@@ -332,6 +332,17 @@ class Session:
                                "may use while the agent runs, which only mediated file calls "
                                "keep free of new protected names: refusing to run (drop the "
                                "grant, or run without exclusive mode)")
+        if self.exclusive:
+            from ..kernel.mounts import casefolded
+            try:
+                why = "compares names without case (casefold)" if casefolded(policy.workdir) \
+                    else None
+            except OSError as e:
+                why = f"may compare names without case (its flags cannot be read: {e.strerror})"
+            if why is not None:
+                # the exit check compares names as spelled; `.ENVRC` opens `.envrc` there
+                raise ConfineError(f"exclusive workdir ({workdir_mode.FLAG}): the workdir {why}, "
+                                   "and the exit check compares names as spelled: refusing to run")
         # exclusive: no name guard at the call, so git's configs keep their binds too
         mediated = facts.seccomp_user_notif and not self.exclusive
         index_dir = index.dir_for(policy)[0]
