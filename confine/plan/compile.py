@@ -597,8 +597,10 @@ def compile(policy: Policy, argv: Sequence[str], identity: Identity, host: HostF
     # Without a mount namespace below ABI 3 the broker judges truncation too
     # (NO_NS_REPLACEMENTS), so file calls are mediated even where the guard has no
     # name to protect; elsewhere only for the guard (each mediated call costs).
+    # An exclusive workdir: no file call is mediated (its exit check holds new names).
     file_mediation = unix_mediation and (
-        (protected is not None and protected.guard)
+        (protected is not None and protected.guard
+         and policy.workdir_mode != workdir_mode.EXCLUSIVE)
         or (not mount_ns and abi < landlock.FS_MIN_ABI[AccessFS.TRUNCATE]))
     ioctl_allowlist = (not mount_ns and abi < landlock.FS_MIN_ABI[AccessFS.IOCTL_DEV]
                        and host.seccomp_filter and seccomp_ioctls.available())
