@@ -19,7 +19,7 @@ import os
 import shutil
 
 import pytest
-from conftest import NO_NAMESPACES, PY, Sandbox, make_workdir, write_owned
+from conftest import NO_NAMESPACES, Sandbox, make_workdir, write_owned
 from test_egress import ALLOW, ATTEMPTS, inside, last_json, net, py  # noqa: F401 - net: fixture
 from test_held import (  # noqa: F401 - cleanup: fixture
     NOTED,
@@ -126,30 +126,21 @@ attempt("ordinary", lambda: opened("plain.txt", os.O_WRONLY | os.O_CREAT))
 '''
 
 
-@pytest.mark.parametrize("mode", ["exclusive", "default"])
-def test_writes_outside_and_to_protected_paths_at_start_stay_refused(sandbox, outside_dir,
-                                                                     mode):
+def test_writes_outside_and_to_protected_paths_at_start_stay_refused(sandbox, outside_dir):
+    """(The default mode's refusals of the same: tests/e2e/test_refusals.py, test_held.py.)"""
     write_owned(os.path.join(sandbox.workdir, ".envrc"), "export A=1\n", sandbox.agent)
     params = {"outside": os.path.join(outside_dir, "planted")}
     # control: the same identity, unconfined, writes all three
-    c = sandbox.outside([PY, "-c", _probe(BOUNDS_BODY, params)])
-    rc = last_json(c.stdout)
+    c, rc = sandbox.outside_probe(BOUNDS_BODY, params)
     assert rc == {"outside": "ok", "existing_envrc": "ok", "ordinary": "ok"}, c.stderr
     os.unlink(params["outside"])
-    opts = [EXCLUSIVE] if mode == "exclusive" else []
-    p, r = sandbox.probe(BOUNDS_BODY, params, *opts)
+    p, r = sandbox.probe(BOUNDS_BODY, params, EXCLUSIVE)
     assert r is not None, p.stderr
     assert r["outside"] in ("EACCES", "EROFS"), r   # Landlock, the read-only host view
-    # exclusive: its read-only bind; default: the name guard refuses it first
-    assert r["existing_envrc"] == ("EROFS" if mode == "exclusive" else "EACCES"), r
+    assert r["existing_envrc"] == "EROFS", r        # its read-only bind, kept
     assert r["ordinary"] == "ok", r
     assert not os.path.exists(params["outside"])
     assert p.returncode == 0, p.stderr
-
-
-def _probe(body: str, params: dict) -> str:
-    from conftest import probe_code
-    return probe_code(body, params)
 
 
 def test_without_a_mount_namespace_exclusive_mode_is_refused_by_name(user_sandbox):
