@@ -250,7 +250,9 @@ def _print_plan(d: dict) -> None:
         e(f"protected paths{where}: {len(r['protected'])} in {len(r['git_directories'])} git "
           f"directories; read-only binds: {', '.join(r['read_only_binds']) or '-'}")
         for g in r["guard_only"]:
-            e(f"  {g['path']}: no read-only bind ({g['reason']}); guarded by name")
+            e(f"  {g['path']}: no read-only bind ({g['reason']}); "
+              + ("checked at exit" if (d.get("workdir_mode") or {}).get("gives_up")
+                 else "guarded by name"))
     nsd = d["namespaces"]
     if nsd["mount"]:
         e(f"mount namespace: host read-only except {', '.join(nsd['writable'])}; private "
