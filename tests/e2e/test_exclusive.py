@@ -175,6 +175,8 @@ def test_a_profile_key_selects_the_mode_and_a_bad_value_names_line_and_key(user_
         os.unlink(prof)
 
 
+@pytest.mark.skipif(shutil.which("ip") is None or shutil.which("openssl") is None,
+                    reason="needs iproute2 (ip netns) and openssl")
 @pytest.mark.parametrize("mode", ["root", "user"])
 def test_network_still_goes_through_the_gateway(mode, net, test_user, confine_bin):  # noqa: F811
     sb = Sandbox(mode, test_user, make_workdir(test_user))
