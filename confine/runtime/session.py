@@ -436,7 +436,9 @@ class Session:
             plan = self._start_egress(plan)
             plan, offer, serve = self._delegation(plan)
             eg = self.egress
-            outcome = launch(plan, guard=None if self.exclusive else self.guard, warn=say, stdio=stdio, timeout=timeout,
+            # exclusive: nothing is mediated for the guard to judge (its verdicts serve the exit)
+            outcome = launch(plan, guard=None if self.exclusive else self.guard, warn=say,
+                             stdio=stdio, timeout=timeout,
                              inet=eg.routes if eg is not None else None,
                              on_sockets=eg.start_on if eg is not None and plan.gateway_ports
                              else None, events=self.events,
@@ -670,7 +672,8 @@ class Session:
         try:
             got = keep.finish()
         except Exception as e:  # noqa: BLE001 - said, never silently lost
-            say(f"the held files of this run could not be kept ({printable(f'{type(e).__name__}: {e}')})")
+            say("the held files of this run could not be kept "
+                f"({printable(f'{type(e).__name__}: {e}')})")
             return [None]
         for r in got.roots:
             self.events.emit({"event": "held", "what": r.path, "mode": workdir_mode.EXCLUSIVE,
