@@ -66,6 +66,8 @@ CONFINE_COLD = "confine exec -w small -- /bin/true"
 
 # Issue 13's goals for real work: confined wall / bare wall.
 WORK_GOAL = {"npm": 1.3, "clone": 1.5, "tar": 3.0, "make": 1.05, "venv": 1.2}
+# Issue 26's goals for an exclusive workdir (--exclusive-workdir): exclusive wall / bare wall.
+EXCLUSIVE_GOAL = {"tar": {"tmpfs": 1.5}, "clone": {"tmpfs": 1.5, "disk": 1.5}, "npm": {"disk": 1.15}}
 MEDIATION_GOAL_US = 80.0
 WORKDIR_GOAL_MS = 50.0
 COLD_GOAL_X_PYTHON = 3.0
@@ -746,12 +748,15 @@ def workload(name, t, pw, quick):
     raise ValueError(name)
 
 
-def run_once(argv, wd, confined, t, pw, grant):
+def run_once(argv, wd, side, t, pw, grant):
+    """side: bare, confined (the default mode) or exclusive (--exclusive-workdir)."""
     # The bare side's TMPDIR is where confine puts its private one (/tmp), whatever the workdir's disk.
     tmp = mkdir_for(os.path.join("/tmp", "confine-bench-" + os.path.basename(wd)), pw, 0o700)
     wrapped = ["/bin/sh", "-c", WRAP, "sh", *argv]
+    confined = side != "bare"
     if confined:
-        cmd = [t["confine"], "exec", "-w", wd, "--user", USER, "--read", grant, "--", *wrapped]
+        mode = ["--exclusive-workdir"] if side == "exclusive" else []
+        cmd = [t["confine"], "exec", "-w", wd, "--user", USER, "--read", grant, *mode, "--", *wrapped]
         kw = {}
         env = {"PATH": PATH, "LANG": "C.UTF-8", "HOME": "/root"}
     else:
@@ -765,7 +770,7 @@ def run_once(argv, wd, confined, t, pw, grant):
     shutil.rmtree(tmp, ignore_errors=True)
     m = re.search(r"@@inner (\d+)", p.stdout)
     if p.returncode or not m:
-        raise RuntimeError(f"{'confined' if confined else 'bare'} {' '.join(argv)}: exit {p.returncode}: "
+        raise RuntimeError(f"{side} {' '.join(argv)}: exit {p.returncode}: "
                            f"{p.stderr.strip()[-1500:]}")
     return wall, int(m.group(1)) / 1e9
 
@@ -778,33 +783,39 @@ def section_work(name, t, pw, bases, quick):
     out = {"label": label, "goal": WORK_GOAL[name]}
     for fs, base in bases.items():
         scratch = mkdir_for(os.path.join(base, "work"), pw)
-        res = {"bare": [], "confined": [], "inner": []}
-        sides = [False, True] if t["confine"] else [False]
+        res = {"bare": [], "confined": [], "inner": [], "exclusive": [], "inner_exclusive": []}
+        sides = ["bare", "confined"] if t["confine"] else ["bare"]
+        if t["confine"] and name in EXCLUSIVE_GOAL:
+            sides.append("exclusive")
         # One untimed bare run first: page cache and binaries warm for both sides.
         wd = mkdir_for(os.path.join(scratch, f"{name}-warmup"), pw)
         if setup:
             setup(wd)
             chown_tree(wd, pw)
         try:
-            run_once(argv, wd, False, t, pw, grant)
+            run_once(argv, wd, "bare", t, pw, grant)
         finally:
             shutil.rmtree(wd, ignore_errors=True)
         for rep in range(size("reps", quick)):
-            for confined in (sides if rep % 2 == 0 else sides[::-1]):
-                wd = mkdir_for(os.path.join(scratch, f"{name}-{'c' if confined else 'b'}{rep}"), pw)
+            for side in (sides if rep % 2 == 0 else sides[::-1]):
+                wd = mkdir_for(os.path.join(scratch, f"{name}-{side[0]}{rep}"), pw)
                 if setup:
                     setup(wd)
                     chown_tree(wd, pw)
                 try:
-                    wall, inner = run_once(argv, wd, confined, t, pw, grant)
+                    wall, inner = run_once(argv, wd, side, t, pw, grant)
                 finally:
                     shutil.rmtree(wd, ignore_errors=True)
-                res["confined" if confined else "bare"].append(wall)
-                if confined:
+                res[side].append(wall)
+                if side == "confined":
                     res["inner"].append(inner)
+                elif side == "exclusive":
+                    res["inner_exclusive"].append(inner)
         r = {k: statistics.median(v) for k, v in res.items() if v}
         if "confined" in r:
             r["ratio"] = r["confined"] / r["bare"]
+        if "exclusive" in r:
+            r["ratio_exclusive"] = r["exclusive"] / r["bare"]
         out[fs] = r
         log(f"  {name} on {fs}: " + ", ".join(f"{k} {v:.2f}" for k, v in r.items()))
     return out
@@ -876,6 +887,11 @@ def goals(R):
             if fs in w and "ratio" in w[fs]:
                 r = w[fs]["ratio"]
                 g.append((f"5. {name} ({fs})", f"<= {w['goal']}x", f"{r:.2f}x", r / w["goal"]))
+        for fs, goal in EXCLUSIVE_GOAL.get(name, {}).items():
+            if fs in w and "ratio_exclusive" in w[fs]:
+                r = w[fs]["ratio_exclusive"]
+                g.append((f"issue 26: {name} ({fs}), --exclusive-workdir", f"<= {goal}x", f"{r:.2f}x",
+                          r / goal))
     return g
 
 
@@ -1004,6 +1020,24 @@ def render(R, M, V, quick, markdown, only=None):
             rows.append((*cells, f"{w['goal']}x"))
         table(["workload", "tmpfs bare", "tmpfs confined (inner)", "ratio", "disk bare", "disk confined (inner)",
                "ratio", "goal"], rows)
+        rows = []
+        for n in work:
+            w = R[n]
+            if "skipped" in w or n not in EXCLUSIVE_GOAL:
+                continue
+            cells = [w["label"]]
+            for fs in ("tmpfs", "disk"):
+                r = w.get(fs, {})
+                cells += [f"{r['exclusive']:.2f} ({r['inner_exclusive']:.2f})" if "exclusive" in r else "-",
+                          f"**{r['ratio_exclusive']:.2f}**" if markdown and "ratio_exclusive" in r else
+                          (f"{r['ratio_exclusive']:.2f}" if "ratio_exclusive" in r else "-")]
+            rows.append((*cells, ", ".join(f"{fs} {g}x" for fs, g in EXCLUSIVE_GOAL[n].items())))
+        if rows:
+            title("The same work with an exclusive workdir (`--exclusive-workdir`: the workdir's file calls "
+                  "unmediated, new protected names held at exit; docs/exclusive.md), s (ratio = exclusive wall / "
+                  "the bare wall above)")
+            table(["workload", "tmpfs exclusive (inner)", "ratio", "disk exclusive (inner)", "ratio", "goal"],
+                  rows)
     if markdown:
         L.append("Confine starts as root with `--user confine-test` (the agent's account); bare rows run as "
                  "confine-test with the same minimal environment. bubblewrap: `bwrap --unshare-all --ro-bind / / "

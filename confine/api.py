@@ -103,7 +103,10 @@ class Sandbox:
     every run (its workdir's protected paths: snapshot, guard and exit check;
     the profile files: a changed profile applies to the next run). Each run
     gets a fresh private TMPDIR, and nothing it started outlives it. Options:
-    the fields of Request, as for run()."""
+    the fields of Request, as for run(). `exclusive=True` (a scratch checkout
+    nothing else uses while a run lasts): the workdir's file calls run at native
+    speed and new protected names are held at the end of each run instead
+    (policy/workdir_mode.py, docs/exclusive.md)."""
 
     def __init__(self, *, allow_degraded: bool | Collection[str] = False,
                  warn: Warn | None = None, **options: Any):

@@ -27,7 +27,7 @@ _VALUES: dict[str, tuple[str, bool]] = {
 _FLAGS: dict[str, tuple[str, bool]] = {
     "--allow-degraded": ("allow_degraded", True), "--force-workdir": ("force_workdir", True),
     "--agent-status": ("agent_status", True), "--agent-home": ("agent_home", True),
-    "--no-agent-home": ("agent_home", False),
+    "--no-agent-home": ("agent_home", False), "--exclusive-workdir": ("exclusive", True),
 }
 
 
@@ -44,7 +44,8 @@ def exec_args(argv: list[str]) -> tuple[list[str], dict[str, Any]] | None:
     opts: dict[str, Any] = {"profile": "default", "workdir": None, "user": None,
                             "apparmor": None, "selinux_context": None, "log": None,
                             "approver": None, "approver_socket": None, "allow_degraded": False,
-                            "force_workdir": False, "agent_status": False, "agent_home": True}
+                            "force_workdir": False, "agent_status": False, "agent_home": True,
+                            "exclusive": False}
     many: dict[str, list[str]] = {k: [] for k in ("read", "write", "env", "degrade",
                                                   "allow_host")}
     i = 1

@@ -154,6 +154,10 @@ def cli():
 @click.option("--agent-home/--no-agent-home", default=True, show_default=True,
               help="HOME inside is the agent's own persistent home (rc files, history, "
                    "caches), kept per profile and workdir; never your real HOME.")
+@click.option("--exclusive-workdir", "exclusive", is_flag=True,
+              help="Nothing outside uses the workdir while the agent runs (CI, a container): "
+                   "its file calls run unmediated, new protected names are held at exit "
+                   "(workdir_mode: exclusive; docs/exclusive.md).")
 @click.option("--dry-run", is_flag=True, help="Print the effective policy and exit.")
 @click.option("--json", "as_json", is_flag=True, help="With --dry-run: machine-readable output.")
 @click.argument("command", nargs=-1, required=False, type=click.UNPROCESSED)
@@ -251,7 +255,9 @@ def _print_plan(d: dict) -> None:
         e(f"protected paths{where}: {len(r['protected'])} in {len(r['git_directories'])} git "
           f"directories; read-only binds: {', '.join(r['read_only_binds']) or '-'}")
         for g in r["guard_only"]:
-            e(f"  {g['path']}: no read-only bind ({g['reason']}); guarded by name")
+            e(f"  {g['path']}: no read-only bind ({g['reason']}); "
+              + ("checked at exit" if (d.get("workdir_mode") or {}).get("gives_up")
+                 else "guarded by name"))
     nsd = d["namespaces"]
     if nsd["mount"]:
         e(f"mount namespace: host read-only except {', '.join(nsd['writable'])}; private "

@@ -33,12 +33,14 @@ def _profile_opts(f):
 @click.option("--allow-degraded", is_flag=True,
               help="Probe even if this kernel cannot enforce the whole profile.")
 @click.option("--force-workdir", is_flag=True, help="As for confine exec.")
+@click.option("--exclusive-workdir", "exclusive", is_flag=True,
+              help="Probe an exclusive workdir, as for confine exec (docs/exclusive.md).")
 @click.option("--only", multiple=True, metavar="GROUP|ID",
               help="Run only these groups (writes, secrets, ...) or attempt ids (repeatable).")
 @click.option("-v", "--verbose", is_flag=True, help="Show details of blocked attempts too.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable report.")
-def probe(profile, workdir, read_, write, env, user, allow_degraded, force_workdir, only,
-          verbose, as_json):
+def probe(profile, workdir, read_, write, env, user, allow_degraded, force_workdir, exclusive,
+          only, verbose, as_json):
     """Attack the sandbox from inside and report what an agent could still do.
 
     \b
@@ -65,7 +67,8 @@ def probe(profile, workdir, read_, write, env, user, allow_degraded, force_workd
             raise ConfineError(f"--only {o}: not a group ({', '.join(sorted(groups))}) "
                                "or an attempt id (e.g. writes.symlink; see --json)")
     r = run_probe(profile=profile, workdir=workdir, read=read_, write=write, env=env, user=user,
-                  allow_degraded=allow_degraded, force_workdir=force_workdir, only=only)
+                  allow_degraded=allow_degraded, force_workdir=force_workdir, only=only,
+                  exclusive=exclusive)
     if as_json:
         click.echo(json.dumps(r, indent=2))
     else:

@@ -18,7 +18,7 @@ __all__ = [
     "MS_NODIRATIME", "MS_BIND", "MS_REC", "MS_PRIVATE", "MS_RELATIME", "MS_STRICTATIME",
     "ST_RDONLY", "ST_NOSUID", "ST_NODEV", "ST_NOEXEC", "ST_NOATIME", "ST_NODIRATIME",
     "ST_RELATIME", "mount", "unescape", "MOUNT_ATTR_RDONLY", "MOUNT_ATTR_NODEV", "open_tree",
-    "move_mount", "mount_setattr",
+    "move_mount", "mount_setattr", "casefolded",
 ]
 
 # <linux/mount.h>: mount(2) flags.
@@ -122,3 +122,26 @@ def unescape(s: str) -> str:
             out.append(s[i])
             i += 1
     return "".join(out)
+
+
+FS_IOC_GETFLAGS = 0x80086601
+FS_CASEFOLD_FL = 0x40000000
+
+
+def casefolded(path: str) -> bool:
+    """Whether the directory compares names without case (ext4, f2fs, tmpfs casefold:
+    `.ENVRC` opens `.envrc`). Raises OSError where it cannot be told (the caller
+    decides); a filesystem without inode flags (ENOTTY) has no such directory."""
+    import errno
+    import fcntl
+    import struct
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        buf = fcntl.ioctl(fd, FS_IOC_GETFLAGS, b"\0" * 8)
+    except OSError as e:
+        if e.errno in (errno.ENOTTY, errno.EOPNOTSUPP, errno.EINVAL):
+            return False
+        raise
+    finally:
+        os.close(fd)
+    return bool(struct.unpack("=i", buf[:4])[0] & FS_CASEFOLD_FL)

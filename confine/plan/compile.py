@@ -20,9 +20,11 @@ from typing import Any
 
 from landlockpy import AccessFS, AccessNet, Scope
 
+from ..errors import ConfineError
 from ..kernel import caps, landlock, seccomp
 from ..kernel.seccomp import ioctls as seccomp_ioctls
 from ..paths import is_under
+from ..policy import workdir_mode
 from ..policy.model import Policy
 from ..record import dataclass, field
 from . import carve as _carve
@@ -145,6 +147,11 @@ class Plan:
         holes = sorted({g.path for g in self.policy.read_only} | {d.path for d in self.policy.deny})
         return roots, [h for h in holes if any(is_under(h, r) for r in roots)]
 
+    @property
+    def exclusive(self) -> bool:
+        """Nothing outside uses the workdir while the agent runs (policy/workdir_mode.py)."""
+        return self.policy.workdir_mode == workdir_mode.EXCLUSIVE
+
     def step_names(self) -> list[str]:
         return [s.name for s in self.steps]
 
@@ -183,7 +190,11 @@ class Plan:
             "protected_names": ("seccomp user notification: opens for writing, creat, truncate, "
                                 "mkdir, mknod, symlink, link and rename are judged by the name "
                                 "guard and performed by the broker" if self.file_mediation
+                                else "none: exclusive workdir, new protected names are held or "
+                                "quarantined at exit" if self.exclusive
                                 else "none (new protected paths only checked at exit)"),
+            "workdir_mode": {"mode": self.policy.workdir_mode,
+                             "gives_up": workdir_mode.GIVES_UP if self.exclusive else None},
             "protected_paths": (dict(self.protected.description)
                                 if self.protected is not None else None),
             "lsm": {"apparmor": self.lsm.apparmor, "selinux": self.lsm.selinux},
@@ -463,6 +474,12 @@ def compile(policy: Policy, argv: Sequence[str], identity: Identity, host: HostF
                 rules.append((p, r, why))
 
     mount_ns = host.namespaces
+    if policy.workdir_mode == workdir_mode.EXCLUSIVE and not mount_ns:
+        # the read-only binds of what was protected at start are what keeps it
+        # unchanged while nothing judges the workdir's file calls
+        raise ConfineError(f"exclusive workdir ({workdir_mode.FLAG}, {workdir_mode.KEY}: "
+                           "exclusive) needs a mount namespace for the read-only binds of "
+                           "the protected paths, and there is none here: refusing to run")
     writes, devices = policy.write, policy.devices
     if not mount_ns:
         # The host's /dev/shm and /dev/pts are shared with every process of the
@@ -519,6 +536,8 @@ def compile(policy: Policy, argv: Sequence[str], identity: Identity, host: HostF
     for port in unreachable_servers(policy):
         notes.append(f"network.bind_tcp: the agent may listen on port {port} but not connect to "
                      f"it (add {port} to network.connect_tcp to reach its own server)")
+    if policy.workdir_mode == workdir_mode.EXCLUSIVE:
+        notes.append(workdir_mode.GIVES_UP)
     if policy.seccomp.unsafe_allow:
         notes.append("default seccomp denials removed by the profile: "
                      + ", ".join(policy.seccomp.unsafe_allow))
@@ -567,6 +586,8 @@ def compile(policy: Policy, argv: Sequence[str], identity: Identity, host: HostF
             child_rules.append((g.path, landlock.READ & handled_fs))
     sc_rules = seccomp.rules_for(policy.seccomp.deny, policy.seccomp.unsafe_allow,
                                  udp=policy.network.egress and host.seccomp_user_notif)
+    if policy.workdir_mode == workdir_mode.EXCLUSIVE:
+        sc_rules = tuple(sc_rules) + seccomp.setflags_rules()
     sc_extra: tuple[Any, ...] = ()
     if abi < 4 and not (policy.network.connect_tcp or policy.network.bind_tcp
                         or policy.network.egress):
@@ -576,8 +597,10 @@ def compile(policy: Policy, argv: Sequence[str], identity: Identity, host: HostF
     # Without a mount namespace below ABI 3 the broker judges truncation too
     # (NO_NS_REPLACEMENTS), so file calls are mediated even where the guard has no
     # name to protect; elsewhere only for the guard (each mediated call costs).
+    # An exclusive workdir: no file call is mediated (its exit check holds new names).
     file_mediation = unix_mediation and (
-        (protected is not None and protected.guard)
+        (protected is not None and protected.guard
+         and policy.workdir_mode != workdir_mode.EXCLUSIVE)
         or (not mount_ns and abi < landlock.FS_MIN_ABI[AccessFS.TRUNCATE]))
     ioctl_allowlist = (not mount_ns and abi < landlock.FS_MIN_ABI[AccessFS.IOCTL_DEV]
                        and host.seccomp_filter and seccomp_ioctls.available())

@@ -16,7 +16,7 @@ from typing import Any, NoReturn
 from ..errors import ProfileError
 from ..paths import is_under
 from ..record import dataclass
-from . import approvals, realpaths, runlater, secrets, ssh_agent
+from . import approvals, realpaths, runlater, secrets, ssh_agent, workdir_mode
 from .model import Env, Limits, Network, PathGrant, Policy, Scope, Seccomp
 from .patterns import DEFAULT_PATTERNS, compile_patterns
 
@@ -35,6 +35,7 @@ SCHEMA: dict[str, object] = {
     "unix_sockets": {"allow": "paths"},
     "protected": "patterns",
     "approvals": "approvals",
+    workdir_mode.KEY: "workdirmode",
     "limits": {"processes": "count", "memory": "size", "open_files": "count",
                "file_size": "size", "tmp_size": "size", "shm_size": "size"},
     "ssh_agent": ssh_agent.SCHEMA,
@@ -235,6 +236,12 @@ class _Parser:
             v = self.scalar(node, full)
             if v not in NETWORK_DEFAULTS:
                 self.fail(node, f"{full}: {v!r} is not one of {', '.join(NETWORK_DEFAULTS)}")
+            return Item(v, self.where(node))
+        if kind == "workdirmode":
+            v = self.scalar(node, full)
+            why = workdir_mode.problem(v)
+            if why is not None:
+                self.fail(node, f"{full}: {why}")
             return Item(v, self.where(node))
         if kind == "envset":
             if _is_null(node):
@@ -517,6 +524,7 @@ def load(ref: str, *, workdir: str, home: str, tmp: str,
         seccomp=Seccomp(deny=tuple(dict.fromkeys(i.value for i in sc.get("deny", []))),
                         unsafe_allow=tuple(dict.fromkeys(i.value for i in sc.get("unsafe_allow", [])))),
         protected=tuple(i.value for i in raw.get("protected", [])),
+        workdir_mode=str(raw.get(workdir_mode.KEY, Item(workdir_mode.SHARED, "")).value),
         unix_sockets=_grants(raw.get("unix_sockets", {}).get("allow", []), vars,
                              must_exist=False),
         limits=Limits(**lim),

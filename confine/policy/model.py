@@ -107,6 +107,7 @@ class Policy:
     # None: no agent socket inside (ssh_agent.py); out of the hash: hash(None) differs
     # between processes before Python 3.12 (tests/unit/test_record.py compares them)
     ssh_agent: SshAgent | None = field(default=None, hash=False)
+    workdir_mode: str = "shared"               # policy/workdir_mode.py: shared | exclusive
 
     def to_dict(self) -> dict[str, object]:
         def grants(gs: tuple[PathGrant, ...]) -> list[dict[str, object]]:
@@ -127,6 +128,7 @@ class Policy:
             "protected": list(self.protected),
             "limits": self.limits.to_dict(),
             **({"approvals": self.approvals.to_dict()} if self.approvals.kinds else {}),
+            "workdir_mode": self.workdir_mode,
             "scope": {"signals": self.scope.signals,
                       "abstract_unix": self.scope.abstract_unix},
             **({"ssh_agent": self.ssh_agent.to_dict()} if self.ssh_agent is not None else {}),

@@ -42,6 +42,9 @@ LL = LL_ABI > 0
 SCOPED = set(CFG.get("scoped", [])) if CONFINED else set()
 MEDIATION = bool(CFG.get("unix_mediation")) and CONFINED
 META = bool(CFG.get("meta_mediation")) and CONFINED   # no mount namespace: the broker judges
+# An exclusive workdir (policy/workdir_mode.py): no call in it is judged while the agent
+# runs; a new protected name must be gone after the exit check (run.py looks then)
+EXCLUSIVE = bool(CFG.get("exclusive")) and CONFINED
 # The egress gateway runs and the supervisor rewrites every IPv4/IPv6 destination beyond
 # the agent's loopback (mediation/inet.py): TCP to the gateway, port 53 to confine's DNS
 # server, other UDP refused (EACCES); a destination no rule allows: ECONNREFUSED.
@@ -1897,27 +1900,52 @@ def by_guard(err, path):
     return by_fs(err, path)
 
 
+PLANTED = "# written by confine probe (harmless)\n"
+# What an exclusive workdir's plants hold where the exit check judges content (a
+# config a new repository may keep if its keys are safe): what it must not keep.
+PLANTED_BY_NAME = {"config": "[core]\n\tfsmonitor = true confine-probe-harmless\n",
+                   ".gitmodules": '[submodule "x"]\n\tpath = x\n\turl = ext::true\n'}
+
+
+def _at_exit(detail, paths):
+    """Possible while the agent runs; in an exclusive workdir the plants (path, the
+    content written or None) are left for the exit check, and run.py says blocked
+    if none is in the workdir as planted after it."""
+    r = possible(detail)
+    if EXCLUSIVE:
+        r["exit_check"] = [p if isinstance(p, list) else [p, None] for p in paths]
+    return r
+
+
 def _plant(targets):
     """targets: (path, how) with how in create (makedirs + write), append (open an
     existing file for writing, write nothing), create_unlink (a new file, removed).
-    Possible if any works; otherwise blocked with the first error."""
-    first, done, held = None, [], []
+    Possible if any works; otherwise blocked with the first error. In an exclusive
+    workdir a new name is left in place for the exit check (_at_exit)."""
+    first, done, held, left = None, [], [], []
     for path, how in targets:
         try:
+            text = PLANTED_BY_NAME.get(os.path.basename(path), PLANTED) if EXCLUSIVE else PLANTED
             if how == "create":
                 os.makedirs(os.path.dirname(path), exist_ok=True)
                 with open(path, "w") as f:
-                    f.write("# written by confine probe (harmless)\n")
+                    f.write(text)
             elif how == "append":
                 _open_close(path, os.O_WRONLY | os.O_APPEND)
                 done.append("opened %s for writing (nothing written)" % path)
                 continue
+            elif EXCLUSIVE:
+                with open(path, "x") as f:      # left for the exit check: with content
+                    f.write(text)
             else:
                 _open_close(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
             # The name guard holds a new protected file outside the workdir
             # (protect/held.py): the call works, the name never appears.
             if not os.path.lexists(path):
                 held.append(path)
+                continue
+            if EXCLUSIVE and (path + "/").startswith(WORKDIR.rstrip("/") + "/"):
+                left.append([path, text])
                 continue
             if how == "create":
                 done.append("wrote " + path)
@@ -1929,6 +1957,8 @@ def _plant(targets):
             continue
     if done:
         return possible("; ".join(done))
+    if left:
+        return _at_exit("created " + ", ".join(p for p, _ in left) + " while the agent ran", left)
     if held and first is None:
         return blocked("held", "protected-path guard",
                        "%s: held outside the workdir (confine held)" % held[0])
@@ -1984,7 +2014,8 @@ def _l_rename():
         os.rename(prep, os.path.join(base, ".git"))
     except OSError as e:
         return blocked(e.errno, by_guard(e.errno, os.path.join(base, ".git")))
-    return possible("renamed a prepared directory to .git (hooks included)")
+    return _at_exit("renamed a prepared directory to .git (hooks included)",
+                    [os.path.join(base, ".git", "hooks", "post-checkout")])
 
 
 @attempt("later.envrc", "write .envrc (direnv)")
@@ -2046,7 +2077,8 @@ def _l_symlink():
     if not os.path.lexists(os.path.join(base, ".envrc")):
         return blocked("held", "protected-path guard", "judged as %s/.envrc: held outside the "
                        "workdir" % base)
-    return possible("created %s through the symlink %s" % (os.path.join(base, ".envrc"), link))
+    return _at_exit("created %s through the symlink %s" % (os.path.join(base, ".envrc"), link),
+                    [os.path.join(base, ".envrc")])
 
 
 @attempt("later.gitfile", "point git elsewhere with a .git file (gitdir: a prepared directory)")
@@ -2069,6 +2101,13 @@ def _l_gitfile():
         return blocked("never appeared", "protected-path guard", "%s was written without a name "
                        "and never put in place (it points outside .git/worktrees/ and "
                        ".git/modules/)" % target)
+    if EXCLUSIVE:
+        # what the pointer brings: the exit check judges the directory it names
+        hook = os.path.join(prep, "post-checkout")
+        with open(hook, "w") as f:
+            f.write(PLANTED)
+        return _at_exit("wrote %s pointing at %s, with a hook there" % (target,
+                        os.path.dirname(prep)), [hook])
     return possible("wrote %s pointing at %s" % (target, os.path.dirname(prep)))
 
 
@@ -2136,7 +2175,8 @@ def _l_deleted_suffix():
         os.rename(prep, os.path.join(base, ".git"))
     except OSError as e:
         return blocked(e.errno, by_guard(e.errno, os.path.join(base, ".git")))
-    return possible("renamed a prepared directory to %s/.git" % base)
+    return _at_exit("renamed a prepared directory to %s/.git" % base,
+                    [os.path.join(base, ".git", "hooks")])
 
 
 @attempt("later.long_path", "plant .envrc deeper than PATH_MAX (no path reads back)")
@@ -2160,6 +2200,8 @@ def _l_long_path():
         except OSError as e:
             return blocked(e.errno, by_guard(e.errno, where), "%d directories deep" % len(rel))
         os.close(fd)
+        if EXCLUSIVE:
+            return _at_exit("created .envrc %d directories deep" % len(rel), [where])
         try:
             os.unlink(".envrc", dir_fd=d)
         except FileNotFoundError:       # held outside the workdir (protect/held.py)
@@ -2172,8 +2214,35 @@ def _l_long_path():
 
 @attempt("later.case_variant", "plant protected names in other case (.ENVRC, .MCP.json, .CLAUDE/)")
 def _l_case_variant():
-    return _plant(_nested(".ENVRC", ".MCP.json", ".CLAUDE/settings.json", ".Git/hooks/pre-commit",
-                          ".vscode/TASKS.json"))
+    got = _plant(_nested(".ENVRC", ".MCP.json", ".CLAUDE/settings.json", ".Git/hooks/pre-commit",
+                         ".vscode/TASKS.json"))
+    if not (EXCLUSIVE and got.get("exit_check")):
+        return got
+    # An exclusive workdir keeps names as spelled (the exit check compares them so):
+    # harmless only while no directory compares names without case, and none may
+    # become one (the ioctl that sets the casefold flag on an empty directory).
+    import fcntl
+    empty = os.path.join(scratch(), "casefold")
+    os.makedirs(empty, exist_ok=True)
+    fd = os.open(empty, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        try:
+            flags = struct.unpack("=i", fcntl.ioctl(fd, 0x80086601, b"\0" * 8)[:4])[0]
+            fcntl.ioctl(fd, 0x40086602, struct.pack("=q", flags | 0x40000000))
+        except OSError as e:
+            err = e.errno
+        else:
+            return possible("set the casefold flag on %s: %s there opens .envrc" % (empty, ".ENVRC"))
+    finally:
+        os.close(fd)
+    if err in (errno.ENOTTY, errno.EOPNOTSUPP, errno.EINVAL):
+        why = "this filesystem has no case-insensitive directories"
+    elif err == errno.EPERM:
+        why = "the flag ioctls are refused in an exclusive workdir"
+    else:
+        return got
+    return blocked(err, "seccomp (inode flags) + exit check",
+                   "the names stay as spelled, which no tool opens for the protected ones: " + why)
 
 
 # ------------------------------------------------------------ main

@@ -401,13 +401,14 @@ def _run_confined(argv, opts: dict, canary: str, warnings: list) -> tuple[int, s
         else:
             os.environ[CANARY_ENV] = old_canary
     err = _slurp(err_fd)
-    _discard_held(err)
+    _discard_held(err, quarantine=bool(opts.get("exclusive")))
     return status, _slurp(out_fd), err
 
 
-def _discard_held(err: str) -> None:
-    """The battery's own plants that the name guard held (protect/held.py)
-    are not the person's to review: their run's held state goes."""
+def _discard_held(err: str, quarantine: bool = False) -> None:
+    """The battery's own plants that the name guard or an exclusive workdir's exit
+    check held (protect/held.py) or quarantined are not the person's to review:
+    their run's held state and quarantine go."""
     import re
 
     from ..protect import held
@@ -417,6 +418,15 @@ def _discard_held(err: str) -> None:
             held.discard(m, list(held.iter_roots(m)))
         except (held.HeldError, OSError):
             pass
+    if not quarantine:
+        return
+    # an exclusive workdir: what its exit check moved away (the battery's hooks) too
+    from ..protect import revert
+    base = os.path.dirname(revert.default_quarantine_dir("x"))
+    for line in re.findall(r"^confine: quarantine: (.+)$", err, re.M):
+        for d in line.split(", "):
+            if os.path.dirname(d) == base and os.path.isdir(d) and not os.path.islink(d):
+                api.remove_tree(d)
 
 
 def _run_unconfined(argv, workdir: str, canary: str, inherit_fd: int) -> tuple[int, str, str]:
@@ -437,15 +447,71 @@ def _parse(out: str) -> dict | None:
     return None
 
 
+def _present(path: str, content: str | None = None) -> bool:
+    """Whether path names anything (content: a file holding exactly that), never
+    following a symlink, one component at a time (a path deeper than PATH_MAX reads
+    as missing to lstat)."""
+    comps = [c for c in path.split("/") if c]
+    try:
+        fd = os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return True
+    try:
+        for i, c in enumerate(comps):
+            last = i == len(comps) - 1
+            try:
+                nfd = os.open(c, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC
+                              | (0 if last else os.O_DIRECTORY), dir_fd=fd)
+            except FileNotFoundError:
+                return False
+            except OSError:
+                return True         # cannot tell: it counts as there
+            os.close(fd)
+            fd = nfd
+        if content is None:
+            return True
+        try:
+            with open(f"/proc/self/fd/{fd}", "rb") as f:
+                return f.read(len(content) + 1) == content.encode()
+        except OSError:
+            return False        # not a file it can read: not the plant as written
+    finally:
+        os.close(fd)
+
+
+_AT_EXIT = "exit check (exclusive workdir: new protected names held or quarantined at exit)"
+
+
+def _settle_exit_checks(out: str) -> str:
+    """An exclusive workdir: the attempts the battery left for the exit check
+    (battery._at_exit) are blocked where none of their paths is in the workdir
+    after the run, still possible where one is. Looked at before the targets go."""
+    data = _parse(out)
+    if data is None:
+        return out
+    for a in data.get("attempts", []):
+        paths = a.pop("exit_check", None)
+        if a.get("result") != "possible" or not paths:
+            continue
+        there = [p for p, text in paths if _present(p, text)]
+        if there:
+            a["detail"] += "; still in the workdir after the exit check: " + ", ".join(there)
+        else:
+            a.update(result="blocked", seen="moved at exit", mechanism=_AT_EXIT,
+                     detail=a["detail"] + "; gone from the workdir after the run")
+    return json.dumps(data)
+
+
 def probe(*, profile="default", workdir=None, read=(), write=(), env=(), user=None,
-          allow_degraded=False, force_workdir=False, only=()) -> dict:
+          allow_degraded=False, force_workdir=False, only=(), exclusive=False) -> dict:
     """Run the battery; returns the report (report.build). Raises ConfineError
-    for confine's own errors (bad profile, refused workdir, unenforceable policy)."""
+    for confine's own errors (bad profile, refused workdir, unenforceable policy).
+    exclusive: in an exclusive workdir (--exclusive-workdir)."""
     t0 = time.monotonic()
     unconfined = os.environ.get(UNCONFINED_ENV) == "1"
     python = python_for_battery()
     opts = dict(profile=profile, workdir=workdir, read=read, write=write, env=env, user=user,
-                force_workdir=force_workdir)
+                force_workdir=force_workdir, exclusive=exclusive)
     # The same preparation `confine exec` makes, for the facts the battery and
     # the report need (identity, rules, ABI); the run below prepares again.
     plan = api.prepare([python], protect=False, **opts)
@@ -467,6 +533,7 @@ def probe(*, profile="default", workdir=None, read=(), write=(), env=(), user=No
             "scoped": landlock.names(plan.scoped),
             "unix_mediation": plan.unix_mediation,
             "meta_mediation": plan.meta_mediation and not unconfined,
+            "exclusive": plan.exclusive and not unconfined,
             "net_namespace": plan.net_ns and not unconfined,
             # the supervisor rewrites the agent's INET destinations (mediation/inet.py)
             "inet_routed": plan.egress and plan.unix_mediation and not unconfined,
@@ -493,6 +560,8 @@ def probe(*, profile="default", workdir=None, read=(), write=(), env=(), user=No
         else:
             status, out, err = _run_confined(argv, dict(opts, allow_degraded=allow_degraded),
                                              targets.canary, warnings)
+            if plan.exclusive:
+                out = _settle_exit_checks(out)
             if status in (126, 127) and not out:
                 # The sandbox cannot even start the battery: not usable, so not a pass.
                 err = f"the battery could not start: {warnings[-1] if warnings else status}"
@@ -510,8 +579,11 @@ def probe(*, profile="default", workdir=None, read=(), write=(), env=(), user=No
         "landlock_abi": plan.abi,
         "unix_sockets": ("landlock resolve_unix" if plan.abi >= 9 else
                          "seccomp user notification" if plan.unix_mediation else "not mediated"),
-        "protected_names": ("refused while running (seccomp user notification)"
+        "protected_names": ("held or quarantined at exit (exclusive workdir)"
+                            if plan.exclusive and not unconfined else
+                            "refused while running (seccomp user notification)"
                             if plan.unix_mediation else "checked at exit only"),
+        "workdir_mode": plan.policy.workdir_mode,
         "limits": {k: {"value": v, "mechanism": plan.limits.get(k, "unlimited")}
                    for k, v in plan.policy.limits.to_dict().items()},
         "degraded": [f"{m.feature}: {m.detail}" for m in plan.missing] if not unconfined else [],

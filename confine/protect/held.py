@@ -345,35 +345,37 @@ def _entries(fd: int) -> list[str]:
     return sorted(out)
 
 
-def collect(hfd: int, guard: Guard, run_id: str, *, base: str | None = None,
-            home: str | None = None) -> Held:
-    """Copy what the held area (descriptor hfd) holds at protected paths into
-    the run's state; returns what was kept (Held.dir None: nothing held)."""
-    from .guard import Guard as _G
-    held = Held(run_id, guard.workdir, None)
-    cp = _Copier()
-    dest_fd: int | None = None
-    dest = os.path.join(base or held_base(home=home), run_id)
-    real, wd = os.path.realpath(dest), guard.workdir.rstrip("/")
-    if real == wd or real.startswith(wd + "/"):
-        # the next agent could rewrite what the person is about to apply
-        raise ValueError(f"the held state {dest} lies inside the workdir")
+class Keeper:
+    """Copies held paths into the run's state (`held_dir`: made on the first one),
+    by descriptor, within the caps; `finish` writes the manifest. Used by
+    `collect` (the held area at exit) and by `hold_at_exit` (an exclusive
+    workdir's new protected names, taken from the workdir itself)."""
 
-    def dest_dir() -> int:
-        nonlocal dest_fd
-        if dest_fd is None:
-            top = _open_own_dir(os.path.dirname(dest), True)
+    def __init__(self, workdir: str, run_id: str, *, base: str | None = None,
+                 home: str | None = None):
+        self.held = Held(run_id, workdir, None)
+        self.cp = _Copier()
+        self.dest_fd: int | None = None
+        self.dest = os.path.join(base or held_base(home=home), run_id)
+        real, wd = os.path.realpath(self.dest), workdir.rstrip("/")
+        if real == wd or real.startswith(wd + "/"):
+            # the next agent could rewrite what the person is about to apply
+            raise ValueError(f"the held state {self.dest} lies inside the workdir")
+
+    def _dest_dir(self) -> int:
+        if self.dest_fd is None:
+            top = _open_own_dir(os.path.dirname(self.dest), True)
             try:
-                os.mkdir(os.path.basename(dest), 0o700, dir_fd=top)
-                dest_fd = os.open(os.path.basename(dest), _DIR, dir_fd=top)
+                os.mkdir(os.path.basename(self.dest), 0o700, dir_fd=top)
+                self.dest_fd = os.open(os.path.basename(self.dest), _DIR, dir_fd=top)
             finally:
                 os.close(top)
-            os.mkdir(FILES, 0o700, dir_fd=dest_fd)
-            held.dir = dest
-        return dest_fd
+            os.mkdir(FILES, 0o700, dir_fd=self.dest_fd)
+            self.held.dir = self.dest
+        return self.dest_fd
 
-    def mirror(comps: tuple[str, ...]) -> int:
-        cur = os.open(FILES, _DIR, dir_fd=dest_dir())
+    def _mirror(self, comps: tuple[str, ...]) -> int:
+        cur = os.open(FILES, _DIR, dir_fd=self._dest_dir())
         try:
             for c in comps:
                 try:
@@ -388,31 +390,33 @@ def collect(hfd: int, guard: Guard, run_id: str, *, base: str | None = None,
             os.close(cur)
             raise
 
-    def take(sfd: int, name: str, comps: tuple[str, ...]) -> None:
-        """Copy the held path comps (name below sfd), a file or a tree."""
+    def take(self, sfd: int, name: str, comps: tuple[str, ...]) -> bool:
+        """Copy the held path comps (name below sfd), a file or a tree; False
+        when nothing of it was kept (not a file or directory, over a cap)."""
+        held, cp = self.held, self.cp
         rel = "/".join(comps)
         root = rel
         try:
             st = os.stat(name, dir_fd=sfd, follow_symlinks=False)
         except OSError:
-            return
+            return False
         if stat.S_ISLNK(st.st_mode):
             cp.note(rel, "a symlink (not followed, not kept)")
-            return
+            return False
         if not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
             cp.note(rel, "not a regular file or directory (not kept)")
-            return
+            return False
         if cp.entries >= ENTRY_CAP:
             cp.note(rel, f"over the {ENTRY_CAP} entries the held area keeps")
-            return
-        dfd = mirror(comps[:-1])
+            return False
+        dfd = self._mirror(comps[:-1])
         try:
             if stat.S_ISREG(st.st_mode):
                 got = cp.file(sfd, name, dfd, rel)
                 if got is not None:
                     cp.entries += 1
                     held.items.append(Item(rel, root, "file", got[0], got[1], got[2]))
-                return
+                return got is not None
             # a tree: depth first, by descriptor, without recursion
             os.mkdir(name, 0o700, dir_fd=dfd)
             cp.entries += 1
@@ -461,15 +465,34 @@ def collect(hfd: int, guard: Guard, run_id: str, *, base: str | None = None,
                 for s, d, _, _ in stack:
                     os.close(s)
                     os.close(d)
+            return True
         finally:
             os.close(dfd)
 
+    def finish(self) -> Held:
+        """The manifest written (if anything was kept); what was kept."""
+        self.held.left = self.cp.left
+        if self.dest_fd is not None:
+            try:
+                _write_json(self.dest_fd, MANIFEST, manifest(self.held))
+            finally:
+                os.close(self.dest_fd)
+                self.dest_fd = None
+        return self.held
+
+
+def collect(hfd: int, guard: Guard, run_id: str, *, base: str | None = None,
+            home: str | None = None) -> Held:
+    """Copy what the held area (descriptor hfd) holds at protected paths into
+    the run's state; returns what was kept (Held.dir None: nothing held)."""
+    from .guard import Guard as _G
+    keep = Keeper(guard.workdir, run_id, base=base, home=home)
     # Walk the mirror of the workdir down to the first protected component of
     # each path: that is a held path; what lies elsewhere is not held.
     try:
         top = os.open(".", _DIR, dir_fd=hfd)
     except OSError:
-        return held
+        return keep.held
     walk: list[tuple[int, tuple[str, ...], list[str]]] = [(top, (), _entries_rev_fd(top))]
     try:
         while walk:
@@ -484,12 +507,12 @@ def collect(hfd: int, guard: Guard, run_id: str, *, base: str | None = None,
                 continue        # another protected root's part: collected with its guard
             if guard.match(_G.folded(c) or ()) is not None:
                 try:
-                    take(fd, n, c)
+                    keep.take(fd, n, c)
                 except OSError as e:
-                    cp.note("/".join(c), f"not kept ({e.strerror or e})")
+                    keep.cp.note("/".join(c), f"not kept ({e.strerror or e})")
                 continue
             if len(walk) > WALK_DEPTH:
-                cp.note("/".join(c), f"deeper than {WALK_DEPTH} levels (not looked at)")
+                keep.cp.note("/".join(c), f"deeper than {WALK_DEPTH} levels (not looked at)")
                 continue
             try:
                 nfd = os.open(n, _DIR, dir_fd=fd)
@@ -499,13 +522,112 @@ def collect(hfd: int, guard: Guard, run_id: str, *, base: str | None = None,
     finally:
         for fd, _, _ in walk:
             os.close(fd)
-        held.left = cp.left
-        if dest_fd is not None:
+        keep.finish()
+    return keep.held
+
+
+# ------------------------------------------------------------------ an exclusive workdir
+
+INDEX_CAP = 256 << 20       # a bigger index is left as it is (held entries look deleted)
+
+
+def hold_at_exit(keep: Keeper, guard: Guard) -> Callable[[int, str, str, str], bool]:
+    """The exit check's hold (revert.verify_and_revert(hold=...)) for an exclusive
+    workdir (policy/workdir_mode.py), where no broker held anything while the
+    agent ran: a new name the guard would have held then (Guard.hold_at: a
+    regular file or directory at a protected name of the working tree, never in
+    a git directory) is copied into the held state now, and True tells the
+    check to remove it from the workdir. Everything else new stays the check's
+    (quarantined, or a new repository's config sanitized), as without a guard."""
+    def hold(pfd: int, name: str, rel: str, kind: str) -> bool:
+        comps = tuple(rel.split("/"))
+        what = {"f": "file", "d": "dir"}.get(kind)
+        if what is None or not guard.hold_at(guard.folded(comps), what):
+            return False
+        return keep.take(pfd, name, comps)
+    return hold
+
+
+def _open_in(wfd: int, comps: Sequence[str], flags: int) -> int:
+    """comps below the directory wfd, never through a symlink (the agent made them)."""
+    cur = os.dup(wfd)
+    try:
+        for c in comps[:-1]:
+            nxt = os.open(c, _DIR, dir_fd=cur)
+            os.close(cur)
+            cur = nxt
+        return os.open(comps[-1], flags | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=cur)
+    finally:
+        os.close(cur)
+
+
+def skip_held_in_index(workdir: str, rels: Sequence[str]) -> list[str]:
+    """After an exclusive run's exit check moved held paths out of the workdir:
+    in the index of the repository whose working tree holds each (the nearest
+    `<top>/.git` directory above it), their entries get the skip-worktree bit,
+    as the broker sets it when git installs an index in the default mode, so git
+    neither reports them deleted nor commits their deletion; `apply` clears it
+    (unskip). The agent is gone: nothing races this, but every name is its own,
+    so each is opened by descriptor, never through a symlink, and only a plain
+    index file of one link is rewritten, in place. Returns what could not be
+    done (one line each)."""
+    by_top: dict[tuple[str, ...], set[tuple[str, ...]]] = {}
+    problems: list[str] = []
+    try:
+        wfd = os.open(workdir, _DIR)
+    except OSError as e:
+        return [f"{workdir}: {e.strerror}"]
+    try:
+        for rel in rels:
+            comps = tuple(rel.split("/"))
+            for k in range(len(comps) - 1, -1, -1):
+                try:
+                    os.close(_open_in(wfd, comps[:k] + (".git",), _DIR))
+                except OSError:
+                    continue
+                by_top.setdefault(comps[:k], set()).add(comps[k:])
+                break
+        for top, below in sorted(by_top.items()):
+            where = "/".join(top + (".git", "index"))
+
+            def held(path: bytes, below: set[tuple[str, ...]] = below) -> bool:
+                c = tuple(os.fsdecode(path).split("/"))
+                return any(c[:k] in below for k in range(1, len(c) + 1))
             try:
-                _write_json(dest_fd, MANIFEST, manifest(held))
+                fd = _open_in(wfd, top + (".git", "index"), os.O_RDWR | os.O_NONBLOCK)
+            except FileNotFoundError:
+                continue            # no index yet: nothing tracks the held paths
+            except OSError as e:
+                problems.append(f"{where}: {e.strerror}")
+                continue
+            try:
+                st = os.fstat(fd)
+                if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1 or st.st_size > INDEX_CAP:
+                    problems.append(f"{where}: not a plain index file of one link: left as it is")
+                    continue
+                data = b""
+                while len(data) < st.st_size:
+                    chunk = os.pread(fd, st.st_size - len(data), len(data))
+                    if not chunk:
+                        break
+                    data += chunk
+                new = mark_skip_worktree(data, held)
+                if new is None:
+                    problems.append(f"{where}: an index confine cannot rewrite safely: held "
+                                    "paths show as deleted to git")
+                    continue
+                if new != data:
+                    view, off = memoryview(new), 0
+                    while off < len(new):
+                        off += os.pwrite(fd, view[off:], off)
+                    os.ftruncate(fd, len(new))
+            except OSError as e:
+                problems.append(f"{where}: {e.strerror}")
             finally:
-                os.close(dest_fd)
-    return held
+                os.close(fd)
+    finally:
+        os.close(wfd)
+    return problems
 
 
 def _entries_rev_fd(fd: int) -> list[str]:

@@ -429,6 +429,31 @@ class _Reverter:
         self.report = report
         self.is_root = os.geteuid() == 0
         self.copy_notes = ""         # what the last cross-filesystem copy left out
+        self.hold: Callable[[int, str, str, str], bool] | None = None   # see verify_and_revert
+
+    def held(self, rel: str, kind: str) -> bool:
+        """rel, created during the run, kept as a held file by `hold` and removed
+        here; False: not one to hold (or the copy failed), quarantine it as before."""
+        if self.hold is None:
+            return False
+        try:
+            pfd, name = self.fs.parent(rel)
+        except (OSError, _Unsafe):
+            return False        # the quarantine tries, and says why it cannot
+        try:
+            try:
+                if not self.hold(pfd, name, rel, kind):
+                    return False
+            except OSError:
+                return False
+            try:
+                remove_at(pfd, name)
+            except (OSError, _Unsafe) as ex:
+                self.add("created", rel, "failed", "kept as a held file, but it cannot be "
+                         f"removed from the workdir: {_why(ex)}")
+        finally:
+            os.close(pfd)
+        return True
 
     def take_copy_notes(self, detail: str) -> str:
         n, self.copy_notes = self.copy_notes, ""
@@ -664,7 +689,8 @@ class _ExitScan(_Scan):
 def verify_and_revert(snap: Snapshot, *, quarantine_dir: str | None = None,
                       trust_mounts: bool = False, home: str | None = None,
                       writable: Sequence[str] = (),
-                      approved: Mapping[str, tuple[int, int]] | None = None) -> Report:
+                      approved: Mapping[str, tuple[int, int]] | None = None,
+                      hold: Callable[[int, str, str, str], bool] | None = None) -> Report:
     """Compare the workdir with `snap`, put protected paths back, report.
 
     Supervisor side; call it after the agent and everything it left running
@@ -697,16 +723,22 @@ def verify_and_revert(snap: Snapshot, *, quarantine_dir: str | None = None,
     a file is kept, with its digest in the report, if it is still that very
     file, a regular file with one name; anything else there is handled as ever.
 
+    hold: an exclusive workdir's (held.hold_at_exit): called with (parent fd,
+    name, rel, kind) for each name created during the run that would be
+    quarantined; True: it was kept as a held file, and is removed here instead.
+
     Returns a Report; `report.alerts` is what the launcher must print
     (format_report) and turn into a distinct outcome.
     """
     with index.no_gc():
-        return _verify_and_revert(snap, quarantine_dir, trust_mounts, home, writable, approved or {})
+        return _verify_and_revert(snap, quarantine_dir, trust_mounts, home, writable,
+                                  approved or {}, hold)
 
 
 def _verify_and_revert(snap: Snapshot, quarantine_dir: str | None, trust_mounts: bool,
                        home: str | None, writable: Sequence[str] = (),
-                       approved: Mapping[str, tuple[int, int]] | None = None) -> Report:
+                       approved: Mapping[str, tuple[int, int]] | None = None,
+                       hold: Callable[[int, str, str, str], bool] | None = None) -> Report:
     t0 = time.monotonic()
     report = Report(namespaces_active=trust_mounts)
     q = _Quarantine(quarantine_dir or default_quarantine_dir(snap.run_id, home=home), snap.workdir)
@@ -738,6 +770,7 @@ def _verify_and_revert(snap: Snapshot, quarantine_dir: str | None, trust_mounts:
                                          f"stopped ({type(e).__name__}: {e}): paths it had not "
                                          "reached are NOT checked"))
         rv = _Reverter(snap, cur, q, report, (snap.workdir, *writable))
+        rv.hold = hold
         for rel, mode in cur.opened:
             rv.add("mode", rel, "noted", f"was mode {mode:o}, unreadable to the check: given "
                    "u+rwx back to check it", alert=False)
@@ -928,6 +961,9 @@ def _revert(snap: Snapshot, cur: _Scan, rv: _Reverter, trusted_mode: bool,
                     and _new_gitmodules(rv, rel):
                 return
             if approved and _approved_kept(rv, rel, now, approved):
+                return
+            if rv.held(rel, now.kind):
+                handled.add(rel)        # listed with the held files (held.format_held)
                 return
             _quarantine(rv, rel, "created", handled)
             return

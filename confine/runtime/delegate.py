@@ -38,7 +38,9 @@ MAX_REPLY = 4 * 1024 * 1024        # a dry-run's plan
 MAX_LAYERS = 8                     # profile files of one `extends` chain
 RELAYED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 # Options of `confine exec` a nested run does not take (their defaults only).
-UNSUPPORTED = ("user", "apparmor", "selinux_context", "log", "allow_host", "approver", "approver_socket")
+UNSUPPORTED = ("user", "apparmor", "selinux_context", "log", "allow_host", "approver",
+               "approver_socket",
+               "exclusive")     # a nested run has no mount namespace of its own
 
 
 def endpoint(environ: dict[str, str] | None = None) -> str | None:
@@ -93,7 +95,8 @@ def build_request(argv: Sequence[str], opts: dict[str, Any], *, dry_run: bool,
                   allow_degraded: bool | Sequence[str]) -> dict[str, Any]:
     for k in UNSUPPORTED:
         if opts.get(k):
-            raise ConfineError(f"--{k.replace('_', '-')} is not supported in a nested run "
+            flag = "exclusive-workdir" if k == "exclusive" else k.replace("_", "-")
+            raise ConfineError(f"--{flag} is not supported in a nested run "
                                "(inside another confine run)")
     if opts.get("agent_home") is False:
         raise ConfineError("--no-agent-home is not supported in a nested run: its HOME is "

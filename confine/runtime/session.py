@@ -25,7 +25,7 @@ from ..plan.compile import unreachable_servers
 from ..plan.identity import Identity
 from ..plan.identity import resolve as resolve_identity
 from ..policy import load as _load
-from ..policy import realpaths
+from ..policy import realpaths, workdir_mode
 from ..policy.model import Policy
 from ..record import dataclass, field
 from . import home as _home
@@ -85,6 +85,7 @@ class Request:
     approver: str | None = None         # --approver CMD: answers the approval engine's questions
     approver_socket: str | None = None  # --approver-socket PATH: a decider on a unix socket (approval/)
     agent_home: bool = True             # HOME inside is the agent's own (runtime/home.py)
+    exclusive: bool = False             # --exclusive-workdir (policy/workdir_mode.py)
 
 
 # A run whose agent exited 0 but whose exit check reported anything the person
@@ -203,6 +204,7 @@ class Session:
         self.snapshots: list[Any] = []     # every protected root's, in roots order
         self.roots: tuple[Any, ...] = ()   # protect.roots.Root
         self.guard: Any = None
+        self.exclusive = False             # nothing outside uses the workdir (workdir_mode.py)
         self.events: Events = Events(None, warn)
         self._status_said = False          # the run's record has its status line
         self._error: BaseException | None = None   # what ended a run without one
@@ -281,6 +283,9 @@ class Session:
                                 create_state=self.create_state,
                                 tmp=self.tmp, extra_read=req.read, extra_write=req.write,
                                 extra_allow=req.allow_host)
+            if req.exclusive:
+                policy = dataclasses.replace(policy, workdir_mode=workdir_mode.EXCLUSIVE)
+            self.exclusive = policy.workdir_mode == workdir_mode.EXCLUSIVE
             for d in policy.deny:
                 if is_under(wd, d.path):
                     raise ConfineError(f"refusing workdir {wd}: it lies inside the protected "
@@ -340,12 +345,34 @@ class Session:
         from ..protect import index
         from ..protect.roots import roots_of
         self.roots = roots_of(policy)
+        if self.exclusive and len(self.roots) > 1:
+            # only the workdir is declared unused from outside: new names in another
+            # root must be judged at the call, which mediates every file call
+            r = self.roots[1]
+            raise ConfineError(f"exclusive workdir ({workdir_mode.FLAG}): the write grant "
+                               f"{printable(r.path)} ({r.source}) is a protected root others "
+                               "may use while the agent runs, which only mediated file calls "
+                               "keep free of new protected names: refusing to run (drop the "
+                               "grant, or run without exclusive mode)")
+        if self.exclusive:
+            from ..kernel.mounts import casefolded
+            try:
+                why = "compares names without case (casefold)" if casefolded(policy.workdir) \
+                    else None
+            except OSError as e:
+                why = f"may compare names without case (its flags cannot be read: {e.strerror})"
+            if why is not None:
+                # the exit check compares names as spelled; `.ENVRC` opens `.envrc` there
+                raise ConfineError(f"exclusive workdir ({workdir_mode.FLAG}): the workdir {why}, "
+                                   "and the exit check compares names as spelled: refusing to run")
+        # exclusive: no name guard at the call, so git's configs keep their binds too
+        mediated = facts.seccomp_user_notif and not self.exclusive
         index_dir = index.dir_for(policy)[0]
         snaps: list[Any] = []
         for i, r in enumerate(self.roots):
             try:
                 snaps.append(protect.snapshot(
-                    r.path, r.patterns, home=home, guarded=facts.seccomp_user_notif,
+                    r.path, r.patterns, home=home, guarded=mediated,
                     index_dir=index_dir, changes=self.kept_changes if i == 0 else None,
                     # each root's quarantine and held files under a run id of its own
                     run_id=f"{snaps[0].run_id}.root{i}" if i else None))
@@ -354,8 +381,9 @@ class Session:
                         else f"the protected paths of the write grant {r.path}")
                 raise ConfineError(f"cannot snapshot {what}: {e}") from None
         self.snapshots, self.snapshot = snaps, snaps[0]
-        guard = facts.seccomp_user_notif and any(s.patterns for s in snaps)
-        if guard:
+        guard = mediated and any(s.patterns for s in snaps)
+        # exclusive: the guard's verdicts still decide what is held at exit
+        if guard or (self.exclusive and any(s.patterns for s in snaps)):
             self.guard = protect.Roots([protect.Guard.from_snapshot(s) for s in snaps])
         desc = dict(snaps[0].describe())
         desc["roots"] = [{"path": r.path, "source": r.source, "holds_workdir": r.workdir,
@@ -403,7 +431,10 @@ class Session:
         for port in unreachable_servers(plan.policy):
             say(f"network.bind_tcp lets the agent listen on port {port}, but not connect to it "
                 f"(add {port} to network.connect_tcp to reach its own server)")
-        guarded = self.guard is not None
+        guarded = self.guard is not None and not self.exclusive
+        if self.exclusive:
+            self.events.emit({"event": "workdir_mode", "mode": workdir_mode.EXCLUSIVE,
+                              "what": workdir_mode.GIVES_UP})
         if not plan.mount_ns:
             say("protected workdir paths (.git/hooks, .git/config, .envrc, ...) are NOT "
                 "read-only for this run (no mount namespace): "
@@ -428,7 +459,9 @@ class Session:
             plan = self._start_egress(plan)
             plan, offer, serve = self._delegation(plan)
             eg = self.egress
-            outcome = launch(plan, guard=self.guard, warn=say, stdio=stdio, timeout=timeout,
+            # exclusive: nothing is mediated for the guard to judge (its verdicts serve the exit)
+            outcome = launch(plan, guard=None if self.exclusive else self.guard, warn=say,
+                             stdio=stdio, timeout=timeout,
                              inet=eg.routes if eg is not None else None,
                              on_sockets=eg.start_on if eg is not None and plan.gateway_ports
                              else None, events=self.events,
@@ -454,8 +487,10 @@ class Session:
             if screen is not None:
                 screen.release()
             hold.also_stops()
-            result.report = self._exit_check(plan.mount_ns, say)
-            result.held_roots = self._collect_held(held_fd[0] if held_fd else None, say)
+            keep = self._exclusive_keeper(say)
+            result.report = self._exit_check(plan.mount_ns, say, keep)
+            result.held_roots = (self._exclusive_held(keep, say) if keep is not None
+                                 else self._collect_held(held_fd[0] if held_fd else None, say))
             result.held = result.held_roots[0] if result.held_roots else None
             self._bound_stores(keep_limits, say)
             # a command that never ran (not found, setup failed) failed before the
@@ -628,7 +663,7 @@ class Session:
         runs: its descriptor, kept for the collection at exit (it also keeps
         a TMPDIR tmpfs readable after launch detached it)."""
         from ..protect import held
-        if self.guard is None or self.tmp is None:
+        if self.guard is None or self.tmp is None or self.exclusive:
             return []
         got = held.prepare(self.tmp, [r.path for r in self.roots], self.plan.identity.uid,
                            self.plan.identity.gid)
@@ -698,12 +733,55 @@ class Session:
         if self.events.journal is not None:
             store.bound(lim.max_bytes, lim.days, self.events.journal.run, say)
 
-    def _exit_check(self, mount_ns: bool, say: Warn) -> Any:
+    def _exclusive_keeper(self, say: Warn) -> Any:
+        """An exclusive workdir's held state (protect/held.py Keeper), which the
+        exit check fills with the new protected names; None in the default mode,
+        or where none can be made (then they are quarantined, as without a guard)."""
+        if not self.exclusive or self.guard is None:
+            return None
+        from ..protect import held
+        try:
+            keep = held.Keeper(self.snapshot.workdir, self.snapshot.run_id)
+        except (OSError, ValueError) as e:
+            say(f"no held files for this run ({printable(str(e))}): new protected names in the "
+                "workdir are quarantined instead")
+            return None
+        self.guard.held = keep.dest
+        return keep
+
+    def _exclusive_held(self, keep: Any, say: Warn) -> list[Any]:
+        """What an exclusive run's exit check held: kept, listed, recorded, and
+        marked skip-worktree in git's index (the broker's part in the default mode)."""
+        import sys
+
+        from ..protect import held
+        try:
+            got = keep.finish()
+        except Exception as e:  # noqa: BLE001 - said, never silently lost
+            say("the held files of this run could not be kept "
+                f"({printable(f'{type(e).__name__}: {e}')})")
+            return [None]
+        for r in got.roots:
+            self.events.emit({"event": "held", "what": r.path, "mode": workdir_mode.EXCLUSIVE,
+                              "why": "new protected name found at exit"})
+        for line in held.skip_held_in_index(self.snapshot.workdir, [r.path for r in got.roots]):
+            say(f"git index not marked for the held files: {printable(line)}")
+        text = held.format_held(got)
+        if text:
+            try:
+                print(text, file=sys.stderr, flush=True)
+            except (OSError, ValueError):
+                pass
+        return [got]
+
+    def _exit_check(self, mount_ns: bool, say: Warn, keep: Any = None) -> Any:
         """verify_and_revert and its report.  A failure of the check is said
-        loudly and never replaces the agent's exit status."""
+        loudly and never replaces the agent's exit status. keep: an exclusive
+        workdir's held state (_exclusive_keeper), where new protected names go."""
         import sys
 
         from .. import protect
+        from ..protect import held
         from ..protect.report import report_events
         try:
             pol = self.plan.policy
@@ -712,7 +790,8 @@ class Session:
                 self.snapshot, trust_mounts=mount_ns,
                 writable=[pol.tmp, *(w.path for w in pol.write),
                           *(p for p in (self.tmp, self.plan.agent_home) if p)],
-                approved=dict(engine.writes) if engine is not None else None)
+                approved=dict(engine.writes) if engine is not None else None,
+                hold=held.hold_at_exit(keep, self.guard) if keep is not None else None)
         except Exception as e:  # noqa: BLE001 - never silently: the check did not happen
             self.events.emit({"event": "exit_check", "what": "unchecked", "action": "failed",
                               "detail": f"{type(e).__name__}: {e}"})

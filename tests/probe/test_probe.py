@@ -353,3 +353,30 @@ def test_sandbox_that_blocks_everything_fails(test_user, confine_cmd, workdir, t
     assert p.returncode == 1 and r["verdict"] == "fail"
     assert [s["id"] for s in r["sanity"] if not s["ok"]] == ["sanity.battery"]
     assert "could not start" in r["sanity"][0]["detail"]
+
+
+# ---------------------------------------------------------------- exclusive workdir
+
+@pytest.mark.parametrize("mode", MODES)
+def test_exclusive_workdir_passes_with_the_exit_check_as_the_layer(runs, mode):
+    """--exclusive-workdir (policy/workdir_mode.py): nothing judges a workdir name at the
+    call, so each plant of a file that runs later works while the battery runs and must
+    be gone (held or quarantined) after the exit check; the probe looks then. The
+    control: the default mode's run, where the name guard is the layer."""
+    p, r, wd, _ = runs.get(mode, False, "--exclusive-workdir")
+    assert r["verdict"] == "pass" and p.returncode == 0, (r["summary"], [
+        (a["id"], a["detail"]) for a in r["attempts"] if a["result"] == "possible"])
+    assert r["workdir_mode"] == "exclusive"
+    ex, default = _by_id(r), _by_id(runs.get(mode)[1])
+    for k in ("later.envrc", "later.git_hooks", "later.git_config", "later.editor",
+              "later.gitfile", "later.long_path"):
+        assert ex[k]["result"] == "blocked" and ex[k]["mechanism"].startswith("exit check"), \
+            (k, ex[k])
+        assert default[k]["result"] == "blocked" and default[k]["mechanism"] == \
+            "protected-path guard", (k, default[k])
+    assert ex["later.case_variant"]["seen"] == "EPERM", ex["later.case_variant"]
+    # the rest of the sandbox is the default mode's (a busy host may skip one)
+    for k, a in default.items():
+        if not k.startswith("later.") and a["result"] == "blocked":
+            assert ex[k]["result"] in ("blocked", "skipped"), (k, ex[k])
+    assert os.listdir(wd) == [], os.listdir(wd)          # the probe cleans up

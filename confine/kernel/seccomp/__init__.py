@@ -42,13 +42,14 @@ from .rules import (
                      dgram_notifiable,
                      no_inet_rules,
                      rules_for,
+                     setflags_rules,
 )
 from .syscalls import native_arch, syscall_number
 
 __all__ = [
     "Program", "compiled",
     "ArgMatch", "Rule", "DEFAULT_RULES", "IOCTLS", "IOCTL_NAMES", "PERSONA_FLAGS",
-    "rules_for", "no_inet_rules", "describe", "DGRAM_GROUP", "dgram_notifiable",
+    "rules_for", "no_inet_rules", "setflags_rules", "describe", "DGRAM_GROUP", "dgram_notifiable",
     "SOCKET_CALLS", "FILE_CALLS", "OPEN_CALLS", "META_CALLS", "META_REFUSED", "META_IOCTLS",
     "available",
     "build", "load", "export_bpf", "BPF_LD_W_ABS", "status",

@@ -35,7 +35,7 @@ from ...record import dataclass
 from .syscalls import native_arch, syscall_number
 
 __all__ = ["ArgMatch", "Rule", "DEFAULT_RULES", "rules_for", "udp_rules", "no_inet_rules", "describe",
-           "describe_rule", "DGRAM_GROUP", "dgram_notifiable", "SOCKET_CALLS", "FILE_CALLS",
+           "describe_rule", "DGRAM_GROUP", "dgram_notifiable", "setflags_rules", "SOCKET_CALLS", "FILE_CALLS",
            "OPEN_CALLS", "OPEN_WRITE_BITS",
            "IOCTLS", "IOCTL_NAMES", "PERSONA_FLAGS", "META_CALLS", "META_REFUSED",
            "META_IOCTLS"]
@@ -489,6 +489,18 @@ DGRAM_GROUP = "socket:inet-dgram"
 def dgram_notifiable(rules: Iterable[Rule]) -> bool:
     """Do `rules` refuse UDP sockets with the default group (not opted out)?"""
     return any(r.group == DGRAM_GROUP for r in rules)
+
+
+def setflags_rules() -> tuple[Rule, ...]:
+    """An exclusive workdir (policy/workdir_mode.py): nothing judges a name at the
+    call, and the exit check compares names as spelled, so no directory may turn
+    case-insensitive during the run (FS_IOC_SETFLAGS with FS_CASEFOLD_FL on an empty
+    directory of the agent's: `.ENVRC` there is the `.envrc` direnv opens). The
+    ioctls that set inode flags are refused (EPERM), as without a mount namespace."""
+    return tuple(Rule("ioctl", _errno.EPERM, (ArgMatch(1, "masked_eq", num),),
+                      group=f"ioctl:{name}", why="inode flags (a case-insensitive directory "
+                      "would hide protected names from the exit check of an exclusive workdir)")
+                 for name, num in META_IOCTLS if "SETFLAGS" in name or "FSSETXATTR" in name)
 
 
 def no_inet_rules() -> tuple[Rule, ...]:
