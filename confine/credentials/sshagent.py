@@ -374,6 +374,7 @@ class Proxy:
 
     # --- lifetime ---
     def start(self, lsock: socket.socket) -> None:
+        lsock.setblocking(False)     # a connection gone between select and accept
         self._lsock = lsock
         self._thread = threading.Thread(target=self._accept, daemon=True, name="confine-ssh-agent")
         self._thread.start()
@@ -405,6 +406,7 @@ class Proxy:
                 peer = None
             try:
                 c, _ = self._lsock.accept()
+                c.setblocking(True)
             except OSError:
                 continue
             if self.peer_uid is not None and not self._peer_ok(c):
