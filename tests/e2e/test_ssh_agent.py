@@ -367,3 +367,14 @@ def test_ask_through_an_approver(sandbox, forge, agent):
         assert "/ssh (" in (q["exe"] or "") and forge.repo in q["exe"], q
     assert any(e.get("decision") == "deny" and "not approved" in e.get("reason", "")
                for e in log), log
+
+
+def test_refused_when_the_real_agent_lies_where_the_agent_may_connect(sandbox, forge, agent):
+    """The person's agent socket in the workdir: the agent could connect to it itself,
+    so the run is refused (125, one line). Control: the same run with the socket outside."""
+    prof = _profile(sandbox, forge)
+    inside = os.path.join(sandbox.workdir, "agent.sock")
+    p = sandbox.run(["true"], "--profile", prof, env_extra=[f"SSH_AUTH_SOCK={inside}"])
+    assert p.returncode == 125 and "lies in" in p.stderr, (p.returncode, p.stderr)
+    ctl = sandbox.run(["true"], "--profile", prof, env_extra=[f"SSH_AUTH_SOCK={agent.sock}"])
+    assert ctl.returncode == 0, ctl.stderr
