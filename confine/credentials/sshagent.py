@@ -36,7 +36,6 @@ a connection that does not finish its frame in CLIENT_TIMEOUT is closed.
 from __future__ import annotations
 
 import base64
-import hmac
 import os
 import select
 import socket
@@ -184,6 +183,7 @@ def _hosts_match(field_: str, names: Iterable[str]) -> bool:
     the spellings of one host: a negated match refuses, else any match accepts."""
     names = list(names)
     if field_.startswith("|1|"):
+        import hmac     # HMAC-SHA1 (OpenSSL): only for a hashed entry
         parts = field_.split("|")
         if len(parts) != 4:
             return False
@@ -623,7 +623,7 @@ class _Conn:
         if any(b.forwarding for b in self.binds):
             return use, "agent forwarding out of the sandbox is not allowed"
         last = self.binds[-1]
-        if not hmac.compare_digest(last.session_id, ua.session_id):
+        if last.session_id != ua.session_id:
             return use, "the login is for another session than the one bound"
         if ua.hostkey is not None and ua.hostkey != last.hostkey:
             return use, "the login names another host key than the one bound"
