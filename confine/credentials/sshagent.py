@@ -183,7 +183,7 @@ def _hosts_match(field_: str, names: Iterable[str]) -> bool:
     the spellings of one host: a negated match refuses, else any match accepts."""
     names = list(names)
     if field_.startswith("|1|"):
-        import hmac     # HMAC-SHA1 (OpenSSL): only for a hashed entry
+        import hmac  # HMAC-SHA1 (OpenSSL): only for a hashed entry
         parts = field_.split("|")
         if len(parts) != 4:
             return False
