@@ -534,6 +534,8 @@ class _Conn:
             if fingerprint(blob) in self.p.keys:
                 kept.append(sshstring(blob) + sshstring(comment))
         r.end()
+        self.p.emit({"event": "ssh-agent", "kind": "list", "listed": len(kept),
+                     "hidden": n - len(kept)})
         return frame(bytes([IDENTITIES_ANSWER]) + struct.pack(">I", len(kept)) + b"".join(kept))
 
     def extension(self, body: bytes) -> bytes:
