@@ -161,7 +161,7 @@ def _profile(sandbox, forge: Forge, **over: object) -> str:
     sa = {"keys": [forge.fp_listed], "hosts": [f"127.0.0.1:{forge.port}"], "namespaces": ["git"],
           "known_hosts": [forge.known_hosts], "decision": "allow"}
     sa.update(over)
-    d = tempfile.mkdtemp(prefix="confine-saprof-", dir="/tmp")
+    d = tempfile.mkdtemp(prefix="profile-", dir=forge.dir)     # removed with the forge
     os.chmod(d, 0o755)
     os.chown(d, sandbox.pw.pw_uid, sandbox.pw.pw_gid)
     text = ("extends: default\n"
