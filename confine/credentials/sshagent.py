@@ -36,7 +36,6 @@ a connection that does not finish its frame in CLIENT_TIMEOUT is closed.
 from __future__ import annotations
 
 import base64
-import hmac
 import os
 import select
 import socket
@@ -184,6 +183,7 @@ def _hosts_match(field_: str, names: Iterable[str]) -> bool:
     the spellings of one host: a negated match refuses, else any match accepts."""
     names = list(names)
     if field_.startswith("|1|"):
+        import hmac  # HMAC-SHA1 (OpenSSL): only for a hashed entry
         parts = field_.split("|")
         if len(parts) != 4:
             return False
@@ -374,6 +374,7 @@ class Proxy:
 
     # --- lifetime ---
     def start(self, lsock: socket.socket) -> None:
+        lsock.setblocking(False)     # a connection gone between select and accept
         self._lsock = lsock
         self._thread = threading.Thread(target=self._accept, daemon=True, name="confine-ssh-agent")
         self._thread.start()
@@ -405,6 +406,7 @@ class Proxy:
                 peer = None
             try:
                 c, _ = self._lsock.accept()
+                c.setblocking(True)
             except OSError:
                 continue
             if self.peer_uid is not None and not self._peer_ok(c):
@@ -532,6 +534,8 @@ class _Conn:
             if fingerprint(blob) in self.p.keys:
                 kept.append(sshstring(blob) + sshstring(comment))
         r.end()
+        self.p.emit({"event": "ssh-agent", "kind": "list", "listed": len(kept),
+                     "hidden": n - len(kept)})
         return frame(bytes([IDENTITIES_ANSWER]) + struct.pack(">I", len(kept)) + b"".join(kept))
 
     def extension(self, body: bytes) -> bytes:
@@ -621,7 +625,7 @@ class _Conn:
         if any(b.forwarding for b in self.binds):
             return use, "agent forwarding out of the sandbox is not allowed"
         last = self.binds[-1]
-        if not hmac.compare_digest(last.session_id, ua.session_id):
+        if last.session_id != ua.session_id:
             return use, "the login is for another session than the one bound"
         if ua.hostkey is not None and ua.hostkey != last.hostkey:
             return use, "the login names another host key than the one bound"

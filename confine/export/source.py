@@ -96,11 +96,17 @@ def spots(grant: PathGrant, policy: Policy) -> list[Spot]:
 
 
 def deny_spots(policy: Policy) -> list[Spot]:
-    """Secrets, once per template (globs stay globs)."""
-    seen: dict[str, Spot] = {}
-    for g in policy.deny:
-        seen.setdefault(g.template, spot(g.template))
-    return list(seen.values())
+    """Secrets, once per template (globs stay globs). The loader keeps a glob only
+    where it matched something on this host; a built-in secret's glob is a secret of
+    every policy, matched or not: the generated files must not depend on what this
+    host has (/etc/ssh/ssh_host_*_key exists once openssh-server is installed)."""
+    from glob import has_magic
+
+    from ..policy import secrets
+    present = [g.template for g in policy.deny]
+    builtin = [t for t in secrets.HOME_SECRETS + secrets.SYSTEM_SECRETS
+               if has_magic(t) or t in present]
+    return [spot(t) for t in dict.fromkeys(builtin + present)]
 
 
 def drop_covered(items: list[tuple[Spot, str]]) -> list[tuple[Spot, str]]:

@@ -14,8 +14,6 @@ namespace that is not a plain name, a decision that is not allow, ask or deny.
 """
 from __future__ import annotations
 
-import base64
-import binascii
 import os
 import re
 from collections.abc import Mapping
@@ -59,6 +57,8 @@ class SshAgent:
 
 
 def fingerprint_error(v: object) -> str | None:
+    import base64
+    import binascii
     if not isinstance(v, str) or not re.match(_FINGERPRINT, v):
         return (f"{v!r} is not a SHA256 key fingerprint (SHA256: and 43 base64 characters, "
                 "as `ssh-add -l` or `ssh-keygen -lf KEY.pub` shows)")

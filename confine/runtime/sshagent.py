@@ -7,7 +7,8 @@ socket. The agent never gets that socket: SSH_AUTH_SOCK inside names the proxy
 in the run's private TMPDIR, the real one is opened by the supervisor only (its
 path is the launching person's SSH_AUTH_SOCK, read before the start), and a run
 whose policy would let the agent connect to the real socket itself (it lies in
-the workdir, the TMPDIR or a `unix_sockets.allow` entry) is refused. Without
+the workdir, the TMPDIR, the agent's home or a `unix_sockets.allow` entry:
+Plan.unix_roots) is refused. Without
 the section nothing here runs and SSH_AUTH_SOCK is not passed (plan/env.py).
 
 The proxy's directory is made by the supervisor (root's where confine runs as
@@ -108,8 +109,7 @@ def prepare(plan: Plan, tmp: str | None, parent_env: Mapping[str, str],
     upstream = parent_env.get(ENV) or None
     if upstream is not None:
         upstream = os.path.abspath(upstream)
-        reach = [plan.policy.workdir, plan.policy.tmp] + [g.path for g in plan.policy.unix_sockets]
-        for where in reach:
+        for where in plan.unix_roots():
             if is_under(upstream, where) or is_under(os.path.realpath(upstream), where):
                 raise ConfineError(
                     f"ssh_agent: the ssh-agent socket outside ({printable(upstream)}) lies in "

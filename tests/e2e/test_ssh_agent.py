@@ -161,7 +161,7 @@ def _profile(sandbox, forge: Forge, **over: object) -> str:
     sa = {"keys": [forge.fp_listed], "hosts": [f"127.0.0.1:{forge.port}"], "namespaces": ["git"],
           "known_hosts": [forge.known_hosts], "decision": "allow"}
     sa.update(over)
-    d = tempfile.mkdtemp(prefix="confine-saprof-", dir="/tmp")
+    d = tempfile.mkdtemp(prefix="profile-", dir=forge.dir)     # removed with the forge
     os.chmod(d, 0o755)
     os.chown(d, sandbox.pw.pw_uid, sandbox.pw.pw_gid)
     text = ("extends: default\n"
@@ -367,3 +367,14 @@ def test_ask_through_an_approver(sandbox, forge, agent):
         assert "/ssh (" in (q["exe"] or "") and forge.repo in q["exe"], q
     assert any(e.get("decision") == "deny" and "not approved" in e.get("reason", "")
                for e in log), log
+
+
+def test_refused_when_the_real_agent_lies_where_the_agent_may_connect(sandbox, forge, agent):
+    """The person's agent socket in the workdir: the agent could connect to it itself,
+    so the run is refused (125, one line). Control: the same run with the socket outside."""
+    prof = _profile(sandbox, forge)
+    inside = os.path.join(sandbox.workdir, "agent.sock")
+    p = sandbox.run(["true"], "--profile", prof, env_extra=[f"SSH_AUTH_SOCK={inside}"])
+    assert p.returncode == 125 and "lies in" in p.stderr, (p.returncode, p.stderr)
+    ctl = sandbox.run(["true"], "--profile", prof, env_extra=[f"SSH_AUTH_SOCK={agent.sock}"])
+    assert ctl.returncode == 0, ctl.stderr

@@ -28,3 +28,18 @@ def test_generation_does_not_depend_on_the_machine(monkeypatch, tmp_path):
     monkeypatch.setenv("HOME", str(tmp_path))
     monkeypatch.chdir(tmp_path)
     assert artefacts.generate() == first
+
+
+def test_generation_does_not_depend_on_the_hosts_secrets(monkeypatch):
+    """A built-in secret's glob (/etc/ssh/ssh_host_*_key) is denied in the generated
+    files whether or not it matches anything on this host (openssh-server installed)."""
+    import glob
+    real = glob.glob
+
+    def fake(matches: list[str]):
+        return lambda p, *a, **k: matches if "ssh_host_" in p else real(p, *a, **k)
+    monkeypatch.setattr(glob, "glob", fake([]))
+    without = artefacts.generate()
+    monkeypatch.setattr(glob, "glob", fake(["/etc/ssh/ssh_host_ed25519_key"]))
+    assert artefacts.generate() == without
+    assert "ssh_host_*_key" in without["apparmor/confine-default"]

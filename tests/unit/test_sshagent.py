@@ -122,7 +122,7 @@ def sshsig(k: bytes, ns: bytes) -> bytes:
 
 
 def test_lists_only_the_profile_keys(proxy):
-    make, up, _ = proxy
+    make, up, events = proxy
     _, path = make()
     with connect(path) as c:
         r = sa.Reader(call(c, bytes([11]))[1:])
@@ -133,6 +133,7 @@ def test_lists_only_the_profile_keys(proxy):
             r.string()
         r.end()
     assert blobs == [LISTED]
+    assert {"event": "ssh-agent", "kind": "list", "listed": 1, "hidden": 1} in events
 
 
 def test_login_signed_only_for_a_bound_known_host(proxy):
