@@ -22,7 +22,7 @@ _VALUES: dict[str, tuple[str, bool]] = {
     "--user": ("user", False), "--degrade": ("degrade", True),
     "--apparmor": ("apparmor", False), "--selinux-context": ("selinux_context", False),
     "--log": ("log", False), "--allow-host": ("allow_host", True),
-    "--approver": ("approver", False),
+    "--approver": ("approver", False), "--credential": ("credential", True),
 }
 _FLAGS: dict[str, tuple[str, bool]] = {
     "--allow-degraded": ("allow_degraded", True), "--force-workdir": ("force_workdir", True),
@@ -46,7 +46,7 @@ def exec_args(argv: list[str]) -> tuple[list[str], dict[str, Any]] | None:
                             "approver": None, "allow_degraded": False,
                             "force_workdir": False, "agent_status": False, "agent_home": True}
     many: dict[str, list[str]] = {k: [] for k in ("read", "write", "env", "degrade",
-                                                  "allow_host")}
+                                                  "allow_host", "credential")}
     i = 1
     while i < end:
         tok = argv[i]

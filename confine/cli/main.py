@@ -146,6 +146,10 @@ def cli():
               help="Under network.default: ask, put each question to CMD instead of the terminal "
                    "(one JSON event on stdin, one JSON answer on stdout; a timeout or anything "
                    "but an explicit allow denies). CMD runs outside the sandbox as you.")
+@click.option("--credential", multiple=True, metavar="NAME=HOST[,HOST...]",
+              help="Give the agent a placeholder for your environment variable NAME; the "
+                   "egress gateway puts the real value in requests to these hosts only "
+                   "(docs/credentials.md). Repeatable.")
 @click.option("--agent-home/--no-agent-home", default=True, show_default=True,
               help="HOME inside is the agent's own persistent home (rc files, history, "
                    "caches), kept per profile and workdir; never your real HOME.")

@@ -8,6 +8,7 @@ exporters can emit variables instead of one machine's paths.
 from __future__ import annotations
 
 from ..record import dataclass, field
+from .credentials import Credential
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,7 @@ class Network:
     include: tuple[str, ...] = ()
     allowed_ips: tuple[str, ...] = ()
     default: str = "deny"
+    upstream_ca: tuple[str, ...] = ()          # PEM files the gateway trusts upstream, besides the system's
 
     @property
     def egress(self) -> bool:
@@ -43,7 +45,7 @@ class Network:
         return {"connect_tcp": list(self.connect_tcp), "bind_tcp": list(self.bind_tcp),
                 "allow": list(self.allow), "deny": list(self.deny),
                 "include": list(self.include), "allowed_ips": list(self.allowed_ips),
-                "default": self.default}
+                "default": self.default, "upstream_ca": list(self.upstream_ca)}
 
 
 @dataclass(frozen=True)
@@ -101,6 +103,7 @@ class Policy:
     unix_sockets: tuple[PathGrant, ...] = ()   # pathname sockets connectable outside the workdir
     protected: tuple[str, ...] = ()            # workdir patterns added to patterns.DEFAULT_PATTERNS
     limits: Limits = field(default_factory=Limits)
+    credentials: tuple[Credential, ...] = ()   # values the agent sees only as placeholders
 
     def to_dict(self) -> dict[str, object]:
         def grants(gs: tuple[PathGrant, ...]) -> list[dict[str, object]]:
@@ -120,6 +123,7 @@ class Policy:
             "unix_sockets": {"allow": grants(self.unix_sockets)},
             "protected": list(self.protected),
             "limits": self.limits.to_dict(),
+            "credentials": [c.to_dict() for c in self.credentials],
             "scope": {"signals": self.scope.signals,
                       "abstract_unix": self.scope.abstract_unix},
         }

@@ -38,7 +38,8 @@ MAX_REPLY = 4 * 1024 * 1024        # a dry-run's plan
 MAX_LAYERS = 8                     # profile files of one `extends` chain
 RELAYED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 # Options of `confine exec` a nested run does not take (their defaults only).
-UNSUPPORTED = ("user", "apparmor", "selinux_context", "log", "allow_host", "approver")
+UNSUPPORTED = ("user", "apparmor", "selinux_context", "log", "allow_host", "approver",
+               "credential")
 
 
 def endpoint(environ: dict[str, str] | None = None) -> str | None:

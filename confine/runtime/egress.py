@@ -27,6 +27,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from ..credentials.binding import Binding
 from ..errors import ConfineError
 from ..gateway import DNSServer, Gateway, Pins, Resolver, RuleError, Rules, refusal
 from ..gateway.approve import make_asker
@@ -120,6 +121,8 @@ class Egress:
     # network.default: ask: a name no rule allows may be approved while the run goes
     # on (by the asker, at the gateway), so a pinned address is enough to go there
     ask: bool = False
+    # the run's credentials (credentials/run.py): what the gateway swaps, toward where
+    credentials: tuple[Binding, ...] = ()
 
     @property
     def routes(self) -> InetRoutes:
@@ -216,17 +219,19 @@ class Egress:
 
 
 def start(policy: Any, events: Events, resolv_conf: str = RESOLV_CONF,
-          approver: str | None = None) -> Egress:
+          approver: str | None = None, credentials: tuple[Binding, ...] = ()) -> Egress:
     """Build and start the gateway and the DNS server on the supervisor's loopback."""
-    eg = build(policy, events, resolv_conf, approver=approver)
+    eg = build(policy, events, resolv_conf, approver=approver, credentials=credentials)
     eg.start_here()
     return eg
 
 
 def build(policy: Any, events: Events, resolv_conf: str = RESOLV_CONF,
-          ports: tuple[int, ...] = (), approver: str | None = None) -> Egress:
+          ports: tuple[int, ...] = (), approver: str | None = None,
+          credentials: tuple[Binding, ...] = ()) -> Egress:
     """The gateway and DNS server, not started; ports: (proxy, redirect, DNS) of
-    the sockets start_on will get."""
+    the sockets start_on will get; credentials: the run's Bindings (the values
+    supervisor-side only)."""
     r = rules(policy.network)
     resolver = Resolver(upstreams(resolv_conf), r, Pins())
     holder: list[Egress] = []
@@ -244,7 +249,7 @@ def build(policy: Any, events: Events, resolv_conf: str = RESOLV_CONF,
     dns = DNSServer(resolver, host=LOOPBACK, log=log, **kw)
     gw = Gateway(r, resolver, host=LOOPBACK, log=log, **kw)
     eg = Egress(rules=r, resolver=resolver, gateway=gw, dns=dns, events=events,
-                ask=policy.network.default == "ask")
+                ask=policy.network.default == "ask", credentials=credentials)
     if ports:
         eg.proxy_port, eg.redirect_port, eg.dns_port = ports
     holder.append(eg)

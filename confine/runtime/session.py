@@ -84,6 +84,7 @@ class Request:
     allow_host: Sequence[str] = ()      # --allow-host HOST[:PORT]: added to network.allow
     approver: str | None = None         # --approver CMD: answers network.default: ask (gateway/approve.py)
     agent_home: bool = True             # HOME inside is the agent's own (runtime/home.py)
+    credential: Sequence[str] = ()      # --credential NAME=HOST,...: a placeholder inside (credentials/)
 
 
 # A run whose agent exited 0 but whose exit check reported anything the person
@@ -198,8 +199,10 @@ class Session:
         self.egress: Any = None             # the running egress gateway (runtime/egress.py)
         self._server: tuple[int, int] | None = None   # the nested-run endpoint's (pid, pidfd)
         self._unbind: Callable[[], None] = lambda: None  # its socket, if never served
-        self.plan: Plan = self._prepare(protect, host,
-                                        dict(os.environ) if parent_env is None else parent_env)
+        self.creds: Any = None              # the run's credentials (credentials/run.py)
+        self._env_without_creds: dict[str, str | None] = {}   # what env.pass, --env gave them
+        self.parent_env = dict(os.environ) if parent_env is None else parent_env
+        self.plan: Plan = self._prepare(protect, host, self.parent_env)
 
     def __enter__(self) -> Session:
         return self
@@ -211,6 +214,7 @@ class Session:
         try:
             self._stop_server()
             self._stop_egress()
+            self._finish_credentials(self.warn)
             self.events.close()
             if self.tmp is not None:
                 if not remove_tree(self.tmp):
@@ -261,7 +265,7 @@ class Session:
             policy = _load.load(req.profile, workdir=wd, home=realpaths.realpath(ident.home),
                                 create_state=self.create_state,
                                 tmp=self.tmp, extra_read=req.read, extra_write=req.write,
-                                extra_allow=req.allow_host)
+                                extra_allow=req.allow_host, extra_credentials=req.credential)
             for d in policy.deny:
                 if is_under(wd, d.path):
                     raise ConfineError(f"refusing workdir {wd}: it lies inside the protected "
@@ -278,6 +282,11 @@ class Session:
             plan = compile(policy, req.argv, ident, facts, parent_env=parent_env,
                            cli_env=req.env, lsm=lsm, protected=protected, agent_home=home)
             plan = dataclasses.replace(plan, notes=plan.notes + tuple(home_notes))
+            if policy.credentials:
+                from ..credentials import run as _credrun
+                self._env_without_creds = {c.name: plan.env.get(c.name)
+                                           for c in policy.credentials}
+                plan = self._with_placeholders(plan, _credrun.dry_run(policy.credentials))
             return self._with_endpoint(plan)
         except BaseException:
             self.close()
@@ -402,6 +411,7 @@ class Session:
         held_fd: list[int] = []
         ran = False
         try:
+            plan = self._start_credentials(plan, say)
             plan = self._start_egress(plan)
             plan, offer, serve = self._delegation(plan)
             eg = self.egress
@@ -420,6 +430,7 @@ class Session:
             # the agent and its leftovers are gone (launch killed them): nothing
             # can use the gateway any more
             self._stop_egress()
+            self._finish_credentials(say)
             if screen is not None:
                 screen.release()
             hold.also_stops()
@@ -505,15 +516,54 @@ class Session:
         finally:
             os.close(fd)
 
+    def _with_placeholders(self, plan: Plan, placeholders: dict[str, str],
+                           values: tuple[str, ...] = ()) -> Plan:
+        from ..plan import env as _env
+        env, notes = _env.with_credentials(plan.env, placeholders, values)
+        return dataclasses.replace(plan, env=env, notes=plan.notes + tuple(notes))
+
+    def _start_credentials(self, plan: Plan, say: Warn) -> Plan:
+        """Revokes left by runs that died, then this run's values (credentials/run.py),
+        all before the fork: the agent's variables get the placeholders."""
+        from ..paths import state_dir
+        creds = plan.policy.credentials
+        if not creds and not os.path.isdir(state_dir("credentials")):
+            return plan         # nothing minted here, ever: no import, no look
+        from ..credentials import run as _credrun
+        _credrun.recover(say, self.events.emit)
+        if not creds:
+            return plan
+        pol = plan.policy
+        _credrun.check_exposure(creds, [(g.path, g.source) for g in pol.read + pol.write])
+        self.creds = _credrun.start(creds, self.parent_env, warn=say, emit=self.events.emit)
+        from ..plan import env as _env
+        env = dict(plan.env)
+        for name, before in self._env_without_creds.items():
+            if before is None:
+                env.pop(name, None)
+            else:
+                env[name] = before
+        env, notes = _env.with_credentials(env, self.creds.placeholders, self.creds.values)
+        for n in notes:
+            say(n)
+        return dataclasses.replace(plan, env=env)
+
+    def _finish_credentials(self, say: Warn) -> None:
+        if self.creds is not None:
+            from ..credentials import run as _credrun
+            _credrun.finish(self.creds, warn=say, emit=self.events.emit)
+
     def _start_egress(self, plan: Plan) -> Plan:
         if not plan.egress:
             return plan
         from . import egress
+        bindings = self.creds.bindings if self.creds is not None else ()
         if plan.gateway_ports:   # started on the child's sockets, in the agent's namespace
             self.egress = egress.build(plan.policy, self.events, ports=plan.gateway_ports,
-                                       approver=self.req.approver)
+                                       approver=self.req.approver, credentials=bindings)
         else:
-            self.egress = egress.start(plan.policy, self.events, approver=self.req.approver)
+            self.egress = egress.start(plan.policy, self.events, approver=self.req.approver,
+                                       credentials=bindings)
         return egress.bind_plan(plan, self.egress)
 
     def _stop_egress(self) -> None:

@@ -39,6 +39,8 @@ SAME = [
      "--allow-host", "example.org", "--allow-host=*.example.com:8443", "--approver", "ask-me",
      "--", "true", "--", "x"],
     ["exec", "--user", "a", "--user", "b", "--", "true"],
+    ["exec", "--credential", "GH_TOKEN=github.com,api.github.com", "--credential=X=a.example",
+     "--", "true"],
 ]
 
 
