@@ -39,7 +39,7 @@ PREFIXES = tuple(sorted((
     "ASIA", "glc_", "dop_v1_", "shpat_", "SG.", "rk_live_", "sk_live_", "sk_test_",
     "Bearer ",
 ), key=len, reverse=True))
-MIN_RANDOM_BITS = 96           # below this the shape is given up for a long random placeholder
+MIN_RANDOM_BITS = 64           # below this the shape is given up for a long random placeholder
 _HEX_LOWER = set(string.digits + "abcdef")
 _HEX_UPPER = set(string.digits + "ABCDEF")
 _CLASSES = (string.ascii_lowercase, string.ascii_uppercase, string.digits)
@@ -192,8 +192,8 @@ def placeholder(value: str) -> str:
     (lower case, upper case, digit; a value that is all hex digits stays hex);
     anything else (-, _, ., =) is kept where it is. So the length, the prefix and
     each position's class are the value's, and nothing else of it. If that leaves
-    less than 96 random bits (a short value), the shape is given up for
-    `confine-` and 32 random hex digits. Never equal to the value."""
+    less than 64 random bits (a short value), the shape is given up: the known
+    prefix (or `confine-`) and 32 random hex digits. Never equal to the value."""
     prefix = next((p for p in PREFIXES if value.startswith(p) and len(value) > len(p)), "")
     body = value[len(prefix):]
     chars = set(body)
@@ -207,7 +207,7 @@ def placeholder(value: str) -> str:
     bits = sum(math.log2(len(a)) for a in alphabets if a)
     while True:
         if bits < MIN_RANDOM_BITS:
-            out = "confine-" + secrets.token_hex(16)
+            out = (prefix or "confine-") + secrets.token_hex(16)
         else:
             out = prefix + "".join(secrets.choice(a) if a else c
                                    for a, c in zip(alphabets, body, strict=True))
