@@ -228,6 +228,13 @@ def _print_plan(d: dict) -> None:
           + (f"; deny: {', '.join(net['deny'])}" if net["deny"] else "")
           + (f"; private ranges for names: {', '.join(net['allowed_ips'])}"
              if net["allowed_ips"] else "") + f"; otherwise: {net['default']}")
+    for c in d.get("credentials") or ():
+        src = {"env": "from your environment", "file": "from the file",
+               "command": "from the command", "mint": "minted by"}[c["source"]]
+        e(f"credential {c['name']}: {src} {' '.join(c['ref'])}; the value only to "
+          f"{', '.join(c['hosts'])}; each use: {c['decision']}"
+          + (f"; revoked by {' '.join(c['revoke'])}" if c["revoke"] else "")
+          + ("; optional" if c["optional"] else ""))
     e(f"  secrets never granted: {len(ll['secrets'])} paths (carved out of: "
       f"{', '.join(ll['carved_out']) or 'nothing'})")
     e(f"seccomp: {len(d['seccomp'])} rules (--json lists each argument test)")

@@ -12,8 +12,8 @@ every message when it succeeded). The threats:
 - a placeholder a tool rejects for its shape (`ghp_` + 36 alphanumerics, `sk-ant-`):
   see `placeholder` for the rule.
 
-A value is one line of printable characters (it goes into an HTTP header): a
-value with a control character or a line break is refused.
+A value is one line of printable characters (it goes into an HTTP header), of at
+least 8: a value with a control character or a line break, or shorter, is refused.
 """
 from __future__ import annotations
 
@@ -31,6 +31,7 @@ from ..record import dataclass
 COMMAND_TIMEOUT = 60.0         # seconds a from_command or mint: may take
 MAX_OUTPUT = 1 << 20           # bytes read from it
 MAX_FILE = 1 << 20
+MIN_LENGTH = 8
 # Known prefixes kept as they are (tools and servers check them), longest first.
 PREFIXES = tuple(sorted((
     "github_pat_", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "glpat-", "gldt-", "glptt-",
@@ -67,6 +68,11 @@ def check_value(name: str, what: str, value: str) -> str:
     if any(ord(c) < 0x20 or ord(c) == 0x7f for c in v):
         raise SourceError(f"credential {name}: the value from {what} has a line break or a "
                           "control character (a value is one line)")
+    if len(v) < MIN_LENGTH:
+        # copies of it are looked for in the agent's environment (plan/env.py): a value
+        # this short would match ordinary text, and no real token is this short
+        raise SourceError(f"credential {name}: the value from {what} has fewer than "
+                          f"{MIN_LENGTH} characters: is that the right source?")
     return v
 
 

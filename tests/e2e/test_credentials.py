@@ -201,3 +201,32 @@ def test_bad_input_is_one_line_naming_line_and_key(csb):
                env_extra=[f"NOW_SET={value}"])
     assert p.returncode == 0, p.stderr
     assert len(p.stdout) == len(value) and p.stdout != value and p.stdout.startswith("ghp_")
+
+
+def test_the_supervisor_s_environment_is_not_readable_without_namespaces(user_sandbox,
+                                                                          outside_dir):
+    """Without a pid namespace the agent sees every process of the host, the supervisor
+    (whose environment holds the value) included: Landlock keeps its environ closed."""
+    sb = user_sandbox.without_namespaces()
+    sb.launcher, sb.out = sb.pw.pw_uid, outside_dir          # type: ignore[attr-defined]
+    a, control = _token(), _token()
+    prof = _profile(sb, """
+        extends: default
+        credentials:
+          - name: FORGE_TOKEN
+            from_env: REAL_FORGE
+            hosts: [forge.example]
+        """)
+    p = sb.run([PY, "-c", DUMP], "-p", prof, "--env", "CONTROL",
+               env_extra=[f"REAL_FORGE={a}", f"CONTROL={control}"])
+    assert p.returncode == 0, p.stderr
+    with open(os.path.join(sb.workdir, "dump.json")) as f:
+        text = f.read()
+    dump = json.loads(text)
+    assert any(control in s for s in dump["proc"])             # its own environ: readable
+    assert any("creds.yaml" in s for s in dump["proc"]), "the supervisor was not in view"
+    assert a not in text
+    # the control: outside, the same account reads a process's environ holding the value
+    out = sb.outside(["/bin/sh", "-c", 'cat /proc/self/environ | tr "\\0" "\\n"'],
+                     env_extra=[f"REAL_FORGE={a}"])
+    assert a in out.stdout

@@ -6,6 +6,7 @@ edge a reader has to follow.
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2] / "confine"
@@ -19,6 +20,7 @@ def _module(path: Path) -> str:
     return ".".join(parts)
 
 
+@functools.cache     # the source does not change during a session: parsed once
 def _graph() -> dict[str, set[str]]:
     mods = {_module(p): p for p in ROOT.rglob("*.py")}
     graph: dict[str, set[str]] = {m: set() for m in mods}

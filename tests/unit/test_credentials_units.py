@@ -163,7 +163,9 @@ def test_placeholder_keeps_prefix_length_and_classes(value):
 
 def test_short_values_get_a_long_random_placeholder():
     assert re.fullmatch(r"sk-[0-9a-f]{32}", sources.placeholder("sk-confine-test"))
-    assert re.fullmatch(r"confine-[0-9a-f]{32}", sources.placeholder("hunter2"))
+    assert re.fullmatch(r"confine-[0-9a-f]{32}", sources.placeholder("hunter22"))
+    with pytest.raises(sources.SourceError, match="fewer than 8 characters"):
+        sources.check_value("T", "from_env X", "hunter2")
 
 
 # --- sources ---
@@ -193,12 +195,12 @@ def test_from_file_owner_and_mode(tmp_path):
 
 
 def test_from_command_output_forms_and_failures():
-    got = sources.from_command("T", "mint", ["/bin/echo", "-e", r"tok123\n2030-01-01"])
-    assert (got.value, got.expires) == ("tok123", "2030-01-01")
+    got = sources.from_command("T", "mint", ["/bin/echo", "-e", r"tok12345\n2030-01-01"])
+    assert (got.value, got.expires) == ("tok12345", "2030-01-01")
     got = sources.from_command("T", "mint", [sys.executable, "-c", "import json; print(json.dumps("
-                                              "{'token': 'tok9', 'expiration': 'soon'}))"])
-    assert (got.value, got.expires) == ("tok9", "soon")
-    assert "tok9" not in repr(got)
+                                              "{'token': 'tok98765', 'expiration': 'soon'}))"])
+    assert (got.value, got.expires) == ("tok98765", "soon")
+    assert "tok98765" not in repr(got)
     with pytest.raises(sources.SourceError, match=r"exited with status 3: oops") as e:
         sources.from_command("T", "from_command",
                              ["/bin/sh", "-c", "echo ON-STDOUT | tr A-Z a-z; echo oops >&2; exit 3"])
@@ -278,3 +280,50 @@ def test_ask_goes_to_a_scripted_approver_once_per_use(tmp_path):
     j = use.Judge(events.append, approver="/bin/false")
     assert not j.decide_use(b, "forge.example", "GET", "/a", None, port=443)
     assert stat.S_ISREG(os.stat(script).st_mode)
+
+
+# --- pending revokes ---
+
+def test_pending_records_private_alive_and_dead(tmp_path, monkeypatch):
+    from confine.credentials import pending
+    from confine.credentials import run as credrun
+    from confine.errors import ConfineError
+    d = tmp_path / "credentials"
+    monkeypatch.setattr(pending, "directory", lambda: str(d))
+    live = pending.write("LIVE", ("revoke",), "v-live", None)         # this process: alive
+    assert stat.S_IMODE(os.stat(d).st_mode) == 0o700
+    assert stat.S_IMODE(os.stat(live).st_mode) == 0o600
+    dead = pending.write("DEAD", ("revoke",), "v-dead", "2030")
+    rec = json.loads(open(dead).read())
+    rec["pid"], rec["start"] = 1, -1                                  # another process's
+    os.unlink(dead)
+    dead = pending.write("DEAD", ("revoke",), "v-dead", "2030")
+    os.chmod(dead, 0o600)
+    with open(dead, "w") as f:
+        f.write(json.dumps(rec))
+    planted = d / "1-PLANTED-0.pending"
+    planted.write_text(json.dumps({**rec, "name": "PLANTED"}))
+    os.chmod(planted, 0o644)
+    revoked, said, events = [], [], []
+    pending.recover(lambda n, a, v: revoked.append((n, a, v)), said.append, events.append)
+    assert revoked == [("DEAD", ("revoke",), "v-dead")]
+    assert not os.path.exists(dead) and os.path.exists(live) and planted.exists()
+    assert any("PLANTED" in s and "not a private file" in s for s in said)
+    assert any("credential DEAD: revoked now" in s for s in said)
+    assert "v-dead" not in json.dumps(events) + " ".join(said)
+    # a revoke that fails keeps the record for the next start
+
+    def failing(n, a, v):
+        raise ConfineError("revoke exited with status 1")
+    rec2 = {**rec, "name": "AGAIN"}
+    again = d / "1-AGAIN-0.pending"
+    again.write_text(json.dumps(rec2))
+    os.chmod(again, 0o600)
+    said.clear()
+    pending.recover(failing, said.append, events.append)
+    assert again.exists() and any("revoke failed again" in s for s in said)
+    # minting refuses when a grant of the profile covers the records
+    c = pc.Credential(name="M", source="mint", ref=("m",), targets=(), revoke=("r",))
+    with pytest.raises(ConfineError, match="readable by the agent through"):
+        credrun.check_exposure((c,), [(str(tmp_path), "--read")])
+    credrun.check_exposure((c,), [("/usr", "default.yaml:3")])
