@@ -15,6 +15,7 @@ its record and is tried again at the next start).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from typing import Any
 
 from ..errors import ConfineError
 from ..policy.credentials import Credential, target_text
@@ -159,6 +160,27 @@ def finish(rc: RunCredentials | None, *, warn: Warn, emit: Emit) -> None:
         if m.record:
             pending.remove(m.record)
         emit({"event": "credential", "action": "revoke", "name": m.name, "ok": True})
+
+
+def unreachable(creds: tuple[Credential, ...], network: object) -> list[str]:
+    """A line for each bound host the network rules never let the agent reach (the
+    value can never be sent there: a typo in one of the two lists, most likely)."""
+    from ..gateway.rules import RuleError, Rules
+    n: Any = network
+    try:
+        rules = Rules.parse(n.allow, n.deny, n.include, allowed_ips=n.allowed_ips)
+    except RuleError:
+        return []                       # the gateway says why when it starts
+    out = []
+    for c in creds:
+        for t in c.targets:
+            if t.host.startswith("*."):
+                continue
+            if not n.egress or not rules.decide(t.host, t.port).allowed:
+                out.append(f"credential {c.name}: {target_text(t)} is not allowed by the "
+                           "network rules, so the value is never sent there (add it to "
+                           "network.allow)")
+    return out
 
 
 def check_exposure(creds: tuple[Credential, ...], grants: list[tuple[str, str]]) -> None:

@@ -168,8 +168,8 @@ def _check_approver(approver: str | None, default: str) -> None:
     import shlex
     import shutil
     if default != "ask":
-        raise ConfineError("--approver only applies under network.default: ask (this "
-                           "profile refuses every host no rule allows)")
+        raise ConfineError("--approver only applies under network.default: ask or to a "
+                           "credential with decision: ask (this profile asks nothing)")
     try:
         argv = shlex.split(approver)
     except ValueError as e:
@@ -273,7 +273,10 @@ class Session:
                 if is_under(self.tmp, d.path):
                     raise ConfineError(f"refusing TMPDIR {self.tmp}: it lies inside the "
                                        f"protected secret {d.path}; set TMPDIR elsewhere")
-            _check_approver(req.approver, policy.network.default)
+            # a credential's `decision: ask` is put to --approver too (credentials/use.py)
+            _check_approver(req.approver, "ask" if any(c.decision == "ask" for c in
+                                                       policy.credentials)
+                            else policy.network.default)
             facts = host if host is not None else HostFacts.read(ident.started_as_root)
             self.host = facts
             lsm = _resolve_lsm(req.apparmor, req.selinux_context, facts)
@@ -535,6 +538,8 @@ class Session:
             return plan
         pol = plan.policy
         _credrun.check_exposure(creds, [(g.path, g.source) for g in pol.read + pol.write])
+        for line in _credrun.unreachable(creds, pol.network):
+            say(line)
         self.creds = _credrun.start(creds, self.parent_env, warn=say, emit=self.events.emit)
         from ..plan import env as _env
         env = dict(plan.env)

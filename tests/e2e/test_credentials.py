@@ -230,3 +230,21 @@ def test_the_supervisor_s_environment_is_not_readable_without_namespaces(user_sa
     out = sb.outside(["/bin/sh", "-c", 'cat /proc/self/environ | tr "\\0" "\\n"'],
                      env_extra=[f"REAL_FORGE={a}"])
     assert a in out.stdout
+
+
+def test_approver_is_taken_for_a_credential_that_asks(user_sandbox, outside_dir):
+    sb = user_sandbox
+    sb.launcher, sb.out = sb.pw.pw_uid, outside_dir          # type: ignore[attr-defined]
+    value = _token()
+    for decision, status in (("ask", 0), ("allow", 125)):
+        prof = _profile(sb, f"""
+            extends: default
+            network:
+              allow: [forge.example]
+            credentials:
+              - {{name: T, from_env: T, hosts: [forge.example], decision: {decision}}}
+            """)
+        p = sb.run(["/bin/true"], "-p", prof, "--approver", "/bin/true",
+                   env_extra=[f"T={value}"])
+        assert p.returncode == status, p.stderr
+    assert "--approver only applies under network.default: ask or to a credential" in p.stderr

@@ -327,3 +327,18 @@ def test_pending_records_private_alive_and_dead(tmp_path, monkeypatch):
     with pytest.raises(ConfineError, match="readable by the agent through"):
         credrun.check_exposure((c,), [(str(tmp_path), "--read")])
     credrun.check_exposure((c,), [("/usr", "default.yaml:3")])
+
+
+def test_bound_hosts_the_network_never_allows_are_said(tmp_path):
+    from confine.credentials import run as credrun
+    pol = _load(tmp_path, """
+        network:
+          allow: [forge.example]
+        credentials:
+          - {name: A, from_env: A, hosts: [forge.example, "forge.example:8443", typo.example]}
+        """)
+    lines = credrun.unreachable(pol.credentials, pol.network)
+    assert len(lines) == 2 and "forge.example:8443 is not allowed" in lines[0]
+    assert "typo.example is not allowed" in lines[1]
+    pol = _load(tmp_path, "credentials:\n  - {name: A, from_env: A, hosts: [forge.example]}\n")
+    assert len(credrun.unreachable(pol.credentials, pol.network)) == 1   # no network at all
