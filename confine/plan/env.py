@@ -94,12 +94,20 @@ def build(parent: Mapping[str, str], *, passthrough: Iterable[str] = (),
 
 
 def with_credentials(env: Mapping[str, str], placeholders: Mapping[str, str],
-                     values: Iterable[str] = ()) -> tuple[dict[str, str], list[str]]:
+                     values: Iterable[str] = (), before: Mapping[str, str | None] = {},
+                     ) -> tuple[dict[str, str], list[str]]:
     """The environment with each credential's variable holding its placeholder
     (confine/credentials: the real value stays in the supervisor). The credential
     wins over env.pass, env.set and --env, and says so; a variable that would carry
-    one of `values` under another name is dropped, and that is said (never the value)."""
+    one of `values` under another name is dropped, and that is said (never the value).
+    before: what env.pass and --env gave these names before a first call put stand-ins
+    there (None: nothing), so the second call judges the environment as compiled."""
     out = dict(env)
+    for name, was in before.items():
+        if was is None:
+            out.pop(name, None)
+        else:
+            out[name] = was
     notes = []
     for name, ph in placeholders.items():
         if name in out and out[name] != ph:

@@ -542,13 +542,8 @@ class Session:
             say(line)
         self.creds = _credrun.start(creds, self.parent_env, warn=say, emit=self.events.emit)
         from ..plan import env as _env
-        env = dict(plan.env)
-        for name, before in self._env_without_creds.items():
-            if before is None:
-                env.pop(name, None)
-            else:
-                env[name] = before
-        env, notes = _env.with_credentials(env, self.creds.placeholders, self.creds.values)
+        env, notes = _env.with_credentials(plan.env, self.creds.placeholders, self.creds.values,
+                                           before=self._env_without_creds)
         for n in notes:
             say(n)
         return dataclasses.replace(plan, env=env)

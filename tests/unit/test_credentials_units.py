@@ -220,6 +220,11 @@ def test_the_credential_wins_and_other_copies_are_dropped():
     assert any(n.startswith("GH_TOKEN: the credential's placeholder replaces") for n in notes)
     assert any(n.startswith("COPY not passed") for n in notes)
     assert not any("real-value" in n for n in notes)
+    # the second call (at the start) judges what env.pass gave, not the --dry-run stand-ins
+    marked = {"GH_TOKEN": "(stand-in)", "SKIPPED": "(stand-in)", "PATH": "/usr/bin"}
+    out, notes = envmod.with_credentials(marked, {"GH_TOKEN": "ph-000"}, ["real-value-123"],
+                                         before={"GH_TOKEN": "real-value-123", "SKIPPED": None})
+    assert out == {"GH_TOKEN": "ph-000", "PATH": "/usr/bin"} and len(notes) == 1
 
 
 # --- per use ---
