@@ -92,9 +92,13 @@ def test_the_value_never_reaches_the_agent(csb):
             hosts: ["forge.example:8443"]
         """)
     log = os.path.join(sb.out, "run.jsonl")
+    # --env FORGE_TOKEN passes the caller's own FORGE_TOKEN (another value): the
+    # credential wins, and says so
     p = sb.run([PY, "-c", DUMP], "-p", prof, "--log", log, "--env", "CONTROL",
-               env_extra=[f"REAL_FORGE={a}", f"CONTROL={control}"])
+               "--env", "FORGE_TOKEN",
+               env_extra=[f"REAL_FORGE={a}", f"CONTROL={control}", f"FORGE_TOKEN={_token()}"])
     assert p.returncode == 0, p.stderr
+    assert "FORGE_TOKEN: the credential's placeholder replaces the value from" in p.stderr
     with open(os.path.join(sb.workdir, "dump.json")) as f:
         text = f.read()
     dump = json.loads(text)
