@@ -183,8 +183,25 @@ def unreachable(creds: tuple[Credential, ...], network: object) -> list[str]:
     return out
 
 
-def check_exposure(creds: tuple[Credential, ...], grants: list[tuple[str, str]]) -> None:
-    """A minted value's record must be out of the agent's reach (pending.py)."""
+def check_exposure(creds: tuple[Credential, ...], grants: list[tuple[str, str]],
+                   denied: tuple[str, ...] = ()) -> None:
+    """Where a value rests must be out of the agent's reach: a minted value's record
+    (pending.py), and a from_file's file (a grant of the profile that covers it
+    would hand the agent the value itself). `denied`: paths carved out of every grant."""
+    import os
+
+    from ..paths import is_under
+    for c in creds:
+        if c.source != "file":
+            continue
+        path = os.path.realpath(c.ref[0])
+        if any(is_under(path, d) for d in denied):
+            continue
+        for g, source in grants:
+            if is_under(path, g):
+                raise ConfineError(f"credential {c.name}: from_file {c.ref[0]} is readable by "
+                                   f"the agent through {g} ({source}): the value would not be "
+                                   "kept from it (move the file, or add it to filesystem.deny)")
     if not any(c.source == "mint" and c.revoke for c in creds):
         return
     why = pending.exposed_by(grants)

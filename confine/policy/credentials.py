@@ -140,8 +140,9 @@ def _entry(p: Any, el: Any, full: str, item: Callable[[object, str], Any]) -> di
         out[src] = item(v, p.where(raw[src]))
     elif src == "from_file":
         v = p.scalar(raw[src], f"{at}.{src}")
-        if not isinstance(v, str) or not (v.startswith(("/", "~/", "{home}/", "{workdir}/"))):
-            p.fail(raw[src], f"{at}.from_file: {v!r} must be absolute or start with ~/ or {{home}}/")
+        if not isinstance(v, str) or not v.startswith(("/", "~/")):
+            p.fail(raw[src], f"{at}.from_file: {v!r} must be absolute or start with ~/ (your "
+                             "home: the file is read by you, outside the sandbox)")
         out[src] = item(v, p.where(raw[src]))
     else:
         out[src] = _argv(p, raw[src], f"{at}.{src}", item)
@@ -268,7 +269,9 @@ def _path_error(v: object) -> str | None:
 def records(raw: list[Any], cli: Sequence[str] = (), *,
             expand: Callable[[str], str] = os.path.expanduser) -> tuple[Credential, ...]:
     """The Policy's credentials: the profile chain's entries (a derived file's entry
-    replaces its parent's of the same name), then --credential (replacing either)."""
+    replaces its parent's of the same name), then --credential (replacing either).
+    expand: a from_file's `~`, the launching person's home (who reads it), never the
+    agent's."""
     out: dict[str, Credential] = {}
     for e in raw:
         c = _record(e, expand)

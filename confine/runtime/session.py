@@ -537,7 +537,8 @@ class Session:
         if not creds:
             return plan
         pol = plan.policy
-        _credrun.check_exposure(creds, [(g.path, g.source) for g in pol.read + pol.write])
+        _credrun.check_exposure(creds, [(g.path, g.source) for g in pol.read + pol.write],
+                                tuple(d.path for d in pol.deny))
         for line in _credrun.unreachable(creds, pol.network):
             say(line)
         self.creds = _credrun.start(creds, self.parent_env, warn=say, emit=self.events.emit)

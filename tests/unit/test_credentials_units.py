@@ -81,6 +81,7 @@ BAD = [
     ("- {name: A, from_env: A, hosts: [a.example], headers: [Host]}", "is not a custom header name"),
     ("- {name: 1A, from_env: A, hosts: [a.example]}", "is not an environment variable name"),
     ("- {name: A, from_file: relative/t, hosts: [a.example]}", "must be absolute"),
+    ("- {name: A, from_file: '{workdir}/t', hosts: [a.example]}", "must be absolute"),
     ("- {name: A, from_env: A, hosts: ['*.com']}", "public suffix"),
 ]
 
@@ -332,6 +333,12 @@ def test_pending_records_private_alive_and_dead(tmp_path, monkeypatch):
     with pytest.raises(ConfineError, match="readable by the agent through"):
         credrun.check_exposure((c,), [(str(tmp_path), "--read")])
     credrun.check_exposure((c,), [("/usr", "default.yaml:3")])
+    # a from_file the agent could read is refused, unless carved out by a deny
+    f = pc.Credential(name="F", source="file", ref=(str(tmp_path / "tok"),), targets=())
+    with pytest.raises(ConfineError, match="credential F: from_file .* is readable by the agent"):
+        credrun.check_exposure((f,), [(str(tmp_path), "p.yaml:4")])
+    credrun.check_exposure((f,), [(str(tmp_path), "p.yaml:4")], (str(tmp_path / "tok"),))
+    credrun.check_exposure((f,), [("/usr", "default.yaml:3")])
 
 
 def test_bound_hosts_the_network_never_allows_are_said(tmp_path):
