@@ -252,3 +252,38 @@ def test_approver_is_taken_for_a_credential_that_asks(user_sandbox, outside_dir)
                    env_extra=[f"T={value}"])
         assert p.returncode == status, p.stderr
     assert "--approver only applies under network.default: ask or to a credential" in p.stderr
+
+
+def test_a_nested_run_gets_no_values_of_its_own(csb):
+    """Inside a run, an inner profile's from_command would run outside as the person
+    (the outer supervisor makes the nested run): refused unless optional."""
+    sb = csb
+    from conftest import CONFINE
+    inner = os.path.join(sb.workdir, "inner")
+    os.mkdir(inner)
+    os.chown(inner, sb.agent.pw_uid, sb.agent.pw_gid)
+    marker = os.path.join(sb.out, "ran-outside")
+    for name, optional in (("needed.yaml", "false"), ("optional.yaml", "true")):
+        path = os.path.join(inner, name)
+        with open(path, "w") as f:
+            f.write(textwrap.dedent(f"""
+                extends: strict
+                credentials:
+                  - name: INNER
+                    from_command: [/bin/sh, -c, 'touch {marker}; echo v-1234567890']
+                    optional: {optional}
+                    hosts: [forge.example]
+                """))
+        os.chown(path, sb.agent.pw_uid, sb.agent.pw_gid)
+    script = f"""
+        {CONFINE} exec -w {inner} -p {inner}/needed.yaml -- /bin/true; echo "needed=$?"
+        {CONFINE} exec -w {inner} --credential X=forge.example -- /bin/true; echo "flag=$?"
+        {CONFINE} exec -w {inner} -p {inner}/optional.yaml -- /bin/sh -c 'echo "inner=${{INNER-unset}}"'
+    """
+    p = sb.run(["/bin/sh", "-c", textwrap.dedent(script)])
+    assert p.returncode == 0, p.stderr
+    assert "needed=125" in p.stdout and "flag=125" in p.stdout, (p.stdout, p.stderr)
+    assert "credentials (INNER) are given by the outermost confine run only" in p.stderr
+    assert "--credential is not supported in a nested run" in p.stderr
+    assert "inner=unset" in p.stdout, (p.stdout, p.stderr)     # the control: it ran
+    assert not os.path.exists(marker)
