@@ -23,6 +23,7 @@ _VALUES: dict[str, tuple[str, bool]] = {
     "--apparmor": ("apparmor", False), "--selinux-context": ("selinux_context", False),
     "--log": ("log", False), "--allow-host": ("allow_host", True),
     "--approver": ("approver", False), "--approver-socket": ("approver_socket", False),
+    "--credential": ("credential", True),
 }
 _FLAGS: dict[str, tuple[str, bool]] = {
     "--allow-degraded": ("allow_degraded", True), "--force-workdir": ("force_workdir", True),
@@ -47,7 +48,7 @@ def exec_args(argv: list[str]) -> tuple[list[str], dict[str, Any]] | None:
                             "force_workdir": False, "agent_status": False, "agent_home": True,
                             "exclusive": False}
     many: dict[str, list[str]] = {k: [] for k in ("read", "write", "env", "degrade",
-                                                  "allow_host")}
+                                                  "allow_host", "credential")}
     i = 1
     while i < end:
         tok = argv[i]

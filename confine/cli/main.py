@@ -151,6 +151,10 @@ def cli():
               help="Put each question of the approval engine (approvals:, network.default: ask) "
                    "to the long-lived decider listening on the unix socket PATH (length-prefixed "
                    "JSON frames, docs/approvals.md); absent, dead or slow: denied.")
+@click.option("--credential", multiple=True, metavar="NAME=HOST[,HOST...]",
+              help="Give the agent a placeholder for your environment variable NAME; the "
+                   "egress gateway puts the real value in requests to these hosts only "
+                   "(docs/credentials.md). Repeatable.")
 @click.option("--agent-home/--no-agent-home", default=True, show_default=True,
               help="HOME inside is the agent's own persistent home (rc files, history, "
                    "caches), kept per profile and workdir; never your real HOME.")
@@ -233,6 +237,13 @@ def _print_plan(d: dict) -> None:
           + (f"; deny: {', '.join(net['deny'])}" if net["deny"] else "")
           + (f"; private ranges for names: {', '.join(net['allowed_ips'])}"
              if net["allowed_ips"] else "") + f"; otherwise: {net['default']}")
+    for c in d.get("credentials") or ():
+        src = {"env": "from your environment", "file": "from the file",
+               "command": "from the command", "mint": "minted by"}[c["source"]]
+        e(f"credential {c['name']}: {src} {' '.join(c['ref'])}; the value only to "
+          f"{', '.join(c['hosts'])}; each use: {c['decision']}"
+          + (f"; revoked by {' '.join(c['revoke'])}" if c["revoke"] else "")
+          + ("; optional" if c["optional"] else ""))
     e(f"  secrets never granted: {len(ll['secrets'])} paths (carved out of: "
       f"{', '.join(ll['carved_out']) or 'nothing'})")
     e(f"seccomp: {len(d['seccomp'])} rules (--json lists each argument test)")

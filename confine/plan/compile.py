@@ -203,6 +203,7 @@ class Plan:
                 "writable": self.writable_paths() if self.mount_ns else None,
                 "private": ["/dev/shm", "/dev/pts", "/proc"] if self.mount_ns else [],
             },
+            "credentials": [c.to_dict() for c in self.policy.credentials],
             "network": {**self.policy.network.to_dict(),
                         "gateway": (("egress gateway: proxy variables, every other TCP connect "
                                      "redirected, DNS answered by confine"

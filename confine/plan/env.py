@@ -93,6 +93,37 @@ def build(parent: Mapping[str, str], *, passthrough: Iterable[str] = (),
     return env, notes
 
 
+def with_credentials(env: Mapping[str, str], placeholders: Mapping[str, str],
+                     values: Iterable[str] = (), before: Mapping[str, str | None] = {},
+                     ) -> tuple[dict[str, str], list[str]]:
+    """The environment with each credential's variable holding its placeholder
+    (confine/credentials: the real value stays in the supervisor). The credential
+    wins over env.pass, env.set and --env, and says so; a variable that would carry
+    one of `values` under another name is dropped, and that is said (never the value).
+    before: what env.pass and --env gave these names before a first call put stand-ins
+    there (None: nothing), so the second call judges the environment as compiled."""
+    out = dict(env)
+    for name, was in before.items():
+        if was is None:
+            out.pop(name, None)
+        else:
+            out[name] = was
+    notes = []
+    for name, ph in placeholders.items():
+        if name in out and out[name] != ph:
+            notes.append(f"{name}: the credential's placeholder replaces the value from "
+                         "env.pass, env.set or --env (the real value never enters the sandbox)")
+        out[name] = ph
+    secret = [v for v in values if v]
+    if secret:
+        for name in list(out):
+            if name not in placeholders and any(v in out[name] for v in secret):
+                del out[name]
+                notes.append(f"{name} not passed: it holds the value of a credential (the "
+                             "agent gets that credential's placeholder only)")
+    return out, notes
+
+
 # Set by the run to the egress gateway's proxy (runtime/egress.py), whatever the
 # caller's environment or the profile say: a proxy variable naming another
 # proxy would only be a way around the gateway (it refuses it anyway).

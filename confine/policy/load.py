@@ -17,6 +17,7 @@ from ..errors import ProfileError
 from ..paths import is_under
 from ..record import dataclass
 from . import approvals, realpaths, runlater, secrets, ssh_agent, workdir_mode
+from . import credentials as _creds
 from .model import Env, Limits, Network, PathGrant, Policy, Scope, Seccomp
 from .patterns import DEFAULT_PATTERNS, compile_patterns
 
@@ -28,7 +29,7 @@ SCHEMA: dict[str, object] = {
                    "read_only": "paths", "state": "paths"},
     "network": {"connect_tcp": "ports", "bind_tcp": "ports", "allow": "hosts",
                 "deny": "denyhosts", "include": "hostsets", "allowed_ips": "nets",
-                "default": "netdefault"},
+                "default": "netdefault", "upstream_ca": "paths"},
     "env": {"pass": "envnames", "set": "envset"},
     "seccomp": {"deny": "names", "unsafe_allow": "names"},
     "scope": {"signals": "bool", "abstract_unix": "bool"},
@@ -36,6 +37,7 @@ SCHEMA: dict[str, object] = {
     "protected": "patterns",
     "approvals": "approvals",
     workdir_mode.KEY: "workdirmode",
+    "credentials": "credentials",
     "limits": {"processes": "count", "memory": "size", "open_files": "count",
                "file_size": "size", "tmp_size": "size", "shm_size": "size"},
     "ssh_agent": ssh_agent.SCHEMA,
@@ -232,6 +234,8 @@ class _Parser:
             return approvals.parse(self, node, full)
         if kind in ("count", "size"):
             return Item(self.limit(node, kind, full), self.where(node))
+        if kind == "credentials":
+            return _creds.parse(self, node, full, Item)
         if kind == "netdefault":
             v = self.scalar(node, full)
             if v not in NETWORK_DEFAULTS:
@@ -470,10 +474,12 @@ def _deny(items: list[Item], vars: dict[str, str]) -> tuple[PathGrant, ...]:
 def load(ref: str, *, workdir: str, home: str, tmp: str,
          extra_read: Iterable[str] = (), extra_write: Iterable[str] = (),
          create_state: bool = False, extra_allow: Iterable[str] = (),
-         layers: tuple[dict[str, Any], list[Path]] | None = None) -> Policy:
+         layers: tuple[dict[str, Any], list[Path]] | None = None,
+         extra_credentials: Iterable[str] = ()) -> Policy:
     """create_state: make the profile's missing `state:` entries (a run, not a check);
     extra_allow: --allow-host entries, added to network.allow; layers: read_layers'
-    answer made by the caller (a nested run's profile, sent as text)."""
+    answer made by the caller (a nested run's profile, sent as text);
+    extra_credentials: --credential NAME=HOST,... entries."""
     raw, chain = read_layers(ref) if layers is None else layers
     vars = {"workdir": workdir, "home": home, "tmp": tmp}
     home = realpaths.realpath(home)
@@ -518,7 +524,10 @@ def load(ref: str, *, workdir: str, home: str, tmp: str,
                                                   + list(allow_hosts(extra_allow)))),
                         deny=_strs(net.get("deny", [])), include=_strs(net.get("include", [])),
                         allowed_ips=_strs(net.get("allowed_ips", [])),
-                        default=net_default),
+                        default=net_default,
+                        upstream_ca=_creds.upstream_ca(net.get("upstream_ca", []),
+                                                       lambda t: expand(t, vars))),
+        credentials=_creds.records(raw.get("credentials", []), tuple(extra_credentials)),
         env=Env(passthrough=tuple(dict.fromkeys(i.value for i in env.get("pass", []))),
                 set=tuple(sorted(env_set.items()))),
         seccomp=Seccomp(deny=tuple(dict.fromkeys(i.value for i in sc.get("deny", []))),

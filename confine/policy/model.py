@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from ..record import dataclass, field
 from .approvals import Approvals
+from .credentials import Credential
 from .ssh_agent import SshAgent
 
 
@@ -34,6 +35,7 @@ class Network:
     include: tuple[str, ...] = ()
     allowed_ips: tuple[str, ...] = ()
     default: str = "deny"
+    upstream_ca: tuple[str, ...] = ()          # PEM files the gateway trusts upstream, besides the system's
 
     @property
     def egress(self) -> bool:
@@ -45,7 +47,7 @@ class Network:
         return {"connect_tcp": list(self.connect_tcp), "bind_tcp": list(self.bind_tcp),
                 "allow": list(self.allow), "deny": list(self.deny),
                 "include": list(self.include), "allowed_ips": list(self.allowed_ips),
-                "default": self.default}
+                "default": self.default, "upstream_ca": list(self.upstream_ca)}
 
 
 @dataclass(frozen=True)
@@ -108,6 +110,7 @@ class Policy:
     # between processes before Python 3.12 (tests/unit/test_record.py compares them)
     ssh_agent: SshAgent | None = field(default=None, hash=False)
     workdir_mode: str = "shared"               # policy/workdir_mode.py: shared | exclusive
+    credentials: tuple[Credential, ...] = ()   # values the agent sees only as placeholders
 
     def to_dict(self) -> dict[str, object]:
         def grants(gs: tuple[PathGrant, ...]) -> list[dict[str, object]]:
@@ -129,6 +132,7 @@ class Policy:
             "limits": self.limits.to_dict(),
             **({"approvals": self.approvals.to_dict()} if self.approvals.kinds else {}),
             "workdir_mode": self.workdir_mode,
+            "credentials": [c.to_dict() for c in self.credentials],
             "scope": {"signals": self.scope.signals,
                       "abstract_unix": self.scope.abstract_unix},
             **({"ssh_agent": self.ssh_agent.to_dict()} if self.ssh_agent is not None else {}),

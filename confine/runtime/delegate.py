@@ -39,7 +39,7 @@ MAX_LAYERS = 8                     # profile files of one `extends` chain
 RELAYED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 # Options of `confine exec` a nested run does not take (their defaults only).
 UNSUPPORTED = ("user", "apparmor", "selinux_context", "log", "allow_host", "approver",
-               "approver_socket",
+               "approver_socket", "credential",
                "exclusive")     # a nested run has no mount namespace of its own
 
 

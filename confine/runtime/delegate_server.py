@@ -485,7 +485,12 @@ def _parse_layers(req: NestedRequest, wd: str, home: str, tmp: str, priv: str) -
     pol = _load.load(req.ref, workdir=wd, home=home, tmp=tmp, extra_read=req.read,
                      extra_write=req.write, layers=(raw, chain))
     shown = [lay["path"] for lay in req.layers]
-    return dataclasses.replace(pol, sources=tuple(shown))
+    # the outermost run gets values (it would run the inner profile's commands outside)
+    needed = [c.name for c in pol.credentials if not c.optional]
+    if needed:
+        raise Refused(f"nested run: credentials ({', '.join(needed)}) are given by the "
+                      "outermost confine run only: bind them there")
+    return dataclasses.replace(pol, sources=tuple(shown), credentials=())
 
 
 def _as_agent(outer: Outer, fn: Callable[[], Any]) -> Any:

@@ -28,6 +28,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..approval.network import make_asker
+from ..credentials.binding import Binding
 from ..errors import ConfineError
 from ..gateway import DNSServer, Gateway, Pins, Resolver, RuleError, Rules, refusal
 from ..mediation import InetRoutes
@@ -120,6 +121,8 @@ class Egress:
     # network.default: ask: a name no rule allows may be approved while the run goes
     # on (by the asker, at the gateway), so a pinned address is enough to go there
     ask: bool = False
+    # the run's credentials (credentials/run.py): what the gateway swaps, toward where
+    credentials: tuple[Binding, ...] = ()
 
     @property
     def routes(self) -> InetRoutes:
@@ -216,18 +219,22 @@ class Egress:
 
 
 def start(policy: Any, events: Events, resolv_conf: str = RESOLV_CONF,
-          approver: str | None = None, engine: Any = None) -> Egress:
+          approver: str | None = None, engine: Any = None,
+          credentials: tuple[Binding, ...] = ()) -> Egress:
     """Build and start the gateway and the DNS server on the supervisor's loopback."""
-    eg = build(policy, events, resolv_conf, approver=approver, engine=engine)
+    eg = build(policy, events, resolv_conf, approver=approver, engine=engine,
+               credentials=credentials)
     eg.start_here()
     return eg
 
 
 def build(policy: Any, events: Events, resolv_conf: str = RESOLV_CONF,
-          ports: tuple[int, ...] = (), approver: str | None = None, engine: Any = None) -> Egress:
+          ports: tuple[int, ...] = (), approver: str | None = None, engine: Any = None,
+          credentials: tuple[Binding, ...] = ()) -> Egress:
     """The gateway and DNS server, not started; ports: (proxy, redirect, DNS) of
     the sockets start_on will get; engine: the run's approval engine, whose
-    approver the gateway's questions go to (one question at a time across kinds)."""
+    approver the gateway's questions go to (one question at a time across kinds);
+    credentials: the run's Bindings (the values supervisor-side only)."""
     r = rules(policy.network)
     resolver = Resolver(upstreams(resolv_conf), r, Pins())
     holder: list[Egress] = []
@@ -247,7 +254,7 @@ def build(policy: Any, events: Events, resolv_conf: str = RESOLV_CONF,
     dns = DNSServer(resolver, host=LOOPBACK, log=log, **kw)
     gw = Gateway(r, resolver, host=LOOPBACK, log=log, **kw)
     eg = Egress(rules=r, resolver=resolver, gateway=gw, dns=dns, events=events,
-                ask=policy.network.default == "ask")
+                ask=policy.network.default == "ask", credentials=credentials)
     if ports:
         eg.proxy_port, eg.redirect_port, eg.dns_port = ports
     holder.append(eg)

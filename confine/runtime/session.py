@@ -86,6 +86,7 @@ class Request:
     approver_socket: str | None = None  # --approver-socket PATH: a decider on a unix socket (approval/)
     agent_home: bool = True             # HOME inside is the agent's own (runtime/home.py)
     exclusive: bool = False             # --exclusive-workdir (policy/workdir_mode.py)
+    credential: Sequence[str] = ()      # --credential NAME=HOST,...: a placeholder inside (credentials/)
 
 
 # A run whose agent exited 0 but whose exit check reported anything the person
@@ -174,10 +175,12 @@ def _check_approver(approver: str | None, policy: Policy, socket_path: str | Non
         raise ConfineError("--approver and --approver-socket: choose one")
     if policy.network.default != "ask" and not (
             policy.ssh_agent is not None and policy.ssh_agent.decision == "ask") and not any(
+            c.decision == "ask" for c in policy.credentials) and not any(
             policy.approvals.decide(k, {})[0] == "ask" or any(r.decision == "ask" for r in s.rules)
             or s.ask_above is not None for k, s in policy.approvals.kinds):
-        raise ConfineError(f"{flag} only applies where something is asked (network.default: ask "
-                           "or an approvals: kind or rule that says ask); this profile asks nothing")
+        raise ConfineError(f"{flag} only applies where something is asked (network.default: ask, "
+                           "an approvals: kind or rule that says ask, a credential or ssh_agent "
+                           "with decision: ask); this profile asks nothing")
     if approver is None:
         return
     try:
@@ -213,8 +216,10 @@ class Session:
         self.ssh_agent: Any = None          # the run's ssh-agent proxy (runtime/sshagent.py)
         self._server: tuple[int, int] | None = None   # the nested-run endpoint's (pid, pidfd)
         self._unbind: Callable[[], None] = lambda: None  # its socket, if never served
-        self.plan: Plan = self._prepare(protect, host,
-                                        dict(os.environ) if parent_env is None else parent_env)
+        self.creds: Any = None              # the run's credentials (credentials/run.py)
+        self._env_without_creds: dict[str, str | None] = {}   # what env.pass, --env gave them
+        self.parent_env = dict(os.environ) if parent_env is None else parent_env
+        self.plan: Plan = self._prepare(protect, host, self.parent_env)
 
     def __enter__(self) -> Session:
         return self
@@ -226,6 +231,7 @@ class Session:
         try:
             self._stop_server()
             self._stop_egress()
+            self._finish_credentials(self.warn)
             exc = exc or self._error
             if self.events.journal is not None and not self._status_said:
                 # the run ended by confine's own error (a command not found, a setup failure)
@@ -282,7 +288,7 @@ class Session:
             policy = _load.load(req.profile, workdir=wd, home=realpaths.realpath(ident.home),
                                 create_state=self.create_state,
                                 tmp=self.tmp, extra_read=req.read, extra_write=req.write,
-                                extra_allow=req.allow_host)
+                                extra_allow=req.allow_host, extra_credentials=req.credential)
             if req.exclusive:
                 policy = dataclasses.replace(policy, workdir_mode=workdir_mode.EXCLUSIVE)
             self.exclusive = policy.workdir_mode == workdir_mode.EXCLUSIVE
@@ -305,6 +311,11 @@ class Session:
             if policy.ssh_agent is not None:
                 from . import sshagent
                 plan, self.ssh_agent = sshagent.prepare(plan, self.tmp, parent_env, self.warn)
+            if policy.credentials:
+                from ..credentials import run as _credrun
+                self._env_without_creds = {c.name: plan.env.get(c.name)
+                                           for c in policy.credentials}
+                plan = self._with_placeholders(plan, _credrun.dry_run(policy.credentials))
             return self._with_endpoint(plan)
         except BaseException:
             self.close()
@@ -456,6 +467,7 @@ class Session:
         held_fd: list[int] = []
         ran = False
         try:
+            plan = self._start_credentials(plan, say)
             plan = self._start_egress(plan)
             plan, offer, serve = self._delegation(plan)
             eg = self.egress
@@ -483,6 +495,7 @@ class Session:
             self._stop_egress()
             if self.ssh_agent is not None:
                 self.ssh_agent.stop()
+            self._finish_credentials(say)
             self.events.ended()
             if screen is not None:
                 screen.release()
@@ -608,16 +621,53 @@ class Session:
         finally:
             os.close(fd)
 
+    def _with_placeholders(self, plan: Plan, placeholders: dict[str, str],
+                           values: tuple[str, ...] = ()) -> Plan:
+        from ..plan import env as _env
+        env, notes = _env.with_credentials(plan.env, placeholders, values)
+        return dataclasses.replace(plan, env=env, notes=plan.notes + tuple(notes))
+
+    def _start_credentials(self, plan: Plan, say: Warn) -> Plan:
+        """Revokes left by runs that died, then this run's values (credentials/run.py),
+        all before the fork: the agent's variables get the placeholders."""
+        from ..paths import state_dir
+        creds = plan.policy.credentials
+        if not creds and not os.path.isdir(state_dir("credentials")):
+            return plan         # nothing minted here, ever: no import, no look
+        from ..credentials import run as _credrun
+        _credrun.recover(say, self.events.emit)
+        if not creds:
+            return plan
+        pol = plan.policy
+        _credrun.check_exposure(creds, [(g.path, g.source) for g in pol.read + pol.write],
+                                tuple(d.path for d in pol.deny))
+        for line in _credrun.unreachable(creds, pol.network):
+            say(line)
+        self.creds = _credrun.start(creds, self.parent_env, warn=say, emit=self.events.emit)
+        from ..plan import env as _env
+        env, notes = _env.with_credentials(plan.env, self.creds.placeholders, self.creds.values,
+                                           before=self._env_without_creds)
+        for n in notes:
+            say(n)
+        return dataclasses.replace(plan, env=env)
+
+    def _finish_credentials(self, say: Warn) -> None:
+        if self.creds is not None:
+            from ..credentials import run as _credrun
+            _credrun.finish(self.creds, warn=say, emit=self.events.emit)
+
     def _start_egress(self, plan: Plan) -> Plan:
         if not plan.egress:
             return plan
         from . import egress
+        bindings = self.creds.bindings if self.creds is not None else ()
         if plan.gateway_ports:   # started on the child's sockets, in the agent's namespace
             self.egress = egress.build(plan.policy, self.events, ports=plan.gateway_ports,
-                                       approver=self.req.approver, engine=self.events.approval)
+                                       approver=self.req.approver, engine=self.events.approval,
+                                       credentials=bindings)
         else:
             self.egress = egress.start(plan.policy, self.events, approver=self.req.approver,
-                                       engine=self.events.approval)
+                                       engine=self.events.approval, credentials=bindings)
         return egress.bind_plan(plan, self.egress)
 
     def _start_approval(self, pol: Policy) -> None:

@@ -41,6 +41,8 @@ SAME = [
     ["exec", "--user", "a", "--user", "b", "--", "true"],
     ["exec", "--approver-socket", "/run/decider.sock", "--", "true"],
     ["exec", "--approver-socket=/run/d.sock", "--approver", "x", "--", "true"],
+    ["exec", "--credential", "GH_TOKEN=github.com,api.github.com", "--credential=X=a.example",
+     "--", "true"],
 ]
 
 
