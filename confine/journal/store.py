@@ -6,7 +6,7 @@
 As root: /var/lib/confine/runs and /var/lib/confine/keys (root's runs, whatever
 --user the agent runs as); otherwise under $XDG_STATE_HOME (~/.local/state)/confine.
 Where that cannot be made (HOME=/nonexistent), `fallback_base()`: the runtime
-directory, else /tmp/confine-UID (each checked to be ours).
+directory, else /tmp/confine-state-UID (each checked to be ours).
 RUN is the run id of the snapshot and the held files (protect/snapshot.py).
 
 Threat: the agent runs as another account (root's runs with --user) or as the
@@ -47,12 +47,12 @@ def state_base() -> str:
 def fallback_base() -> str:
     """Where they live when the state directory cannot be made (HOME=/nonexistent,
     a read-only HOME, as on CI systems): $XDG_RUNTIME_DIR/confine (the account's
-    own 0700 tmpfs), else /tmp/confine-UID; a directory there that another account
+    own 0700 tmpfs), else /tmp/confine-state-UID; a directory there that another account
     made is refused, never used."""
     rt = os.environ.get("XDG_RUNTIME_DIR")
     if rt and os.path.isabs(rt) and os.path.isdir(rt):
         return os.path.join(rt, "confine")
-    return f"/tmp/confine-{os.geteuid()}"
+    return f"/tmp/confine-state-{os.geteuid()}"
 
 
 def bases() -> list[str]:
