@@ -113,7 +113,13 @@ class Journal:
             if self.lines > self.limit:
                 self.dropped[str(fields.get("event") or "other")] += 1
                 return
-            self._write(chain.encode(self.lines, self.prev, fields))
+            try:
+                line = chain.encode(self.lines, self.prev, fields)
+            except (TypeError, ValueError) as e:    # never the caller's (the mediator's) failure
+                line = chain.encode(self.lines, self.prev, {
+                    "time": fields.get("time"), "event": str(fields.get("event") or "other"),
+                    "error": f"not recordable: {type(e).__name__}: {e}"})
+            self._write(line)
             if not self._dirty:
                 self._dirty = True
                 self._cv.notify()
