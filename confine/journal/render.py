@@ -89,6 +89,9 @@ def summary(rec: Mapping[str, Any]) -> str:
         return (f"{g('what')} {g('path') or '.'}: {g('action')}"
                 + (f": {g('detail')}" if g("detail") else "")
                 + (f"; moved to {g('quarantine')}" if g("quarantine") else ""))
+    if ev == "held" and g("paths") is not None:
+        return (f"held, kept at exit in {g('dir')}: {', '.join(map(str, g('paths')))}"
+                + (f"; not kept: {'; '.join(map(str, g('left')))}" if g("left") else ""))
     if ev == "held":
         return str(g("what") or _rest(rec))
     if ev == "status":

@@ -14,6 +14,8 @@ the records of a test's runs after it).
   the refusal inside is confine's). A grant that would reach the key, or a state
   directory inside the workdir, refuses the run.
 * A flood of refusals is capped, and the cap is one "dropped" line counting them.
+* The exit check's findings, the held files and the status it sets are lines too
+  (without a mount namespace, where the exit check is what restores a protected file).
 
 The gateway's refusal is a DNS query for a name no rule allows, answered by
 confine's own DNS server (nothing leaves the machine; test_egress has the
@@ -274,3 +276,28 @@ def test_a_flood_of_refusals_is_capped_and_counted(sandbox):
     bad = sb.run(["true"], env_extra=["CONFINE_RECORD_LINES=many"])     # bad input: one line
     assert bad.returncode == 125 and "CONFINE_RECORD_LINES" in bad.stderr, bad.stderr
     assert len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_the_exit_check_and_the_held_files_are_in_the_record(sandbox):
+    """Without a mount namespace the exit check is what puts a protected file back:
+    its finding, the held file and the status it sets are lines of the record."""
+    sb = sandbox.without_namespaces()
+    with open(os.path.join(sb.workdir, ".envrc"), "w") as f:
+        f.write("mine\n")
+    os.chown(os.path.join(sb.workdir, ".envrc"), sb.pw.pw_uid, sb.pw.pw_gid)
+    p = sb.run(["sh", "-c", "mv .envrc envrc.bak && printf '{}' > .mcp.json"])
+    assert p.returncode == 123, p.stderr
+    with open(os.path.join(sb.workdir, ".envrc")) as f:          # put back by the check
+        assert f.read() == "mine\n"
+    assert not os.path.exists(os.path.join(sb.workdir, ".mcp.json"))   # held instead
+    (path,) = _records(sb)
+    recs = _show(sb, path)
+    found = [x for x in recs if x["event"] == "exit_check" and x["what"] != "summary"]
+    assert [(x["what"], x["path"], x["action"]) for x in found] == \
+        [("deleted", ".envrc", "restored")], recs
+    (kept,) = [x for x in recs if x["event"] == "held" and x.get("paths") is not None]
+    assert kept["paths"] == [".mcp.json"] and kept["files"] == 1, kept
+    (status,) = [x for x in recs if x["event"] == "status"]
+    assert (status["status"], status["agent_status"]) == (123, 0), status
+    human = sb.confine("log", "show", path).stdout
+    assert "deleted .envrc: restored" in human and "kept at exit" in human, human
