@@ -81,6 +81,8 @@ def writable_base() -> tuple[str, str]:
     why = ""
     for b in bases():
         try:
+            # the base too: whoever owns it could move our directories away
+            os.close(own_dir(b, True, private=False))    # the held files' too: its mode stays
             for d in (records_dir(b), os.path.dirname(key_path(b))):
                 os.close(own_dir(d, True))
         except OSError as e:
@@ -90,8 +92,8 @@ def writable_base() -> tuple[str, str]:
     raise ConfineError(f"the run's record: no place to keep it ({why})")
 
 
-def own_dir(path: str, create: bool) -> int:
-    """A directory of ours, 0700, by descriptor (made if asked)."""
+def own_dir(path: str, create: bool, private: bool = True) -> int:
+    """A directory of ours, by descriptor (made if asked); private: made 0700."""
     if create:
         os.makedirs(path, mode=0o700, exist_ok=True)
     fd = os.open(path, _DIR)
@@ -99,7 +101,7 @@ def own_dir(path: str, create: bool) -> int:
     if st.st_uid != os.geteuid():
         os.close(fd)
         raise OSError(errno.EPERM, f"{path} belongs to another account")
-    if stat.S_IMODE(st.st_mode) & 0o077:
+    if private and stat.S_IMODE(st.st_mode) & 0o077:
         os.fchmod(fd, 0o700)
     return fd
 
