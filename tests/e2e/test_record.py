@@ -8,7 +8,7 @@ the records of a test's runs after it).
   started as root with the kernel's audit on: the `kernel_audit` fixture); `confine
   log show` lists them, `confine log verify` passes, and copies with a byte changed,
   a line removed, two lines swapped or the last line removed fail it, each with its
-  own message and status.
+  own message and status. `--log FILE` holds the same bytes.
 * The agent cannot write, remove or replace a record, or read the key; the person
   can read it (and, unprivileged, the same account outside the sandbox can open it:
   the refusal inside is confine's). A grant that would reach the key, or a state
@@ -133,7 +133,11 @@ def test_record_lists_the_run_and_verify_catches_each_edit(sandbox, unix_server,
     assert ctl_r["unix"] == "ok" and ctl_r["landlock"] == "ok", ctl.stderr   # the controls
     os.unlink(os.path.join(sb.workdir, ".envrc"))
     os.unlink(os.path.join(sb.workdir, "envrc"))
-    p = sb.run([PY, "-c", ATTEMPTS, unix_server, outside_file], "--allow-host", "allowed.test")
+    logdir = tempfile.mkdtemp(prefix="confine-log-", dir="/tmp")
+    os.chown(logdir, sb.pw.pw_uid, sb.pw.pw_gid)
+    log = os.path.join(logdir, "run.log")
+    p = sb.run([PY, "-c", ATTEMPTS, unix_server, outside_file], "--allow-host", "allowed.test",
+               "--log", log)
     r = json.loads(p.stdout.splitlines()[-1])
     assert r["guard"] == 13 and r["ordinary"] == "ok", (r, p.stderr)
     assert r["unix"] != "ok" and r["landlock"] == 13 and r["dns"] != "ok", (r, p.stderr)
@@ -163,6 +167,11 @@ def test_record_lists_the_run_and_verify_catches_each_edit(sandbox, unix_server,
     assert sb.confine("log", "path", run).stdout.strip() == path
     ok = sb.confine("log", "verify", run)
     assert ok.returncode == 0 and "ok:" in ok.stdout, ok.stderr
+    # --log FILE: the same bytes, verified the same way
+    with open(path, "rb") as a, open(log, "rb") as b:
+        assert a.read() == b.read()
+    assert sb.confine("log", "verify", log).returncode == 0
+    shutil.rmtree(logdir)
     # copies, edited: each fails with its own line and status
     with open(path, "rb") as f:
         lines = f.read().splitlines(keepends=True)
