@@ -35,10 +35,12 @@ def _load(run: str | None) -> tuple[str, bytes, list[chain.Verdict]]:
     """(path, bytes, one verdict per record in it)."""
     path = store.locate(run)
     data = store.read(path)
-    key = store.load_key(False)
-    own = run is None or (store.RUN.fullmatch(run.removesuffix(store.SUFFIX)) is not None
-                          and "/" not in run)
-    expect = path.rsplit("/", 1)[-1].removesuffix(store.SUFFIX) if own else None
+    base = store.base_of(path)
+    key = store.load_key(False, base)
+    if key is None and base is None:     # a copy: the key of wherever this account has one
+        key = next((k for k in map(lambda b: store.load_key(False, b), store.bases()) if k),
+                   None)
+    expect = path.rsplit("/", 1)[-1].removesuffix(store.SUFFIX) if base else None
     parts = chain.segments(data) if data else [(1, data)]
     return path, data, [chain.verify(b, key, run=expect, first=first) for first, b in parts]
 

@@ -72,6 +72,15 @@ def summary(rec: Mapping[str, Any]) -> str:
         return (f"asked {where} ({g('via')}): {g('decision')} by {g('approver')}"
                 + (f" in {lat} ms" if lat is not None else "")
                 + (f": {g('reason')}" if g("reason") else ""))
+    if ev == "approval":     # confine/approval (the engine): one per question answered
+        subj = g("subject") if isinstance(g("subject"), dict) else {}
+        lat = g("latency_ms")
+        return (f"asked {g('of')} {' '.join(f'{k}={v}' for k, v in subj.items())}: "
+                f"{g('decision')} by {g('by')}" + (f" ({g('answer')})" if g("answer") else "")
+                + (f" in {lat} ms" if lat is not None else "")
+                + (f": {g('reason')}" if g("reason") else ""))
+    if ev == "credential":
+        return f"credential {g('name')}: {g('action')} " + _rest(rec, ("name", "action", "kind"))
     if ev == "exit_check" and g("what") == "summary":
         return (f"exit check: {g('changes')} change(s), {g('alerts')} alert(s), "
                 f"{g('failed')} failed" + (f"; quarantine {g('quarantine')}"
@@ -80,6 +89,9 @@ def summary(rec: Mapping[str, Any]) -> str:
         return (f"{g('what')} {g('path') or '.'}: {g('action')}"
                 + (f": {g('detail')}" if g("detail") else "")
                 + (f"; moved to {g('quarantine')}" if g("quarantine") else ""))
+    if ev == "held" and g("paths") is not None:
+        return (f"held, kept at exit in {g('dir')}: {', '.join(map(str, g('paths')))}"
+                + (f"; not kept: {'; '.join(map(str, g('left')))}" if g("left") else ""))
     if ev == "held":
         return str(g("what") or _rest(rec))
     if ev == "status":

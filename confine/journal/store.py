@@ -5,6 +5,8 @@
 
 As root: /var/lib/confine/runs and /var/lib/confine/keys (root's runs, whatever
 --user the agent runs as); otherwise under $XDG_STATE_HOME (~/.local/state)/confine.
+Where that cannot be made (HOME=/nonexistent), `fallback_base()`: the runtime
+directory, else /tmp/confine-state-UID (each checked to be ours).
 RUN is the run id of the snapshot and the held files (protect/snapshot.py).
 
 Threat: the agent runs as another account (root's runs with --user) or as the
@@ -37,16 +39,61 @@ RUN = re.compile(r"\d{8}-\d{6}-\d+(\.[A-Za-z0-9_-]+)?")
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
-def records_dir(*, euid: int | None = None, home: str | None = None) -> str:
-    return state_dir("runs", euid=euid, home=home)
+def state_base() -> str:
+    """Where records and keys live: the parent of runs/ and keys/."""
+    return os.path.dirname(state_dir("runs"))
 
 
-def key_path(*, euid: int | None = None, home: str | None = None) -> str:
-    return os.path.join(state_dir("keys", euid=euid, home=home), KEY_NAME)
+def fallback_base() -> str:
+    """Where they live when the state directory cannot be made (HOME=/nonexistent,
+    a read-only HOME, as on CI systems): $XDG_RUNTIME_DIR/confine (the account's
+    own 0700 tmpfs), else /tmp/confine-state-UID; a directory there that another account
+    made is refused, never used."""
+    rt = os.environ.get("XDG_RUNTIME_DIR")
+    if rt and os.path.isabs(rt) and os.path.isdir(rt):
+        return os.path.join(rt, "confine")
+    return f"/tmp/confine-state-{os.geteuid()}"
 
 
-def own_dir(path: str, create: bool) -> int:
-    """A directory of ours, 0700, by descriptor (made if asked)."""
+def bases() -> list[str]:
+    return list(dict.fromkeys((state_base(), fallback_base())))
+
+
+def records_dir(base: str | None = None) -> str:
+    return os.path.join(base or state_base(), "runs")
+
+
+def key_path(base: str | None = None) -> str:
+    return os.path.join(base or state_base(), "keys", KEY_NAME)
+
+
+def base_of(path: str) -> str | None:
+    """The base a record in the store lies in (None: a file elsewhere)."""
+    d = os.path.dirname(os.path.abspath(path))
+    for b in bases():
+        if d == records_dir(b):
+            return b
+    return None
+
+
+def writable_base() -> tuple[str, str]:
+    """(base, note): the state directory's, or the fallback's with why."""
+    why = ""
+    for b in bases():
+        try:
+            # the base too: whoever owns it could move our directories away
+            os.close(own_dir(b, True, private=False))    # the held files' too: its mode stays
+            for d in (records_dir(b), os.path.dirname(key_path(b))):
+                os.close(own_dir(d, True))
+        except OSError as e:
+            why = why or f"{os.path.dirname(records_dir(b))}: {e.strerror or e}"
+            continue
+        return b, (f"the run's record is kept in {b} ({why})" if b != state_base() else "")
+    raise ConfineError(f"the run's record: no place to keep it ({why})")
+
+
+def own_dir(path: str, create: bool, private: bool = True) -> int:
+    """A directory of ours, by descriptor (made if asked); private: made 0700."""
     if create:
         os.makedirs(path, mode=0o700, exist_ok=True)
     fd = os.open(path, _DIR)
@@ -54,14 +101,14 @@ def own_dir(path: str, create: bool) -> int:
     if st.st_uid != os.geteuid():
         os.close(fd)
         raise OSError(errno.EPERM, f"{path} belongs to another account")
-    if stat.S_IMODE(st.st_mode) & 0o077:
+    if private and stat.S_IMODE(st.st_mode) & 0o077:
         os.fchmod(fd, 0o700)
     return fd
 
 
-def load_key(create: bool) -> bytes | None:
+def load_key(create: bool, base: str | None = None) -> bytes | None:
     """The person's record key (made on first use when create); None: there is none."""
-    path = key_path()
+    path = key_path(base)
     try:
         dfd = own_dir(os.path.dirname(path), create)
     except FileNotFoundError:
@@ -115,10 +162,10 @@ def _make_key(dfd: int, path: str) -> int:
     return os.open(KEY_NAME, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
 
 
-def create(run: str) -> tuple[int, str, str]:
+def create(run: str, where: str | None = None) -> tuple[int, str, str]:
     """A new record for `run`: (fd for appending, its path, the run id it is under:
     RUN, or RUN.N when RUN is taken, two runs in one second of one process)."""
-    base = records_dir()
+    base = records_dir(where)
     try:
         dfd = own_dir(base, True)
     except OSError as e:
@@ -139,23 +186,30 @@ def create(run: str) -> tuple[int, str, str]:
     raise ConfineError(f"the run's record in {base}: {run}: 100 records of that id exist")
 
 
-def runs() -> list[str]:
-    """The run ids with a record, oldest first."""
-    base = records_dir()
-    try:
-        names = os.listdir(base)
-    except OSError:
-        return []
-    got: list[tuple[str, int, str]] = []
-    for n in names:
-        if not n.endswith(SUFFIX) or not RUN.fullmatch(n[:-len(SUFFIX)]):
-            continue
+def _records() -> list[tuple[str, int, str, str]]:
+    """(stamp, mtime, run, path) of every record in every base, oldest first."""
+    got: list[tuple[str, int, str, str]] = []
+    for b in bases():
+        base = records_dir(b)
         try:
-            st = os.stat(os.path.join(base, n), follow_symlinks=False)
+            names = os.listdir(base)
         except OSError:
             continue
-        got.append((n[:15], st.st_mtime_ns, n[:-len(SUFFIX)]))
-    return [r for _, _, r in sorted(got)]
+        for n in names:
+            if not n.endswith(SUFFIX) or not RUN.fullmatch(n[:-len(SUFFIX)]):
+                continue
+            p = os.path.join(base, n)
+            try:
+                st = os.stat(p, follow_symlinks=False)
+            except OSError:
+                continue
+            got.append((n[:15], st.st_mtime_ns, n[:-len(SUFFIX)], p))
+    return sorted(got)
+
+
+def runs() -> list[str]:
+    """The run ids with a record, oldest first."""
+    return [r[2] for r in _records()]
 
 
 def locate(run: str | None) -> str:
@@ -164,20 +218,19 @@ def locate(run: str | None) -> str:
     if run is not None and ("/" in run or (not RUN.fullmatch(run.removesuffix(SUFFIX))
                                             and os.path.isfile(run))):
         return run
+    every = _records()
     if run is None:
-        every = runs()
         if not every:
             raise ConfineError(f"no run has a record in {records_dir()} yet")
-        run = every[-1]
-    if run.endswith(SUFFIX):
-        run = run[:-len(SUFFIX)]
+        return every[-1][3]
+    run = run.removesuffix(SUFFIX)
     if not RUN.fullmatch(run):
         raise ConfineError(f"{run!r} is not a run id (like 20261206-081500-1234) or a path "
                            "(`confine log show --last` shows the newest)")
-    path = os.path.join(records_dir(), run + SUFFIX)
-    if not os.path.lexists(path):
-        raise ConfineError(f"no record of run {run} in {records_dir()}")
-    return path
+    for r in every:
+        if r[2] == run:
+            return r[3]
+    raise ConfineError(f"no record of run {run} in {records_dir()}")
 
 
 def read(path: str) -> bytes:
@@ -200,13 +253,13 @@ def read(path: str) -> bytes:
 
 
 def bound(max_bytes: int, days: float, keep: str, say: Callable[[str], None],
-          now: float | None = None) -> int:
+          now: float | None = None, where: str | None = None) -> int:
     """The records across runs: at most max_bytes on disk and none older than `days`
     (protect/keep.py's KEEP_BYTES and KEEP_DAYS, and their overrides); the oldest go
     first, each said; `keep` (this run's, RUN or RUN.N) stays. One stat per record:
     a record is one file, so this runs at the end of every run without a size cache.
     Returns how many were dropped."""
-    base = records_dir()
+    base = records_dir(where)
     try:
         dfd = own_dir(base, False)
     except OSError:
@@ -251,12 +304,12 @@ def bound(max_bytes: int, days: float, keep: str, say: Callable[[str], None],
 
 
 def exposed(writable: Iterable[str], readable: Iterable[str],
-            denied: Iterable[str] = ()) -> str | None:
+            denied: Iterable[str] = (), base: str | None = None) -> str | None:
     """Why the agent could reach the records or the key of this account (a state
     directory set inside the workdir, a grant of ~/.local/state), or None. A record
     the agent can write proves nothing, nor does a key it can read."""
-    runs_dir = os.path.realpath(records_dir())
-    keys_dir = os.path.realpath(os.path.dirname(key_path()))
+    runs_dir = os.path.realpath(records_dir(base))
+    keys_dir = os.path.realpath(os.path.dirname(key_path(base)))
     for w in writable:
         w = os.path.realpath(w)
         for what, p in (("the records", runs_dir), ("the record key", keys_dir)):

@@ -56,6 +56,7 @@ class Journal:
         self.fd: int | None = fd
         self.path = path
         self.run = run
+        self.base = os.path.dirname(os.path.dirname(path))
         self.key = key
         self.mirror = mirror                # --log FILE: the same bytes
         self.mirror_name = mirror_name
@@ -73,13 +74,14 @@ class Journal:
 
     @classmethod
     def open(cls, run: str, info: Mapping[str, object], *, mirror: int | None = None,
-             mirror_name: str = "", warn: Warn | None = None) -> Journal:
-        """The record of `run` in the person's store, its start line written and
-        fsynced; `info` (argv, workdir, ...) goes into the start line."""
+             mirror_name: str = "", warn: Warn | None = None,
+             base: str | None = None) -> Journal:
+        """The record of `run` in the person's store (base: store.writable_base()'s),
+        its start line written; `info` (argv, workdir, ...) goes into the start line."""
         lines = line_cap()
-        key = store.load_key(True)
+        key = store.load_key(True, base)
         assert key is not None
-        fd, path, rid = store.create(run)
+        fd, path, rid = store.create(run, base)
         j = cls(fd, path, rid, key, lines=lines, mirror=mirror, mirror_name=mirror_name,
                 warn=warn)
         nonce = os.urandom(32).hex()
@@ -111,7 +113,13 @@ class Journal:
             if self.lines > self.limit:
                 self.dropped[str(fields.get("event") or "other")] += 1
                 return
-            self._write(chain.encode(self.lines, self.prev, fields))
+            try:
+                line = chain.encode(self.lines, self.prev, fields)
+            except (TypeError, ValueError) as e:    # never the caller's (the mediator's) failure
+                line = chain.encode(self.lines, self.prev, {
+                    "time": fields.get("time"), "event": str(fields.get("event") or "other"),
+                    "error": f"not recordable: {type(e).__name__}: {e}"})
+            self._write(line)
             if not self._dirty:
                 self._dirty = True
                 self._cv.notify()

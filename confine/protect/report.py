@@ -27,6 +27,7 @@ _VERB = {
     "external": "outside",
 }
 
+
 def report_events(report: Report) -> list[dict[str, object]]:
     """The exit check's findings as lines of the run's record (runtime/events.py):
     every change, quarantined or not, alert or only noted; REPORT.txt and stderr

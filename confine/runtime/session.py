@@ -529,13 +529,16 @@ class Session:
         from ..journal.writer import Journal
         from .events import open_log
         pol = plan.policy
+        base, note = store.writable_base()
         why = store.exposed([pol.workdir, pol.tmp, *(w.path for w in pol.write),
                              *([plan.agent_home] if plan.agent_home else [])],
-                            [r.path for r in pol.read], [d.path for d in pol.deny])
+                            [r.path for r in pol.read], [d.path for d in pol.deny], base)
         if why:
             raise ConfineError(f"the run's record: {why}: refusing to run (drop the grant"
                                + (")" if os.geteuid() == 0 else
                                   ", or set XDG_STATE_HOME elsewhere)"))
+        if note:
+            say(note)
         mirror = open_log(self.req.log) if self.req.log is not None else None
         ident = plan.identity
         try:
@@ -543,7 +546,7 @@ class Session:
                 "argv": list(plan.argv), "workdir": plan.policy.workdir,
                 "profile": self.req.profile, "user": ident.user, "uid": ident.uid,
                 "started_by": os.geteuid(), "pid": os.getpid(), "log": self.req.log},
-                mirror=mirror, mirror_name=self.req.log or "", warn=say)
+                mirror=mirror, mirror_name=self.req.log or "", warn=say, base=base)
         except BaseException:
             if mirror is not None:
                 os.close(mirror)
@@ -781,7 +784,8 @@ class Session:
                 say(f"could not bound the {what} kept across runs in {printable(base)}: "
                     f"{printable(f'{type(e).__name__}: {e}')}")
         if self.events.journal is not None:
-            store.bound(lim.max_bytes, lim.days, self.events.journal.run, say)
+            j = self.events.journal
+            store.bound(lim.max_bytes, lim.days, j.run, say, where=j.base)
 
     def _exclusive_keeper(self, say: Warn) -> Any:
         """An exclusive workdir's held state (protect/held.py Keeper), which the

@@ -8,12 +8,14 @@ the records of a test's runs after it).
   started as root with the kernel's audit on: the `kernel_audit` fixture); `confine
   log show` lists them, `confine log verify` passes, and copies with a byte changed,
   a line removed, two lines swapped or the last line removed fail it, each with its
-  own message and status.
+  own message and status. `--log FILE` holds the same bytes.
 * The agent cannot write, remove or replace a record, or read the key; the person
   can read it (and, unprivileged, the same account outside the sandbox can open it:
   the refusal inside is confine's). A grant that would reach the key, or a state
   directory inside the workdir, refuses the run.
 * A flood of refusals is capped, and the cap is one "dropped" line counting them.
+* The exit check's findings, the held files and the status it sets are lines too
+  (without a mount namespace, where the exit check is what restores a protected file).
 
 The gateway's refusal is a DNS query for a name no rule allows, answered by
 confine's own DNS server (nothing leaves the machine; test_egress has the
@@ -131,7 +133,11 @@ def test_record_lists_the_run_and_verify_catches_each_edit(sandbox, unix_server,
     assert ctl_r["unix"] == "ok" and ctl_r["landlock"] == "ok", ctl.stderr   # the controls
     os.unlink(os.path.join(sb.workdir, ".envrc"))
     os.unlink(os.path.join(sb.workdir, "envrc"))
-    p = sb.run([PY, "-c", ATTEMPTS, unix_server, outside_file], "--allow-host", "allowed.test")
+    logdir = tempfile.mkdtemp(prefix="confine-log-", dir="/tmp")
+    os.chown(logdir, sb.pw.pw_uid, sb.pw.pw_gid)
+    log = os.path.join(logdir, "run.log")
+    p = sb.run([PY, "-c", ATTEMPTS, unix_server, outside_file], "--allow-host", "allowed.test",
+               "--log", log)
     r = json.loads(p.stdout.splitlines()[-1])
     assert r["guard"] == 13 and r["ordinary"] == "ok", (r, p.stderr)
     assert r["unix"] != "ok" and r["landlock"] == 13 and r["dns"] != "ok", (r, p.stderr)
@@ -161,6 +167,11 @@ def test_record_lists_the_run_and_verify_catches_each_edit(sandbox, unix_server,
     assert sb.confine("log", "path", run).stdout.strip() == path
     ok = sb.confine("log", "verify", run)
     assert ok.returncode == 0 and "ok:" in ok.stdout, ok.stderr
+    # --log FILE: the same bytes, verified the same way
+    with open(path, "rb") as a, open(log, "rb") as b:
+        assert a.read() == b.read()
+    assert sb.confine("log", "verify", log).returncode == 0
+    shutil.rmtree(logdir)
     # copies, edited: each fails with its own line and status
     with open(path, "rb") as f:
         lines = f.read().splitlines(keepends=True)
@@ -274,3 +285,28 @@ def test_a_flood_of_refusals_is_capped_and_counted(sandbox):
     bad = sb.run(["true"], env_extra=["CONFINE_RECORD_LINES=many"])     # bad input: one line
     assert bad.returncode == 125 and "CONFINE_RECORD_LINES" in bad.stderr, bad.stderr
     assert len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_the_exit_check_and_the_held_files_are_in_the_record(sandbox):
+    """Without a mount namespace the exit check is what puts a protected file back:
+    its finding, the held file and the status it sets are lines of the record."""
+    sb = sandbox.without_namespaces()
+    with open(os.path.join(sb.workdir, ".envrc"), "w") as f:
+        f.write("mine\n")
+    os.chown(os.path.join(sb.workdir, ".envrc"), sb.pw.pw_uid, sb.pw.pw_gid)
+    p = sb.run(["sh", "-c", "mv .envrc envrc.bak && printf '{}' > .mcp.json"])
+    assert p.returncode == 123, p.stderr
+    with open(os.path.join(sb.workdir, ".envrc")) as f:          # put back by the check
+        assert f.read() == "mine\n"
+    assert not os.path.exists(os.path.join(sb.workdir, ".mcp.json"))   # held instead
+    (path,) = _records(sb)
+    recs = _show(sb, path)
+    found = [x for x in recs if x["event"] == "exit_check" and x["what"] != "summary"]
+    assert [(x["what"], x["path"], x["action"]) for x in found] == \
+        [("deleted", ".envrc", "restored")], recs
+    (kept,) = [x for x in recs if x["event"] == "held" and x.get("paths") is not None]
+    assert kept["paths"] == [".mcp.json"] and kept["files"] == 1, kept
+    (status,) = [x for x in recs if x["event"] == "status"]
+    assert (status["status"], status["agent_status"]) == (123, 0), status
+    human = sb.confine("log", "show", path).stdout
+    assert "deleted .envrc: restored" in human and "kept at exit" in human, human

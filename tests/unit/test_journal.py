@@ -203,3 +203,28 @@ def test_human_lines_escape_what_the_agent_named():
     dns = render.ocsf({"seq": 4, "time": 2.0, "event": "dns", "name": "x.test",
                        "decision": "deny"}, RUN)
     assert dns["class_uid"] == 4003 and dns["query"]["hostname"] == "x.test"
+
+
+def test_the_other_helpers_events_read_as_lines():
+    ap = render.summary({"event": "approval", "of": "unix_socket",
+                         "subject": {"path": "/run/x.sock"}, "decision": "deny", "by": "tty",
+                         "answer": "once", "latency_ms": 812.5})
+    assert ap == "asked unix_socket path=/run/x.sock: deny by tty (once) in 812.5 ms"
+    cr = render.summary({"event": "credential", "kind": "credential", "action": "use",
+                         "name": "gh", "host": "api.github.com"})
+    assert cr.startswith("credential gh: use ") and "host=api.github.com" in cr
+
+
+def test_without_a_state_directory_the_record_goes_to_the_runtime_directory(
+        tmp_path, monkeypatch):
+    (tmp_path / "file").write_text("")
+    monkeypatch.setattr(store, "state_dir", lambda name, **_: str(tmp_path / "file" / name))
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path / "rt"))
+    (tmp_path / "rt").mkdir()
+    base, note = store.writable_base()
+    assert base == str(tmp_path / "rt" / "confine") and "kept in" in note
+    j = writer.Journal.open(RUN, {}, base=base)
+    j.close()
+    assert store.locate(None) == j.path == os.path.join(base, "runs", RUN + ".jsonl")
+    assert store.base_of(j.path) == base
+    assert chain.verify(store.read(j.path), store.load_key(False, base)).ok
