@@ -246,3 +246,27 @@ def test_protected_write_unapproved_still_held(root_sandbox):
         d.close()
     assert not os.path.exists(os.path.join(root_sandbox.workdir, ".envrc")), p.stderr
     assert d.questions == [] and "held .envrc" in p.stderr, p.stderr
+
+
+@pytest.mark.parametrize("mode", ["root", "user"])
+def test_protected_write_asked_on_the_terminal(mode, confine_bin, test_user, write_profile):
+    """The same questions on the supervisor's terminal: o (once), d (deny), r (run),
+    and the once-approved name asked again after it was removed: n."""
+    from conftest import Sandbox, make_workdir
+    if os.geteuid() != 0:
+        pytest.skip("needs root")
+    wd = make_workdir(test_user)
+    try:
+        sb = Sandbox(mode, test_user, wd)
+        argv = sb.exec_cmd([PY, "-c", WRITES], "-p", write_profile)
+        keys = [(b"[d]eny? ", b"o"), (b"[d]eny? ", b"d"), (b"[d]eny? ", b"r"), (b"[d]eny? ", b"n")]
+        status, out = pty_run(argv, keys, timeout=30, cwd=wd)
+        text = out.decode("utf-8", "replace")
+        E = errno.EACCES
+        assert status == 0, text
+        assert json.dumps(["W", E, "W", "U", "W", "U", E, E, "W"]) in text, text
+        assert text.count("wants write ") == 4, text          # .bashrc made again unasked
+        assert sorted(os.listdir(wd)) == [".bashrc", "notes.txt"]
+    finally:
+        import shutil
+        shutil.rmtree(wd, ignore_errors=True)
