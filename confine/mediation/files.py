@@ -91,6 +91,7 @@ from confine.protect.held import held_key, mark_skip_worktree
 from ..record import NamedTuple
 from .wire import (
     APPROVED_WRITE,
+    ASK_UNIX,
     ASK_WRITE,
     UMASK_READ,
     UMASK_UNREAD,
@@ -797,7 +798,6 @@ class FileBroker:
     def _ask_unix(self, opath: int, where: str, why: str) -> None:
         """approvals.unix_sockets may allow it: asked first (AskFirst), on the socket
         already resolved, so what is approved is the very file connected to."""
-        from .wire import ASK_UNIX
         if self.asks & ASK_UNIX and where.startswith("/"):
             raise AskFirst(errno.EACCES, why, opath, where)
 

@@ -278,3 +278,15 @@ def test_profile_answer_adds_the_socket(tmp_path):
     pol = load.load(str(prof), workdir=str(tmp_path), home=str(tmp_path), tmp=str(tmp_path))
     assert [g.template for g in pol.unix_sockets] == ["/run/a.sock", "/run/docker.sock"]
     assert prof.read_text().startswith("# mine\n")
+
+
+def test_landed_only_for_what_was_allowed():
+    e, _, events = _engine(["once", "deny"])
+    w = lambda p: Event("protected_write", {"path": p})  # noqa: E731
+    assert e.decide(w(".envrc"), 5).allowed
+    assert not e.decide(w(".mcp.json"), 5).allowed
+    e.landed(".envrc", 1, 2)
+    e.landed(".mcp.json", 1, 3)            # denied: a report of it is not taken
+    e.landed(".bashrc", 1, 4)              # never asked
+    assert e.writes == {".envrc": (1, 2)}
+    assert [x["path"] for x in events if x["kind"] == "approved_write"] == [".envrc"]
