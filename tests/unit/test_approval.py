@@ -290,3 +290,19 @@ def test_landed_only_for_what_was_allowed():
     e.landed(".bashrc", 1, 4)              # never asked
     assert e.writes == {".envrc": (1, 2)}
     assert [x["path"] for x in events if x["kind"] == "approved_write"] == [".envrc"]
+
+
+def test_command_approver_gets_the_event(tmp_path):
+    from confine.approval import CommandApprover
+    seen = tmp_path / "q.json"
+    script = tmp_path / "ap.sh"
+    script.write_text(f"#!/bin/sh\ncat > {seen}\necho '{{\"decision\": \"run\", \"reason\": \"fine\"}}'\n")
+    script.chmod(0o755)
+    got = CommandApprover(str(script), timeout=5)(_sock(), ("once", "run", "deny"))
+    assert got == ("run", "fine")
+    q = json.loads(seen.read_text())
+    assert (q["event"], q["kind"], q["subject"], q["choices"]) == (
+        "ask", "unix_socket", {"path": "/run/d.sock"}, ["once", "run", "deny"])
+    # an answer not offered is a deny
+    script.write_text("#!/bin/sh\necho '{\"decision\": \"profile\"}'\n")
+    assert CommandApprover(str(script), timeout=5)(_sock(), ("once", "run", "deny"))[0] != "profile"
