@@ -270,3 +270,41 @@ def test_protected_write_asked_on_the_terminal(mode, confine_bin, test_user, wri
     finally:
         import shutil
         shutil.rmtree(wd, ignore_errors=True)
+
+
+SWAP = r"""
+import json, os, socket, sys, threading, time
+a, b = sys.argv[1], sys.argv[2]
+os.symlink(a, "link.sock")
+def swap():
+    time.sleep(0.3)                        # while the person is asked
+    os.symlink(b, "tmp.sock")
+    os.rename("tmp.sock", "link.sock")
+t = threading.Thread(target=swap)
+t.start()
+s = socket.socket(socket.AF_UNIX)
+try:
+    s.connect("link.sock")
+    res = "C"
+except OSError as e:
+    res = e.errno
+t.join()
+print(json.dumps([res, os.readlink("link.sock") == b]))
+"""
+
+
+def test_approved_connect_reaches_the_socket_asked_about(sandbox, two_listeners, ask_profile):
+    """The question names the socket the broker resolved and holds open; a symlink
+    swapped while the person decides does not move the approved connect."""
+    a, b = two_listeners
+    d = Decider(["once"], delay=0.8)
+    try:
+        p = sandbox.run([PY, "-c", SWAP, a.path, b.path], "-p", ask_profile,
+                        "--approver-socket", d.path)
+    finally:
+        d.close()
+    res = json.loads([ln for ln in p.stdout.splitlines() if ln.startswith("[")][-1])
+    assert res == ["C", True], (res, p.stderr)
+    assert [q["subject"]["path"] for q in d.questions] == [a.path]
+    time.sleep(0.3)
+    assert a.hits == 1 and b.hits == 0
