@@ -308,3 +308,38 @@ def test_approved_connect_reaches_the_socket_asked_about(sandbox, two_listeners,
     assert [q["subject"]["path"] for q in d.questions] == [a.path]
     time.sleep(0.3)
     assert a.hits == 1 and b.hits == 0
+
+
+EXECS = r"""
+import json, subprocess
+def run(argv):
+    try:
+        return subprocess.run(argv, capture_output=True).returncode
+    except PermissionError:
+        return "EACCES"
+print(json.dumps([run(["/usr/bin/id", "-u"]), run(["/bin/true"]), run(["/usr/bin/env", "true"]),
+                  run(["/usr/bin/env", "true"])]))
+"""
+
+
+def test_exec_guardrail(sandbox):
+    """approvals.exec (a guardrail): a program a rule denies fails with EACCES, one a
+    rule asks about is put to the approver (once: asked again), others run."""
+    f = tempfile.NamedTemporaryFile("w", suffix=".yaml", dir="/tmp", delete=False)
+    f.write("extends: default\napprovals:\n  exec:\n    rules:\n"
+            "      - {match: /usr/bin/id, decision: deny, examples: {match: [/usr/bin/id], no_match: [/usr/bin/idx]}}\n"
+            "      - {match: /usr/bin/env, decision: ask}\n")
+    f.close()
+    os.chmod(f.name, 0o644)
+    ctl = sandbox.outside(["/usr/bin/id", "-u"])
+    assert ctl.returncode == 0                           # control: it runs unconfined
+    d = Decider(["once", "deny"])
+    try:
+        p = sandbox.run([PY, "-c", EXECS], "-p", f.name, "--approver-socket", d.path)
+    finally:
+        d.close()
+        os.unlink(f.name)
+    res = json.loads([ln for ln in p.stdout.splitlines() if ln.startswith("[")][-1])
+    assert res == ["EACCES", 0, 0, "EACCES"], (res, p.stderr)
+    assert [q["subject"]["path"] for q in d.questions] == ["/usr/bin/env", "/usr/bin/env"]
+    assert "exec /usr/bin/id: denied by approvals.exec.rules[0]" in p.stderr, p.stderr
