@@ -46,7 +46,7 @@ Log = Callable[[dict[str, Any]], None]
 class Event:
     """An action to decide. subject, by kind (docs/approvals.md):
     network {host, port, via}; unix_socket {path}; protected_write {path (workdir-relative)};
-    deletions {count, path}; credential {name, use}; exec {path, argv}.
+    deletions {count, path}; credential {name, use}; exec {path}.
     process: {pid, exe} of the agent's process, where known."""
     kind: str
     subject: Mapping[str, Any]
