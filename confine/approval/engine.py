@@ -46,7 +46,7 @@ Log = Callable[[dict[str, Any]], None]
 class Event:
     """An action to decide. subject, by kind (docs/approvals.md):
     network {host, port, via}; unix_socket {path}; protected_write {path (workdir-relative)};
-    deletions {count, path}; credential {name, use}; exec {path, argv}.
+    deletions {count, path}; credential {name, use}; exec {path}.
     process: {pid, exe} of the agent's process, where known."""
     kind: str
     subject: Mapping[str, Any]
@@ -127,10 +127,14 @@ class Engine:
         # protected writes the engine allowed, as made: workdir-relative path ->
         # (st_dev, st_ino) of the file (the exit check accepts exactly that file)
         self.writes: dict[str, tuple[int, int]] = {}
+        self._granted: set[str] = set()     # protected writes this engine allowed
 
     def landed(self, rel: str, dev: int, ino: int) -> None:
-        """An approved protected write made its file (the mediator says so)."""
+        """An approved protected write made its file (the mediator says so); a
+        path this engine never allowed is not taken."""
         with self._lock:
+            if rel not in self._granted:
+                return
             if len(self.writes) < MAX_REMEMBERED or rel in self.writes:
                 self.writes[rel] = (dev, ino)
         if self._events is not None:
@@ -253,6 +257,10 @@ class Engine:
 
     def _finish(self, ev: Event, v: Verdict, callbacks: list[Callable[[Verdict], None]],
                 latency: float | None = None) -> None:
+        if ev.kind == "protected_write" and v.allowed:
+            with self._lock:
+                if len(self._granted) < MAX_REMEMBERED:
+                    self._granted.add(str(ev.subject.get("path", "")))
         if self._events is not None:
             rec: dict[str, Any] = {"kind": "approval", "event": "approval", "of": ev.kind,
                                    "subject": dict(ev.subject), "decision": v.decision, "by": v.by}

@@ -34,6 +34,7 @@ from .wire import (
     FILE_OPS,
     MAX_FDS,
     META_OPS,
+    REASON_CAP,
     REQUEST_MAX,
     SOCKET_OPS,
     UMASK_UNREAD,
@@ -282,6 +283,10 @@ class _Verdicts:
         self.waiting: dict[int, list] = {}
 
     def ask(self, reply: Callable[[int, Reply], None], rid: int, question: str) -> tuple[bool, str]:
+        if len(question.encode("utf-8", "replace")) > REASON_CAP:
+            # a reply's reason is cut there: a question about a cut name would
+            # be judged on a name that is not the one made
+            return False, "too long a name to ask about"
         box: list = [threading.Event(), None]
         with self.lock:
             self.waiting[rid] = box

@@ -91,6 +91,7 @@ from confine.protect.held import held_key, mark_skip_worktree
 from ..record import NamedTuple
 from .wire import (
     APPROVED_WRITE,
+    ASK_UNIX,
     ASK_WRITE,
     UMASK_READ,
     UMASK_UNREAD,
@@ -797,7 +798,6 @@ class FileBroker:
     def _ask_unix(self, opath: int, where: str, why: str) -> None:
         """approvals.unix_sockets may allow it: asked first (AskFirst), on the socket
         already resolved, so what is approved is the very file connected to."""
-        from .wire import ASK_UNIX
         if self.asks & ASK_UNIX and where.startswith("/"):
             raise AskFirst(errno.EACCES, why, opath, where)
 
@@ -836,7 +836,7 @@ class FileBroker:
         if why is None:
             return None
         assert comps is not None
-        if kind == "file" and self.asks & ASK_WRITE and self._asked_write(comps, why):
+        if kind == "file" and self.asks & ASK_WRITE and self._asked_write(pfd, base, comps, why):
             return None
         if hold and self.held_fd is not None and self.guard.hold_at(folded, kind):
             # Made elsewhere, so the kernel's own check comes first: search
@@ -855,7 +855,7 @@ class FileBroker:
             return hfd
         raise Refused(errno.EACCES, f"{_verb(kind)} {self.guard.show(comps)}: {why}")
 
-    def _asked_write(self, comps: tuple[str, ...], why: str) -> bool:
+    def _asked_write(self, pfd: int, base: bytes, comps: tuple[str, ...], why: str) -> bool:
         """approvals.protected_writes may allow a new file at a protected name: the
         supervisor's engine is asked (wire.ASK) with FileBroker.lock released (the
         answer may take a person's minute; the caller's O_EXCL create then judges
@@ -878,6 +878,10 @@ class FileBroker:
         if not allowed:
             raise Refused(errno.EACCES, f"create {shown}: {why}: {reason}" if reason
                           else f"create {shown}: {why}")
+        if self._position(pfd, base) != comps:
+            # its directory was moved while the person was asked: the name
+            # approved is not where the file would be made
+            raise Refused(errno.EACCES, f"create {shown}: {why}: moved while asked")
         self._said.approved = rel
         return True
 

@@ -190,6 +190,10 @@ class Mediator:
     # Below Landlock ABI 6 without a network namespace (features.NO_NS_REPLACEMENTS):
     # every connect/send to an abstract address is refused; set by launch.
     refuse_abstract = False
+    # approvals.exec: the command confine itself runs (launch sets it). Its exec is the
+    # first one notified (no agent code runs before it), made by pid 1's child, not
+    # dumpable yet, whose memory an unprivileged supervisor cannot read.
+    first_exec: str | None = None
     caller = 0              # the thread whose notification is being handled
     broker_gone = False     # the broker's socket hung up: every call sent to it fails
     said_gone = False       # that loss was reported (once)
@@ -248,6 +252,10 @@ class Mediator:
         if meta is not None:
             self.handlers.update({nr: functools.partial(Mediator._meta, self, decode)
                                   for nr, decode in _META_NR.items()})
+        # notified only under approvals.exec (Plan.exec_notify)
+        for name, at in (("execve", False), ("execveat", True)):
+            if (nr := syscall_number(name)) is not None:
+                self.handlers[nr] = functools.partial(Mediator._exec, self, at)
         # notified only where pidfd_getfd is refused (runtime/channels.py)
         for name, fn in (("bind", Mediator._bind), ("setsockopt", Mediator._setsockopt)):
             if (nr := syscall_number(name)) is not None:
@@ -271,6 +279,44 @@ class Mediator:
         nr = syscall_number("socket")
         if nr is not None:
             self.handlers[nr] = functools.partial(Mediator._dgram, self)
+
+    def _exec(self, at: bool, n: notify.Notif) -> None:
+        """approvals.exec: the program is judged by the engine and the call
+        resumed (CONTINUE) or refused. A guardrail, never a boundary: the path
+        is read before the kernel reads it again (it can be swapped), and a
+        program can be reached another way (an interpreter, a copy). The path
+        is made absolute with the caller's cwd or dirfd for matching only."""
+        a = [int(x) for x in n.data.args]
+        path, self.first_exec = self.first_exec, None
+        if path is None:
+            try:
+                path = os.fsdecode(notify.read_cstr(n.pid, a[1] if at else a[0]))
+            except OSError as e:
+                # unreadable (the caller made itself not dumpable?): not judged, refused
+                return self._respond(n.id, error=e.errno or errno.EFAULT)
+        if not path.startswith("/"):
+            dfd = _i32(a[0]) if at else AT_FDCWD
+            try:
+                base = os.readlink(f"/proc/{n.pid}/cwd" if dfd == AT_FDCWD
+                                   else f"/proc/{n.pid}/fd/{dfd}")
+                path = os.path.normpath(os.path.join(base, path))
+            except OSError:
+                pass        # matched as written
+        if self.approval is None:
+            self._report(f"exec {path}: nothing here can judge it (approvals.exec)")
+            return self._respond(n.id, error=errno.EACCES)
+        nid = n.id
+
+        def done(v: Any) -> None:
+            if v.allowed:
+                try:
+                    notify.respond(self.fd, nid, cont=True)
+                except OSError:
+                    pass    # interrupted: nothing to resume
+                return
+            self._report(f"exec {path}: denied by {v.by}" + (f" ({v.reason})" if v.reason else ""))
+            self._respond(nid, error=errno.EACCES)
+        self.approval.submit_for("exec", {"path": path}, n.pid, done)
 
     def _dgram(self, n: notify.Notif) -> None:
         self._respond(n.id, error=errno.EPERM)

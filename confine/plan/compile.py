@@ -117,6 +117,9 @@ class Plan:
     # No gateway: UDP sockets (a DNS lookup) are refused by the notifying filter
     # rather than the deny filter, so the refusal is said (seccomp.DGRAM_GROUP)
     dgram_notify: bool = False
+    # approvals.exec refuses or asks: execve/execveat are notified and judged by the
+    # approval engine (a guardrail, never a boundary: docs/approvals.md)
+    exec_notify: bool = False
 
     @property
     def lsm_apparmor(self) -> str | None:
@@ -646,7 +649,8 @@ def compile(policy: Policy, argv: Sequence[str], identity: Identity, host: HostF
                                         host.root_mounts),
                 cgroup=host.cgroup, egress=policy.network.egress, agent_home=agent_home,
                 device_binds=device_binds, ioctl_allowlist=ioctl_allowlist,
-                refuse_abstract=refuse_abstract, signal_mediation=signal_mediation)
+                refuse_abstract=refuse_abstract, signal_mediation=signal_mediation,
+                exec_notify=unix_mediation and policy.approvals.judges("exec"))
     return dataclasses.replace(plan, steps=tuple(child_steps(plan)))
 
 

@@ -86,6 +86,12 @@ class Approvals:
         s = self.spec(kind)
         return s.default != "deny" or any(r.decision != "deny" for r in s.rules) or s.ask_above is not None
 
+    def judges(self, kind: str) -> bool:
+        """Anything of this kind may be refused or asked: the calls must be seen."""
+        s = self.spec(kind)
+        return s.default != "allow" or any(r.decision != "allow" for r in s.rules) \
+            or s.ask_above is not None
+
     def to_dict(self) -> dict[str, object]:
         return {KEY_OF[k]: {"default": s.default, "ask_above": s.ask_above,
                             "rules": [{"match": r.match, "decision": r.decision, "where": r.where}

@@ -15,18 +15,18 @@ from ..kernel import caps, seccomp
 from ..mediation import broker_main
 from ..record import dataclass
 
-# The notifying filter's raw BPF by (files, meta, bind, signals, dgram): it depends
+# The notifying filter's raw BPF by (files, meta, bind, signals, dgram, exec): it depends
 # on nothing else (confine's own syscall tables), so a Sandbox's runs build it once.
-_PROGRAMS: dict[tuple[bool, bool, bool, bool, bool], bytes] = {}
+_PROGRAMS: dict[tuple[bool, bool, bool, bool, bool, bool], bytes] = {}
 
 
 def _notify_program(files: bool, meta: bool, bind: bool, signals: bool,
-                    dgram: bool = False) -> bytes:
-    key = (files, meta, bind, signals, dgram)
+                    dgram: bool = False, exec_: bool = False) -> bytes:
+    key = (files, meta, bind, signals, dgram, exec_)
     got = _PROGRAMS.get(key)
     if got is None:
         got = _PROGRAMS[key] = seccomp.notify_program(seccomp.build_notify(
-            files=files, meta=meta, bind=bind, signals=signals, dgram=dgram))
+            files=files, meta=meta, bind=bind, signals=signals, dgram=dgram, exec_=exec_))
     return got
 
 
@@ -49,7 +49,7 @@ class MediationChannel:
     @classmethod
     def open(cls, guard: Any, files: bool, meta: bool = False,
              bind: bool = False, signals: bool = False,
-             dgram: bool = False) -> MediationChannel:
+             dgram: bool = False, exec_: bool = False) -> MediationChannel:
         """bind: bind and setsockopt are notified too (the supervisor cannot take
         the agent's sockets: mediation/sockfd.py); dgram: UDP sockets are refused by
         the notifying filter, so the refusal is said (no gateway)."""
@@ -58,7 +58,7 @@ class MediationChannel:
         hsup, hchild = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         return cls(broker_sup=sup, broker_fd=child.detach(), sync_r=sync_r, sync_w=sync_w,
                    guard=guard, hand_sup=hsup, hand_child=hchild.detach(),
-                   notify_program=_notify_program(files, meta, bind, signals, dgram))
+                   notify_program=_notify_program(files, meta, bind, signals, dgram, exec_))
 
     def child_fds(self) -> tuple[int, ...]:
         return (self.sync_r, self.broker_fd, self.hand_child)

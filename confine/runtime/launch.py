@@ -205,7 +205,7 @@ def _launch(plan: Plan, guard: Any, warn: Callable[[str], None] | None,
     status_r, status_w = os.pipe2(os.O_CLOEXEC)
     med = (MediationChannel.open(guard, files=plan.file_mediation, meta=plan.meta_mediation,
                                  bind=not plan.pidfd_getfd, signals=plan.signal_mediation,
-                                 dgram=plan.dgram_notify)
+                                 dgram=plan.dgram_notify, exec_=plan.exec_notify)
            if plan.unix_mediation else None)
     filters = _filters(plan, dgram_notified=med is not None and plan.dgram_notify)
     sigset = set(FORWARD) | {signal.SIGCHLD}
@@ -432,6 +432,9 @@ def _start_mediator(pid: int, med: MediationChannel, plan: Plan,
                  events=events, meta=plan.meta_roots() if plan.meta_mediation else None,
                  real_ids=plan.mediate_as)
     m.refuse_abstract = plan.refuse_abstract
+    if plan.exec_notify:
+        from .child import which
+        m.first_exec = which(plan.argv[0], plan.env.get("PATH", os.defpath)) or plan.argv[0]
     if plan.dgram_notify:
         m.refuse_dgram()
     if plan.signal_mediation:

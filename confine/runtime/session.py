@@ -431,6 +431,11 @@ class Session:
                             tuple(d.path for d in plan.policy.deny))
         pol = plan.policy
         self._start_approval(pol)
+        if plan.abi >= 9 and pol.approvals.asks("unix_socket"):
+            # the broker connects inside the agent's Landlock domain, which handles RESOLVE_UNIX
+            say(f"approvals.unix_sockets: Landlock ABI {plan.abi} refuses a connect outside "
+                "unix_sockets.allow itself, so an approved one still fails (EACCES): list the "
+                "socket in unix_sockets.allow")
         self.events.writable = tuple([pol.workdir, pol.tmp] + [w.path for w in pol.write])
         self.events.connect_ports = frozenset(pol.network.connect_tcp)
         self.events.workdir = pol.workdir

@@ -246,3 +246,100 @@ def test_protected_write_unapproved_still_held(root_sandbox):
         d.close()
     assert not os.path.exists(os.path.join(root_sandbox.workdir, ".envrc")), p.stderr
     assert d.questions == [] and "held .envrc" in p.stderr, p.stderr
+
+
+@pytest.mark.parametrize("mode", ["root", "user"])
+def test_protected_write_asked_on_the_terminal(mode, confine_bin, test_user, write_profile):
+    """The same questions on the supervisor's terminal: o (once), d (deny), r (run),
+    and the once-approved name asked again after it was removed: n."""
+    from conftest import Sandbox, make_workdir
+    if os.geteuid() != 0:
+        pytest.skip("needs root")
+    wd = make_workdir(test_user)
+    try:
+        sb = Sandbox(mode, test_user, wd)
+        argv = sb.exec_cmd([PY, "-c", WRITES], "-p", write_profile)
+        keys = [(b"[d]eny? ", b"o"), (b"[d]eny? ", b"d"), (b"[d]eny? ", b"r"), (b"[d]eny? ", b"n")]
+        status, out = pty_run(argv, keys, timeout=30, cwd=wd)
+        text = out.decode("utf-8", "replace")
+        E = errno.EACCES
+        assert status == 0, text
+        assert json.dumps(["W", E, "W", "U", "W", "U", E, E, "W"]) in text, text
+        assert text.count("wants write ") == 4, text          # .bashrc made again unasked
+        assert sorted(os.listdir(wd)) == [".bashrc", "notes.txt"]
+    finally:
+        import shutil
+        shutil.rmtree(wd, ignore_errors=True)
+
+
+SWAP = r"""
+import json, os, socket, sys, threading, time
+a, b = sys.argv[1], sys.argv[2]
+os.symlink(a, "link.sock")
+def swap():
+    time.sleep(0.3)                        # while the person is asked
+    os.symlink(b, "tmp.sock")
+    os.rename("tmp.sock", "link.sock")
+t = threading.Thread(target=swap)
+t.start()
+s = socket.socket(socket.AF_UNIX)
+try:
+    s.connect("link.sock")
+    res = "C"
+except OSError as e:
+    res = e.errno
+t.join()
+print(json.dumps([res, os.readlink("link.sock") == b]))
+"""
+
+
+def test_approved_connect_reaches_the_socket_asked_about(sandbox, two_listeners, ask_profile):
+    """The question names the socket the broker resolved and holds open; a symlink
+    swapped while the person decides does not move the approved connect."""
+    a, b = two_listeners
+    d = Decider(["once"], delay=0.8)
+    try:
+        p = sandbox.run([PY, "-c", SWAP, a.path, b.path], "-p", ask_profile,
+                        "--approver-socket", d.path)
+    finally:
+        d.close()
+    res = json.loads([ln for ln in p.stdout.splitlines() if ln.startswith("[")][-1])
+    assert res == ["C", True], (res, p.stderr)
+    assert [q["subject"]["path"] for q in d.questions] == [a.path]
+    time.sleep(0.3)
+    assert a.hits == 1 and b.hits == 0
+
+
+EXECS = r"""
+import json, subprocess
+def run(argv):
+    try:
+        return subprocess.run(argv, capture_output=True).returncode
+    except PermissionError:
+        return "EACCES"
+print(json.dumps([run(["/usr/bin/id", "-u"]), run(["/bin/true"]), run(["/usr/bin/env", "true"]),
+                  run(["/usr/bin/env", "true"])]))
+"""
+
+
+def test_exec_guardrail(sandbox):
+    """approvals.exec (a guardrail): a program a rule denies fails with EACCES, one a
+    rule asks about is put to the approver (once: asked again), others run."""
+    f = tempfile.NamedTemporaryFile("w", suffix=".yaml", dir="/tmp", delete=False)
+    f.write("extends: default\napprovals:\n  exec:\n    rules:\n"
+            "      - {match: /usr/bin/id, decision: deny, examples: {match: [/usr/bin/id], no_match: [/usr/bin/idx]}}\n"
+            "      - {match: /usr/bin/env, decision: ask}\n")
+    f.close()
+    os.chmod(f.name, 0o644)
+    ctl = sandbox.outside(["/usr/bin/id", "-u"])
+    assert ctl.returncode == 0                           # control: it runs unconfined
+    d = Decider(["once", "deny"])
+    try:
+        p = sandbox.run([PY, "-c", EXECS], "-p", f.name, "--approver-socket", d.path)
+    finally:
+        d.close()
+        os.unlink(f.name)
+    res = json.loads([ln for ln in p.stdout.splitlines() if ln.startswith("[")][-1])
+    assert res == ["EACCES", 0, 0, "EACCES"], (res, p.stderr)
+    assert [q["subject"]["path"] for q in d.questions] == ["/usr/bin/env", "/usr/bin/env"]
+    assert "exec /usr/bin/id: denied by approvals.exec.rules[0]" in p.stderr, p.stderr

@@ -278,3 +278,31 @@ def test_profile_answer_adds_the_socket(tmp_path):
     pol = load.load(str(prof), workdir=str(tmp_path), home=str(tmp_path), tmp=str(tmp_path))
     assert [g.template for g in pol.unix_sockets] == ["/run/a.sock", "/run/docker.sock"]
     assert prof.read_text().startswith("# mine\n")
+
+
+def test_landed_only_for_what_was_allowed():
+    e, _, events = _engine(["once", "deny"])
+    w = lambda p: Event("protected_write", {"path": p})  # noqa: E731
+    assert e.decide(w(".envrc"), 5).allowed
+    assert not e.decide(w(".mcp.json"), 5).allowed
+    e.landed(".envrc", 1, 2)
+    e.landed(".mcp.json", 1, 3)            # denied: a report of it is not taken
+    e.landed(".bashrc", 1, 4)              # never asked
+    assert e.writes == {".envrc": (1, 2)}
+    assert [x["path"] for x in events if x["kind"] == "approved_write"] == [".envrc"]
+
+
+def test_command_approver_gets_the_event(tmp_path):
+    from confine.approval import CommandApprover
+    seen = tmp_path / "q.json"
+    script = tmp_path / "ap.sh"
+    script.write_text(f"#!/bin/sh\ncat > {seen}\necho '{{\"decision\": \"run\", \"reason\": \"fine\"}}'\n")
+    script.chmod(0o755)
+    got = CommandApprover(str(script), timeout=5)(_sock(), ("once", "run", "deny"))
+    assert got == ("run", "fine")
+    q = json.loads(seen.read_text())
+    assert (q["event"], q["kind"], q["subject"], q["choices"]) == (
+        "ask", "unix_socket", {"path": "/run/d.sock"}, ["once", "run", "deny"])
+    # an answer not offered is a deny
+    script.write_text("#!/bin/sh\necho '{\"decision\": \"profile\"}'\n")
+    assert CommandApprover(str(script), timeout=5)(_sock(), ("once", "run", "deny"))[0] != "profile"

@@ -353,7 +353,8 @@ FIOSETOWN, SIOCSPGRP = 0x8901, 0x8902
 
 
 def build_notify(files: bool = False, meta: bool = False, bind: bool = False,
-                 signals: bool = False, dgram: bool = False) -> "pyseccomp.SyscallFilter":
+                 signals: bool = False, dgram: bool = False,
+                 exec_: bool = False) -> "pyseccomp.SyscallFilter":
     """The notifying filter, loaded after the deny filter. The kernel runs every
     filter and the most restrictive answer wins, so a denial is never turned
     into a notification. See confine/mediation/ for who answers.
@@ -364,7 +365,9 @@ def build_notify(files: bool = False, meta: bool = False, bind: bool = False,
     signals: mediate the kill family and fcntl F_SETOWN(_EX), refuse the ioctls
     that aim SIGIO/SIGURG (no pid namespace, Landlock below ABI 6).
     dgram: IPv4/IPv6 datagram sockets (the deny table's DGRAM_GROUP, left out of
-    the deny filter): the supervisor refuses each and says why once."""
+    the deny filter): the supervisor refuses each and says why once.
+    exec_: execve and execveat, judged by the approval engine and resumed with
+    CONTINUE (a guardrail: the path can change after the check)."""
     sc = libseccomp()
     flt = sc.SyscallFilter(sc.ALLOW)
     flt.set_attr(sc.Attr.ACT_BADARCH, sc.KILL_PROCESS)
@@ -395,6 +398,10 @@ def build_notify(files: bool = False, meta: bool = False, bind: bool = False,
             for bit in OPEN_WRITE_BITS:
                 flt.add_rule(sc.NOTIFY, name, sc.Arg(arg, sc.MASKED_EQ, bit, bit))
         flt.add_rule(sc.ERRNO(_errno.ENOSYS), "openat2")
+    if exec_:
+        for name in ("execve", "execveat"):
+            if syscall_number(name) is not None:
+                flt.add_rule(sc.NOTIFY, name)
     if dgram:
         for fam in (AF_INET, AF_INET6):
             flt.add_rule(sc.NOTIFY, "socket", sc.Arg(0, sc.MASKED_EQ, 0xFFFFFFFF, fam),
