@@ -42,9 +42,9 @@ import socket
 import struct
 import threading
 from collections.abc import Callable, Iterable, Mapping
+from hashlib import sha256
 from typing import Any
 
-from ..digest import sha256
 from ..errors import printable
 from ..policy.ssh_agent import DEFAULT_SSH_PORT, SshAgent
 from ..record import dataclass, field

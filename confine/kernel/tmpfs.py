@@ -20,8 +20,8 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+from hashlib import sha256
 
-from ..digest import sha256
 from .libc import libc, oserror
 from .mounts import MS_NODEV, MS_NOSUID, mount, unescape
 from .sysfs import proc_stat

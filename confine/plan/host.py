@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import os
 import stat
+from hashlib import sha256
 
-from ..digest import sha256
 from ..record import dataclass
 
 NO_NAMESPACES_ENV = "CONFINE_TEST_NO_NAMESPACES"

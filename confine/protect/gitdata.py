@@ -67,9 +67,10 @@ import os
 import stat
 import struct
 import zlib
+from hashlib import new as _new_hash
+from hashlib import sha256
 from typing import TYPE_CHECKING, Callable, Iterable
 
-from ..digest import in_broker, sha256
 from ..record import dataclass, field
 from . import gitlink
 from .gitconfig import parse_git_config
@@ -705,8 +706,7 @@ class _Objects:
             p.close()
 
     def _verify(self, hexsha: str, kind: str, body: bytes, where: str) -> None:
-        # in_broker: hashlib would load OpenSSL into every `confine exec` (digest.py)
-        h = in_broker("sha1" if self.hl == 20 else "sha256", f"{kind} {len(body)}\0".encode())
+        h = _new_hash("sha1" if self.hl == 20 else "sha256", f"{kind} {len(body)}\0".encode())
         h.update(body)
         if h.hexdigest() != hexsha:
             raise CannotDecide(f"object {hexsha} {where} does not hash to its id (git may "
@@ -879,7 +879,7 @@ def _as_kept(cur: _Scan, worktree: str | None, hashlen: int, path: str, sha: str
     data = _read(cur, _j(worktree, path), 1 << 20)
     if data is None:
         return False
-    blob = in_broker("sha1" if hashlen == 20 else "sha256", b"blob %d\0" % len(data) + data)
+    blob = _new_hash("sha1" if hashlen == 20 else "sha256", b"blob %d\0" % len(data) + data)
     if blob.hexdigest() != sha:
         return False
     wd = cur.workdir.rstrip("/") + "/"

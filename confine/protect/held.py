@@ -36,9 +36,10 @@ import stat
 import struct
 import time
 from collections.abc import Callable, Iterator, Sequence
+from hashlib import new as _new_hash
+from hashlib import sha256
 from typing import TYPE_CHECKING, Any
 
-from ..digest import in_broker, sha256
 from ..errors import printable
 from ..paths import state_dir
 from ..record import dataclass, field
@@ -75,7 +76,7 @@ class _Index:
             return
         self.hashlen, self.zero = 0, False
         for n, algo in ((20, "sha1"), (32, "sha256")):
-            if len(data) > 12 + n and in_broker(algo, data[:-n]).digest() == data[-n:]:
+            if len(data) > 12 + n and _new_hash(algo, data[:-n]).digest() == data[-n:]:
                 self.hashlen = n
                 break
         if not self.hashlen:
@@ -155,7 +156,7 @@ class _Index:
             out.append(entry)
         body = (b"DIRC" + struct.pack(">II", ver, len(self.entries)) + b"".join(out)
                 + b"".join(self.exts))
-        trailer = b"\0" * self.hashlen if self.zero else in_broker(
+        trailer = b"\0" * self.hashlen if self.zero else _new_hash(
             "sha1" if self.hashlen == 20 else "sha256", body).digest()
         return body + trailer
 
@@ -304,7 +305,7 @@ class _Copier:
                 return None
             out = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
                           | os.O_CLOEXEC, 0o600, dir_fd=dfd)
-            h = sha256(expect=st.st_size)
+            h = sha256()
             n = 0
             try:
                 while True:

@@ -33,9 +33,9 @@ import marshal
 import os
 import stat
 import time
+from hashlib import sha256
 from typing import Any, Iterator, Sequence
 
-from ..digest import sha256
 from ..paths import is_under, state_dir
 from ..policy.patterns import Pattern
 

@@ -19,9 +19,9 @@ import os
 import re
 import stat
 import time
+from hashlib import sha256
 from typing import Callable, Iterator, Mapping, Sequence
 
-from ..digest import sha256
 from ..errors import printable
 from ..paths import is_under, state_dir
 from ..record import dataclass, field

@@ -37,9 +37,9 @@ import fnmatch
 import os
 import stat
 import time
+from hashlib import sha256
 from typing import Any, Collection, Iterable, Iterator, Sequence
 
-from ..digest import sha256
 from ..kernel import namespaces
 from ..paths import rel_under
 from ..policy.patterns import Pattern, compile_patterns
@@ -352,7 +352,7 @@ class _Fs:
             st2 = os.fstat(fd)
             if not stat.S_ISREG(st2.st_mode) or st2.st_ino != st.st_ino:
                 return None, None
-            h, chunks, total = sha256(expect=st2.st_size), [], 0
+            h, chunks, total = sha256(), [], 0
             while True:
                 b = os.read(fd, 1 << 20)
                 if not b:

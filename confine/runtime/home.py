@@ -36,9 +36,9 @@ import stat
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping
+from hashlib import sha256
 from typing import Any
 
-from ..digest import sha256
 from ..errors import ConfineError
 from ..kernel import caps
 from ..paths import is_under
