@@ -19,7 +19,7 @@ import os
 import shutil
 
 import pytest
-from conftest import NO_NAMESPACES, Sandbox, make_workdir, write_owned
+from conftest import Sandbox, make_workdir, write_owned
 from test_egress import ALLOW, ATTEMPTS, inside, last_json, net, py  # noqa: F401 - net: fixture
 from test_held import (  # noqa: F401 - cleanup: fixture
     NOTED,
@@ -163,9 +163,7 @@ def test_a_profile_key_selects_the_mode_and_a_bad_value_names_line_and_key(user_
         d = sb.confine("exec", "-w", sb.workdir, "-p", prof, "--dry-run")
         assert d.returncode == 0, d.stderr
         assert "no undo in exclusive mode" in d.stdout and "runs them unchecked" in d.stdout
-        plain = sb.confine("exec", "-w", sb.workdir, "--dry-run")
-        assert "no undo in exclusive mode" not in plain.stdout      # the default stays
-        assert "judged by the name guard" in plain.stdout
+        # (the default mode says none of it: tests/unit/test_workdir_mode.py)
         write_owned(prof, "extends: default\nworkdir_mode: yes\n", sb.pw)
         bad = sb.confine("exec", "-w", sb.workdir, "-p", prof, "--", "true")
         assert bad.returncode == 125, bad.stderr
@@ -196,10 +194,3 @@ print(json.dumps(R))
         assert not [e for e in got if e["ev"] == "accept" and e["dst"] == "1.1.1.1:8443"]
     finally:
         shutil.rmtree(sb.workdir, ignore_errors=True)
-
-
-def test_exclusive_mode_runs_where_there_is_a_mount_namespace(user_sandbox):
-    """The refusal above comes from the knob (the positive control)."""
-    assert NO_NAMESPACES in user_sandbox.without_namespaces().env
-    p = user_sandbox.run(["true"], EXCLUSIVE)
-    assert p.returncode == 0, p.stderr
