@@ -32,6 +32,9 @@ class Network:
     include: tuple[str, ...] = ()
     allowed_ips: tuple[str, ...] = ()
     default: str = "deny"
+    # extra CAs the gateway trusts toward origins whose TLS it terminates (the credential
+    # swap: private forges, tests); absolute paths of PEM files
+    upstream_ca: tuple[str, ...] = ()
 
     @property
     def egress(self) -> bool:
@@ -43,7 +46,7 @@ class Network:
         return {"connect_tcp": list(self.connect_tcp), "bind_tcp": list(self.bind_tcp),
                 "allow": list(self.allow), "deny": list(self.deny),
                 "include": list(self.include), "allowed_ips": list(self.allowed_ips),
-                "default": self.default}
+                "default": self.default, "upstream_ca": list(self.upstream_ca)}
 
 
 @dataclass(frozen=True)

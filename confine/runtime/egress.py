@@ -24,8 +24,8 @@ from __future__ import annotations
 import dataclasses
 import ipaddress
 import os
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfineError
 from ..gateway import DNSServer, Gateway, Pins, Resolver, RuleError, Rules, refusal
@@ -35,6 +35,10 @@ from ..plan import Plan
 from ..plan.env import proxy_env
 from ..record import dataclass
 from .events import Events
+
+if TYPE_CHECKING:
+    from ..credentials.binding import Binding
+    from ..credentials.swap import Swap
 
 RESOLV_CONF = "/etc/resolv.conf"
 MAX_EXES = 1024
@@ -120,6 +124,9 @@ class Egress:
     # network.default: ask: a name no rule allows may be approved while the run goes
     # on (by the asker, at the gateway), so a pinned address is enough to go there
     ask: bool = False
+    # the placeholder swap (credentials/swap.py) when the run has bindings: the
+    # gateway terminates TLS with its CA, which the agent is told to trust
+    swap: Swap | None = None
 
     @property
     def routes(self) -> InetRoutes:
@@ -216,17 +223,18 @@ class Egress:
 
 
 def start(policy: Any, events: Events, resolv_conf: str = RESOLV_CONF,
-          approver: str | None = None) -> Egress:
+          approver: str | None = None, bindings: Sequence[Binding] = ()) -> Egress:
     """Build and start the gateway and the DNS server on the supervisor's loopback."""
-    eg = build(policy, events, resolv_conf, approver=approver)
+    eg = build(policy, events, resolv_conf, approver=approver, bindings=bindings)
     eg.start_here()
     return eg
 
 
 def build(policy: Any, events: Events, resolv_conf: str = RESOLV_CONF,
-          ports: tuple[int, ...] = (), approver: str | None = None) -> Egress:
+          ports: tuple[int, ...] = (), approver: str | None = None,
+          bindings: Sequence[Binding] = ()) -> Egress:
     """The gateway and DNS server, not started; ports: (proxy, redirect, DNS) of
-    the sockets start_on will get."""
+    the sockets start_on will get; bindings: the run's credentials (the swap)."""
     r = rules(policy.network)
     resolver = Resolver(upstreams(resolv_conf), r, Pins())
     holder: list[Egress] = []
@@ -242,13 +250,24 @@ def build(policy: Any, events: Events, resolv_conf: str = RESOLV_CONF,
                      validate=lambda path: _validate_profile(path, policy))
     kw: dict[str, Any] = {} if ask is None else {"ask": ask}
     dns = DNSServer(resolver, host=LOOPBACK, log=log, **kw)
-    gw = Gateway(r, resolver, host=LOOPBACK, log=log, **kw)
+    swap = _swap(bindings, policy, log)
+    gw = Gateway(r, resolver, host=LOOPBACK, log=log, credentials=swap, **kw)
     eg = Egress(rules=r, resolver=resolver, gateway=gw, dns=dns, events=events,
-                ask=policy.network.default == "ask")
+                ask=policy.network.default == "ask", swap=swap)
     if ports:
         eg.proxy_port, eg.redirect_port, eg.dns_port = ports
     holder.append(eg)
     return eg
+
+
+def _swap(bindings: Sequence[Binding], policy: Any, log: Any) -> Swap | None:
+    """The swap of a run with credentials (None without: TLS is never terminated)."""
+    if not bindings:
+        return None
+    # cryptography only for a run that swaps
+    from ..credentials.ca import RunCA
+    from ..credentials.swap import Swap
+    return Swap(bindings, RunCA(), upstream_ca=tuple(getattr(policy.network, "upstream_ca", ())), emit=log)
 
 
 def _validate_profile(path: str, policy: Any) -> None:
@@ -268,4 +287,22 @@ def bind_plan(plan: Plan, eg: Egress) -> Plan:
                  for p in sorted({eg.proxy_port, eg.redirect_port, eg.dns_port} - have)]
     env = dict(plan.env)
     env.update(proxy_env(LOOPBACK, eg.proxy_port))
+    if eg.swap is not None:
+        env.update(trust_bundle(eg.swap, plan.policy.tmp))
     return dataclasses.replace(plan, port_rules=tuple(plan.port_rules) + tuple(extra), env=env)
+
+
+BUNDLE = "confine-ca.pem"
+
+
+def trust_bundle(swap: Swap, tmp: str) -> dict[str, str]:
+    """The system bundle plus the run CA, in the run's TMPDIR (a new file the agent may
+    read; replacing it changes only what the agent itself trusts), and the variables
+    that point the agent's TLS stacks at it."""
+    from ..credentials.ca import trust_env, write_bundle
+    path = os.path.join(tmp, BUNDLE)
+    try:
+        write_bundle(swap.ca, path)
+    except OSError as e:
+        raise ConfineError(f"cannot write the run's CA bundle {path}: {e.strerror or e}") from None
+    return dict(trust_env(path))

@@ -379,3 +379,41 @@ def test_refused_request_ends_the_connection_value_never_sent(swap_stack, forge)
     assert b"HTTP/1.1 200" in out and b"HTTP/1.1 403" in out
     assert [q["path"] for q in forge.seen.requests] == ["/one"]
     assert forge.seen.requests[0]["auth"] == f"token {VALUE}"
+
+
+# --- the wiring (runtime/egress.py) -----------------------------------------------------------------
+def test_egress_swaps_only_with_bindings_and_points_the_agent_at_the_bundle(tmp_path, forge):
+    from confine.plan import HostFacts, compile
+    from confine.plan.identity import Identity
+    from confine.policy import load as _load
+    from confine.runtime import egress
+    from confine.runtime.events import Events
+
+    wd, home, tmp = (tmp_path / n for n in ("wd", "home", "tmp"))
+    for d in (wd, home, tmp):
+        d.mkdir()
+    prof = tmp_path / "p.yaml"
+    prof.write_text(f"network:\n  allow: [allowed.test]\n  upstream_ca: [{forge.ca_file}]\n")
+    pol = _load.load(str(prof), workdir=str(wd), home=str(home), tmp=str(tmp))
+    facts = HostFacts(landlock_abi=7, seccomp_filter=True, seccomp_user_notif=True, namespaces=True,
+                      apparmor=False, selinux=False)
+    plan = compile(pol, ["true"], Identity(uid=1234, gid=1234, user="agent", home=str(home), switch=False,
+                                           started_as_root=False), facts, parent_env={"PATH": "/usr/bin"})
+    plain = egress.build(pol, Events())
+    assert plain.swap is None and plain.gateway.credentials is None
+    env = egress.bind_plan(plan, plain).env
+    assert not any(k in env for k in ("SSL_CERT_FILE", "GIT_SSL_CAINFO")) and not (tmp / egress.BUNDLE).exists()
+
+    eg = egress.build(pol, Events(), bindings=(binding(443, targets=(Target("allowed.test"),)),))
+    assert eg.gateway.credentials is eg.swap and eg.swap is not None
+    env = egress.bind_plan(plan, eg).env
+    bundle = tmp / egress.BUNDLE
+    for v in ("SSL_CERT_FILE", "NODE_EXTRA_CA_CERTS", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "GIT_SSL_CAINFO"):
+        assert env[v] == str(bundle)
+    text = bundle.read_bytes()
+    assert text.endswith(eg.swap.ca.pem) and len(text) > len(eg.swap.ca.pem)   # system roots first
+    assert b"PRIVATE KEY" not in text and os.stat(bundle).st_mode & 0o222 == 0
+    # the upstream trust holds the profile's CA: the forge verifies
+    with socket.create_connection(("127.0.0.1", forge.port), timeout=5) as s, \
+            eg.swap.upstream.wrap_socket(s, server_hostname="allowed.test") as t:
+        assert t.version()

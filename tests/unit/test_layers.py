@@ -128,3 +128,14 @@ def test_gateway_is_self_contained():
     bad = {(m, t) for m, t in _edges(_graph(), "confine.gateway")
            if not any(_under(t, ok) for ok in allowed)}
     assert bad == set()
+
+
+def test_credentials_never_reach_back_into_the_gateway_or_runtime():
+    # the gateway and the runtime call in (the gateway through its `credentials=`
+    # hook, never an import); of the gateway, the swap reuses only the pure parsers
+    allowed = ("confine.credentials", "confine.policy", "confine.errors", "confine.paths",
+               "confine.kernel", "confine.record", "confine.digest", "confine.gateway.http1",
+               "confine.gateway.rules")
+    bad = {(m, t) for m, t in _edges(_graph(), "confine.credentials")
+           if not any(_under(t, ok) for ok in allowed)}
+    assert bad == set()
