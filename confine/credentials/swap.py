@@ -40,6 +40,7 @@ import socket
 import ssl
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
@@ -51,8 +52,10 @@ from .binding import Binding, Target
 from .ca import RunCA
 
 CHUNK = 65536
+RECV = 262144              # bytes taken from a socket at once (many TLS records)
 MAX_CHUNK_LINE = 4096      # a chunk-size line (with extensions) or a trailer line
 MAX_TRAILERS = 16384
+MAX_SESSIONS = 256
 Emit = Callable[[dict[str, Any]], None]
 _CTL = re.compile(r"[\x00-\x1f\x7f]")
 
@@ -141,6 +144,11 @@ class Swap:
         self.emit = emit
         self.decide = decide       # None: "ask" is refused (nobody to ask)
         self.upstream = upstream_context or _upstream_context(upstream_ca)
+        # TLS sessions of verified origins, resumed by the next connection to the same
+        # (host, port): a full handshake with chain verification is most of what the
+        # swap adds to a connection; a resumed one is a third of it
+        self._sessions: OrderedDict[tuple[str, int], ssl.SSLSession] = OrderedDict()
+        self._lock = threading.Lock()
 
     def terminates(self, name: str) -> bool:
         """Does a TLS connection to this name go through `relay`? Every named one once the
@@ -276,10 +284,15 @@ class Swap:
         `ev` saying why (decision deny)."""
         ev["terminated"] = True
         deadline = time.monotonic() + handshake_timeout
+        for s in (client, upstream):
+            # handshake flights and records go out as made: no waiting for an ACK
+            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         agent = _End(client, self.ca.server_context(host), server_side=True)
         agent.inc.write(first)
         agent.handshake(deadline)
-        origin = _End(upstream, self.upstream, server_hostname=host)
+        with self._lock:
+            session = self._sessions.get((host, port))
+        origin = _End(upstream, self.upstream, server_hostname=host, session=session)
         try:
             origin.handshake(deadline)
         except ssl.SSLCertVerificationError as e:
@@ -295,40 +308,53 @@ class Swap:
         requests = _Requests(self, host, port)
         for s in (client, upstream):
             s.settimeout(idle)
+        try:
+            self._serve(agent, origin, requests, counts, ev, idle, stop)
+        except Refusal as r:
+            ev.update(decision="deny", reason=r.reason)
+            agent.refuse(r.status, r.reason)
+        finally:
+            got = origin.obj.session
+            if got is not None:
+                with self._lock:
+                    self._sessions[(host, port)] = got
+                    self._sessions.move_to_end((host, port))
+                    while len(self._sessions) > MAX_SESSIONS:
+                        self._sessions.popitem(last=False)
+
+    def _serve(self, agent: _End, origin: _End, requests: _Requests, counts: Counts, ev: dict[str, Any],
+               idle: float, stop: threading.Event | None) -> None:
+        client, upstream = agent.sock, origin.sock
         poller = select.poll()
         poller.register(client.fileno(), select.POLLIN)
         poller.register(upstream.fileno(), select.POLLIN)
         agent_open = True
-        try:
-            while True:
-                if stop is not None and stop.is_set():
-                    ev.update(decision="deny", reason="gateway stopped")
-                    return
-                if agent_open:
-                    # what is already decrypted (the request sent with the handshake, too)
-                    done = self._pump_agent(agent, origin, requests, counts)
-                    if done:
-                        agent_open = False
-                        poller.unregister(client.fileno())
-                        try:
-                            upstream.shutdown(socket.SHUT_WR)
-                        except OSError:
-                            pass
-                if self._pump_origin(origin, agent, counts):
-                    agent.close_notify()
-                    return
-                events = poller.poll(int(idle * 1000))
-                if not events:
-                    ev["reason"] = "idle timeout"
-                    return
-                for fd, _e in events:
-                    if fd == client.fileno():
-                        agent.fill()
-                    else:
-                        origin.fill()
-        except Refusal as r:
-            ev.update(decision="deny", reason=r.reason)
-            agent.refuse(r.status, r.reason)
+        while True:
+            if stop is not None and stop.is_set():
+                ev.update(decision="deny", reason="gateway stopped")
+                return
+            if agent_open:
+                # what is already decrypted (the request sent with the handshake, too)
+                done = self._pump_agent(agent, origin, requests, counts)
+                if done:
+                    agent_open = False
+                    poller.unregister(client.fileno())
+                    try:
+                        upstream.shutdown(socket.SHUT_WR)
+                    except OSError:
+                        pass
+            if self._pump_origin(origin, agent, counts):
+                agent.close_notify()
+                return
+            events = poller.poll(int(idle * 1000))
+            if not events:
+                ev["reason"] = "idle timeout"
+                return
+            for fd, _e in events:
+                if fd == client.fileno():
+                    agent.fill()
+                else:
+                    origin.fill()
 
     @staticmethod
     def _pump_agent(agent: _End, origin: _End, requests: _Requests, counts: Counts) -> bool:
@@ -346,15 +372,21 @@ class Swap:
 
     @staticmethod
     def _pump_origin(origin: _End, agent: _End, counts: Counts) -> bool:
-        """Plaintext from the origin to the agent, unchanged; True at the origin's end."""
+        """Plaintext from the origin to the agent, unchanged; True at the origin's end.
+        What is there is sent in one write (one send for many records)."""
+        got: list[bytes] = []
+        end = False
         while True:
             data = origin.read()
-            if data is None:
-                return False
             if not data:
-                return True
+                end = data is not None
+                break
+            got.append(data)
+        if got:
+            data = b"".join(got)
             agent.write(data)
             counts.down += len(data)
+        return end
 
 
 def _shown(t: Target) -> str:
@@ -371,10 +403,11 @@ class _End:
     already, so OpenSSL cannot read them from the socket itself)."""
 
     def __init__(self, sock: socket.socket, ctx: ssl.SSLContext, *, server_side: bool = False,
-                 server_hostname: str | None = None) -> None:
+                 server_hostname: str | None = None, session: ssl.SSLSession | None = None) -> None:
         self.sock = sock
         self.inc, self.out = ssl.MemoryBIO(), ssl.MemoryBIO()
-        self.obj = ctx.wrap_bio(self.inc, self.out, server_side=server_side, server_hostname=server_hostname)
+        self.obj = ctx.wrap_bio(self.inc, self.out, server_side=server_side, server_hostname=server_hostname,
+                                session=session)
         self.eof = False
 
     def flush(self) -> None:
@@ -384,7 +417,7 @@ class _End:
 
     def fill(self) -> None:
         try:
-            data = self.sock.recv(CHUNK)
+            data = self.sock.recv(RECV)
         except (ConnectionResetError, BrokenPipeError):
             data = b""
         except BlockingIOError:
@@ -415,13 +448,13 @@ class _End:
     def read(self) -> bytes | None:
         """Plaintext there now; None if more bytes must arrive first; b"" at the end."""
         try:
-            data = self.obj.read(CHUNK)
+            return self.obj.read(CHUNK)
         except ssl.SSLWantReadError:
-            data = None
+            if self.out.pending:
+                self.flush()    # post-handshake messages (tickets, key updates) go out too
+            return None
         except (ssl.SSLZeroReturnError, ssl.SSLEOFError):
-            data = b""
-        self.flush()    # post-handshake messages (tickets, key updates) go out too
-        return data
+            return b""
 
     def write(self, data: bytes) -> None:
         self.obj.write(data)
