@@ -373,19 +373,26 @@ class Swap:
     @staticmethod
     def _pump_origin(origin: _End, agent: _End, counts: Counts) -> bool:
         """Plaintext from the origin to the agent, unchanged; True at the origin's end.
-        What is there is sent in one write (one send for many records)."""
-        got: list[bytes] = []
+        Each record is decrypted into one buffer and encrypted from it (no copy in
+        Python), and what is there goes out in one send."""
+        buf, view = origin.buf, origin.view
         end = False
         while True:
-            data = origin.read()
-            if not data:
-                end = data is not None
+            try:
+                n = origin.obj.read(CHUNK, buf)
+            except ssl.SSLWantReadError:
+                if origin.out.pending:
+                    origin.flush()
                 break
-            got.append(data)
-        if got:
-            data = b"".join(got)
-            agent.write(data)
-            counts.down += len(data)
+            except (ssl.SSLZeroReturnError, ssl.SSLEOFError):
+                end = True
+                break
+            if not n:
+                end = True
+                break
+            agent.obj.write(view[:n])
+            counts.down += n
+        agent.flush()
         return end
 
 
@@ -409,6 +416,8 @@ class _End:
         self.obj = ctx.wrap_bio(self.inc, self.out, server_side=server_side, server_hostname=server_hostname,
                                 session=session)
         self.eof = False
+        self.buf = bytearray(CHUNK)
+        self.view = memoryview(self.buf)
 
     def flush(self) -> None:
         data = self.out.read()
