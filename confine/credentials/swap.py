@@ -42,7 +42,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from ..errors import ConfineError
 from ..gateway import http1
@@ -379,7 +379,8 @@ class Swap:
         end = False
         while True:
             try:
-                n = origin.obj.read(CHUNK, buf)
+                # with a buffer, read() returns the count (typeshed says bytes)
+                n = cast(int, origin.obj.read(CHUNK, buf))
             except ssl.SSLWantReadError:
                 if origin.out.pending:
                     origin.flush()
