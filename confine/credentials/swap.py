@@ -47,7 +47,6 @@ from typing import Any, Protocol, cast
 from ..errors import ConfineError
 from ..gateway import http1
 from ..gateway.rules import RuleError, normalise_host
-from ..record import dataclass
 from .binding import Binding, Target
 from .ca import RunCA
 
@@ -60,18 +59,13 @@ Emit = Callable[[dict[str, Any]], None]
 _CTL = re.compile(r"[\x00-\x1f\x7f]")
 
 
-@dataclass(frozen=True)
-class Use:
-    """One request that would carry a credential: what `decide` (ask) is shown."""
-    name: str
-    host: str
-    port: int
-    method: str
-    path: str
-    header: str
+class Decide(Protocol):
+    """The per-use decision (credentials/use.py `Judge.decide_use`: the binding's
+    decision, asking the person, one event per use). Called only for a request whose
+    target the binding names; True: this use may carry the value."""
 
-
-Decide = Callable[[Binding, Use], bool]   # decision "ask": True allows this one use
+    def __call__(self, binding: Binding, host: str, method: str, path: str,
+                 process: int | str | None = None, *, port: int | None = None) -> bool: ...
 
 
 class Counts(Protocol):
@@ -142,7 +136,9 @@ class Swap:
         self.bindings = tuple(bindings)
         self.ca = ca
         self.emit = emit
-        self.decide = decide       # None: "ask" is refused (nobody to ask)
+        # None: the binding's own decision, "ask" refused (nobody to ask); the run
+        # passes its Judge (runtime/egress.py)
+        self.decide = decide
         self.upstream = upstream_context or _upstream_context(upstream_ca)
         # TLS sessions of verified origins, resumed by the next connection to the same
         # (host, port): a full handshake with chain verification is most of what the
@@ -160,13 +156,13 @@ class Swap:
     def plain_refusal(self, head: http1.RequestHead, host: str, port: int) -> str | None:
         """Why a plain-HTTP request may not go (it carries a placeholder), or None."""
         try:
-            self._scan(head, host, port, swap=False)
+            self._scan(head, host, port, None, swap=False)
         except Refusal as r:
             return r.reason
         return None
 
     # --- one request head ---
-    def rewrite(self, head: http1.RequestHead, host: str, port: int) -> bytes:
+    def rewrite(self, head: http1.RequestHead, host: str, port: int, pid: int | str | None = None) -> bytes:
         """The head to send upstream, values swapped in; Refusal if it may not go."""
         if head.method == "CONNECT":
             raise Refusal("CONNECT inside a terminated connection", 405)
@@ -182,11 +178,11 @@ class Swap:
             raise Refusal(f"bad Host header: {e}", 400) from None
         if hname != host or hport != port:
             raise Refusal(f"Host {hh[:100]} is not the connection's host {host}:{port} (SNI)", 421)
-        headers = self._scan(head, host, port, swap=True)
+        headers = self._scan(head, host, port, pid, swap=True)
         lines = [f"{head.method} {head.target} {head.version}"] + [f"{k}: {v}" for k, v in headers]
         return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 
-    def _scan(self, head: http1.RequestHead, host: str, port: int, *,
+    def _scan(self, head: http1.RequestHead, host: str, port: int, pid: int | str | None, *,
               swap: bool) -> list[tuple[str, str]]:
         for b in self.bindings:
             if b.placeholder in head.target:
@@ -195,18 +191,19 @@ class Swap:
         for k, v in head.headers:
             kl = k.lower()
             if kl == "authorization":
-                v = self._authorization(v, host, port, head, swap)
+                v = self._authorization(v, host, port, head, pid, swap)
             else:
                 for b in self.bindings:
                     if b.placeholder not in v:
                         continue
                     if not swap or kl not in b.headers:
                         raise self._disclosure(b, host, port, head, f"the header {kl}")
-                    v = v.replace(b.placeholder, self._value(b, host, port, head, kl))
+                    v = v.replace(b.placeholder, self._value(b, host, port, head, pid, kl))
             out.append((k, v))
         return out
 
-    def _authorization(self, v: str, host: str, port: int, head: http1.RequestHead, swap: bool) -> str:
+    def _authorization(self, v: str, host: str, port: int, head: http1.RequestHead, pid: int | str | None,
+                       swap: bool) -> str:
         scheme, sp, cred = v.partition(" ")
         s = scheme.lower()
         where = f"the header authorization ({s})"
@@ -220,33 +217,36 @@ class Swap:
                 if not swap:
                     raise self._disclosure(hit[0], host, port, head, where)
                 for b in hit:
-                    raw = raw.replace(b.placeholder, self._value(b, host, port, head, "authorization"))
+                    raw = raw.replace(b.placeholder, self._value(b, host, port, head, pid, "authorization"))
                 return f"{scheme} {base64.b64encode(raw.encode('utf-8')).decode('ascii')}"
         for b in self.bindings:
             if b.placeholder not in v:
                 continue
             if not swap or s not in ("bearer", "token") or not sp:
                 raise self._disclosure(b, host, port, head, where)
-            cred = cred.replace(b.placeholder, self._value(b, host, port, head, "authorization"))
+            cred = cred.replace(b.placeholder, self._value(b, host, port, head, pid, "authorization"))
             v = f"{scheme} {cred}"
         return v
 
-    def _value(self, b: Binding, host: str, port: int, head: http1.RequestHead, header: str) -> str:
+    def _value(self, b: Binding, host: str, port: int, head: http1.RequestHead, pid: int | str | None,
+               header: str) -> str:
         path = _clean_path(head.target)
         if not any(target_matches(t, host, port, head.method, path) for t in b.targets):
             raise self._disclosure(b, host, port, head, f"the header {header}")
-        use = Use(b.name, host, port, head.method, path, header)
         why = None
-        if b.decision == "deny":
-            why = "the credential's decision is deny"
-        elif b.decision == "ask":
-            if self.decide is None or not self.decide(b, use):
-                why = "not approved"
-        elif b.decision != "allow":
-            why = f"unknown decision {b.decision!r}"
-        if why is None and (_CTL.search(b.value) or not b.value.isascii()):
+        if _CTL.search(b.value) or not b.value.isascii():
             why = "the value holds control or non-ASCII characters (it would change the request's lines)"
-        self._log(b, host, port, head, header, "deny" if why else "allow", why)
+            self._log(b, host, port, head, header, "deny", why)
+        elif self.decide is not None:
+            # the Judge decides (ask included) and logs the use itself
+            if not self.decide(b, host, head.method, head.target, pid, port=port):
+                why = "not allowed (see the credential_use event)"
+        else:
+            if b.decision == "ask":
+                why = "decision ask, and nobody to ask"
+            elif b.decision != "allow":
+                why = f"decision {b.decision}"
+            self._log(b, host, port, head, header, "deny" if why else "allow", why)
         if why:
             raise Refusal(f"credential {b.name} toward {host}:{port}: {why}")
         return b.value
@@ -262,7 +262,7 @@ class Swap:
              decision: str, reason: str | None, disclosure: bool = False) -> None:
         if self.emit is None:
             return
-        ev: dict[str, Any] = {"event": "credential", "kind": "credential", "name": b.name, "host": host,
+        ev: dict[str, Any] = {"event": "credential_use", "name": b.name, "host": host,
                               "port": port, "method": head.method, "path": _clean_path(head.target)[:500],
                               "where": where, "decision": decision}
         if reason:
@@ -305,7 +305,8 @@ class Swap:
             ev.update(decision="deny", reason=why)
             agent.refuse(502, why)
             return
-        requests = _Requests(self, host, port)
+        pid = ev.get("pid")
+        requests = _Requests(self, host, port, pid if isinstance(pid, int) else None)
         for s in (client, upstream):
             s.settimeout(idle)
         try:
@@ -497,8 +498,8 @@ class _Requests:
     """The agent's byte stream cut into requests: each head judged (`Swap.rewrite`),
     each body passed on as it is, framed by Content-Length or chunked encoding."""
 
-    def __init__(self, swap: Swap, host: str, port: int) -> None:
-        self.swap, self.host, self.port = swap, host, port
+    def __init__(self, swap: Swap, host: str, port: int, pid: int | None) -> None:
+        self.swap, self.host, self.port, self.pid = swap, host, port, pid
         self.buf = b""
         self.state = "head"      # head | body | size | data | crlf | trailer | raw
         self.left = 0
@@ -520,7 +521,7 @@ class _Requests:
                     head = http1.parse_head(self.buf[:end])
                 except http1.BadRequest as e:
                     raise Refusal(str(e), e.status) from None
-                out.append(self.swap.rewrite(head, self.host, self.port))
+                out.append(self.swap.rewrite(head, self.host, self.port, self.pid))
                 self.buf = self.buf[end:]
                 self._body(head)
             elif self.state == "raw":
@@ -588,4 +589,4 @@ class _Requests:
             self.state = "raw"
 
 
-__all__ = ["Decide", "Refusal", "Swap", "Use", "target_matches"]
+__all__ = ["Decide", "Refusal", "Swap", "target_matches"]

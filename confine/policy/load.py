@@ -28,7 +28,7 @@ SCHEMA: dict[str, object] = {
                    "read_only": "paths", "state": "paths"},
     "network": {"connect_tcp": "ports", "bind_tcp": "ports", "allow": "hosts",
                 "deny": "denyhosts", "include": "hostsets", "allowed_ips": "nets",
-                "default": "netdefault", "upstream_ca": "paths"},
+                "default": "netdefault"},
     "env": {"pass": "envnames", "set": "envset"},
     "seccomp": {"deny": "names", "unsafe_allow": "names"},
     "scope": {"signals": "bool", "abstract_unix": "bool"},
@@ -502,8 +502,7 @@ def load(ref: str, *, workdir: str, home: str, tmp: str,
                                                   + list(allow_hosts(extra_allow)))),
                         deny=_strs(net.get("deny", [])), include=_strs(net.get("include", [])),
                         allowed_ips=_strs(net.get("allowed_ips", [])),
-                        default=str(net.get("default", Item("deny", "")).value),
-                        upstream_ca=_upstream_ca(net.get("upstream_ca", []), vars)),
+                        default=str(net.get("default", Item("deny", "")).value)),
         env=Env(passthrough=tuple(dict.fromkeys(i.value for i in env.get("pass", []))),
                 set=tuple(sorted(env_set.items()))),
         seccomp=Seccomp(deny=tuple(dict.fromkeys(i.value for i in sc.get("deny", []))),
@@ -515,22 +514,6 @@ def load(ref: str, *, workdir: str, home: str, tmp: str,
         scope=Scope(signals=scope.get("signals", Item(True, "")).value,
                     abstract_unix=scope.get("abstract_unix", Item(True, "")).value),
     )
-
-
-def _upstream_ca(items: list[Item], vars: dict[str, str]) -> tuple[str, ...]:
-    """network.upstream_ca: PEM files holding at least one certificate."""
-    out: list[str] = []
-    for it in items:
-        path = os.path.normpath(expand(str(it.value), vars))
-        try:
-            with open(path, "rb") as f:
-                pem = f.read(1 << 20)
-        except OSError as e:
-            raise ProfileError(f"{it.where}: network.upstream_ca: {it.value}: {e.strerror}") from None
-        if b"-----BEGIN CERTIFICATE-----" not in pem:
-            raise ProfileError(f"{it.where}: network.upstream_ca: {it.value} holds no PEM certificate")
-        out.append(realpaths.realpath(path))
-    return tuple(dict.fromkeys(out))
 
 
 def _strs(items: list[Item]) -> tuple[str, ...]:

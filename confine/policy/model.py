@@ -32,9 +32,7 @@ class Network:
     include: tuple[str, ...] = ()
     allowed_ips: tuple[str, ...] = ()
     default: str = "deny"
-    # extra CAs the gateway trusts toward origins whose TLS it terminates (the credential
-    # swap: private forges, tests); absolute paths of PEM files
-    upstream_ca: tuple[str, ...] = ()
+    upstream_ca: tuple[str, ...] = ()          # PEM files the gateway trusts upstream, besides the system's
 
     @property
     def egress(self) -> bool:

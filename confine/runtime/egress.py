@@ -223,18 +223,19 @@ class Egress:
 
 
 def start(policy: Any, events: Events, resolv_conf: str = RESOLV_CONF,
-          approver: str | None = None, bindings: Sequence[Binding] = ()) -> Egress:
+          approver: str | None = None, credentials: Sequence[Binding] = ()) -> Egress:
     """Build and start the gateway and the DNS server on the supervisor's loopback."""
-    eg = build(policy, events, resolv_conf, approver=approver, bindings=bindings)
+    eg = build(policy, events, resolv_conf, approver=approver, credentials=credentials)
     eg.start_here()
     return eg
 
 
 def build(policy: Any, events: Events, resolv_conf: str = RESOLV_CONF,
           ports: tuple[int, ...] = (), approver: str | None = None,
-          bindings: Sequence[Binding] = ()) -> Egress:
+          credentials: Sequence[Binding] = ()) -> Egress:
     """The gateway and DNS server, not started; ports: (proxy, redirect, DNS) of
-    the sockets start_on will get; bindings: the run's credentials (the swap)."""
+    the sockets start_on will get; credentials: the run's Bindings (the values
+    supervisor-side only; the gateway swaps them in)."""
     r = rules(policy.network)
     resolver = Resolver(upstreams(resolv_conf), r, Pins())
     holder: list[Egress] = []
@@ -250,7 +251,7 @@ def build(policy: Any, events: Events, resolv_conf: str = RESOLV_CONF,
                      validate=lambda path: _validate_profile(path, policy))
     kw: dict[str, Any] = {} if ask is None else {"ask": ask}
     dns = DNSServer(resolver, host=LOOPBACK, log=log, **kw)
-    swap = _swap(bindings, policy, log)
+    swap = _swap(credentials, policy, log)
     gw = Gateway(r, resolver, host=LOOPBACK, log=log, credentials=swap, **kw)
     eg = Egress(rules=r, resolver=resolver, gateway=gw, dns=dns, events=events,
                 ask=policy.network.default == "ask", swap=swap)
@@ -260,14 +261,15 @@ def build(policy: Any, events: Events, resolv_conf: str = RESOLV_CONF,
     return eg
 
 
-def _swap(bindings: Sequence[Binding], policy: Any, log: Any) -> Swap | None:
+def _swap(credentials: Sequence[Binding], policy: Any, log: Any) -> Swap | None:
     """The swap of a run with credentials (None without: TLS is never terminated)."""
-    if not bindings:
+    if not credentials:
         return None
     # cryptography only for a run that swaps
     from ..credentials.ca import RunCA
     from ..credentials.swap import Swap
-    return Swap(bindings, RunCA(), upstream_ca=tuple(getattr(policy.network, "upstream_ca", ())), emit=log)
+    # decide=: the run's per-use Judge (credentials/use.py) once it is built here
+    return Swap(credentials, RunCA(), upstream_ca=policy.network.upstream_ca, emit=log)
 
 
 def _validate_profile(path: str, policy: Any) -> None:

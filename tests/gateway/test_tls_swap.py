@@ -6,6 +6,7 @@ event ever holds the value."""
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
 import json
 import os
@@ -202,7 +203,7 @@ def test_bearer_swapped_toward_bound_host_keepalive(swap_stack, forge):
     assert forge.seen.conns == 1, "keep-alive: both requests on one connection"
     ev = [e for e in st.wait_connects(1) if e.get("terminated")]
     assert ev and ev[0]["decision"] == "allow"
-    uses = [e for e in st.events if e.get("event") == "credential"]
+    uses = [e for e in st.events if e.get("event") == "credential_use"]
     assert [(u["name"], u["path"], u["decision"]) for u in uses] == [("FORGE_TOKEN", "/a", "allow"),
                                                                     ("FORGE_TOKEN", "/b", "allow")]
     no_value_anywhere(st, r.stdout.replace(VALUE, ""), r.stderr)
@@ -235,7 +236,7 @@ def test_placeholder_toward_other_allowed_host_refused(swap_stack, forge):
     r2 = curl(st, f"https://other.test:{forge.port}/ok", "-H", "Authorization: Bearer nothing-secret")
     assert r2.returncode == 0 and json.loads(r2.stdout)["auth"] == "Bearer nothing-secret"
     assert [q["path"] for q in forge.seen.requests] == ["/ok"]
-    deny = [e for e in st.events if e.get("event") == "credential" and e.get("disclosure")]
+    deny = [e for e in st.events if e.get("event") == "credential_use" and e.get("disclosure")]
     assert deny and deny[0]["host"] == "other.test" and deny[0]["decision"] == "deny"
     conns = st.wait_connects(2)
     assert any(e["decision"] == "deny" and "attempted disclosure" in e["reason"] for e in conns)
@@ -393,8 +394,10 @@ def test_egress_swaps_only_with_bindings_and_points_the_agent_at_the_bundle(tmp_
     for d in (wd, home, tmp):
         d.mkdir()
     prof = tmp_path / "p.yaml"
-    prof.write_text(f"network:\n  allow: [allowed.test]\n  upstream_ca: [{forge.ca_file}]\n")
+    prof.write_text("network:\n  allow: [allowed.test]\n")
     pol = _load.load(str(prof), workdir=str(wd), home=str(home), tmp=str(tmp))
+    # network.upstream_ca: [forge CA] (the profile key is wt-creds' policy/credentials.py)
+    pol = dataclasses.replace(pol, network=dataclasses.replace(pol.network, upstream_ca=(str(forge.ca_file),)))
     facts = HostFacts(landlock_abi=7, seccomp_filter=True, seccomp_user_notif=True, namespaces=True,
                       apparmor=False, selinux=False)
     plan = compile(pol, ["true"], Identity(uid=1234, gid=1234, user="agent", home=str(home), switch=False,
@@ -404,7 +407,7 @@ def test_egress_swaps_only_with_bindings_and_points_the_agent_at_the_bundle(tmp_
     env = egress.bind_plan(plan, plain).env
     assert not any(k in env for k in ("SSL_CERT_FILE", "GIT_SSL_CAINFO")) and not (tmp / egress.BUNDLE).exists()
 
-    eg = egress.build(pol, Events(), bindings=(binding(443, targets=(Target("allowed.test"),)),))
+    eg = egress.build(pol, Events(), credentials=(binding(443, targets=(Target("allowed.test"),)),))
     assert eg.gateway.credentials is eg.swap and eg.swap is not None
     env = egress.bind_plan(plan, eg).env
     bundle = tmp / egress.BUNDLE
@@ -417,3 +420,31 @@ def test_egress_swaps_only_with_bindings_and_points_the_agent_at_the_bundle(tmp_
     with socket.create_connection(("127.0.0.1", forge.port), timeout=5) as s, \
             eg.swap.upstream.wrap_socket(s, server_hostname="allowed.test") as t:
         assert t.version()
+
+
+def test_each_use_is_put_to_the_judge(swap_stack, forge):
+    """decision ask: the per-use judge (credentials/use.py's Judge.decide_use on the run)
+    is called once per request that would carry the value, with host, method, path and the
+    client's process; its no refuses that request, its yes swaps; without a judge, ask
+    refuses (nobody to ask)."""
+    calls, answers = [], [True, False]
+
+    def judge(b, host, method, path, process=None, *, port=None):
+        calls.append((b.name, host, method, path, port))
+        return answers.pop(0)
+
+    st = swap_stack(binding(forge.port, decision="ask"))
+    u = f"https://allowed.test:{forge.port}"
+    r = curl(st, f"{u}/one", "-H", f"Authorization: Bearer {PLACEHOLDER}")
+    assert "nobody to ask" in r.stdout and forge.seen.requests == []
+    st.swap.decide = judge
+    r = curl(st, f"{u}/two?q=1", "-H", f"Authorization: Bearer {PLACEHOLDER}")
+    assert json.loads(r.stdout)["auth"] == f"Bearer {VALUE}"
+    r = curl(st, f"{u}/three", "-H", f"Authorization: Bearer {PLACEHOLDER}")
+    assert "not allowed" in r.stdout
+    assert calls == [("FORGE_TOKEN", "allowed.test", "GET", "/two?q=1", forge.port),
+                     ("FORGE_TOKEN", "allowed.test", "GET", "/three", forge.port)]
+    assert [q["path"] for q in forge.seen.requests] == ["/two?q=1"]
+    # toward a target the binding does not name, the judge is never asked
+    r = curl(st, f"https://other.test:{forge.port}/", "-H", f"Authorization: Bearer {PLACEHOLDER}")
+    assert "attempted disclosure" in r.stdout and len(calls) == 2

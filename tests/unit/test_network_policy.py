@@ -186,22 +186,3 @@ def test_refusal_lines_name_the_host_and_the_key():
     got = egress.refusal_line({"event": "dns", "decision": "allow", "name": "p.test",
                                "answers": [], "refused": ["10.0.0.5: private"]})
     assert got is not None and "p.test resolves only to refused addresses" in got[1]
-
-
-def test_upstream_ca_loads_pem_files_and_names_the_line(dirs):
-    """network.upstream_ca (issue 24): CAs the gateway trusts toward origins whose TLS it
-    terminates; a file without a certificate, or none at all, is an error at its line."""
-    wd, home, tmp = dirs
-    good, bad = f"{tmp}/ca.pem", f"{tmp}/not.pem"
-    with open(good, "w") as f:
-        f.write("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n")
-    with open(bad, "w") as f:
-        f.write("hello\n")
-    pol = _load_text(dirs, f"network:\n  allow: [forge.example]\n  upstream_ca: [{good}]\n")
-    assert pol.network.upstream_ca == (good,)
-    assert pol.network.to_dict()["upstream_ca"] == [good]
-    for path, why in ((bad, "holds no PEM certificate"), (f"{tmp}/none.pem", "No such file")):
-        with pytest.raises(ProfileError) as e:
-            _load_text(dirs, f"network:\n  allow: [forge.example]\n  upstream_ca:\n    - {path}\n")
-        assert "p.yaml:4" in str(e.value) and "network.upstream_ca" in str(e.value) and why in str(e.value)
-    assert _load_text(dirs, "network:\n  allow: [forge.example]\n").network.upstream_ca == ()
