@@ -100,13 +100,10 @@ def target_matches(t: Target, host: str, port: int, method: str, path: str) -> b
 
 
 def _plain_path(path: str) -> bool:
-    """A path whose prefix means what it says: no dot segments and no encoded dot,
-    slash or backslash (which a server may decode into one), so `/repo/../other`
+    """A path whose prefix means what it says: no dot segments, no backslash and no
+    percent-escape (a server may decode one into a dot or a slash), so `/repo/../other`
     never matches the prefix `/repo`."""
-    if not path.startswith("/") or "\\" in path:
-        return False
-    low = path.lower()
-    if "%2e" in low or "%2f" in low or "%5c" in low:
+    if not path.startswith("/") or "\\" in path or "%" in path:
         return False
     return not any(seg in (".", "..") for seg in path.split("/"))
 
