@@ -101,6 +101,15 @@ gw.stop()
 """
 
 
+MAKE_CA = r"""
+import sys
+from confine.credentials.ca import RunCA
+ca = RunCA("confine bench origin CA")
+open(sys.argv[1], "wb").write(ca.pem)
+open(sys.argv[2], "wb").write(ca.leaf_pem(sys.argv[3]) + ca._leaf_key_pem)
+"""
+
+
 def _get(addr: tuple[str, int], port: int, ctx: ssl.SSLContext, size: int, proxy: bool, buf: bytearray) -> int:
     """One HTTPS GET (through CONNECT when `proxy`); the body's length."""
     s = socket.create_connection(addr, timeout=60)
@@ -151,18 +160,13 @@ def _cpu(pid: int) -> float:
 
 
 def measure(python: str = sys.executable, quick: bool = False, link: str | None = None) -> dict:
-    from confine.credentials.ca import RunCA
-
     size = (256 if quick else 1024) << 20
     reqs = 200 if quick else 1000
     host, pre = "127.0.0.1", []
     tmp = tempfile.mkdtemp(prefix="confine-bench-tls-")
-    test_ca = RunCA("confine bench origin CA")
     ca_file, chain = os.path.join(tmp, "ca.pem"), os.path.join(tmp, "origin.pem")
-    with open(ca_file, "wb") as f:
-        f.write(test_ca.pem)
-    with open(chain, "wb") as f:
-        f.write(test_ca.leaf_pem(NAME) + test_ca._leaf_key_pem)
+    # the origin's test CA, made by the Python that has confine (the caller may not)
+    subprocess.run([python, "-c", MAKE_CA, ca_file, chain, NAME], check=True, timeout=60)
     os.chmod(tmp, 0o755)
     if link:
         gwb._link_up(link)
