@@ -8,8 +8,8 @@
 Sections (names for --only): cold (cold start of /bin/true), workdir (start+exit with a
 large workdir), warm (spawns from the Python API), file and connect (per mediated call),
 gateway (the egress gateway vs direct), tls (TLS terminated for the credential swap vs
-direct TLS and the plain tunnel, bench/tls_swap.py), tar, clone, npm, make, venv (real work as the unprivileged account, bare vs confined, on
-tmpfs and on disk); `work` selects the five real-work rows.
+direct TLS and the plain tunnel, bench/tls_swap.py), tar, clone, npm, make, venv (real
+work as the unprivileged account, bare vs confined, on tmpfs and on disk); `work` selects the five real-work rows.
 
 Compared: bare (unconfined), confine, bubblewrap, firejail and sandlock, each where
 installed ("not installed" otherwise). Inputs (trees, archives, repositories, packages,
