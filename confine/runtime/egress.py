@@ -214,6 +214,19 @@ class Egress:
                                         "exe": _exe(pid if isinstance(pid, int) else None),
                                         **ev}, layer="mediation")
 
+    def in_tmp(self, tmp: str) -> None:
+        """Once the TMPDIR is what the agent will see (its tmpfs mounted): the system
+        bundle plus the run CA there, for a run that swaps (a new file the agent may
+        read; replacing it changes only what the agent itself trusts)."""
+        if self.swap is None:
+            return
+        from ..credentials.ca import write_bundle
+        path = os.path.join(tmp, BUNDLE)
+        try:
+            write_bundle(self.swap.ca, path)
+        except OSError as e:
+            raise ConfineError(f"cannot write the run's CA bundle {path}: {e.strerror or e}") from None
+
     def stop(self) -> None:
         """Both, whatever the first does: the exit check runs after this."""
         try:
@@ -290,21 +303,14 @@ def bind_plan(plan: Plan, eg: Egress) -> Plan:
     env = dict(plan.env)
     env.update(proxy_env(LOOPBACK, eg.proxy_port))
     if eg.swap is not None:
-        env.update(trust_bundle(eg.swap, plan.policy.tmp))
+        env.update(trust_env(os.path.join(plan.policy.tmp, BUNDLE)))
     return dataclasses.replace(plan, port_rules=tuple(plan.port_rules) + tuple(extra), env=env)
 
 
 BUNDLE = "confine-ca.pem"
 
 
-def trust_bundle(swap: Swap, tmp: str) -> dict[str, str]:
-    """The system bundle plus the run CA, in the run's TMPDIR (a new file the agent may
-    read; replacing it changes only what the agent itself trusts), and the variables
-    that point the agent's TLS stacks at it."""
-    from ..credentials.ca import trust_env, write_bundle
-    path = os.path.join(tmp, BUNDLE)
-    try:
-        write_bundle(swap.ca, path)
-    except OSError as e:
-        raise ConfineError(f"cannot write the run's CA bundle {path}: {e.strerror or e}") from None
-    return dict(trust_env(path))
+def trust_env(bundle: str) -> dict[str, str]:
+    """The variables that point the agent's TLS stacks at the run's bundle."""
+    from ..credentials.ca import trust_env as env_of
+    return dict(env_of(bundle))

@@ -441,6 +441,8 @@ class Session:
 
     def _in_tmp(self, held_fd: list[int], offer: Callable[[], None]) -> None:
         held_fd.extend(self._prepare_held())
+        if self.egress is not None and self.tmp is not None:
+            self.egress.in_tmp(self.tmp)     # the run CA's bundle (a run with credentials)
         offer()
 
     def _with_endpoint(self, plan: Plan) -> Plan:

@@ -405,12 +405,15 @@ def test_egress_swaps_only_with_bindings_and_points_the_agent_at_the_bundle(tmp_
     plain = egress.build(pol, Events())
     assert plain.swap is None and plain.gateway.credentials is None
     env = egress.bind_plan(plan, plain).env
+    plain.in_tmp(str(tmp))
     assert not any(k in env for k in ("SSL_CERT_FILE", "GIT_SSL_CAINFO")) and not (tmp / egress.BUNDLE).exists()
 
     eg = egress.build(pol, Events(), credentials=(binding(443, targets=(Target("allowed.test"),)),))
     assert eg.gateway.credentials is eg.swap and eg.swap is not None
     env = egress.bind_plan(plan, eg).env
     bundle = tmp / egress.BUNDLE
+    assert not bundle.exists()      # written once the TMPDIR is the agent's (a tmpfs may be mounted on it)
+    eg.in_tmp(str(tmp))
     for v in ("SSL_CERT_FILE", "NODE_EXTRA_CA_CERTS", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "GIT_SSL_CAINFO"):
         assert env[v] == str(bundle)
     text = bundle.read_bytes()
