@@ -74,7 +74,8 @@ class Counts(Protocol):
 
 
 class Refusal(Exception):
-    """This request is refused: `status` to the agent, `reason` to the log."""
+    """This request is refused: `status` to the agent (0: none, the connection just
+    ends), `reason` to the log."""
 
     def __init__(self, reason: str, status: int = 403) -> None:
         super().__init__(reason)
@@ -142,6 +143,11 @@ class Swap:
         # swap adds to a connection; a resumed one is a third of it
         self._sessions: OrderedDict[tuple[str, int], ssl.SSLSession] = OrderedDict()
         self._lock = threading.Lock()
+        # an origin that echoes a request header back (a debugging endpoint, an error
+        # page) would hand the agent the value: in responses it is put back to its
+        # placeholder where that has the same length (the framing stays right), and
+        # otherwise the connection ends
+        self._echo = _Echo(self.bindings)
 
     def terminates(self, name: str) -> bool:
         """Does a TLS connection to this name go through `relay`? Every named one once the
@@ -310,7 +316,10 @@ class Swap:
             self._serve(agent, origin, requests, counts, ev, idle, stop)
         except Refusal as r:
             ev.update(decision="deny", reason=r.reason)
-            agent.refuse(r.status, r.reason)
+            if r.status:
+                agent.refuse(r.status, r.reason)
+            # else: mid-response; the connection ends without close_notify, so the
+            # client sees a cut, not a complete answer
         finally:
             got = origin.obj.session
             if got is not None:
@@ -323,6 +332,7 @@ class Swap:
     def _serve(self, agent: _End, origin: _End, requests: _Requests, counts: Counts, ev: dict[str, Any],
                idle: float, stop: threading.Event | None) -> None:
         client, upstream = agent.sock, origin.sock
+        echo = self._echo.scanner(self._log_echo, requests.host, requests.port)
         poller = select.poll()
         poller.register(client.fileno(), select.POLLIN)
         poller.register(upstream.fileno(), select.POLLIN)
@@ -341,7 +351,7 @@ class Swap:
                         upstream.shutdown(socket.SHUT_WR)
                     except OSError:
                         pass
-            if self._pump_origin(origin, agent, counts):
+            if self._pump_origin(origin, agent, counts, echo):
                 agent.close_notify()
                 return
             events = poller.poll(int(idle * 1000))
@@ -368,11 +378,20 @@ class Swap:
                 origin.write(out)
                 counts.up += len(out)
 
+    def _log_echo(self, b: Binding, host: str, port: int, what: str) -> None:
+        if self.emit is not None:
+            try:
+                self.emit({"event": "credential_use", "name": b.name, "host": host, "port": port,
+                           "where": "a response", "decision": "deny" if what == "ended" else "allow",
+                           "reason": f"the origin sent the value back: {what}"})
+            except Exception:  # noqa: BLE001 - a failing log sink must not stop the relay
+                pass
+
     @staticmethod
-    def _pump_origin(origin: _End, agent: _End, counts: Counts) -> bool:
-        """Plaintext from the origin to the agent, unchanged; True at the origin's end.
-        Each record is decrypted into one buffer and encrypted from it (no copy in
-        Python), and what is there goes out in one send."""
+    def _pump_origin(origin: _End, agent: _End, counts: Counts, echo: _Scanner) -> bool:
+        """Plaintext from the origin to the agent (the value, if echoed, put back to the
+        placeholder); True at the origin's end. Each record is decrypted into one buffer
+        and encrypted from it (no copy in Python), and what is there goes out in one send."""
         buf, view = origin.buf, origin.view
         end = False
         while True:
@@ -389,6 +408,7 @@ class Swap:
             if not n:
                 end = True
                 break
+            echo.scan(buf, n)
             agent.obj.write(view[:n])
             counts.down += n
         agent.flush()
@@ -489,6 +509,45 @@ class _End:
         except (ssl.SSLError, OSError):
             return
         self.close_notify()
+
+
+class _Echo:
+    """The values to look for in responses (bytes), with their placeholders."""
+
+    def __init__(self, bindings: Sequence[Binding]) -> None:
+        self.pairs = [(b, b.value.encode("utf-8", "replace"), b.placeholder.encode("utf-8", "replace"))
+                      for b in bindings if b.value]
+        self.keep = max((len(v) for _, v, _ in self.pairs), default=1) - 1
+
+    def scanner(self, log: Callable[[Binding, str, int, str], None], host: str, port: int) -> _Scanner:
+        return _Scanner(self, log, host, port)
+
+
+class _Scanner:
+    """One connection's response stream: each record searched for every value; the end
+    of the last record kept to find a value split across two records."""
+
+    def __init__(self, echo: _Echo, log: Callable[[Binding, str, int, str], None], host: str, port: int) -> None:
+        self.echo, self.log, self.host, self.port = echo, log, host, port
+        self.tail = b""
+
+    def scan(self, buf: bytearray, n: int) -> None:
+        e = self.echo
+        if not e.pairs:
+            return
+        for b, value, ph in e.pairs:
+            if self.tail and value in self.tail + bytes(buf[:len(value) - 1]):
+                self.log(b, self.host, self.port, "ended")
+                raise Refusal(f"the origin {self.host} sent the value of {b.name} back (split across records)", 0)
+            i = buf.find(value, 0, n)
+            while i >= 0:
+                if len(ph) != len(value):
+                    self.log(b, self.host, self.port, "ended")
+                    raise Refusal(f"the origin {self.host} sent the value of {b.name} back", 0)
+                buf[i:i + len(value)] = ph
+                self.log(b, self.host, self.port, "replaced by the placeholder")
+                i = buf.find(value, i + len(value), n)
+        self.tail = bytes(buf[max(0, n - e.keep):n])
 
 
 class _Requests:

@@ -39,6 +39,10 @@ class Seen:
         self.lock = threading.Lock()
 
 
+def digest(s):
+    return None if s is None else hashlib.sha256(s.encode()).hexdigest()[:16]
+
+
 def make_origin(ctx, seen, git_root=None):
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -73,7 +77,12 @@ def make_origin(ctx, seen, git_root=None):
                 seen.requests.append(rec)
             if git_root is not None:
                 return self._git(body)
-            out = json.dumps(rec).encode()
+            # the answer names what arrived by digest: an origin echoing the value is its own
+            # case (test_a_value_the_origin_echoes...), which the swap cuts
+            out = {**rec, "auth": digest(rec["auth"]), "key": digest(rec["key"])}
+            if self.path.startswith("/echo"):    # a debugging endpoint: the request's headers back
+                out["echo"] = str(self.headers)
+            out = json.dumps(out).encode()
             self.send_response(200)
             self.send_header("Content-Length", str(len(out)))
             self.end_headers()
@@ -199,14 +208,14 @@ def test_bearer_swapped_toward_bound_host_keepalive(swap_stack, forge):
     assert r.returncode == 0, r.stderr
     got = [json.loads(x) for x in r.stdout.replace("}{", "}\n{").splitlines()]
     assert [g["path"] for g in got] == ["/a", "/b"]
-    assert all(g["auth"] == f"Bearer {VALUE}" for g in got)
+    assert all(g["auth"] == digest(f"Bearer {VALUE}") for g in got)
     assert forge.seen.conns == 1, "keep-alive: both requests on one connection"
     ev = [e for e in st.wait_connects(1) if e.get("terminated")]
     assert ev and ev[0]["decision"] == "allow"
     uses = [e for e in st.events if e.get("event") == "credential_use"]
     assert [(u["name"], u["path"], u["decision"]) for u in uses] == [("FORGE_TOKEN", "/a", "allow"),
                                                                     ("FORGE_TOKEN", "/b", "allow")]
-    no_value_anywhere(st, r.stdout.replace(VALUE, ""), r.stderr)
+    no_value_anywhere(st, r.stdout, r.stderr)
 
 
 def test_custom_header_and_chunked_body(swap_stack, forge, tmp_path):
@@ -217,7 +226,7 @@ def test_custom_header_and_chunked_body(swap_stack, forge, tmp_path):
              "-H", "Transfer-Encoding: chunked", "--data-binary", f"@{body}")
     assert r.returncode == 0, r.stderr
     got = json.loads(r.stdout)
-    assert got["key"] == VALUE and got["len"] == 300_000
+    assert got["key"] == digest(VALUE) and got["len"] == 300_000
     assert got["body"] == hashlib.sha256(body.read_bytes()).hexdigest()
     # the same header is not a credential header for a binding that does not name it
     st2 = swap_stack()
@@ -234,7 +243,7 @@ def test_placeholder_toward_other_allowed_host_refused(swap_stack, forge):
     assert "confine: attempted disclosure: the placeholder of FORGE_TOKEN" in r.stdout
     # control: the same host without the placeholder is served (terminated, verified)
     r2 = curl(st, f"https://other.test:{forge.port}/ok", "-H", "Authorization: Bearer nothing-secret")
-    assert r2.returncode == 0 and json.loads(r2.stdout)["auth"] == "Bearer nothing-secret"
+    assert r2.returncode == 0 and json.loads(r2.stdout)["auth"] == digest("Bearer nothing-secret")
     assert [q["path"] for q in forge.seen.requests] == ["/ok"]
     deny = [e for e in st.events if e.get("event") == "credential_use" and e.get("disclosure")]
     assert deny and deny[0]["host"] == "other.test" and deny[0]["decision"] == "deny"
@@ -259,8 +268,8 @@ def test_placeholder_outside_its_target_refused(swap_stack, forge, case):
     assert forge.seen.requests == []
     # control: the bound target itself
     r = curl(st, f"{u}/api/x", *auth)
-    assert json.loads(r.stdout)["auth"] == f"Bearer {VALUE}"
-    no_value_anywhere(st, r.stdout.replace(VALUE, ""))
+    assert json.loads(r.stdout)["auth"] == digest(f"Bearer {VALUE}")
+    no_value_anywhere(st, r.stdout)
 
 
 def test_host_sni_mismatch_refused(swap_stack, forge):
@@ -442,7 +451,7 @@ def test_each_use_is_put_to_the_judge(swap_stack, forge):
     assert "nobody to ask" in r.stdout and forge.seen.requests == []
     st.swap.decide = judge
     r = curl(st, f"{u}/two?q=1", "-H", f"Authorization: Bearer {PLACEHOLDER}")
-    assert json.loads(r.stdout)["auth"] == f"Bearer {VALUE}"
+    assert json.loads(r.stdout)["auth"] == digest(f"Bearer {VALUE}")
     r = curl(st, f"{u}/three", "-H", f"Authorization: Bearer {PLACEHOLDER}")
     assert "not allowed" in r.stdout
     assert calls == [("FORGE_TOKEN", "allowed.test", "GET", "/two?q=1", forge.port),
@@ -451,3 +460,25 @@ def test_each_use_is_put_to_the_judge(swap_stack, forge):
     # toward a target the binding does not name, the judge is never asked
     r = curl(st, f"https://other.test:{forge.port}/", "-H", f"Authorization: Bearer {PLACEHOLDER}")
     assert "attempted disclosure" in r.stdout and len(calls) == 2
+
+
+def test_a_value_the_origin_echoes_never_reaches_the_agent(swap_stack, forge):
+    """An origin that sends the Authorization header back (a debugging endpoint): the agent
+    gets the placeholder where it has the value's length, else the connection is cut;
+    the origin itself did get the value (the control)."""
+    same = "confine-ph-0123456789abc"
+    assert len(same) == len(VALUE)
+    st = swap_stack(Binding(name="FORGE_TOKEN", placeholder=same, value=VALUE,
+                            targets=(Target("allowed.test", forge.port),)))
+    r = curl(st, f"https://allowed.test:{forge.port}/echo", "-H", f"Authorization: Bearer {same}")
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout)
+    assert VALUE not in r.stdout and f"Bearer {same}" in got["echo"]
+    assert forge.seen.requests[-1]["auth"] == f"Bearer {VALUE}"
+    # a placeholder of another length: the response is cut, the value not delivered
+    st2 = swap_stack()
+    r = curl(st2, f"https://allowed.test:{forge.port}/echo", "-H", f"Authorization: Bearer {PLACEHOLDER}")
+    assert r.returncode != 0 and VALUE not in r.stdout
+    assert forge.seen.requests[-1]["auth"] == f"Bearer {VALUE}"
+    assert any("sent the value of FORGE_TOKEN back" in str(e.get("reason")) for e in st2.wait_connects(1))
+    no_value_anywhere(st2, r.stdout, r.stderr)
