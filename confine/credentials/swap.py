@@ -290,12 +290,18 @@ class Swap:
         for s in (client, upstream):
             # handshake flights and records go out as made: no waiting for an ACK
             s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        agent = _End(client, self.ca.server_context(host), server_side=True)
-        agent.inc.write(first)
-        agent.handshake(deadline)
         with self._lock:
             session = self._sessions.get((host, port))
         origin = _End(upstream, self.upstream, server_hostname=host, session=session)
+        agent = _End(client, self.ca.server_context(host), server_side=True)
+        agent.inc.write(first)
+        try:
+            # the origin's ClientHello goes out first: the origin works on it while
+            # the agent's handshake is done here (the two overlap, not add up)
+            origin.step()
+        except (ssl.SSLError, OSError):
+            pass          # said by the handshake below, after the agent's
+        agent.handshake(deadline)
         try:
             origin.handshake(deadline)
         except ssl.SSLCertVerificationError as e:
@@ -455,6 +461,14 @@ class _End:
         else:
             self.eof = True
             self.inc.write_eof()
+
+    def step(self) -> None:
+        """As much of the handshake as can be done without waiting (the ClientHello)."""
+        try:
+            self.obj.do_handshake()
+        except ssl.SSLWantReadError:
+            pass
+        self.flush()
 
     def handshake(self, deadline: float) -> None:
         while True:
