@@ -633,6 +633,13 @@ class Gateway:
         idle = self.limits.idle_timeout
         c.settimeout(idle)
         up.settimeout(idle)
+        for s in (c, up):
+            # a relay sends on what it got at once: Nagle would hold a small write (a
+            # TLS close_notify after the response) until the client's delayed ACK (40 ms)
+            try:
+                s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except OSError:
+                pass
         if first:
             up.sendall(first)
             conn.up += len(first)
