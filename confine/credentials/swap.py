@@ -23,7 +23,9 @@ The threats, and the answer to each:
   gets 502 and nothing of the request is sent;
 - the value in a log or an error: events name the credential, host, method and
   path only; `Binding`'s repr hides the value;
-- a value that would inject header lines (CR, LF): never written; refused.
+- a value that would inject header lines (CR, LF): never written; refused;
+- the origin sending the value back (an echoing endpoint): put back to its
+  placeholder in the response where the lengths agree, else the connection is cut.
 
 Plain HTTP never gets a value: `plain_refusal` finds a placeholder in a plain
 request head so the gateway refuses it. Request bodies are streamed unchanged
