@@ -44,13 +44,15 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from ..errors import ConfineError
 from ..gateway import http1
 from ..gateway.rules import RuleError, normalise_host
 from .binding import Binding, Target
-from .ca import RunCA
+
+if TYPE_CHECKING:
+    from .ca import RunCA  # the type only: the parsing here needs no cryptography
 
 CHUNK = 65536
 RECV = 262144              # bytes taken from a socket at once (many TLS records)
