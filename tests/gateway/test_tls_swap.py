@@ -173,8 +173,9 @@ def swap_stack(make_stack, forge, tmp_path):
 
     def make(bindings=None, upstream_ca=True, allow=None):
         p = forge.port
-        # the address rule lets the names resolve to loopback (private otherwise)
-        st = make_stack((allow or [f"allowed.test:{p}", f"other.test:{p}", f"also.test:{p}"]) + [f"127.0.0.1:{p}"])
+        # allowed_ips lets the names resolve to loopback (private otherwise)
+        st = make_stack(allow or [f"allowed.test:{p}", f"other.test:{p}", f"also.test:{p}"],
+                        allowed_ips=["127.0.0.1"])
         ca = RunCA()
         bundle = tmp_path / f"bundle-{id(ca)}.pem"
         write_bundle(ca, str(bundle))
@@ -283,7 +284,7 @@ def test_host_sni_mismatch_refused(swap_stack, forge):
 
 
 def test_plain_http_gets_no_swap(swap_stack, forge, http_origin, make_stack):
-    st = swap_stack(allow=[f"allowed.test:{http_origin.port}", f"127.0.0.1:{http_origin.port}"])
+    st = swap_stack(allow=[f"allowed.test:{http_origin.port}"])
     url = f"http://allowed.test:{http_origin.port}/plain"
     r = curl(st, url, "-H", f"Authorization: Bearer {PLACEHOLDER}", "-i")
     assert "403" in r.stdout and "plain HTTP" in r.stdout, r.stdout
@@ -321,7 +322,7 @@ def test_git_push_over_https_with_token_as_basic_password(make_stack, tmp_path):
     subprocess.run(["git", "-C", str(bare), "config", "http.receivepack", "true"], check=True)
     f = Forge(tmp_path, git_root=str(bare.parent))
     try:
-        st = make_stack([f"allowed.test:{f.port}", f"127.0.0.1:{f.port}"])
+        st = make_stack([f"allowed.test:{f.port}"], allowed_ips=["127.0.0.1"])
         ca = RunCA()
         bundle = tmp_path / "bundle.pem"
         write_bundle(ca, str(bundle))
@@ -482,3 +483,36 @@ def test_a_value_the_origin_echoes_never_reaches_the_agent(swap_stack, forge):
     assert forge.seen.requests[-1]["auth"] == f"Bearer {VALUE}"
     assert any("sent the value of FORGE_TOKEN back" in str(e.get("reason")) for e in st2.wait_connects(1))
     no_value_anywhere(st2, r.stdout, r.stderr)
+
+
+def test_redirected_connection_is_swapped_too(swap_stack, forge):
+    """A tool that ignores the proxy variables connects directly; the supervisor redirects
+    it (the transparent entry): its TLS is terminated and swapped the same way, and the
+    placeholder toward another allowed host is refused there too."""
+    st = swap_stack()
+    ctx = ssl.create_default_context(cafile=str(st.bundle))
+
+    def direct(name, auth):
+        st.resolver.resolve(name)          # what confine's DNS answered the tool
+        c = socket.socket()
+        c.bind(("127.0.0.1", 0))
+        assert st.gw.expect(c.getsockname(), "127.0.0.1", forge.port, pid=77)
+        c.settimeout(10)
+        c.connect(("127.0.0.1", st.gw.redirect_port))
+        with ctx.wrap_socket(c, server_hostname=name) as t:
+            t.sendall(f"GET /d HTTP/1.1\r\nHost: {name}:{forge.port}\r\nAuthorization: Bearer {auth}\r\n"
+                      "Connection: close\r\n\r\n".encode())
+            out = b""
+            while True:
+                try:
+                    d = t.recv(65536)
+                except (ssl.SSLError, OSError):
+                    break
+                if not d:
+                    break
+                out += d
+        return out.decode()
+    assert json.loads(direct("allowed.test", PLACEHOLDER).split("\r\n\r\n", 1)[1])["auth"] == digest(f"Bearer {VALUE}")
+    assert "attempted disclosure" in direct("other.test", PLACEHOLDER)
+    assert [(q["host"], q["auth"]) for q in forge.seen.requests] == [(f"allowed.test:{forge.port}", f"Bearer {VALUE}")]
+    assert any(e.get("terminated") and e["mode"] == "transparent" for e in st.wait_connects(2))
