@@ -615,8 +615,9 @@ class Gateway:
         return True
 
     def _plain(self, head: http1.RequestHead, name: str, port: int, status: int) -> None:
-        """Plain HTTP never carries a credential: a placeholder in it is refused."""
-        if self.credentials is not None:
+        """Plain HTTP never carries a credential: a placeholder in it is refused (toward a
+        name; an address literal, like its TLS, is outside the swap and relayed as it is)."""
+        if self.credentials is not None and parse_address(name) is None:
             why = self.credentials.plain_refusal(head, name, port)
             if why is not None:
                 raise Refused(f"plain HTTP: {why}", status)
