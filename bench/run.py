@@ -7,8 +7,9 @@
 
 Sections (names for --only): cold (cold start of /bin/true), workdir (start+exit with a
 large workdir), warm (spawns from the Python API), file and connect (per mediated call),
-tar, clone, npm, make, venv (real work as the unprivileged account, bare vs confined, on
-tmpfs and on disk); `work` selects the five real-work rows.
+gateway (the egress gateway vs direct), tls (TLS terminated for the credential swap vs
+direct TLS and the plain tunnel, bench/tls_swap.py), tar, clone, npm, make, venv (real
+work as the unprivileged account, bare vs confined, on tmpfs and on disk); `work` selects the five real-work rows.
 
 Compared: bare (unconfined), confine, bubblewrap, firejail and sandlock, each where
 installed ("not installed" otherwise). Inputs (trees, archives, repositories, packages,
@@ -53,6 +54,7 @@ sys.path.insert(0, HERE)
 import connect_mediation  # noqa: E402
 import file_mediation  # noqa: E402
 import gateway as gateway_bench  # noqa: E402
+import tls_swap as tls_bench  # noqa: E402
 
 CACHE = os.environ.get("CONFINE_BENCH_CACHE", "/var/tmp/confine-bench")
 USER = "confine-test"
@@ -60,7 +62,7 @@ PY = "/usr/bin/python3" if os.access("/usr/bin/python3", os.X_OK) else shutil.wh
 PATH = "/usr/local/bin:/usr/bin:/bin"
 MARK_START, MARK_END = "<!-- bench:start -->", "<!-- bench:end -->"
 WORK = ("tar", "clone", "npm", "make", "venv")
-SECTIONS = ("cold", "workdir", "warm", "file", "connect", "gateway", *WORK)
+SECTIONS = ("cold", "workdir", "warm", "file", "connect", "gateway", "tls", *WORK)
 NOT_INSTALLED = "not installed"
 CONFINE_COLD = "confine exec -w small -- /bin/true"
 
@@ -679,9 +681,10 @@ def section_connect(t, base, quick):
     return connect_mediation.measure(size("mediation_calls", quick), confine=t["confine"], user=USER, parent=base)
 
 
-def section_gateway(t, quick):
+def section_gateway(t, quick, bench=gateway_bench):
     """The egress gateway against a direct connection on loopback (bench/gateway.py), run by
-    the Python of the confine install (it imports confine.gateway)."""
+    the Python of the confine install (it imports confine.gateway); `bench`: the module
+    measuring (bench/tls_swap.py for the credential swap's TLS termination)."""
     if not t["confine"]:
         return NOT_INSTALLED
     py = os.path.join(os.path.dirname(os.path.realpath(t["confine"])), "python")
@@ -689,10 +692,10 @@ def section_gateway(t, quick):
         py = os.path.join(os.path.dirname(t["confine"]), "python")
     if not os.access(py, os.X_OK):
         return "no python beside confine"
-    out = {"loopback": gateway_bench.measure(py, quick)}
+    out = {"loopback": bench.measure(py, quick)}
     if os.geteuid() == 0 and shutil.which("tc") and shutil.which("ip"):
         # the realistic path: the origin behind a veth shaped to 1 Gbit/s (this machine only)
-        out["link"] = gateway_bench.measure(py, quick, link=LINK_RATE)
+        out["link"] = bench.measure(py, quick, link=LINK_RATE)
     return out
 
 
@@ -879,6 +882,16 @@ def goals(R):
                       f"{gw['bulk_ratio']:.2f}x", 0.90 / gw["bulk_ratio"] if gw["bulk_ratio"] > 0 else None))
             g.append((f"issue 14: gateway added connect latency, median ({where})", "< 1 ms",
                       f"{gw['setup_added_ms']:+.3f} ms", max(gw["setup_added_ms"], 0.0) / 1.0))
+    tls = R.get("tls")
+    if isinstance(tls, dict):
+        # issue 24's goals: TLS terminated for the credential swap against direct TLS
+        for where, r in (("1 Gbit/s veth", tls.get("link")), ("loopback", tls.get("loopback"))):
+            if not isinstance(r, dict):
+                continue
+            g.append((f"issue 24: TLS swap throughput ({where})", ">= 0.80 x direct",
+                      f"{r['bulk_ratio']:.2f}x", 0.80 / r["bulk_ratio"] if r["bulk_ratio"] > 0 else None))
+            g.append((f"issue 24: TLS swap added connection setup, median ({where})", "< 2 ms",
+                      f"{r['setup_added_ms']:+.3f} ms", max(r["setup_added_ms"], 0.0) / 2.0))
     for name in WORK:
         w = R.get(name)
         if not isinstance(w, dict) or "skipped" in w:
@@ -999,6 +1012,17 @@ def render(R, M, V, quick, markdown, only=None):
                 title(f"Egress gateway vs direct, {what} (`bench/gateway.py`)")
                 table(["measure", "direct", "through the gateway", "ratio / added"],
                       gateway_bench.render(gws[key]))
+    if "tls" in R:
+        tls = R["tls"]
+        if not isinstance(tls, dict):
+            title("TLS swap vs direct")
+            table(["measure", "direct", "tunnel", "swap", "ratio / added"], [("tls", tls, "", "", "")])
+        for key, what in (("link", f"over a veth shaped to {LINK_RATE}"), ("loopback", "on loopback")):
+            if isinstance(tls, dict) and isinstance(tls.get(key), dict):
+                title(f"TLS terminated for the credential swap vs direct TLS and the plain tunnel, {what} "
+                      "(`bench/tls_swap.py`)")
+                table(["measure", "direct", "tunnel (no credentials)", "swap", "ratio / added"],
+                      tls_bench.render(tls[key]))
     work = [n for n in WORK if n in R]
     if work:
         reps = size("reps", quick)
@@ -1139,6 +1163,7 @@ def main(argv=None):
     step("file", lambda: section_file(t, med_base, a.quick))
     step("connect", lambda: section_connect(t, med_base, a.quick))
     step("gateway", lambda: section_gateway(t, a.quick))
+    step("tls", lambda: section_gateway(t, a.quick, tls_bench))
     if only & set(WORK):
         bases = {"tmpfs": tmpfs, "disk": mkdir_for(os.path.join(CACHE, "disk"), pw)}
         for name in WORK:

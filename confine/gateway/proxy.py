@@ -36,7 +36,7 @@ import select
 import socket
 import threading
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 from ..record import dataclass
 from . import http1
@@ -55,6 +55,19 @@ EVENT_FIELDS = ("time", "pid", "exe", "host", "port", "resolved", "dialled", "sn
                 "approver", "bytes_up", "bytes_down", "duration_ms")
 Ask = Callable[[Question], Answer]
 OwnerOf = Callable[[tuple[str, int], tuple[str, int]], Owner]
+
+
+class Terminator(Protocol):
+    """What the gateway hands TLS connections to when the run has credentials to swap
+    (confine/credentials/swap.py `Swap`; the gateway holds no TLS logic of its own)."""
+
+    def terminates(self, name: str) -> bool: ...
+
+    def relay(self, counts: Any, client: socket.socket, first: bytes, upstream: socket.socket, host: str,
+              port: int, ev: dict[str, Any], *, idle: float, handshake_timeout: float,
+              stop: threading.Event) -> None: ...
+
+    def plain_refusal(self, head: http1.RequestHead, host: str, port: int) -> str | None: ...
 
 
 @dataclass(frozen=True)
@@ -102,8 +115,9 @@ class Gateway:
 
     def __init__(self, rules: Rules, resolver: Resolver, *, host: str = "127.0.0.1", port: int = 0,
                  log: Log | None = None, limits: Limits | None = None, ask: Ask | None = None,
-                 owner: OwnerOf | None = None) -> None:
+                 owner: OwnerOf | None = None, credentials: Terminator | None = None) -> None:
         self.rules = rules
+        self.credentials = credentials       # the placeholder swap (TLS terminated), or None
         self.ask = ask                       # network.default: ask (approve.make_asker); None: deny
         self.owner = owner or Finder()       # which of the run's processes a proxy client is
         self.resolver = resolver
@@ -487,7 +501,8 @@ class Gateway:
             self._check_sni(name, sni)
             conn.ev["decision"] = "allow"
             up = self._dial(conn, addrs, port)
-            self._relay(conn, up, first, None)
+            if not self._terminated(conn, name, port, up, first):
+                self._relay(conn, up, first, None)
             return
         try:
             host, port, path = http1.absolute_target(head.target)
@@ -499,6 +514,7 @@ class Gateway:
             conn.ev["host"] = head.target[:200]
             raise Refused(str(e), e.status) from None
         name, addrs = self._addresses_for(conn, host, port)
+        self._plain(head, name, port, 403)
         up = self._dial(conn, addrs, port)
         first = http1.origin_head(head, path) + rest[:body]
         self._relay(conn, up, first, body - len(rest[:body]))
@@ -538,6 +554,7 @@ class Gateway:
             return
         first = self._recv(conn, deadline)
         limit: int | None = None
+        head: http1.RequestHead | None = None
         if looks_like_tls(first):
             sni, first = self._read_hello(conn, first, deadline)
             conn.ev["sni"] = sni
@@ -579,9 +596,31 @@ class Gateway:
         why = self.resolver.judge(dst, dst_port)
         if why is not None:
             raise Refused(why, 0, d.rule)
+        if head is not None:
+            self._plain(head, name, dst_port, 0)
         conn.ev.update(decision="allow", rule=d.rule, resolved=sorted(str(a) for a in self.pins.addresses(name)))
         up = self._dial(conn, [dst], dst_port)
-        self._relay(conn, up, first, limit)
+        if head is not None or not self._terminated(conn, name, dst_port, up, first):
+            self._relay(conn, up, first, limit)
+
+    # --- the credential swap's hooks ---
+    def _terminated(self, conn: _Conn, name: str, port: int, up: socket.socket, first: bytes) -> bool:
+        """Hand a TLS connection to the swap when it takes this name (it is pinned and
+        its SNI checked by now); False: relay it as it is."""
+        c = self.credentials
+        if c is None or parse_address(name) is not None or not c.terminates(name):
+            return False
+        c.relay(conn, conn.sock, first, up, name, port, conn.ev, idle=self.limits.idle_timeout,
+                handshake_timeout=self.limits.handshake_timeout, stop=self._stop)
+        return True
+
+    def _plain(self, head: http1.RequestHead, name: str, port: int, status: int) -> None:
+        """Plain HTTP never carries a credential: a placeholder in it is refused (toward a
+        name; an address literal, like its TLS, is outside the swap and relayed as it is)."""
+        if self.credentials is not None and parse_address(name) is None:
+            why = self.credentials.plain_refusal(head, name, port)
+            if why is not None:
+                raise Refused(f"plain HTTP: {why}", status)
 
     # --- relaying ---
     def _relay(self, conn: _Conn, up: socket.socket, first: bytes, up_limit: int | None) -> None:
@@ -595,6 +634,13 @@ class Gateway:
         idle = self.limits.idle_timeout
         c.settimeout(idle)
         up.settimeout(idle)
+        for s in (c, up):
+            # a relay sends on what it got at once: Nagle would hold a small write (a
+            # TLS close_notify after the response) until the client's delayed ACK (40 ms)
+            try:
+                s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except OSError:
+                pass
         if first:
             up.sendall(first)
             conn.up += len(first)

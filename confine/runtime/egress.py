@@ -24,8 +24,8 @@ from __future__ import annotations
 import dataclasses
 import ipaddress
 import os
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from ..approval.network import make_asker
 from ..credentials.binding import Binding
@@ -36,6 +36,10 @@ from ..plan import Plan
 from ..plan.env import proxy_env
 from ..record import dataclass
 from .events import Events
+
+if TYPE_CHECKING:
+    from ..credentials.binding import Binding
+    from ..credentials.swap import Swap
 
 RESOLV_CONF = "/etc/resolv.conf"
 MAX_EXES = 1024
@@ -123,6 +127,9 @@ class Egress:
     ask: bool = False
     # the run's credentials (credentials/run.py): what the gateway swaps, toward where
     credentials: tuple[Binding, ...] = ()
+    # the placeholder swap (credentials/swap.py) when the run has bindings: the
+    # gateway terminates TLS with its CA, which the agent is told to trust
+    swap: Swap | None = None
 
     @property
     def routes(self) -> InetRoutes:
@@ -210,6 +217,19 @@ class Egress:
                                         "exe": _exe(pid if isinstance(pid, int) else None),
                                         **ev}, layer="mediation")
 
+    def in_tmp(self, tmp: str) -> None:
+        """Once the TMPDIR is what the agent will see (its tmpfs mounted): the system
+        bundle plus the run CA there, for a run that swaps (a new file the agent may
+        read; replacing it changes only what the agent itself trusts)."""
+        if self.swap is None:
+            return
+        from ..credentials.ca import write_bundle
+        path = os.path.join(tmp, BUNDLE)
+        try:
+            write_bundle(self.swap.ca, path)
+        except OSError as e:
+            raise ConfineError(f"cannot write the run's CA bundle {path}: {e.strerror or e}") from None
+
     def stop(self) -> None:
         """Both, whatever the first does: the exit check runs after this."""
         try:
@@ -220,7 +240,7 @@ class Egress:
 
 def start(policy: Any, events: Events, resolv_conf: str = RESOLV_CONF,
           approver: str | None = None, engine: Any = None,
-          credentials: tuple[Binding, ...] = ()) -> Egress:
+          credentials: Sequence[Binding] = ()) -> Egress:
     """Build and start the gateway and the DNS server on the supervisor's loopback."""
     eg = build(policy, events, resolv_conf, approver=approver, engine=engine,
                credentials=credentials)
@@ -230,11 +250,12 @@ def start(policy: Any, events: Events, resolv_conf: str = RESOLV_CONF,
 
 def build(policy: Any, events: Events, resolv_conf: str = RESOLV_CONF,
           ports: tuple[int, ...] = (), approver: str | None = None, engine: Any = None,
-          credentials: tuple[Binding, ...] = ()) -> Egress:
+          credentials: Sequence[Binding] = ()) -> Egress:
     """The gateway and DNS server, not started; ports: (proxy, redirect, DNS) of
     the sockets start_on will get; engine: the run's approval engine, whose
     approver the gateway's questions go to (one question at a time across kinds);
-    credentials: the run's Bindings (the values supervisor-side only)."""
+    credentials: the run's Bindings (the values supervisor-side only; the gateway
+    swaps them in)."""
     r = rules(policy.network)
     resolver = Resolver(upstreams(resolv_conf), r, Pins())
     holder: list[Egress] = []
@@ -252,13 +273,32 @@ def build(policy: Any, events: Events, resolv_conf: str = RESOLV_CONF,
                      and engine.approver is not None else None)
     kw: dict[str, Any] = {} if ask is None else {"ask": ask}
     dns = DNSServer(resolver, host=LOOPBACK, log=log, **kw)
-    gw = Gateway(r, resolver, host=LOOPBACK, log=log, **kw)
+    swap = _swap(credentials, policy, log, events, approver, engine)
+    gw = Gateway(r, resolver, host=LOOPBACK, log=log, credentials=swap, **kw)
     eg = Egress(rules=r, resolver=resolver, gateway=gw, dns=dns, events=events,
-                ask=policy.network.default == "ask", credentials=credentials)
+                ask=policy.network.default == "ask", credentials=tuple(credentials), swap=swap)
     if ports:
         eg.proxy_port, eg.redirect_port, eg.dns_port = ports
     holder.append(eg)
     return eg
+
+
+def _swap(credentials: Sequence[Binding], policy: Any, log: Any, events: Events,
+          approver: str | None, engine: Any) -> Swap | None:
+    """The swap of a run with credentials (None without: TLS is never terminated)."""
+    if not credentials:
+        return None
+    # cryptography only for a run that swaps
+    from ..credentials.ca import RunCA
+    from ..credentials.swap import Swap
+    from ..credentials.use import Judge
+    # each use decided (and recorded) by the run's Judge; its questions go to the
+    # run's approver (terminal, --approver or --approver-socket), as the engine's do
+    judge = Judge(events.emit, approver)
+    if engine is not None and engine.approver is not None:
+        judge._backend = engine.approver
+    return Swap(credentials, RunCA(), upstream_ca=policy.network.upstream_ca, emit=log,
+                decide=judge.decide_use)
 
 
 def _validate_profile(path: str, policy: Any) -> None:
@@ -278,4 +318,15 @@ def bind_plan(plan: Plan, eg: Egress) -> Plan:
                  for p in sorted({eg.proxy_port, eg.redirect_port, eg.dns_port} - have)]
     env = dict(plan.env)
     env.update(proxy_env(LOOPBACK, eg.proxy_port))
+    if eg.swap is not None:
+        env.update(trust_env(os.path.join(plan.policy.tmp, BUNDLE)))
     return dataclasses.replace(plan, port_rules=tuple(plan.port_rules) + tuple(extra), env=env)
+
+
+BUNDLE = "confine-ca.pem"
+
+
+def trust_env(bundle: str) -> dict[str, str]:
+    """The variables that point the agent's TLS stacks at the run's bundle."""
+    from ..credentials.ca import trust_env as env_of
+    return dict(env_of(bundle))

@@ -563,6 +563,8 @@ class Session:
 
     def _in_tmp(self, held_fd: list[int], offer: Callable[[], None]) -> None:
         held_fd.extend(self._prepare_held())
+        if self.egress is not None and self.tmp is not None:
+            self.egress.in_tmp(self.tmp)     # the run CA's bundle (a run with credentials)
         offer()
         if self.ssh_agent is not None:
             self.ssh_agent.start(self.events, self.req.approver)

@@ -130,7 +130,10 @@ def https() -> None:
             path = line.split(" ")[1]
             host = [h.split(b":", 1)[1].strip().decode() for h in buf.split(b"\r\n")[1:]
                     if h.lower().startswith(b"host:")]
-            log(ev="request", sni=seen.get(id(c)), host=host[0] if host else None, path=path)
+            auth = [h.split(b":", 1)[1].strip().decode() for h in buf.split(b"\r\n")[1:]
+                    if h.lower().startswith(b"authorization:")]
+            log(ev="request", sni=seen.get(id(c)), host=host[0] if host else None, path=path,
+                auth=auth[0] if auth else None)
             ctype = "text/plain"
             if path.startswith("/repo.git/info/refs"):
                 body, ctype = advert, "application/x-git-upload-pack-advertisement"

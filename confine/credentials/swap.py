@@ -1,0 +1,666 @@
+"""The placeholder swap: the gateway hands a TLS connection here (it has checked the
+rules, the pins and that the ClientHello's SNI names the host); this module
+terminates the agent's TLS with the run CA's leaf for that host, opens TLS to the
+origin verifying it (system trust plus `network.upstream_ca`, SNI and host name),
+and relays HTTP/1.1 requests one at a time, putting the real value of a credential
+in place of its placeholder where, and only where, the binding allows.
+
+The threats, and the answer to each:
+- the agent sends the placeholder somewhere else to learn the value (another
+  host, a path or method the binding does not name, a URL, a header that is not a
+  credential header): the value is only ever written into `Authorization`
+  (Bearer, token, Basic's user or password) or a header the binding names,
+  toward a target it names; any other sighting of a placeholder in a request head
+  refuses the request (403) and is logged as an attempted disclosure;
+- a request that says one host and goes to another (domain fronting, a Host
+  header naming a second tenant): every request's Host must be the SNI's name,
+  which the gateway matched against confine's own DNS pins;
+- request smuggling (a second request hidden in the first one's body, so it is
+  never looked at): each head is parsed by `gateway.http1`, bodies are framed by
+  Content-Length or chunked encoding (both at once, or any other coding, is
+  refused) and the next head is read where the body ends;
+- a fake origin: the upstream certificate must verify; if it does not, the agent
+  gets 502 and nothing of the request is sent;
+- the value in a log or an error: events name the credential, host, method and
+  path only; `Binding`'s repr hides the value;
+- a value that would inject header lines (CR, LF): never written; refused;
+- the origin sending the value back (an echoing endpoint): put back to its
+  placeholder in the response where the lengths agree, else the connection is cut.
+
+Plain HTTP never gets a value: `plain_refusal` finds a placeholder in a plain
+request head so the gateway refuses it. Request bodies are streamed unchanged
+and not searched. After `Upgrade` (WebSocket) the connection is relayed as
+bytes: nothing after it is swapped, so nothing after it can carry a value.
+"""
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+import select
+import socket
+import ssl
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, cast
+
+from ..errors import ConfineError
+from ..gateway import http1
+from ..gateway.rules import RuleError, normalise_host
+from .binding import Binding, Target
+
+if TYPE_CHECKING:
+    from .ca import RunCA  # the type only: the parsing here needs no cryptography
+
+CHUNK = 65536
+RECV = 262144              # bytes taken from a socket at once (many TLS records)
+MAX_CHUNK_LINE = 4096      # a chunk-size line (with extensions) or a trailer line
+MAX_TRAILERS = 16384
+MAX_SESSIONS = 256
+Emit = Callable[[dict[str, Any]], None]
+_CTL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+class Decide(Protocol):
+    """The per-use decision (credentials/use.py `Judge.decide_use`: the binding's
+    decision, asking the person, one event per use). Called only for a request whose
+    target the binding names; True: this use may carry the value."""
+
+    def __call__(self, binding: Binding, host: str, method: str, path: str,
+                 process: int | str | None = None, *, port: int | None = None) -> bool: ...
+
+
+class Counts(Protocol):
+    up: int
+    down: int
+
+
+class Refusal(Exception):
+    """This request is refused: `status` to the agent (0: none, the connection just
+    ends), `reason` to the log."""
+
+    def __init__(self, reason: str, status: int = 403) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.status = status
+
+
+def target_matches(t: Target, host: str, port: int, method: str, path: str) -> bool:
+    if t.host.startswith("*."):
+        if not host.endswith(t.host[1:]):
+            return False
+    elif host != t.host:
+        return False
+    if t.port is not None and t.port != port:
+        return False
+    if t.methods and method.upper() not in t.methods:
+        return False
+    if t.paths:
+        if not _plain_path(path):
+            return False
+        return any(path == p or path.startswith(p if p.endswith("/") else p + "/") for p in t.paths)
+    return True
+
+
+def _plain_path(path: str) -> bool:
+    """A path whose prefix means what it says: no dot segments, no backslash and no
+    percent-escape (a server may decode one into a dot or a slash), so `/repo/../other`
+    never matches the prefix `/repo`."""
+    if not path.startswith("/") or "\\" in path or "%" in path:
+        return False
+    return not any(seg in (".", "..") for seg in path.split("/"))
+
+
+def _clean_path(target: str) -> str:
+    return target.split("?", 1)[0].split("#", 1)[0]
+
+
+def _upstream_context(upstream_ca: Sequence[str]) -> ssl.SSLContext:
+    ctx = ssl.create_default_context()
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.set_alpn_protocols(["http/1.1"])
+    for path in upstream_ca:
+        try:
+            ctx.load_verify_locations(cafile=path)
+        except (OSError, ssl.SSLError) as e:
+            raise ConfineError(f"network.upstream_ca: {path}: cannot load ({e})") from None
+    return ctx
+
+
+class Swap:
+    """The run's bindings, its CA and the upstream trust; `relay` serves one connection."""
+
+    def __init__(self, bindings: Sequence[Binding], ca: RunCA, *, upstream_ca: Sequence[str] = (),
+                 emit: Emit | None = None, decide: Decide | None = None,
+                 upstream_context: ssl.SSLContext | None = None) -> None:
+        self.bindings = tuple(bindings)
+        self.ca = ca
+        self.emit = emit
+        # None: the binding's own decision, "ask" refused (nobody to ask); the run
+        # passes its Judge (runtime/egress.py)
+        self.decide = decide
+        self.upstream = upstream_context or _upstream_context(upstream_ca)
+        # TLS sessions of verified origins, resumed by the next connection to the same
+        # (host, port): a full handshake with chain verification is most of what the
+        # swap adds to a connection; a resumed one is a third of it
+        self._sessions: OrderedDict[tuple[str, int], ssl.SSLSession] = OrderedDict()
+        self._lock = threading.Lock()
+        # an origin that echoes a request header back (a debugging endpoint, an error
+        # page) would hand the agent the value: in responses it is put back to its
+        # placeholder where that has the same length (the framing stays right), and
+        # otherwise the connection ends
+        self._echo = _Echo(self.bindings)
+
+    def terminates(self, name: str) -> bool:
+        """Does a TLS connection to this name go through `relay`? Every named one once the
+        run has a binding: a placeholder sent to a host without one must be seen to be
+        refused (an address without a name carries no SNI and is relayed as it is)."""
+        return bool(self.bindings)
+
+    # --- plain HTTP: never a value ---
+    def plain_refusal(self, head: http1.RequestHead, host: str, port: int) -> str | None:
+        """Why a plain-HTTP request may not go (it carries a placeholder), or None."""
+        try:
+            self._scan(head, host, port, None, swap=False)
+        except Refusal as r:
+            return r.reason
+        return None
+
+    # --- one request head ---
+    def rewrite(self, head: http1.RequestHead, host: str, port: int, pid: int | str | None = None) -> bytes:
+        """The head to send upstream, values swapped in; Refusal if it may not go."""
+        if head.method == "CONNECT":
+            raise Refusal("CONNECT inside a terminated connection", 405)
+        if not (head.target.startswith("/") or (head.target == "*" and head.method == "OPTIONS")):
+            raise Refusal("only origin-form request targets are forwarded", 400)
+        hh = head.host()
+        if hh is None:
+            raise Refusal("a request needs exactly one Host header", 400)
+        try:
+            hname, hport = http1.split_authority(hh, port)
+            hname = normalise_host(hname)
+        except (http1.BadRequest, RuleError) as e:
+            raise Refusal(f"bad Host header: {e}", 400) from None
+        if hname != host or hport != port:
+            raise Refusal(f"Host {hh[:100]} is not the connection's host {host}:{port} (SNI)", 421)
+        headers = self._scan(head, host, port, pid, swap=True)
+        lines = [f"{head.method} {head.target} {head.version}"] + [f"{k}: {v}" for k, v in headers]
+        return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+    def _scan(self, head: http1.RequestHead, host: str, port: int, pid: int | str | None, *,
+              swap: bool) -> list[tuple[str, str]]:
+        for b in self.bindings:
+            if b.placeholder in head.target:
+                raise self._disclosure(b, host, port, head, "the URL")
+        out: list[tuple[str, str]] = []
+        for k, v in head.headers:
+            kl = k.lower()
+            if kl == "authorization":
+                v = self._authorization(v, host, port, head, pid, swap)
+            else:
+                for b in self.bindings:
+                    if b.placeholder not in v:
+                        continue
+                    if not swap or kl not in b.headers:
+                        raise self._disclosure(b, host, port, head, f"the header {kl}")
+                    v = v.replace(b.placeholder, self._value(b, host, port, head, pid, kl))
+            out.append((k, v))
+        return out
+
+    def _authorization(self, v: str, host: str, port: int, head: http1.RequestHead, pid: int | str | None,
+                       swap: bool) -> str:
+        scheme, sp, cred = v.partition(" ")
+        s = scheme.lower()
+        where = f"the header authorization ({s})"
+        if s == "basic" and sp:
+            try:
+                raw = base64.b64decode(cred.strip(), validate=True).decode("utf-8")
+            except (binascii.Error, UnicodeDecodeError):
+                raw = ""
+            hit = [b for b in self.bindings if b.placeholder in raw]
+            if hit:
+                if not swap:
+                    raise self._disclosure(hit[0], host, port, head, where)
+                for b in hit:
+                    raw = raw.replace(b.placeholder, self._value(b, host, port, head, pid, "authorization"))
+                return f"{scheme} {base64.b64encode(raw.encode('utf-8')).decode('ascii')}"
+        for b in self.bindings:
+            if b.placeholder not in v:
+                continue
+            if not swap or s not in ("bearer", "token") or not sp:
+                raise self._disclosure(b, host, port, head, where)
+            cred = cred.replace(b.placeholder, self._value(b, host, port, head, pid, "authorization"))
+            v = f"{scheme} {cred}"
+        return v
+
+    def _value(self, b: Binding, host: str, port: int, head: http1.RequestHead, pid: int | str | None,
+               header: str) -> str:
+        path = _clean_path(head.target)
+        if not any(target_matches(t, host, port, head.method, path) for t in b.targets):
+            raise self._disclosure(b, host, port, head, f"the header {header}")
+        why = None
+        if _CTL.search(b.value) or not b.value.isascii():
+            why = "the value holds control or non-ASCII characters (it would change the request's lines)"
+            self._log(b, host, port, head, header, "deny", why)
+        elif self.decide is not None:
+            # the Judge decides (ask included) and logs the use itself
+            if not self.decide(b, host, head.method, head.target, pid, port=port):
+                why = "not allowed (see the credential_use event)"
+        else:
+            if b.decision == "ask":
+                why = "decision ask, and nobody to ask"
+            elif b.decision != "allow":
+                why = f"decision {b.decision}"
+            self._log(b, host, port, head, header, "deny" if why else "allow", why)
+        if why:
+            raise Refusal(f"credential {b.name} toward {host}:{port}: {why}")
+        return b.value
+
+    def _disclosure(self, b: Binding, host: str, port: int, head: http1.RequestHead, where: str) -> Refusal:
+        reason = (f"attempted disclosure: the placeholder of {b.name} in {where} toward {host}:{port} "
+                  f"{head.method} {_clean_path(head.target)[:200]} (it may go to "
+                  f"{', '.join(_shown(t) for t in b.targets) or 'nowhere'} only)")
+        self._log(b, host, port, head, where, "deny", reason, disclosure=True)
+        return Refusal(reason)
+
+    def _log(self, b: Binding, host: str, port: int, head: http1.RequestHead, where: str,
+             decision: str, reason: str | None, disclosure: bool = False) -> None:
+        if self.emit is None:
+            return
+        ev: dict[str, Any] = {"event": "credential_use", "name": b.name, "host": host,
+                              "port": port, "method": head.method, "path": _clean_path(head.target)[:500],
+                              "where": where, "decision": decision}
+        if reason:
+            ev["reason"] = reason
+        if disclosure:
+            ev["disclosure"] = True
+        try:
+            self.emit(ev)
+        except Exception:  # noqa: BLE001 - a failing log sink must not stop the relay
+            pass
+
+    # --- one connection ---
+    def relay(self, counts: Counts, client: socket.socket, first: bytes, upstream: socket.socket,
+              host: str, port: int, ev: dict[str, Any], *, idle: float = 300.0,
+              handshake_timeout: float = 10.0, stop: threading.Event | None = None) -> None:
+        """Serve one connection: `first` is what the gateway already read of the client
+        (the ClientHello), `upstream` a TCP connection to a pinned address of `host`.
+        Returns when either side is done; a refused request ends the connection with
+        `ev` saying why (decision deny)."""
+        ev["terminated"] = True
+        deadline = time.monotonic() + handshake_timeout
+        for s in (client, upstream):
+            # handshake flights and records go out as made: no waiting for an ACK
+            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        with self._lock:
+            session = self._sessions.get((host, port))
+        origin = _End(upstream, self.upstream, server_hostname=host, session=session)
+        agent = _End(client, self.ca.server_context(host), server_side=True)
+        agent.inc.write(first)
+        try:
+            # the origin's ClientHello goes out first: the origin works on it while
+            # the agent's handshake is done here (the two overlap, not add up)
+            origin.step()
+        except (ssl.SSLError, OSError):
+            pass          # said by the handshake below, after the agent's
+        agent.handshake(deadline)
+        try:
+            origin.handshake(deadline)
+        except ssl.SSLCertVerificationError as e:
+            why = f"the certificate of {host} did not verify: {e.verify_message or e.reason}"
+            ev.update(decision="deny", reason=why)
+            agent.refuse(502, why)
+            return
+        except (ssl.SSLError, OSError) as e:
+            why = f"TLS to {host} failed: {e}"
+            ev.update(decision="deny", reason=why)
+            agent.refuse(502, why)
+            return
+        pid = ev.get("pid")
+        requests = _Requests(self, host, port, pid if isinstance(pid, int) else None)
+        for s in (client, upstream):
+            s.settimeout(idle)
+        try:
+            self._serve(agent, origin, requests, counts, ev, idle, stop)
+        except Refusal as r:
+            ev.update(decision="deny", reason=r.reason)
+            if r.status:
+                agent.refuse(r.status, r.reason)
+            # else: mid-response; the connection ends without close_notify, so the
+            # client sees a cut, not a complete answer
+        finally:
+            got = origin.obj.session
+            if got is not None:
+                with self._lock:
+                    self._sessions[(host, port)] = got
+                    self._sessions.move_to_end((host, port))
+                    while len(self._sessions) > MAX_SESSIONS:
+                        self._sessions.popitem(last=False)
+
+    def _serve(self, agent: _End, origin: _End, requests: _Requests, counts: Counts, ev: dict[str, Any],
+               idle: float, stop: threading.Event | None) -> None:
+        client, upstream = agent.sock, origin.sock
+        echo = self._echo.scanner(self._log_echo, requests.host, requests.port)
+        poller = select.poll()
+        poller.register(client.fileno(), select.POLLIN)
+        poller.register(upstream.fileno(), select.POLLIN)
+        agent_open = True
+        while True:
+            if stop is not None and stop.is_set():
+                ev.update(decision="deny", reason="gateway stopped")
+                return
+            if agent_open:
+                # what is already decrypted (the request sent with the handshake, too)
+                done = self._pump_agent(agent, origin, requests, counts)
+                if done:
+                    agent_open = False
+                    poller.unregister(client.fileno())
+                    try:
+                        upstream.shutdown(socket.SHUT_WR)
+                    except OSError:
+                        pass
+            if self._pump_origin(origin, agent, counts, echo):
+                agent.close_notify()
+                return
+            events = poller.poll(int(idle * 1000))
+            if not events:
+                ev["reason"] = "idle timeout"
+                return
+            for fd, _e in events:
+                if fd == client.fileno():
+                    agent.fill()
+                else:
+                    origin.fill()
+
+    @staticmethod
+    def _pump_agent(agent: _End, origin: _End, requests: _Requests, counts: Counts) -> bool:
+        """Plaintext from the agent, judged and sent on; True at the agent's end."""
+        while True:
+            data = agent.read()
+            if data is None:
+                return False
+            if not data:
+                return True
+            out = requests.feed(data)
+            if out:
+                origin.write(out)
+                counts.up += len(out)
+
+    def _log_echo(self, b: Binding, host: str, port: int, what: str) -> None:
+        if self.emit is not None:
+            try:
+                self.emit({"event": "credential_use", "name": b.name, "host": host, "port": port,
+                           "where": "a response", "decision": "deny" if what == "ended" else "allow",
+                           "reason": f"the origin sent the value back: {what}"})
+            except Exception:  # noqa: BLE001 - a failing log sink must not stop the relay
+                pass
+
+    @staticmethod
+    def _pump_origin(origin: _End, agent: _End, counts: Counts, echo: _Scanner) -> bool:
+        """Plaintext from the origin to the agent (the value, if echoed, put back to the
+        placeholder); True at the origin's end. Each record is decrypted into one buffer
+        and encrypted from it (no copy in Python), and what is there goes out in one send."""
+        buf, view = origin.buf, origin.view
+        end = False
+        while True:
+            try:
+                # with a buffer, read() returns the count (typeshed says bytes)
+                n = cast(int, origin.obj.read(CHUNK, buf))
+            except ssl.SSLWantReadError:
+                if origin.out.pending:
+                    origin.flush()
+                break
+            except (ssl.SSLZeroReturnError, ssl.SSLEOFError):
+                end = True
+                break
+            if not n:
+                end = True
+                break
+            echo.scan(buf, n)
+            agent.obj.write(view[:n])
+            counts.down += n
+        agent.flush()
+        return end
+
+
+def _shown(t: Target) -> str:
+    s = t.host + (f":{t.port}" if t.port is not None else "")
+    if t.methods:
+        s += " " + "|".join(sorted(t.methods))
+    if t.paths:
+        s += " " + "|".join(t.paths)
+    return s
+
+
+class _End:
+    """One TLS side over memory BIOs (the agent's first bytes were read by the gateway
+    already, so OpenSSL cannot read them from the socket itself)."""
+
+    def __init__(self, sock: socket.socket, ctx: ssl.SSLContext, *, server_side: bool = False,
+                 server_hostname: str | None = None, session: ssl.SSLSession | None = None) -> None:
+        self.sock = sock
+        self.inc, self.out = ssl.MemoryBIO(), ssl.MemoryBIO()
+        self.obj = ctx.wrap_bio(self.inc, self.out, server_side=server_side, server_hostname=server_hostname,
+                                session=session)
+        self.eof = False
+        self.buf = bytearray(CHUNK)
+        self.view = memoryview(self.buf)
+
+    def flush(self) -> None:
+        data = self.out.read()
+        if data:
+            self.sock.sendall(data)
+
+    def fill(self) -> None:
+        try:
+            data = self.sock.recv(RECV)
+        except (ConnectionResetError, BrokenPipeError):
+            data = b""
+        except BlockingIOError:
+            return
+        if data:
+            self.inc.write(data)
+        else:
+            self.eof = True
+            self.inc.write_eof()
+
+    def step(self) -> None:
+        """As much of the handshake as can be done without waiting (the ClientHello)."""
+        try:
+            self.obj.do_handshake()
+        except ssl.SSLWantReadError:
+            pass
+        self.flush()
+
+    def handshake(self, deadline: float) -> None:
+        while True:
+            try:
+                self.obj.do_handshake()
+                self.flush()
+                return
+            except ssl.SSLWantReadError:
+                self.flush()
+                left = deadline - time.monotonic()
+                if left <= 0 or self.eof:
+                    raise ConnectionError("TLS handshake not completed") from None
+                self.sock.settimeout(left)
+                try:
+                    self.fill()
+                except socket.timeout:
+                    raise ConnectionError("TLS handshake timed out") from None
+
+    def read(self) -> bytes | None:
+        """Plaintext there now; None if more bytes must arrive first; b"" at the end."""
+        try:
+            return self.obj.read(CHUNK)
+        except ssl.SSLWantReadError:
+            if self.out.pending:
+                self.flush()    # post-handshake messages (tickets, key updates) go out too
+            return None
+        except (ssl.SSLZeroReturnError, ssl.SSLEOFError):
+            return b""
+
+    def write(self, data: bytes) -> None:
+        self.obj.write(data)
+        self.flush()
+
+    def close_notify(self) -> None:
+        try:
+            self.obj.unwrap()
+        except (ssl.SSLError, OSError):
+            pass
+        try:
+            self.flush()
+        except OSError:
+            pass
+
+    def refuse(self, status: int, reason: str) -> None:
+        body = f"confine: {reason}\n".encode("utf-8", "replace")
+        name = {400: "Bad Request", 403: "Forbidden", 405: "Method Not Allowed", 421: "Misdirected Request",
+                431: "Request Header Fields Too Large", 501: "Not Implemented", 502: "Bad Gateway"}.get(status,
+                                                                                                    "Error")
+        try:
+            self.write(f"HTTP/1.1 {status} {name}\r\nContent-Type: text/plain; charset=utf-8\r\n"
+                       f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode("ascii") + body)
+        except (ssl.SSLError, OSError):
+            return
+        self.close_notify()
+
+
+class _Echo:
+    """The values to look for in responses (bytes), with their placeholders."""
+
+    def __init__(self, bindings: Sequence[Binding]) -> None:
+        self.pairs = [(b, b.value.encode("utf-8", "replace"), b.placeholder.encode("utf-8", "replace"))
+                      for b in bindings if b.value]
+        self.keep = max((len(v) for _, v, _ in self.pairs), default=1) - 1
+
+    def scanner(self, log: Callable[[Binding, str, int, str], None], host: str, port: int) -> _Scanner:
+        return _Scanner(self, log, host, port)
+
+
+class _Scanner:
+    """One connection's response stream: each record searched for every value; the end
+    of the last record kept to find a value split across two records."""
+
+    def __init__(self, echo: _Echo, log: Callable[[Binding, str, int, str], None], host: str, port: int) -> None:
+        self.echo, self.log, self.host, self.port = echo, log, host, port
+        self.tail = b""
+
+    def scan(self, buf: bytearray, n: int) -> None:
+        e = self.echo
+        if not e.pairs:
+            return
+        for b, value, ph in e.pairs:
+            if self.tail and value in self.tail + bytes(buf[:len(value) - 1]):
+                self.log(b, self.host, self.port, "ended")
+                raise Refusal(f"the origin {self.host} sent the value of {b.name} back (split across records)", 0)
+            i = buf.find(value, 0, n)
+            while i >= 0:
+                if len(ph) != len(value):
+                    self.log(b, self.host, self.port, "ended")
+                    raise Refusal(f"the origin {self.host} sent the value of {b.name} back", 0)
+                buf[i:i + len(value)] = ph
+                self.log(b, self.host, self.port, "replaced by the placeholder")
+                i = buf.find(value, i + len(value), n)
+        self.tail = bytes(buf[max(0, n - e.keep):n])
+
+
+class _Requests:
+    """The agent's byte stream cut into requests: each head judged (`Swap.rewrite`),
+    each body passed on as it is, framed by Content-Length or chunked encoding."""
+
+    def __init__(self, swap: Swap, host: str, port: int, pid: int | None) -> None:
+        self.swap, self.host, self.port, self.pid = swap, host, port, pid
+        self.buf = b""
+        self.state = "head"      # head | body | size | data | crlf | trailer | raw
+        self.left = 0
+        self.trailers = 0
+
+    def feed(self, data: bytes) -> bytes:
+        if self.state == "raw":
+            return data
+        self.buf += data
+        out: list[bytes] = []
+        while self.buf:
+            if self.state == "head":
+                end = http1.head_end(self.buf)
+                if end < 0:
+                    if len(self.buf) >= http1.MAX_HEAD:
+                        raise Refusal("request head too large", 431)
+                    break
+                try:
+                    head = http1.parse_head(self.buf[:end])
+                except http1.BadRequest as e:
+                    raise Refusal(str(e), e.status) from None
+                out.append(self.swap.rewrite(head, self.host, self.port, self.pid))
+                self.buf = self.buf[end:]
+                self._body(head)
+            elif self.state == "raw":
+                out.append(self.buf)
+                self.buf = b""
+            elif self.state in ("body", "data"):
+                take = self.buf[:self.left]
+                out.append(take)
+                self.buf = self.buf[len(take):]
+                self.left -= len(take)
+                if not self.left:
+                    self.state = "head" if self.state == "body" else "crlf"
+            elif self.state == "crlf":
+                if len(self.buf) < 2:
+                    break
+                if self.buf[:2] != b"\r\n":
+                    raise Refusal("bad chunked encoding (no CRLF after a chunk)", 400)
+                out.append(self.buf[:2])
+                self.buf = self.buf[2:]
+                self.state = "size"
+            else:   # size | trailer: one line
+                i = self.buf.find(b"\r\n")
+                if i < 0:
+                    if len(self.buf) > MAX_CHUNK_LINE:
+                        raise Refusal("bad chunked encoding (line too long)", 400)
+                    break
+                line = self.buf[:i]
+                out.append(self.buf[:i + 2])
+                self.buf = self.buf[i + 2:]
+                if self.state == "size":
+                    size = line.split(b";", 1)[0].strip(b" \t")
+                    if not size or len(size) > 15 or any(c not in b"0123456789abcdefABCDEF" for c in size):
+                        raise Refusal("bad chunked encoding (chunk size)", 400)
+                    self.left = int(size, 16)
+                    self.state = "data" if self.left else "trailer"
+                    self.trailers = 0
+                else:
+                    self.trailers += i + 2
+                    if self.trailers > MAX_TRAILERS:
+                        raise Refusal("bad chunked encoding (trailers too large)", 400)
+                    if not line:
+                        self.state = "head"
+        return b"".join(out)
+
+    def _body(self, head: http1.RequestHead) -> None:
+        te = head.get("transfer-encoding")
+        if te:
+            if head.get("content-length"):
+                raise Refusal("a body framed by both Content-Length and Transfer-Encoding", 400)
+            if len(te) != 1 or te[0].strip().lower() != "chunked":
+                raise Refusal("only chunked Transfer-Encoding is forwarded", 501)
+            self.state = "size"
+        else:
+            try:
+                n = head.content_length()
+            except http1.BadRequest as e:
+                raise Refusal(str(e), e.status) from None
+            self.left = n
+            self.state = "body" if n else "head"
+        if head.get("upgrade"):
+            # the origin may switch protocols: what follows is not HTTP/1.1 and gets no
+            # swap (so carries no value), and is relayed as it is
+            if self.state != "head":
+                raise Refusal("a request with both Upgrade and a body", 501)
+            self.state = "raw"
+
+
+__all__ = ["Decide", "Refusal", "Swap", "target_matches"]
