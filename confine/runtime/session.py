@@ -159,14 +159,33 @@ def refuse_missing(plan: Plan, allow_degraded: bool | Collection[str] | None,
         warn(f"degraded: NOT enforced: {m.feature}: {m.detail}")
 
 
-def _check_approver(approver: str | None, default: str) -> None:
+DELETIONS_ENV = "CONFINE_DELETIONS_ASK_ABOVE"
+
+
+def deletions_ask_above(policy: Any) -> int | None:
+    """approvals.deletions.ask_above (the approval engine's profile section),
+    else the launching user's CONFINE_DELETIONS_ASK_ABOVE; None: never asked."""
+    appr = getattr(policy, "approvals", None)
+    if appr is not None:
+        got = appr.spec("deletions").ask_above
+        if got is not None:
+            return int(got)
+    raw = os.environ.get(DELETIONS_ENV)
+    if raw is None:
+        return None
+    if not raw.strip().isdigit():
+        raise ConfineError(f"{DELETIONS_ENV}={raw!r}: not a number of files")
+    return int(raw)
+
+
+def _check_approver(approver: str | None, default: str, deletions: bool = False) -> None:
     """--approver is bad input unless something will be asked, and unless its
     program exists: said before the run, not as every question denied."""
     if approver is None:
         return
     import shlex
     import shutil
-    if default != "ask":
+    if default != "ask" and not deletions:
         raise ConfineError("--approver only applies under network.default: ask (this "
                            "profile refuses every host no rule allows)")
     try:
@@ -269,7 +288,8 @@ class Session:
                 if is_under(self.tmp, d.path):
                     raise ConfineError(f"refusing TMPDIR {self.tmp}: it lies inside the "
                                        f"protected secret {d.path}; set TMPDIR elsewhere")
-            _check_approver(req.approver, policy.network.default)
+            _check_approver(req.approver, policy.network.default,
+                            deletions_ask_above(policy) is not None)
             facts = host if host is not None else HostFacts.read(ident.started_as_root)
             self.host = facts
             lsm = _resolve_lsm(req.apparmor, req.selinux_context, facts)
@@ -401,16 +421,18 @@ class Session:
         hold = self._hold = _SignalHold()
         held_fd: list[int] = []
         ran = False
+        keeper: Any = None
         try:
             plan = self._start_egress(plan)
             plan, offer, serve = self._delegation(plan)
             eg = self.egress
+            keeper = self._undo_keeper(plan, keep_limits, say)
             outcome = launch(plan, guard=self.guard, warn=say, stdio=stdio, timeout=timeout,
                              inet=eg.routes if eg is not None else None,
                              on_sockets=eg.start_on if eg is not None and plan.gateway_ports
                              else None, events=self.events,
                              in_tmp=lambda: self._in_tmp(held_fd, offer),
-                             after_fork=serve, before_walk=self._stop_server)
+                             after_fork=serve, before_walk=self._stop_server, undo=keeper)
             result.status, result.steps = outcome.status, outcome.steps
             result.timed_out = outcome.timed_out
             ran = True
@@ -424,6 +446,8 @@ class Session:
                 screen.release()
             hold.also_stops()
             result.report = self._exit_check(plan.mount_ns, say)
+            if keeper is not None:
+                keeper.finish(say)
             result.held_roots = self._collect_held(held_fd[0] if held_fd else None, say)
             result.held = result.held_roots[0] if result.held_roots else None
             self._bound_stores(keep_limits, say)
@@ -438,6 +462,25 @@ class Session:
                 + ("could not run" if rep is None else "reported protected paths (above)")
                 + " (--agent-status keeps the agent's own status)")
         return result
+
+    def _undo_keeper(self, plan: Plan, lim: Any, say: Warn) -> Any:
+        """The run's undo keeper (confine/undo/), where the broker performs the
+        workdir's file calls (the name guard is on); None elsewhere."""
+        if not plan.file_mediation or self.guard is None or self.snapshot is None:
+            return None
+        from ..undo import keeper
+        above = deletions_ask_above(plan.policy)
+        approver = self.req.approver
+
+        def ask(count: int, sample: list[str]) -> bool:
+            from ..undo.ask import ask_deletions
+            return ask_deletions(count, sample, approver=approver)
+        try:
+            return keeper.Keeper(self.snapshot.run_id, plan.policy.workdir, limit=lim.max_bytes,
+                                 ask_above=above, ask=ask, events=self.events, warn=say)
+        except OSError as e:
+            raise ConfineError(f"undo: cannot open the workdir for its keeper: "
+                               f"{e.strerror or e}") from None
 
     def _in_tmp(self, held_fd: list[int], offer: Callable[[], None]) -> None:
         held_fd.extend(self._prepare_held())
@@ -605,7 +648,8 @@ class Session:
         # bytes and days only: a count of runs would drop one at the end of every run
         # once reached, each with its line, where nothing is short of room
         for base, what in ((held.held_base(), "held files"),
-                           (os.path.dirname(revert.default_quarantine_dir(run)), "quarantine")):
+                           (os.path.dirname(revert.default_quarantine_dir(run)), "quarantine"),
+                           (keep.undo_base(), "undo")):
             try:
                 keep.bound(base, what, run, say, lim=lim)
             except Exception as e:  # noqa: BLE001 - housekeeping must not cost the report
