@@ -525,7 +525,10 @@ def pytest_collection_modifyitems(config, items):
 
 
 HELD_BASES = ("/var/lib/confine/held",
-              os.path.expanduser("~confine-test/.local/state/confine/held"))
+              os.path.expanduser("~confine-test/.local/state/confine/held"),
+              # what runs kept for `confine undo` (confine/undo/): same manifest
+              "/var/lib/confine/undo",
+              os.path.expanduser("~confine-test/.local/state/confine/undo"))
 
 
 @pytest.fixture(autouse=True)

@@ -6,12 +6,13 @@ Job: before the broker (mediation/files.py) removes (unlink, rmdir), replaces
 writing a file the workdir held at the start of the run, the supervisor's
 keeper (keeper.py) keeps it in the run's undo area: a hard link to the old
 inode where the area is on the same mount, else a copy within the run's
-bound; a truncation or a write in place is always a copy (a link would share
-the change). `confine undo RUN|--last [PATH...]` (restore.py) puts files back
-byte for byte with their mode, owner and times; `confine runs` lists what
-each run changed. The count of deletions and overwrites may be put to the
-person above a threshold (ask.py); refused, the call fails with EACCES and
-what the run deleted so far is put back.
+bound; a truncation, a write in place, a rename away or a file with other
+names is always a copy (a link would share later changes). `confine undo
+RUN|--last [PATH...]` (restore.py) puts files back byte for byte with their
+mode, owner and times; `confine runs` lists what each run changed. The
+count of deletions and overwrites may be put to the person above a
+threshold (ask.py); refused, the call fails with EACCES and what the run
+deleted so far is put back.
 
 Threat: the agent must not reach what is kept (it would rewrite or remove the
 way back), so the undo area lies in the person's state directory

@@ -5,7 +5,8 @@ time, in order: is the file one the workdir held at the start (its birth
 time before the run began)? Is this path's start version kept already (only
 the first change of a path matters)? Then a hard link to the very inode in
 the run's undo area (store.py) where it is on the same mount, else a copy
-within the run's bound; a truncation or a write in place is always a copy.
+within the run's bound; a truncation, a write in place, a rename away or a
+file with other names is always a copy (a link would share later changes).
 Directories, symlinks and FIFOs are kept as what remakes them (mode, owner,
 times, target). Deletions and overwrites are counted; above
 `approvals.deletions.ask_above` the person is asked once (ask.py): refused,
@@ -310,7 +311,10 @@ class Keeper:
         name = f"{self.seq:08d}"
         how = None
         cost = 0
-        if op not in ("truncate", "write"):
+        # A link only where the call takes the inode's last name: anything still
+        # reachable (a rename away, another hard link) can be written after, and
+        # the kept version with it.
+        if op in ("unlink", "rename-over") and st.st_nlink == 1:
             cost = st.st_blocks * 512
             if self.bytes + cost > self.limit:
                 self._over(rel, st.st_size)
@@ -404,7 +408,11 @@ class Keeper:
                     os.close(fd)
             self.efd = self.ffd = self.dfd = None
         files = sum(1 for e in self.entries.values() if e["kind"] != "dir")
-        if files:
+        if self.denied:
+            say(f"undo: deleting more than {self.ask_above} files that existed at the start was "
+                f"not approved: refused from then on, and those deleted before were put back "
+                f"(run {self.run_id})")
+        elif files:
             say(f"undo: {files} file(s) the agent removed or changed are kept "
                 f"(`confine undo {self.run_id}` puts them back, `confine runs` lists them)")
         if self.left_count:

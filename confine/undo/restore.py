@@ -205,7 +205,10 @@ def restore(dfd: int, entries: list[dict[str, Any]], workdir: str, *, ended_ns: 
                 out.skipped.append(f"{e['path']}: {err.strerror or err} (its directory)")
                 continue
             try:
+                n = out.restored
                 _put(pfd, e, ffd, ended_ns, force, root, out)
+                if out.restored > n:
+                    made.add(e["path"].rpartition("/")[0])     # its mtime is ours now
             finally:
                 os.close(pfd)
         for e in reversed(dirs):
