@@ -1260,10 +1260,15 @@ class FileBroker:
                 if (self.held and dc is not None and len(dc) >= 2 and dc[-2:] == (".git", "index")
                         and not flags & RENAME_EXCHANGE):
                     self._mark_index(opfd, obase, dc)
-                if self.undo is not None:
-                    self._keep_rename(opfd, obase, npfd, nbase, flags)
-                check(libc.renameat2(opfd, obase + (b"/" if oslash else b""),
-                                       npfd, nbase + (b"/" if nslash else b""), flags))
+                kept = (self._keep_rename(opfd, obase, npfd, nbase, flags)
+                        if self.undo is not None else [])
+                try:
+                    check(libc.renameat2(opfd, obase + (b"/" if oslash else b""),
+                                           npfd, nbase + (b"/" if nslash else b""), flags))
+                except OSError:
+                    for at in kept:
+                        self._unkeep(*at)
+                    raise
             finally:
                 os.close(npfd)
         finally:
@@ -1631,7 +1636,8 @@ class FileBroker:
     def _keep_at(self, pfd: int, base: bytes, op: str) -> bool:
         """Ask the keeper to keep the file at base (not followed) before `op`;
         Refused with its reason when it refuses (deletions not approved, no
-        keeper). False: nothing there, or not in the workdir."""
+        keeper). True: kept now (the path's first change); False: nothing
+        there, not in the workdir, made during the run, or kept before."""
         assert self.undo is not None
         rel = self._undo_rel(pfd, base)
         if rel is None:
@@ -1641,12 +1647,12 @@ class FileBroker:
         except OSError:
             return False            # nothing there: the call itself answers
         try:
-            why = self.undo.keep(op, rel, vfd, pfd)
+            why, new = self.undo.keep(op, rel, vfd, pfd)
         finally:
             os.close(vfd)
         if why:
             raise Refused(errno.EACCES, why)
-        return True
+        return new
 
     def _unkeep(self, pfd: int, base: bytes) -> None:
         """The call failed after its file was kept: the keeper forgets it."""
@@ -1678,16 +1684,20 @@ class FileBroker:
         finally:
             os.close(placed[0])
 
-    def _keep_rename(self, opfd: int, obase: bytes, npfd: int, nbase: bytes, flags: int) -> None:
+    def _keep_rename(self, opfd: int, obase: bytes, npfd: int, nbase: bytes,
+                     flags: int) -> list[tuple[int, bytes]]:
         """A rename replaces what is at the destination and moves the source
         away from its name: both kept (a directory moved away stays whole
-        under its new name: only its name is not kept)."""
+        under its new name: only its name is not kept). Returns what was kept."""
+        kept: list[tuple[int, bytes]] = []
         if obase in (b".", b"..") or nbase in (b".", b".."):
-            return
-        if flags & RENAME_NOREPLACE == 0 and _exists_nofollow(npfd, nbase):
-            self._keep_at(npfd, nbase, "rename-over")
-        if not _is_dir(opfd, obase):
-            self._keep_at(opfd, obase, "rename-away")
+            return kept
+        if flags & RENAME_NOREPLACE == 0 and _exists_nofollow(npfd, nbase) \
+                and self._keep_at(npfd, nbase, "rename-over"):
+            kept.append((npfd, nbase))
+        if not _is_dir(opfd, obase) and self._keep_at(opfd, obase, "rename-away"):
+            kept.append((opfd, obase))
+        return kept
 
     # ------------------------------------------------------------ metadata (no mount namespace)
 

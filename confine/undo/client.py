@@ -24,22 +24,24 @@ class KeepClient:
         self.sock = sock
         self.lock = threading.Lock()
 
-    def _ask(self, msg: dict[str, str], fds: list[int]) -> str | None:
+    def _ask(self, msg: dict[str, str], fds: list[int]) -> tuple[str | None, bool]:
         data = json.dumps(msg).encode()
         with self.lock:
             try:
                 socket.send_fds(self.sock, [data], fds)
                 rep = self.sock.recv(REPLY_MAX)
             except OSError:
-                return GONE
-        if rep == b"ok":
-            return None
+                return GONE, False
+        if rep in (b"ok", b"kept"):
+            return None, rep == b"kept"
         if not rep.startswith(b"deny:"):
-            return GONE
-        return rep[5:].decode("utf-8", "replace") or GONE
+            return GONE, False
+        return rep[5:].decode("utf-8", "replace") or GONE, False
 
-    def keep(self, op: str, rel: str, victim: int, parent: int) -> str | None:
-        """None: go on (kept, or nothing to keep); else why the call is refused."""
+    def keep(self, op: str, rel: str, victim: int, parent: int) -> tuple[str | None, bool]:
+        """(None, kept now) to go on; (why, False) when the call is refused.
+        Kept now: this call's change is the path's first (forget it if the
+        call then fails)."""
         return self._ask({"op": op, "path": rel}, [victim, parent])
 
     def forget(self, rel: str) -> None:

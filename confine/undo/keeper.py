@@ -163,8 +163,7 @@ class Keeper:
                         and self.count >= self.ask_above and not self._approve(rel):
                     return b"deny:" + (self.denied or "undo: refused").encode()
                 self.count += 1
-            self._keep(op, rel, vfd, st, kind)
-            return b"ok"
+            return b"kept" if self._keep(op, rel, vfd, st, kind) else b"ok"
 
     # ---------------------------------------------------------------- approvals
 
@@ -284,22 +283,24 @@ class Keeper:
             self.left.append(f"{rel}: {why}")
         self._emit({"action": "not kept", "path": rel, "why": why})
 
-    def _keep(self, op: str, rel: str, vfd: int, st: os.stat_result, kind: str | None) -> None:
+    def _keep(self, op: str, rel: str, vfd: int, st: os.stat_result, kind: str | None) -> bool:
+        """True: an entry was written for rel now."""
         if kind is None:
             self._not_kept(rel, "a device node or socket (not kept)")
-            return
+            return False
         e = self._meta(rel, op, kind, st)
         try:
             if kind == "file":
                 if not self._store(op, rel, vfd, st, e):
-                    return
+                    return False
             elif kind == "symlink":
                 e["target"] = os.fsdecode(os.readlink(b"", dir_fd=vfd))
             self._write(e)
         except OSError as err:
             self._not_kept(rel, err.strerror or str(err), st.st_size)
-            return
+            return False
         self._emit({"action": e.get("how", "kept"), "path": rel, "op": op, "kind": kind})
+        return True
 
     def _store(self, op: str, rel: str, vfd: int, st: os.stat_result, e: dict[str, Any]) -> bool:
         if op == "write" and st.st_size > WRITE_COPY_CAP:
@@ -392,8 +393,8 @@ class Keeper:
     # ---------------------------------------------------------------- the end
 
     def finish(self, say: Callable[[str], None]) -> None:
-        """At exit: the manifest closed, one line for what is kept, one for
-        what is not."""
+        """At exit: the manifest closed; one line for what was not kept, one
+        for deletions refused."""
         if self.thread is not None:
             self.thread.join(timeout=10)
         with self.lock:
@@ -412,9 +413,9 @@ class Keeper:
             say(f"undo: deleting more than {self.ask_above} files that existed at the start was "
                 f"not approved: refused from then on, and those deleted before were put back "
                 f"(run {self.run_id})")
-        elif files:
-            say(f"undo: {files} file(s) the agent removed or changed are kept "
-                f"(`confine undo {self.run_id}` puts them back, `confine runs` lists them)")
+        # What was kept is not said: every run that rewrites a file (a commit in an
+        # existing repository) would print it; the events and `confine runs` have it.
+        self._emit({"action": "finished", "files": files, "not_kept": self.left_count})
         if self.left_count:
             first = printable(self.left[0]) if self.left else ""
             say(f"undo: {self.left_count} change(s) NOT kept ({keep.human(self.left_bytes)}), "
