@@ -53,7 +53,7 @@ if TYPE_CHECKING:
 
 
 def broker_main(sock: socket.socket, guard: Guard | None = None,
-                undo: socket.socket | None = None) -> NoReturn:
+                undo: socket.socket | None = None, undo_started: int = 0) -> NoReturn:
     """Serve requests until the supervisor closes its end. Never returns.
     undo: the supervisor's keeper (confine/undo/), asked before a workdir file
     is removed, replaced or written."""
@@ -61,7 +61,7 @@ def broker_main(sock: socket.socket, guard: Guard | None = None,
     os.umask(0)      # file requests carry the agent's umask and apply it themselves
     files = FileBroker(guard)
     if undo is not None:
-        files.undo = KeepClient(undo)
+        files.undo = KeepClient(undo, undo_started)
     listener = [-1]  # the agent's seccomp listener (ListenerRequest), once sent
 
     def reply(rid: int, answer: Reply, req: FileRequest | SocketRequest | None = None) -> None:

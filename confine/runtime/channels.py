@@ -49,15 +49,16 @@ class MediationChannel:
     # keep a workdir file before it changes it; None/-1: nothing is kept.
     undo_sup: socket.socket | None = None
     undo_fd: int = -1
+    undo_started: int = 0          # the keeper's start (ns): files born later are not asked about
 
     @classmethod
     def open(cls, guard: Any, files: bool, meta: bool = False,
              bind: bool = False, signals: bool = False,
-             dgram: bool = False, undo: bool = False) -> MediationChannel:
+             dgram: bool = False, undo: int = 0) -> MediationChannel:
         """bind: bind and setsockopt are notified too (the supervisor cannot take
         the agent's sockets: mediation/sockfd.py); dgram: UDP sockets are refused by
-        the notifying filter, so the refusal is said (no gateway); undo: the
-        broker asks the undo keeper (the supervisor serves undo_sup)."""
+        the notifying filter, so the refusal is said (no gateway); undo: the undo
+        keeper's start (ns; 0: none): the broker asks it, the supervisor serves undo_sup."""
         sup, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         sync_r, sync_w = os.pipe2(os.O_CLOEXEC)
         hsup, hchild = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -66,7 +67,8 @@ class MediationChannel:
         return cls(broker_sup=sup, broker_fd=child.detach(), sync_r=sync_r, sync_w=sync_w,
                    guard=guard, hand_sup=hsup, hand_child=hchild.detach(),
                    notify_program=_notify_program(files, meta, bind, signals, dgram),
-                   undo_sup=usup, undo_fd=uchild.detach() if uchild is not None else -1)
+                   undo_sup=usup, undo_fd=uchild.detach() if uchild is not None else -1,
+                   undo_started=undo)
 
     def child_fds(self) -> tuple[int, ...]:
         return (self.sync_r, self.broker_fd, self.hand_child) + (
@@ -159,7 +161,8 @@ class MediationChannel:
                 for f in filters:
                     seccomp.load(f)
                 broker_main(socket.socket(fileno=self.broker_fd), self.guard,
-                            socket.socket(fileno=self.undo_fd) if self.undo_fd >= 0 else None)
+                            socket.socket(fileno=self.undo_fd) if self.undo_fd >= 0 else None,
+                            self.undo_started)
             finally:
                 os._exit(0)
         if not in_pid_ns:

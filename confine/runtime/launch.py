@@ -208,7 +208,8 @@ def _launch(plan: Plan, guard: Any, warn: Callable[[str], None] | None,
     med = (MediationChannel.open(guard, files=plan.file_mediation, meta=plan.meta_mediation,
                                  bind=not plan.pidfd_getfd, signals=plan.signal_mediation,
                                  dgram=plan.dgram_notify,
-                                 undo=undo is not None and plan.file_mediation)
+                                 undo=undo.started_ns if undo is not None
+                                 and plan.file_mediation else 0)
            if plan.unix_mediation else None)
     filters = _filters(plan, dgram_notified=med is not None and plan.dgram_notify)
     sigset = set(FORWARD) | {signal.SIGCHLD}

@@ -44,12 +44,21 @@ def _walk(wfd: int, comps: list[str], create: bool) -> int:
     try:
         for c in comps:
             name = os.fsencode(c)
+            made = False
             if create:
                 try:
                     os.mkdir(name, 0o700, dir_fd=cur)
+                    made = True
                 except FileExistsError:
                     pass
             nxt = os.open(name, store.DIR_FLAGS, dir_fd=cur)
+            if made:
+                # a recorded directory gets its own owner, mode and times at the
+                # end; one that was not (the run did not see it go) its parent's owner
+                os.fchmod(nxt, 0o755)
+                if os.geteuid() == 0:
+                    up = os.fstat(cur)
+                    os.fchown(nxt, up.st_uid, up.st_gid)
             os.close(cur)
             cur = nxt
         return cur

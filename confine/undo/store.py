@@ -14,16 +14,17 @@ a symlink, and every entry is checked for shape before it is used.
 """
 from __future__ import annotations
 
-import ctypes
 import json
 import os
-import struct
 from typing import Any
 
-from ..kernel.libc import libc
 from ..protect import keep
 from ..protect.held import MANIFEST
 from ..protect.revert import _RUN_ID, _run_time
+from .client import birth_ns
+
+__all__ = ["birth_ns", "base", "read_json", "write_json", "read_entries", "run_ids", "open_run",
+           "summary"]
 
 ENTRIES = "entries.jsonl"
 FILES = "files"
@@ -34,31 +35,9 @@ ENTRIES_CAP = 64 << 20       # bytes of entries read back
 # towards approvals.deletions; a rename away and a write in place do not)
 COUNTED = frozenset({"unlink", "rename-over", "truncate"})
 
-_STATX_BTIME = 0x800
-_AT_EMPTY_PATH = 0x1000
-_statx_buf = ctypes.create_string_buffer(256)
-
 
 def base() -> str:
     return keep.undo_base()
-
-
-def birth_ns(fd: int) -> int | None:
-    """The file's birth time (statx STATX_BTIME, nanoseconds), None where the
-    file system does not keep one. Called on the keeper's thread only."""
-    try:
-        fn = libc.statx
-    except AttributeError:
-        return None
-    ctypes.set_errno(0)
-    if fn(ctypes.c_int(fd), b"", ctypes.c_int(_AT_EMPTY_PATH), ctypes.c_uint(_STATX_BTIME),
-          _statx_buf) != 0:
-        return None
-    mask = struct.unpack_from("<I", _statx_buf, 0)[0]
-    if not mask & _STATX_BTIME:
-        return None
-    sec, nsec = struct.unpack_from("<qI", _statx_buf, 80)
-    return int(sec * 1_000_000_000 + nsec)
 
 
 def read_json(dfd: int, name: str) -> dict[str, Any] | None:
