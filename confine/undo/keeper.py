@@ -299,7 +299,7 @@ class Keeper:
         except OSError as err:
             self._not_kept(rel, err.strerror or str(err), st.st_size)
             return False
-        self._emit({"action": e.get("how", "kept"), "path": rel, "op": op, "kind": kind})
+        self._emit({"action": e.get("how", "kept"), "path": rel, "op": op, "type": kind})
         return True
 
     def _store(self, op: str, rel: str, vfd: int, st: os.stat_result, e: dict[str, Any]) -> bool:

@@ -197,8 +197,20 @@ def test_what_did_not_fit_is_said(own_state):
         with open(os.path.join(d, f"f{i}"), "wb") as f:
             f.write(os.urandom(4096))
     subprocess.run(["chown", "-R", f"{sb.agent.pw_uid}:{sb.agent.pw_gid}", d], check=True)
-    p = sb.run(["rm", "-rf", "many"], env_extra=["CONFINE_KEEP_BYTES=10K"])
+    logdir = tempfile.mkdtemp(prefix="confine-undo-log-")
+    os.chown(logdir, sb.pw.pw_uid, sb.pw.pw_gid)
+    log = os.path.join(logdir, "log.jsonl")
+    try:
+        p = sb.run(["rm", "-rf", "many"], "--log", log, env_extra=["CONFINE_KEEP_BYTES=10K"])
+        with open(log) as f:
+            events = [json.loads(x) for x in f if '"undo"' in x]
+    finally:
+        shutil.rmtree(logdir)
     assert p.returncode == 0, p.stderr
+    # each decision is in the run's event stream: kept (a link or a copy), not kept and why
+    acts = [e["action"] for e in events if e.get("kind") == "undo"]
+    assert acts.count("not kept") + sum(a in ("link", "copy") for a in acts) == 20, acts
+    assert all("CONFINE_KEEP_BYTES" in e["why"] for e in events if e["action"] == "not kept")
     lines = [x for x in p.stderr.splitlines() if "NOT kept" in x]
     assert len(lines) == 1, p.stderr
     m = re.search(r"undo: (\d+) change\(s\) NOT kept .*over the 10.0 KiB a run may keep", lines[0])
