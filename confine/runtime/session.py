@@ -186,8 +186,9 @@ def _check_approver(approver: str | None, default: str, deletions: bool = False)
     import shlex
     import shutil
     if default != "ask" and not deletions:
-        raise ConfineError("--approver only applies under network.default: ask (this "
-                           "profile refuses every host no rule allows)")
+        raise ConfineError("--approver only applies under network.default: ask or with "
+                           f"deletions asked ({DELETIONS_ENV}): this profile refuses every "
+                           "host no rule allows, and asks about nothing")
     try:
         argv = shlex.split(approver)
     except ValueError as e:
