@@ -1639,14 +1639,17 @@ class FileBroker:
         keeper). True: kept now (the path's first change); False: nothing
         there, not in the workdir, made during the run, or kept before."""
         assert self.undo is not None
-        rel = self._undo_rel(pfd, base)
-        if rel is None:
-            return False
         try:
             vfd = os.open(base, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=pfd)
         except OSError:
             return False            # nothing there: the call itself answers
         try:
+            # the run's own file: nothing to keep, no need to place it
+            if self.undo.made_in_run(vfd):
+                return False
+            rel = self._undo_rel(pfd, base)
+            if rel is None:
+                return False
             why, new = self.undo.keep(op, rel, vfd, pfd)
         finally:
             os.close(vfd)

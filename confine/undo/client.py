@@ -75,12 +75,16 @@ class KeepClient:
     def keep(self, op: str, rel: str, victim: int, parent: int) -> tuple[str | None, bool]:
         """(None, kept now) to go on; (why, False) when the call is refused.
         Kept now: this call's change is the path's first (forget it if the
-        call then fails)."""
-        if self.started_ns:
-            born = birth_ns(victim)
-            if born is not None and born >= self.started_ns:
-                return None, False
+        call then fails). The caller asks made_in_run first."""
         return self._ask({"op": op, "path": rel}, [victim, parent])
+
+    def made_in_run(self, fd: int) -> bool:
+        """The file was born after the keeper started: the run's own, not kept
+        (the keeper judges it the same way; this spares the round trip)."""
+        if not self.started_ns:
+            return False
+        born = birth_ns(fd)
+        return born is not None and born >= self.started_ns
 
     def forget(self, rel: str) -> None:
         """The call failed after its file was kept."""
