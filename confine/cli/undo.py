@@ -106,4 +106,6 @@ def runs(as_json: bool) -> None:
     for s in out:
         what = ", ".join(f"{n} {op}" for op, n in sorted(s["changed"].items()) if op != "parent")
         click.echo(f"{s['run']}  {printable(s['workdir'])}  {what or 'nothing'}"
-                   + (f"  ({len(s['not_kept'])} not kept)" if s["not_kept"] else ""))
+                   + (f"  ({len(s['not_kept'])} not kept)" if s["not_kept"] else "")
+                   + ("  (deletions refused: those made before were put back)"
+                      if s["deletions_refused"] else ""))

@@ -230,7 +230,7 @@ class Keeper:
             "version": 1, "run": self.run_id, "workdir": self.workdir,
             "started": self.started_ns / 1e9, "ended_ns": ended_ns,
             "ended": ended_ns / 1e9 if ended_ns is not None else None,
-            "counted": self.count, "not_kept_count": self.left_count,
+            "counted": self.count, "denied": self.denied, "not_kept_count": self.left_count,
             "not_kept": self.left[:LEFT_LISTED]})
 
     def _write(self, e: dict[str, Any]) -> None:

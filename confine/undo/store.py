@@ -146,6 +146,7 @@ def summary(run: str, dfd: int) -> dict[str, Any]:
             "ended": m.get("ended"), "changed": by, "kept": sum(
                 1 for e in entries if e.get("kind") != "file" or e.get("store")),
             "not_kept": m.get("not_kept", []),
+            "deletions_refused": bool(m.get("denied")),
             "paths": [{"path": e["path"], "op": e.get("op"), "kind": e["kind"],
                        "kept": e.get("how") or ("meta" if e["kind"] != "file" else None)}
                       for e in entries]}

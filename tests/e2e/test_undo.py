@@ -279,6 +279,7 @@ def test_deletions_above_the_threshold_are_asked(own_state, answer):
         assert p.returncode != 0
         assert "not approved" in p.stderr and "Permission denied" in p.stderr, p.stderr
         assert _state(src) == before             # nothing is deleted
+        assert _runs(sb)[-1]["deletions_refused"] is True
         return
     assert p.returncode == 0, p.stderr
     assert not os.path.exists(src)               # allowed: all of it went
