@@ -70,6 +70,9 @@ class KeepClient:
             return None, rep == b"kept"
         if not rep.startswith(b"deny:"):
             return GONE, False
+        # once refused, every file is asked about: what a refusal put back is
+        # newly born but the start's (the keeper knows which)
+        self.started_ns = 0
         return rep[5:].decode("utf-8", "replace") or GONE, False
 
     def keep(self, op: str, rel: str, victim: int, parent: int) -> tuple[str | None, bool]:

@@ -86,6 +86,7 @@ class Keeper:
         self.count = 0                      # deletions and overwrites of start files
         self.allowed = False
         self.denied: str | None = None
+        self.put_back: set[tuple[int, int]] = set()    # files a refusal put back
         self.left: list[str] = []
         self.left_count = 0
         self.left_bytes = 0
@@ -146,19 +147,22 @@ class Keeper:
                 # before anything in it changes: its mode and times as at the start
                 self._note_dir(pfd, parent)
             st = os.fstat(vfd)
+            born = store.birth_ns(vfd)
+            new = (born is not None and born >= self.started_ns
+                   and (st.st_dev, st.st_ino) not in self.put_back)
+            kind = _kind(st.st_mode)
+            counted = op in store.COUNTED and kind != "dir"
+            if counted and self.denied and not new:
+                return b"deny:" + self.denied.encode()    # a start file, kept before or not
             old = self.entries.get(rel)
             if old is not None:
                 if op == "rmdir" and old["op"] == "parent":
                     self._forget(rel)
                     self._write(dict(old, op="rmdir"))
                 return b"ok"                # its start version is kept already
-            born = store.birth_ns(vfd)
-            if born is not None and born >= self.started_ns:
+            if new:
                 return b"ok"                # made during the run
-            kind = _kind(st.st_mode)
-            if op in store.COUNTED and kind != "dir":
-                if self.denied:
-                    return b"deny:" + self.denied.encode()
+            if counted:
                 if self.ask_above is not None and not self.allowed \
                         and self.count >= self.ask_above and not self._approve(rel):
                     return b"deny:" + (self.denied or "undo: refused").encode()
@@ -185,6 +189,8 @@ class Keeper:
         put = restore(self.dfd, list(self.entries.values()), self.workdir,
                       ended_ns=time.time_ns(), ops=store.COUNTED) if self.dfd is not None else None
         back = put.restored if put is not None else 0
+        if put is not None:
+            self.put_back.update(put.made)
         self.denied = (f"undo: deleting or overwriting more than {self.ask_above} files that "
                        "existed at the start was not approved (approvals.deletions.ask_above): "
                        f"refused for the rest of the run; {back} put back")

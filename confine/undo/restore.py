@@ -32,6 +32,9 @@ class Outcome:
     restored: int = 0
     unchanged: int = 0
     skipped: list[str] = field(default_factory=list)
+    # (st_dev, st_ino) of what was put back: during the run these count as files of
+    # the start (a refused deletion's put-back must not make them the run's own)
+    made: list[tuple[int, int]] = field(default_factory=list)
 
 
 def wanted(path: str, paths: Sequence[str]) -> bool:
@@ -168,6 +171,8 @@ def _put(pfd: int, e: dict[str, Any], ffd: int, ended_ns: int, force: bool, root
     try:
         _make(pfd, tmp, e, ffd, root)
         os.rename(tmp, name, src_dir_fd=pfd, dst_dir_fd=pfd)
+        st = os.lstat(name, dir_fd=pfd)
+        out.made.append((st.st_dev, st.st_ino))
     except OSError as err:
         try:
             os.unlink(tmp, dir_fd=pfd)
