@@ -579,6 +579,28 @@ def _no_held_leftovers(request):
                 shutil.rmtree(d, ignore_errors=True)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _no_run_leftovers_at_the_end():
+    """Runs made by a module-scoped fixture (set up before the snapshot above) are
+    removed at the end of the session, when their workdir was one of its own."""
+    yield
+    for b in HELD_BASES:
+        try:
+            names = os.listdir(b)
+        except OSError:
+            continue
+        for n in names:
+            d = os.path.join(b, n)
+            try:
+                with open(os.path.join(d, "manifest.json")) as f:
+                    wd = json.load(f).get("workdir", "")
+            except (OSError, ValueError, AttributeError):
+                continue
+            if isinstance(wd, str) and any(wd == w or wd.startswith(w + "/")
+                                           for w in _MY_WORKDIRS):
+                shutil.rmtree(d, ignore_errors=True)
+
+
 def make_sdist(where: str, pw) -> str:
     """A local source distribution: pip builds a wheel from it and keeps that wheel
     in its cache (the second install says "Using cached")."""
