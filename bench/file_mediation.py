@@ -4,10 +4,12 @@
 Run by hand (as root or a user), from a directory you own:
     python3 bench/file_mediation.py [N]
 Inside `confine exec`, every open for writing, creat, mkdir, rename, link,
-symlink, mknod and truncate is a seccomp notification the supervisor hands to
-the broker (confine/mediation/files.py); read-only opens are not mediated. This
-times N of each kind of call unconfined and confined, then a small git
-workload (init, 500 files, add, commit) both ways.
+symlink, mknod, truncate, unlink and rmdir is a seccomp notification the
+supervisor hands to the broker (confine/mediation/files.py); read-only opens
+are not mediated. This times N of each kind of call unconfined and confined,
+then what undo adds (confine/undo/: N files made before the run, each
+deleted, and N each overwritten with O_TRUNC: a link, a copy), then a small
+git workload (init, 500 files, add, commit) both ways.
 bench/run.py imports `measure` (same code, as a chosen user, in a chosen place).
 """
 import json
@@ -45,15 +47,47 @@ out = {
 }
 print(json.dumps(out))
 """
-# How many mediated calls each kind makes (unlink and rmdir are not mediated).
+# How many mediated calls each kind makes.
 MEDIATED_CALLS = {
     "open read-only (not mediated)": 0,
     "open O_WRONLY|O_CREAT|O_TRUNC, existing": 1,
-    "create + unlink a new file": 1,
-    "mkdir + rmdir": 1,
+    "create + unlink a new file": 2,
+    "mkdir + rmdir": 2,
     "mkdir of an existing directory (EEXIST)": 1,
     "rename there and back": 2,
+    "undo: unlink a file there at the start (kept: a link)": 1,
+    "undo: O_TRUNC + write 4 KiB of a file there at the start (kept: a copy)": 1,
 }
+# Files that exist before the run: what undo keeps (a file made during the run is not).
+UNDO_INNER = r"""
+import json, os, sys, time
+n = int(sys.argv[1])
+def each(fn):
+    t = time.perf_counter()
+    for i in range(n): fn(i)
+    return (time.perf_counter() - t) / n * 1e6
+def over(i):
+    fd = os.open("o/%d" % i, os.O_WRONLY | os.O_TRUNC)
+    os.write(fd, b"y" * 4096)
+    os.close(fd)
+print(json.dumps({
+    "undo: unlink a file there at the start (kept: a link)": each(lambda i: os.unlink("k/%d" % i)),
+    "undo: O_TRUNC + write 4 KiB of a file there at the start (kept: a copy)": each(over),
+}))
+"""
+
+
+def _undo_files(wd, n, user):
+    """n files of 4 KiB in k/ (deleted) and o/ (overwritten), made before the run."""
+    for d in ("k", "o"):
+        shutil.rmtree(os.path.join(wd, d), ignore_errors=True)
+        os.mkdir(os.path.join(wd, d))
+        for i in range(n):
+            with open(os.path.join(wd, d, str(i)), "wb") as f:
+                f.write(b"x" * 4096)
+    if user is not None and os.geteuid() == 0:
+        subprocess.run(["chown", "-R", user, os.path.join(wd, "k"), os.path.join(wd, "o")],
+                       check=True)
 GIT = r"""
 set -e
 d=repo-$$ && git init -q $d && cd $d
@@ -88,6 +122,14 @@ def measure(n=2000, confine=None, user=None, parent=None, git=True):
 
         bare = json.loads(run([PY, script, str(n)], False)[0])
         inside = json.loads(run([PY, script, str(n)], True)[0].splitlines()[-1])
+        undo_script = os.path.join(wd, "undo_inner.py")
+        with open(undo_script, "w") as f:
+            f.write(UNDO_INNER)
+        os.chmod(undo_script, 0o644)
+        _undo_files(wd, n, user)
+        bare.update(json.loads(run([PY, undo_script, str(n)], False)[0]))
+        _undo_files(wd, n, user)
+        inside.update(json.loads(run([PY, undo_script, str(n)], True)[0].splitlines()[-1]))
         calls = {}
         for k in bare:
             added = inside[k] - bare[k]
@@ -113,7 +155,7 @@ def main():
         sys.exit(str(e))
     print(f"per call, {n} calls each (us): unconfined / confined / added")
     for k, v in r["calls"].items():
-        print(f"  {k:42s} {v['bare']:8.1f} {v['confined']:8.1f} {v['added']:+8.1f}")
+        print(f"  {k:72s} {v['bare']:8.1f} {v['confined']:8.1f} {v['added']:+8.1f}")
     if "git" in r:
         g = r["git"]
         print(f"git init + 500 files + add + commit: unconfined {g['bare']:.2f} s, confined {g['confined']:.2f} s "

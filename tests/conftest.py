@@ -528,7 +528,10 @@ HELD_BASES = ("/var/lib/confine/held",
               os.path.expanduser("~confine-test/.local/state/confine/held"),
               # the runs' records (journal/store.py): one file per run, RUN.jsonl
               "/var/lib/confine/runs",
-              os.path.expanduser("~confine-test/.local/state/confine/runs"))
+              os.path.expanduser("~confine-test/.local/state/confine/runs"),
+              # what runs kept for `confine undo` (confine/undo/): same manifest
+              "/var/lib/confine/undo",
+              os.path.expanduser("~confine-test/.local/state/confine/undo"))
 
 
 @pytest.fixture(autouse=True)
@@ -587,6 +590,28 @@ def _no_held_leftovers(request):
                         pass
                 else:
                     shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_run_leftovers_at_the_end():
+    """Runs made by a module-scoped fixture (set up before the snapshot above) are
+    removed at the end of the session, when their workdir was one of its own."""
+    yield
+    for b in HELD_BASES:
+        try:
+            names = os.listdir(b)
+        except OSError:
+            continue
+        for n in names:
+            d = os.path.join(b, n)
+            try:
+                with open(os.path.join(d, "manifest.json")) as f:
+                    wd = json.load(f).get("workdir", "")
+            except (OSError, ValueError, AttributeError):
+                continue
+            if isinstance(wd, str) and any(wd == w or wd.startswith(w + "/")
+                                           for w in _MY_WORKDIRS):
+                shutil.rmtree(d, ignore_errors=True)
 
 
 def make_sdist(where: str, pw) -> str:

@@ -78,7 +78,8 @@ def main(argv: list[str] | None = None) -> NoReturn:
 # not pay for the prober, the exporters and their imports at every start.
 _LAZY = {"probe": (".probe", "probe"), "audit": (".probe", "audit"),
          "export": (".export", "export"), "explain": (".explain", "explain"),
-         "held": (".held", "held"), "log": (".log", "log")}
+         "held": (".held", "held"), "log": (".log", "log"), "undo": (".undo", "undo"),
+         "runs": (".undo", "runs")}
 
 
 class _LazyGroup(click.Group):

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Callable, NoReturn
 
 from confine.kernel import notify
 from confine.kernel.libc import libc
+from confine.undo.client import KeepClient
 
 from . import sockfd
 from .files import AskFirst, Deferred, FileBroker, Refused, Task
@@ -56,11 +57,16 @@ if TYPE_CHECKING:
     from confine.protect.guard import Guard
 
 
-def broker_main(sock: socket.socket, guard: Guard | None = None) -> NoReturn:
-    """Serve requests until the supervisor closes its end. Never returns."""
+def broker_main(sock: socket.socket, guard: Guard | None = None,
+                undo: socket.socket | None = None, undo_started: int = 0) -> NoReturn:
+    """Serve requests until the supervisor closes its end. Never returns.
+    undo: the supervisor's keeper (confine/undo/), asked before a workdir file
+    is removed, replaced or written."""
     lock = threading.Lock()
     os.umask(0)      # file requests carry the agent's umask and apply it themselves
     files = FileBroker(guard)
+    if undo is not None:
+        files.undo = KeepClient(undo, undo_started)
     listener = [-1]  # the agent's seccomp listener (ListenerRequest), once sent
     verdicts = _Verdicts()
 

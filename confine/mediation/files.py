@@ -87,6 +87,7 @@ from confine.protect import gitlink
 from confine.protect.gitconfig import ConfigItem
 from confine.protect.guard import INTERNAL, VET, VET_MODULES, fold, root_key
 from confine.protect.held import held_key, mark_skip_worktree
+from confine.undo.client import KeepClient
 
 from ..record import NamedTuple
 from .wire import (
@@ -389,6 +390,9 @@ class FileBroker:
                     os.close(fd)
         self.root = os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
         self.umasks = Umasks()
+        # The supervisor's keeper (confine/undo/): files of the workdir are kept
+        # there before they are removed, replaced or written; None: nothing is kept.
+        self.undo: KeepClient | None = None
         # The thread that receives requests (broker.py): a call on it that might
         # block raises Deferred instead.
         self.inline: int | None = None
@@ -1147,6 +1151,9 @@ class FileBroker:
                             # O_RDONLY|O_TRUNC truncates with no write access that
                             # Landlock below ABI 3 would check
                             self._check_truncate(opath)
+                        if writing and fmt == stat.S_IFREG and self.undo is not None:
+                            self._keep_file(opath, "truncate" if flags & os.O_TRUNC else "write",
+                                            None if proc or slash else (pfd, base))
                         # The very file judged, opened the way the agent asked (O_TRUNC,
                         # permissions, read-only mounts: the kernel's own order).
                         # (only O_TMPFILE makes a file here: the mode is for it)
@@ -1169,6 +1176,7 @@ class FileBroker:
         try:
             self._check_write(opath)
             self._check_truncate(opath)
+            self._keep_file(opath, "truncate")
             os.truncate(f"/proc/self/fd/{opath}", length)
         finally:
             os.close(opath)
@@ -1326,8 +1334,15 @@ class FileBroker:
                 if (self.held and dc is not None and len(dc) >= 2 and dc[-2:] == (".git", "index")
                         and not flags & RENAME_EXCHANGE):
                     self._mark_index(opfd, obase, dc)
-                check(libc.renameat2(opfd, obase + (b"/" if oslash else b""),
-                                       npfd, nbase + (b"/" if nslash else b""), flags))
+                kept = (self._keep_rename(opfd, obase, npfd, nbase, flags)
+                        if self.undo is not None else [])
+                try:
+                    check(libc.renameat2(opfd, obase + (b"/" if oslash else b""),
+                                           npfd, nbase + (b"/" if nslash else b""), flags))
+                except OSError:
+                    for at in kept:
+                        self._unkeep(*at)
+                    raise
             finally:
                 os.close(npfd)
         finally:
@@ -1656,6 +1671,111 @@ class FileBroker:
         held = os.open(f"/proc/self/fd/{fd}", os.O_PATH | os.O_CLOEXEC)
         self.vetted[_ident(os.fstat(held))] = held
 
+    # ------------------------------------------------------------ removal and undo
+
+    def remove(self, task: Task, dirfd: int, path: bytes, rmdir: bool) -> int:
+        """unlink or rmdir of the last component itself (never followed), after
+        the keeper kept what the workdir held there at the start. The call
+        runs here, in the agent's Landlock domain: its rights and the
+        read-only binds answer as they would the agent."""
+        pfd, base, slash = self._walk(task, dirfd, path)
+        try:
+            kept = False
+            if self.undo is not None and base not in (b".", b".."):
+                kept = self._keep_at(pfd, base, "rmdir" if rmdir else "unlink")
+            name = base + (b"/" if slash else b"")
+            try:
+                if rmdir:
+                    os.rmdir(name, dir_fd=pfd)
+                else:
+                    os.unlink(name, dir_fd=pfd)
+            except OSError:
+                if kept:
+                    self._unkeep(pfd, base)
+                raise
+        finally:
+            os.close(pfd)
+        return 0
+
+    def _undo_rel(self, pfd: int, base: bytes) -> str | None:
+        """The workdir-relative path of base in pfd, None outside the workdir
+        (another protected root, the TMPDIR, the held area: not kept)."""
+        if self.guard is None:
+            return None
+        comps = self._position(pfd, base)
+        if comps is None or not comps or root_key(comps):
+            return None
+        return "/".join(comps)
+
+    def _keep_at(self, pfd: int, base: bytes, op: str) -> bool:
+        """Ask the keeper to keep the file at base (not followed) before `op`;
+        Refused with its reason when it refuses (deletions not approved, no
+        keeper). True: kept now (the path's first change); False: nothing
+        there, not in the workdir, made during the run, or kept before."""
+        assert self.undo is not None
+        try:
+            vfd = os.open(base, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=pfd)
+        except OSError:
+            return False            # nothing there: the call itself answers
+        try:
+            # the run's own file: nothing to keep, no need to place it
+            if self.undo.made_in_run(vfd):
+                return False
+            rel = self._undo_rel(pfd, base)
+            if rel is None:
+                return False
+            why, new = self.undo.keep(op, rel, vfd, pfd)
+        finally:
+            os.close(vfd)
+        if why:
+            raise Refused(errno.EACCES, why)
+        return new
+
+    def _unkeep(self, pfd: int, base: bytes) -> None:
+        """The call failed after its file was kept: the keeper forgets it."""
+        assert self.undo is not None
+        try:
+            rel = self._undo_rel(pfd, base)
+        except (OSError, Refused):
+            return
+        if rel is not None:
+            self.undo.forget(rel)
+
+    def _keep_file(self, fd: int, op: str, at: tuple[int, bytes] | None = None) -> None:
+        """The regular file fd (O_PATH) is about to be truncated or written in
+        place: the keeper copies it first (a link would share the change).
+        at: its pinned parent and name, else it is placed by the kernel's name."""
+        if self.undo is None or self.guard is None:
+            return
+        st = os.fstat(fd)
+        if st.st_nlink == 0:
+            return
+        if at is not None:
+            self._keep_at(*at, op)
+            return
+        placed = self._placed(fd, st)
+        if placed is None:
+            return              # not placed: _check_write refused what is protected
+        try:
+            self._keep_at(*placed, op)
+        finally:
+            os.close(placed[0])
+
+    def _keep_rename(self, opfd: int, obase: bytes, npfd: int, nbase: bytes,
+                     flags: int) -> list[tuple[int, bytes]]:
+        """A rename replaces what is at the destination and moves the source
+        away from its name: both kept (a directory moved away stays whole
+        under its new name: only its name is not kept). Returns what was kept."""
+        kept: list[tuple[int, bytes]] = []
+        if obase in (b".", b"..") or nbase in (b".", b".."):
+            return kept
+        if flags & RENAME_NOREPLACE == 0 and _exists_nofollow(npfd, nbase) \
+                and self._keep_at(npfd, nbase, "rename-over"):
+            kept.append((npfd, nbase))
+        if not _is_dir(opfd, obase) and self._keep_at(opfd, obase, "rename-away"):
+            kept.append((opfd, obase))
+        return kept
+
     # ------------------------------------------------------------ metadata (no mount namespace)
 
     def set_writable(self, roots: list[int], holes: list[int]) -> None:
@@ -1815,6 +1935,9 @@ class FileBroker:
                 return Reply(0, reason=self._approved_line(fd) or self._said.line, fd=fd)
             if op == Op.TRUNCATE:
                 ret = self.truncate(task, d1, p1, req.arg)
+            elif op in (Op.UNLINK, Op.RMDIR):
+                with self.lock:
+                    ret = self.remove(task, d1, p1, op == Op.RMDIR)
             elif op in _MAKES_NAMES:
                 with self.lock:
                     if op == Op.MKDIR:
@@ -1864,6 +1987,14 @@ def _is_file(pfd: int, base: bytes) -> bool:
         return stat.S_ISREG(os.lstat(base, dir_fd=pfd).st_mode)
     except OSError:
         return False
+
+
+def _exists_nofollow(pfd: int, base: bytes) -> bool:
+    try:
+        os.lstat(base, dir_fd=pfd)
+    except OSError:
+        return False
+    return True
 
 
 def _is_dir(pfd: int, base: bytes) -> bool:

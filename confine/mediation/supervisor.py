@@ -97,6 +97,7 @@ AT_FDCWD = -100
 _O_TMPFILE = os.O_TMPFILE & ~os.O_DIRECTORY    # makes a file: the umask applies
 AT_SYMLINK_NOFOLLOW = 0x100
 AT_EMPTY_PATH = 0x1000
+AT_REMOVEDIR = 0x200
 O_PATH_FLAG = 0o10000000
 U32 = 0xFFFFFFFF
 
@@ -1470,7 +1471,21 @@ _FILE_DECODERS: dict[str, Callable[[list[int], int], _FileCall | None]] = {
     "rename": lambda a, pid: _FileCall(Op.RENAME, [(AT_FDCWD, a[0]), (AT_FDCWD, a[1])]),
     "renameat": lambda a, pid: _FileCall(Op.RENAME, [(a[0], a[1]), (a[2], a[3])]),
     "renameat2": lambda a, pid: _FileCall(Op.RENAME, [(a[0], a[1]), (a[2], a[3])], _i32(a[4])),
+    "unlink": lambda a, pid: _FileCall(Op.UNLINK, [(AT_FDCWD, a[0])]),
+    "rmdir": lambda a, pid: _FileCall(Op.RMDIR, [(AT_FDCWD, a[0])]),
+    "unlinkat": lambda a, pid: _unlinkat(a),
 }
+
+
+def _unlinkat(a: list[int]) -> _FileCall | None:
+    """unlinkat(dirfd, path, flags): AT_REMOVEDIR is rmdir; any other flag EINVAL."""
+    flags = _i32(a[2])
+    if flags & ~AT_REMOVEDIR:
+        return None
+    return _FileCall(Op.RMDIR if flags & AT_REMOVEDIR else Op.UNLINK, [(a[0], a[1])])
+
+
+
 def _meta_at(op: Op, dfd: int, path: int, flags: int, **kw: Any) -> _MetaCall | None:
     """An *at form: a NULL path is the descriptor's own file with AT_EMPTY_PATH,
     EFAULT without (as the kernel)."""

@@ -42,6 +42,8 @@ class Op(enum.IntEnum):
     SYMLINK = 14
     LINK = 15
     RENAME = 16
+    UNLINK = 17     # unlink, unlinkat without AT_REMOVEDIR
+    RMDIR = 18      # rmdir, unlinkat with AT_REMOVEDIR
     CHMOD = 20      # metadata calls, without a mount namespace (see MetaRequest)
     CHOWN = 21
     UTIMES = 22
@@ -52,7 +54,8 @@ class Op(enum.IntEnum):
 
 SOCKET_OPS = frozenset({Op.CONNECT, Op.SENDTO, Op.SENDMSG, Op.LISTEN, Op.ROOTS, Op.NEWSOCK})
 CONFIG_OPS = frozenset({Op.ASKS, Op.VERDICT})
-FILE_OPS = frozenset({Op.OPEN, Op.TRUNCATE, Op.MKDIR, Op.MKNOD, Op.SYMLINK, Op.LINK, Op.RENAME})
+FILE_OPS = frozenset({Op.OPEN, Op.TRUNCATE, Op.MKDIR, Op.MKNOD, Op.SYMLINK, Op.LINK, Op.RENAME,
+                      Op.UNLINK, Op.RMDIR})
 META_OPS = frozenset({Op.CHMOD, Op.CHOWN, Op.UTIMES, Op.SETXATTR, Op.REMOVEXATTR})
 XATTR_SIZE_MAX = 65536             # the kernel's own limits, checked before copying
 XATTR_NAME_MAX = 255

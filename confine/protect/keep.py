@@ -1,6 +1,7 @@
 """Bounds across runs on what confine keeps for the person: held files
-(held.py, `held_base()`) and the quarantine (revert.py, `default_quarantine_dir`);
-the runs' records (journal/store.py `bound`) by the same KEEP_BYTES and KEEP_DAYS.
+(held.py, `held_base()`), the quarantine (revert.py, `default_quarantine_dir`)
+and what `confine undo` puts back (confine/undo/, `undo_base()`); the runs' records
+(journal/store.py `bound`) by the same KEEP_BYTES and KEEP_DAYS.
 
 Each run is bounded on its own (held.COPY_CAP, revert.QUARANTINE_COPY_CAP and
 their entry caps), but nothing expired the runs: an agent started again and
@@ -30,17 +31,26 @@ import time
 from collections.abc import Callable
 
 from ..errors import ConfineError, printable
+from ..paths import state_dir
 from ..record import dataclass
 from .held import MANIFEST, _read_json
 from .revert import _RUN_ID, QUARANTINE_WORKDIR, _run_time, remove_at
 
-KEEP_BYTES = 1 << 30            # each store (held, quarantine) keeps at most this on disk ...
+KEEP_BYTES = 1 << 30            # each store (held, quarantine, undo) keeps at most this on disk ...
 KEEP_DAYS = 30                  # ... and no run older than this
 BYTES_ENV = "CONFINE_KEEP_BYTES"
 DAYS_ENV = "CONFINE_KEEP_DAYS"
 SIZE_DEPTH = 512                # directory levels counted below a run (a descriptor each)
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _UNITS = re.compile(r"(\d+)\s*([KMGT]i?B?|B)?", re.IGNORECASE)
+
+
+def undo_base(*, euid: int | None = None, home: str | None = None) -> str:
+    """The undo store (confine/undo/store.py): /var/lib/confine/undo as root,
+    else $XDG_STATE_HOME (~/.local/state)/confine/undo. A run there holds
+    links to (or copies of) workdir files; a run's own bound is
+    Limits.max_bytes too (no run keeps more than the store may)."""
+    return state_dir("undo", euid=euid, home=home)
 
 
 @dataclass

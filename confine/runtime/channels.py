@@ -45,33 +45,48 @@ class MediationChannel:
     # has dropped to the agent's uid before its listener exists.
     hand_sup: socket.socket
     hand_child: int
+    # The undo keeper's pair (confine/undo/): the broker asks the supervisor to
+    # keep a workdir file before it changes it; None/-1: nothing is kept.
+    undo_sup: socket.socket | None = None
+    undo_fd: int = -1
+    undo_started: int = 0          # the keeper's start (ns): files born later are not asked about
 
     @classmethod
     def open(cls, guard: Any, files: bool, meta: bool = False,
              bind: bool = False, signals: bool = False,
-             dgram: bool = False, exec_: bool = False) -> MediationChannel:
+             dgram: bool = False, exec_: bool = False, undo: int = 0) -> MediationChannel:
         """bind: bind and setsockopt are notified too (the supervisor cannot take
         the agent's sockets: mediation/sockfd.py); dgram: UDP sockets are refused by
-        the notifying filter, so the refusal is said (no gateway)."""
+        the notifying filter, so the refusal is said (no gateway); undo: the undo
+        keeper's start (ns; 0: none): the broker asks it, the supervisor serves undo_sup."""
         sup, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         sync_r, sync_w = os.pipe2(os.O_CLOEXEC)
         hsup, hchild = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        usup, uchild = (socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET) if undo
+                        else (None, None))
         return cls(broker_sup=sup, broker_fd=child.detach(), sync_r=sync_r, sync_w=sync_w,
                    guard=guard, hand_sup=hsup, hand_child=hchild.detach(),
-                   notify_program=_notify_program(files, meta, bind, signals, dgram, exec_))
+                   notify_program=_notify_program(files, meta, bind, signals, dgram, exec_),
+                   undo_sup=usup, undo_fd=uchild.detach() if uchild is not None else -1,
+                   undo_started=undo)
 
     def child_fds(self) -> tuple[int, ...]:
-        return (self.sync_r, self.broker_fd, self.hand_child)
+        return (self.sync_r, self.broker_fd, self.hand_child) + (
+            (self.undo_fd,) if self.undo_fd >= 0 else ())
 
     def close_supervisor_ends_in_child(self) -> None:
         self.broker_sup.close()
         os.close(self.sync_w)
         self.hand_sup.close()
+        if self.undo_sup is not None:
+            self.undo_sup.close()
 
     def close_child_ends(self) -> None:
         os.close(self.sync_r)
         os.close(self.broker_fd)
         os.close(self.hand_child)
+        if self.undo_fd >= 0:
+            os.close(self.undo_fd)
 
     def close_sync(self) -> None:
         os.close(self.sync_r)
@@ -145,9 +160,14 @@ class MediationChannel:
                 caps.set_dumpable(False)
                 for f in filters:
                     seccomp.load(f)
-                broker_main(socket.socket(fileno=self.broker_fd), self.guard)
+                broker_main(socket.socket(fileno=self.broker_fd), self.guard,
+                            socket.socket(fileno=self.undo_fd) if self.undo_fd >= 0 else None,
+                            self.undo_started)
             finally:
                 os._exit(0)
         if not in_pid_ns:
             os.waitpid(first, 0)
         os.close(self.broker_fd)
+        if self.undo_fd >= 0:
+            os.close(self.undo_fd)
+            self.undo_fd = -1

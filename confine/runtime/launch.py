@@ -99,7 +99,7 @@ def launch(plan: Plan, *, guard: Any = None,
            on_sockets: Callable[[list[int]], None] | None = None,
            events: Any = None, in_tmp: Callable[[], None] | None = None,
            after_fork: Callable[[], None] | None = None,
-           before_walk: Callable[[], None] | None = None) -> Outcome:
+           before_walk: Callable[[], None] | None = None, undo: Any = None) -> Outcome:
     """Run the plan. Returns the command's status (128+N if killed by signal N);
     raises CommandNotFound/CommandNotExecutable/ConfineError for failures before exec.
     inet: the egress gateway's routes (mediation.InetRoutes), required when it runs;
@@ -109,7 +109,9 @@ def launch(plan: Plan, *, guard: Any = None,
     after_fork: called once the child is forked and holds the only copies of its ends
     of the pipes and sockets (the supervisor still single-threaded), while it runs;
     before_walk: called once the agent has exited, before the leftover walk (it
-    ends the caller's own helpers of the run, which the walk would else freeze)."""
+    ends the caller's own helpers of the run, which the walk would else freeze);
+    undo: the run's undo keeper (confine/undo/keeper.py), served while file calls
+    are mediated."""
     if plan.egress and plan.unix_mediation and inet is None:
         raise ConfineError("the egress gateway is not running: refusing to run")
     if plan.gateway_ports and on_sockets is None:
@@ -132,7 +134,7 @@ def launch(plan: Plan, *, guard: Any = None,
                                    f"{e.strerror or e}") from None
         return _launch(plan, guard, warn, cg, stdio=stdio, timeout=timeout, inet=inet,
                        on_sockets=on_sockets, events=events, after_fork=after_fork,
-                       before_walk=before_walk)
+                       before_walk=before_walk, undo=undo)
     finally:
         if cg is not None:
             try:
@@ -198,14 +200,16 @@ def _launch(plan: Plan, guard: Any, warn: Callable[[str], None] | None,
             timeout: float | None = None, inet: Any = None,
             on_sockets: Callable[[list[int]], None] | None = None,
             events: Any = None, after_fork: Callable[[], None] | None = None,
-            before_walk: Callable[[], None] | None = None) -> Outcome:
+            before_walk: Callable[[], None] | None = None, undo: Any = None) -> Outcome:
     _check_mediate_as(plan)
     ruleset = _empty_ruleset(plan)
     rules_r, rules_w = os.pipe2(os.O_CLOEXEC) if ruleset is not None else (None, None)
     status_r, status_w = os.pipe2(os.O_CLOEXEC)
     med = (MediationChannel.open(guard, files=plan.file_mediation, meta=plan.meta_mediation,
                                  bind=not plan.pidfd_getfd, signals=plan.signal_mediation,
-                                 dgram=plan.dgram_notify, exec_=plan.exec_notify)
+                                 dgram=plan.dgram_notify, exec_=plan.exec_notify,
+                                 undo=undo.started_ns if undo is not None
+                                 and plan.file_mediation else 0)
            if plan.unix_mediation else None)
     filters = _filters(plan, dgram_notified=med is not None and plan.dgram_notify)
     sigset = set(FORWARD) | {signal.SIGCHLD}
@@ -253,6 +257,8 @@ def _launch(plan: Plan, guard: Any, warn: Callable[[str], None] | None,
         rules_failure = _complete_rules(ruleset, plan, pid, rules_r, rules_w)
         if after_fork is not None:
             after_fork()
+        if med is not None and med.undo_sup is not None:
+            undo.serve(med.undo_sup)     # after after_fork: that may fork, single-threaded
         if watch is not None:
             watch.add_pid(pid)
             watch.start()

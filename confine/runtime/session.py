@@ -471,11 +471,13 @@ class Session:
         hold = self._hold = _SignalHold()
         held_fd: list[int] = []
         ran = False
+        keeper: Any = None
         try:
             plan = self._start_credentials(plan, say)
             plan = self._start_egress(plan)
             plan, offer, serve = self._delegation(plan)
             eg = self.egress
+            keeper = self._undo_keeper(plan, keep_limits, say)
             # exclusive: nothing is mediated for the guard to judge (its verdicts serve the exit)
             outcome = launch(plan, guard=None if self.exclusive else self.guard, warn=say,
                              stdio=stdio, timeout=timeout,
@@ -484,7 +486,7 @@ class Session:
                              else None, events=self.events,
                              in_tmp=lambda: self._in_tmp(held_fd, offer),
                              after_fork=lambda: self._forked(serve),
-                             before_walk=self._stop_server)
+                             before_walk=self._stop_server, undo=keeper)
             result.status, result.steps = outcome.status, outcome.steps
             result.timed_out = outcome.timed_out
             ran = True
@@ -507,6 +509,8 @@ class Session:
             hold.also_stops()
             keep = self._exclusive_keeper(say)
             result.report = self._exit_check(plan.mount_ns, say, keep)
+            if keeper is not None:
+                keeper.finish(say)
             result.held_roots = (self._exclusive_held(keep, say) if keep is not None
                                  else self._collect_held(held_fd[0] if held_fd else None, say))
             result.held = result.held_roots[0] if result.held_roots else None
@@ -560,6 +564,32 @@ class Session:
     def _forked(self, serve: Callable[[], None]) -> None:
         serve()
         self.events.forked()       # threads only now (kernel/cgroup.py fork_into)
+
+    def _undo_keeper(self, plan: Plan, lim: Any, say: Warn) -> Any:
+        """The run's undo keeper (confine/undo/), where the broker performs the
+        workdir's file calls (the name guard is on); None elsewhere."""
+        if not plan.file_mediation or self.guard is None or self.snapshot is None:
+            return None
+        from ..approval import Event
+        from ..undo import keeper
+        spec = plan.policy.approvals.spec("deletions")
+        above = spec.ask_above
+        engine = self.events.approval
+
+        def ask(count: int, sample: list[str]) -> bool:
+            # the run's approval engine: the same approver (terminal, --approver,
+            # --approver-socket), one question at a time with every other kind
+            if engine is None:
+                return False
+            v = engine.decide(Event("deletions", {"count": count,
+                                                  "path": sample[-1] if sample else "?"}))
+            return bool(v.decision == "allow")
+        try:
+            return keeper.Keeper(self.snapshot.run_id, plan.policy.workdir, limit=lim.max_bytes,
+                                 ask_above=above, ask=ask, events=self.events, warn=say)
+        except OSError as e:
+            raise ConfineError(f"undo: cannot open the workdir for its keeper: "
+                               f"{e.strerror or e}") from None
 
     def _in_tmp(self, held_fd: list[int], offer: Callable[[], None]) -> None:
         held_fd.extend(self._prepare_held())
@@ -784,7 +814,8 @@ class Session:
         # bytes and days only: a count of runs would drop one at the end of every run
         # once reached, each with its line, where nothing is short of room
         for base, what in ((held.held_base(), "held files"),
-                           (os.path.dirname(revert.default_quarantine_dir(run)), "quarantine")):
+                           (os.path.dirname(revert.default_quarantine_dir(run)), "quarantine"),
+                           (keep.undo_base(), "undo")):
             try:
                 keep.bound(base, what, run, say, lim=lim)
             except Exception as e:  # noqa: BLE001 - housekeeping must not cost the report

@@ -164,3 +164,21 @@ def test_credentials_are_called_in():
     bad = {(m, t) for m, t in _edges(_graph(), "confine.credentials")
            if not any(_under(t, ok) for ok in allowed)}
     assert bad == set()
+
+
+def test_undo_calls_out_only():
+    # confine/undo/: the store, the keeper, the restore. The broker calls in (client
+    # only: it runs in the agent's domain), the runtime and the cli call in; undo
+    # itself never reaches up into mediation, runtime, plan or policy.
+    g = _graph()
+    allowed = ("confine.undo", "confine.errors", "confine.paths", "confine.record",
+               "confine.kernel", "confine.protect.keep", "confine.protect.held",
+               "confine.protect.revert", "confine.gateway.approve", "confine.digest")
+    bad = {(m, t) for m, t in _edges(g, "confine.undo")
+           if not any(_under(t, ok) for ok in allowed)}
+    assert bad == set()
+    callers = {(m, t) for m, ts in g.items() for t in ts if _under(t, "confine.undo")
+               and not _under(m, "confine.undo")
+               and not any(_under(m, ok) for ok in ("confine.runtime", "confine.cli"))
+               and not (_under(m, "confine.mediation") and t == "confine.undo.client")}
+    assert callers == set()

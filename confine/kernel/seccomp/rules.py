@@ -577,8 +577,11 @@ def describe(rules: Iterable[Rule]) -> list[dict[str, Any]]:
 SOCKET_CALLS = ("connect", "sendto", "sendmsg", "listen", "sendmmsg")   # sendto only with an address
 # Calls that can make a name appear (or write a file) in the workdir: the broker
 # performs them after the guard judged the name (mediation/files.py, protect/guard.py).
+# unlink/unlinkat/rmdir: a file the workdir held at the start is kept for `confine undo`
+# before it goes (confine/undo/); each costs a round trip through the broker.
 FILE_CALLS = ("creat", "truncate", "mkdir", "mkdirat", "mknod", "mknodat", "symlink",
-              "symlinkat", "link", "linkat", "rename", "renameat", "renameat2")
+              "symlinkat", "link", "linkat", "rename", "renameat", "renameat2",
+              "unlink", "unlinkat", "rmdir")
 # open/openat: only with one of these flags (argument OPEN_CALLS[name]); read-only
 # opens run at full speed.
 OPEN_CALLS = {"open": 1, "openat": 2}
