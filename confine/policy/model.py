@@ -8,6 +8,7 @@ exporters can emit variables instead of one machine's paths.
 from __future__ import annotations
 
 from ..record import dataclass, field
+from .stateroots import StateRoot
 
 
 @dataclass(frozen=True)
@@ -101,6 +102,7 @@ class Policy:
     unix_sockets: tuple[PathGrant, ...] = ()   # pathname sockets connectable outside the workdir
     protected: tuple[str, ...] = ()            # workdir patterns added to patterns.DEFAULT_PATTERNS
     limits: Limits = field(default_factory=Limits)
+    state_roots: tuple[StateRoot, ...] = ()    # agent state directories: protected roots
 
     def to_dict(self) -> dict[str, object]:
         def grants(gs: tuple[PathGrant, ...]) -> list[dict[str, object]]:
@@ -119,6 +121,8 @@ class Policy:
                         "unsafe_allow": list(self.seccomp.unsafe_allow)},
             "unix_sockets": {"allow": grants(self.unix_sockets)},
             "protected": list(self.protected),
+            "state_roots": [{"path": r.path, "template": r.template, "source": r.source,
+                             "protected": list(r.patterns)} for r in self.state_roots],
             "limits": self.limits.to_dict(),
             "scope": {"signals": self.scope.signals,
                       "abstract_unix": self.scope.abstract_unix},
