@@ -80,26 +80,9 @@ def _not_own_host(cli: str, ev: dict) -> bool:
                 and MODEL.split(":")[0] not in text)
 
 
-# Claude Code 2.1.332 creates ~/.claude/plugins/store/*.lock once its state exists (after a
-# first run): plugins/ runs later, so the name guard refuses it (and names the agent
-# home's link instead of the real ~/.claude). Item 1 of the issue keeps plugins/
-# protected: the lead decides how its lock files are let through.
-USED_CLAUDE = pytest.mark.xfail(strict=True, reason=(
-    "issue 22 item 1: `confine: denied: create ~/.claude/plugins/store/*.json.lock` "
-    "(plugins/ runs later, so it stays protected: its lock files need a decision) on a "
-    "HOME Claude Code used before"))
-# In about 1 run in 3 Claude Code's Bash tool fails with "task output swap refused (tasks
-# dir moved or linked)": its pin of $TMPDIR/claude-UID reads the held directory's
-# /proc/self/fd link as "(deleted)". Never outside confine with a fresh TMPDIR (0 in 6),
-# and confine reports no refusal: cause not found yet (see the branch's report).
-FLAKY_CLAUDE = pytest.mark.xfail(strict=False, reason=(
-    "Claude Code's task-output pin sees $TMPDIR/claude-UID deleted under confine, "
-    "intermittently; cause not found"))
-
-
 @pytest.mark.parametrize("cli,home", [
-    pytest.param("claude", "fresh", marks=FLAKY_CLAUDE),
-    pytest.param("claude", "used", marks=USED_CLAUDE),
+    ("claude", "fresh"),
+    ("claude", "used"),
     ("codex", "fresh"),
     ("codex", "used"),
 ])
