@@ -16,7 +16,7 @@ from typing import Any, NoReturn
 from ..errors import ProfileError
 from ..paths import is_under
 from ..record import dataclass
-from . import realpaths, runlater, secrets, stateroots
+from . import privatetmp, realpaths, runlater, secrets, stateroots
 from .model import Env, Limits, Network, PathGrant, Policy, Scope, Seccomp
 from .patterns import DEFAULT_PATTERNS, compile_patterns
 
@@ -26,7 +26,7 @@ SCHEMA: dict[str, object] = {
     "extends": "str",
     "filesystem": {"read": "paths", "write": "paths", "devices": "paths", "deny": "paths",
                    "read_only": "paths", "state": "paths",
-                   "state_roots": "stateroots"},
+                   "state_roots": "stateroots", "private_tmp": "tmpnames"},
     "network": {"connect_tcp": "ports", "bind_tcp": "ports", "allow": "hosts",
                 "deny": "denyhosts", "include": "hostsets", "allowed_ips": "nets",
                 "default": "netdefault"},
@@ -281,6 +281,10 @@ class _Parser:
             why = _path_error(v)
             if why:
                 self.fail(el, f"{full}: {why}")
+        elif kind == "tmpnames":
+            why = privatetmp.name_error(v)
+            if why:
+                self.fail(el, f"{full}: {why}")
         elif kind == "envnames":
             if not isinstance(v, str) or not re.match(_ENV_NAME, v):
                 self.fail(el, f"{full}: {v!r} is not an environment variable name "
@@ -516,6 +520,7 @@ def load(ref: str, *, workdir: str, home: str, tmp: str,
         sources=tuple(str(c) for c in chain),
         workdir=workdir, home=home, tmp=tmp,
         read=read, write=write, read_only=read_only, state_roots=state_roots,
+        private_tmp=_strs(fs.get("private_tmp", [])),
         devices=_grants(fs.get("devices", []), vars, must_exist=True),
         deny=deny,
         network=Network(connect_tcp=tuple(sorted({i.value for i in net.get("connect_tcp", [])})),

@@ -103,6 +103,7 @@ class Policy:
     protected: tuple[str, ...] = ()            # workdir patterns added to patterns.DEFAULT_PATTERNS
     limits: Limits = field(default_factory=Limits)
     state_roots: tuple[StateRoot, ...] = ()    # agent state directories: protected roots
+    private_tmp: tuple[str, ...] = ()          # names in /tmp made private (privatetmp.py)
 
     def to_dict(self) -> dict[str, object]:
         def grants(gs: tuple[PathGrant, ...]) -> list[dict[str, object]]:
@@ -123,6 +124,7 @@ class Policy:
             "protected": list(self.protected),
             "state_roots": [{"path": r.path, "template": r.template, "source": r.source,
                              "protected": list(r.patterns)} for r in self.state_roots],
+            "private_tmp": list(self.private_tmp),
             "limits": self.limits.to_dict(),
             "scope": {"signals": self.scope.signals,
                       "abstract_unix": self.scope.abstract_unix},
