@@ -132,8 +132,10 @@ class Plan:
         (servers the agent starts there: gpg-agent in ~/.gnupg, ...; a link in it to a
         socket elsewhere resolves outside and stays refused), profile allows."""
         home = [self.agent_home] if self.agent_home else []
+        # a private_tmp directory holds only the run's own servers (Codex's app server)
         return ([self.policy.workdir, self.policy.tmp] + home
-                + [g.path for g in self.policy.unix_sockets])
+                + [g.path for g in self.policy.unix_sockets]
+                + [src for src, _ in self.private_binds])
 
     def writable_paths(self) -> list[str]:
         """What stays writable in the read-only host view, as shown to people."""

@@ -16,8 +16,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, NoReturn
 
-from ..kernel import (caps, cgroup, hostview, keyring, landlock, lsm, mounts, namespaces, rlimits,
-                      seccomp)
+from ..kernel import caps, cgroup, hostview, keyring, landlock, lsm, mounts, namespaces, rlimits, seccomp
 from ..plan import Plan
 from ..record import dataclass, field
 from . import spawn, status

@@ -30,7 +30,7 @@ from ..policy.model import Policy
 from ..record import dataclass, field
 from . import home as _home
 from .events import Events, Screen
-from .workdir import check_workdir, make_tmp, private_tmp, remove_tree
+from .workdir import check_workdir, make_tmp, private_tmp, private_tmp_dirs, remove_tree
 
 Warn = Callable[[str], None]
 
@@ -447,6 +447,9 @@ class Session:
 
     def _in_tmp(self, held_fd: list[int], offer: Callable[[], None]) -> None:
         held_fd.extend(self._prepare_held())
+        # in the TMPDIR the agent sees (a tmpfs may be mounted on it by now)
+        private_tmp_dirs(self.plan.private_binds, self.plan.identity.uid,
+                         self.plan.identity.gid)
         offer()
 
     def _with_endpoint(self, plan: Plan) -> Plan:

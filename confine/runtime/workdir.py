@@ -1,6 +1,7 @@
 """The agent's writable places: the workdir (checked) and a private TMPDIR."""
 from __future__ import annotations
 
+import functools
 import os
 import stat
 import tempfile
@@ -83,7 +84,6 @@ def private_tmp(names: tuple[str, ...], tmp: str, uid: int, gid: int,
     one that cannot be made is left out (creates there stay refused), said by `warn`.
     A host name that is another's directory, or not a directory, refuses the run:
     someone prepared it for the agent's tool."""
-    from ..plan.compile import PRIVATE_TMP
     kept = []
     for name in names:
         dst = privatetmp.expand(name, uid)
@@ -91,15 +91,10 @@ def private_tmp(names: tuple[str, ...], tmp: str, uid: int, gid: int,
             try:
                 st = os.lstat(dst)
             except FileNotFoundError:
-                def make() -> None:
-                    try:
-                        os.mkdir(dst, 0o700)
-                    except FileExistsError:
-                        pass
                 if os.geteuid() == 0 and uid != 0:
-                    caps.in_fs_identity(uid, gid, make)
+                    caps.in_fs_identity(uid, gid, functools.partial(_mkdir_once, dst))
                 else:
-                    make()
+                    _mkdir_once(dst)
                 st = os.lstat(dst)
         except OSError as e:
             warn(f"filesystem.private_tmp {dst}: cannot make it ({e.strerror}): not given "
@@ -110,14 +105,26 @@ def private_tmp(names: tuple[str, ...], tmp: str, uid: int, gid: int,
             raise ConfineError(f"filesystem.private_tmp: {dst} is {what} owned by uid "
                                f"{st.st_uid}, not a directory of the agent's (uid {uid}); "
                                "refusing to run (remove it if it is not yours)")
-        src = os.path.join(tmp, PRIVATE_TMP, os.path.basename(dst))
+        kept.append(name)
+    return tuple(kept)
+
+
+def private_tmp_dirs(binds: Sequence[tuple[str, str]], uid: int, gid: int) -> None:
+    """The run's own directories of filesystem.private_tmp, in its TMPDIR once that is
+    what the agent will see (the plan's private_binds name them), owned by the agent."""
+    for src, _ in binds:
         for d in (os.path.dirname(src), src):
             if not os.path.isdir(d):
                 os.mkdir(d, 0o700)
             if os.geteuid() == 0:
                 os.chown(d, uid, gid)
-        kept.append(name)
-    return tuple(kept)
+
+
+def _mkdir_once(path: str) -> None:
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
 
 
 def tmp_base(base: str | None, uid: int, gid: int) -> str:

@@ -363,14 +363,22 @@ if P["profile"] == "claude-code":
     attempt("transcript", lambda: opened(p(".claude/projects/old/new.jsonl"),
                                          os.O_WRONLY | os.O_CREAT))
     attempt("claude_json", lambda: opened(p(".claude.json"), os.O_WRONLY | os.O_APPEND))
-    attempt("todos", lambda: opened(p(".claude/todos/t.json"), os.O_WRONLY | os.O_CREAT))
+    attempt("todos", lambda: (os.makedirs(p(".claude/todos"), exist_ok=True),
+                              opened(p(".claude/todos/t.json"), os.O_WRONLY | os.O_CREAT))[-1])
     attempt("deny:settings", lambda: opened(p(".claude/settings.json"), os.O_WRONLY | os.O_APPEND))
-    attempt("deny:hooks", lambda: os.mkdir(p(".claude/hooks")))
+    # a state root (policy/stateroots.py): a protected name is refused (a mkdir of it
+    # would be held, outside ~/.claude)
+    attempt("deny:hooks", lambda: os.symlink("/tmp", p(".claude/hooks")))
+    attempt("newstate", lambda: opened(p(".claude/new-in-a-later-release.json"),
+                                       os.O_WRONLY | os.O_CREAT))
 else:
     attempt("auth", lambda: opened(p(".codex/auth.json"), os.O_WRONLY | os.O_APPEND))
-    attempt("sessions", lambda: opened(p(".codex/sessions/s.jsonl"), os.O_WRONLY | os.O_CREAT))
+    attempt("sessions", lambda: (os.makedirs(p(".codex/sessions"), exist_ok=True),
+                                 opened(p(".codex/sessions/s.jsonl"),
+                                        os.O_WRONLY | os.O_CREAT))[-1])
     attempt("deny:config", lambda: opened(p(".codex/config.toml"), os.O_WRONLY | os.O_APPEND))
-    attempt("deny:rules", lambda: os.mkdir(p(".codex/rules")))
+    attempt("deny:rules", lambda: os.symlink("/tmp", p(".codex/rules")))
+    attempt("newstate", lambda: opened(p(".codex/state_9.sqlite"), os.O_WRONLY | os.O_CREAT))
 attempt("gitconfig", lambda: read_file(p(".gitconfig")))
 '''
 
@@ -392,6 +400,8 @@ def test_agent_profile_grants_work_through_the_agent_home(sandbox, planted_home,
     assert os.readlink(os.path.join(h, top)) == os.path.join(agent_files, top)
     assert open(os.path.join(agent_files, ".codex/config.toml")).read() \
         == AGENT_FILES[".codex/config.toml"]
+    assert not os.path.lexists(os.path.join(agent_files, top, "hooks" if top == ".claude"
+                                            else "rules"))
     if profile == "claude-code":
         assert os.path.isfile(os.path.join(agent_files, ".claude/projects/old/new.jsonl"))
         assert open(os.path.join(agent_files, ".claude/settings.json")).read() \
@@ -430,9 +440,9 @@ def serve():
     _, st = os.waitpid(pid, 0)
     return "ok" if st == 0 else "client:%d" % os.waitstatus_to_exitcode(st)
 attempt("app_server", serve)
-def elsewhere():                            # control: the rest of ~/.codex stays closed
+def elsewhere():                            # control: the real HOME beside ~/.codex stays closed
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.bind(os.path.join(C, "other.sock"))
+    s.bind(os.path.join(os.path.dirname(os.path.realpath(C)), "other.sock"))
 attempt("deny:other_socket", elsewhere)
 '''
 
@@ -446,7 +456,7 @@ def test_codex_app_server_socket(sandbox, agent_files, homes, layers):
     assert r["app_server"] == "ok", (r, p.stderr)
     assert r["codex_home"] == os.path.join(agent_files, ".codex")
     assert r["deny:other_socket"] in DENIED, r
-    assert not os.path.exists(os.path.join(agent_files, ".codex", "other.sock"))
+    assert not os.path.exists(os.path.join(agent_files, "other.sock"))
 
 
 def test_links_put_back_and_planted_symlinks_never_followed(sandbox, planted_home, homes,
