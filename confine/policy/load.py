@@ -502,7 +502,7 @@ def load(ref: str, *, workdir: str, home: str, tmp: str,
         raise ProfileError(f"{where}: filesystem.state_roots: {msg}")
     sr_items, state_roots = stateroots.resolve(
         fs.get("state_roots", []), lambda t: expand(t, vars), realpaths.realpath,
-        [(g.path, g.template) for g in read_only],
+        [(g.path, g.template, g.source.startswith("built-in")) for g in read_only],
         lambda p: runlater.refusal(p, realpaths.realpath(vars["home"]), never, ro), sr_fail)
     # inside a state root its patterns protect these (checked to cover them): a carve
     # would take from the root the right to make new names

@@ -125,14 +125,21 @@ def covers(patterns: Sequence[Pattern], rel: str) -> bool:
     return False
 
 
+def _literal(rel: str) -> str:
+    """A root-relative path as a pattern matching only itself."""
+    return "/".join("".join("[" + c + "]" if c in "*?[" else c for c in comp)
+                    for comp in rel.split("/"))
+
+
 def resolve(entries: list[dict[str, Any]], expand: Callable[[str], str],
-            realpath: Callable[[str], str], read_only: Sequence[tuple[str, str]],
+            realpath: Callable[[str], str], read_only: Sequence[tuple[str, str, bool]],
             refusal: Callable[[str], str | None],
             fail: Callable[[str, str], NoReturn]) -> tuple[list[Any], tuple[StateRoot, ...]]:
     """(write items, state roots): each existing state root becomes a write item and a
     StateRoot. `refusal(path)`: why a write grant there is refused (runlater.refusal);
-    `read_only` is (path, template) of the carved entries; one inside a root that its
-    patterns do not cover is refused (`fail(where, message)`)."""
+    `read_only` is (path, template, built in) of the carved entries: a built-in one
+    inside a root that its patterns do not cover is refused (`fail(where, message)`),
+    a profile's own (`filesystem.read_only:`) becomes a pattern of the root."""
     items: list[Any] = []
     roots: list[StateRoot] = []
     for e in entries:
@@ -150,14 +157,22 @@ def resolve(entries: list[dict[str, Any]], expand: Callable[[str], str],
             why = refusal(p)
             if why:
                 fail(it.where, f"{template} ({p}): not writable: {why}")
-        pats = compile_patterns([str(p.value) for p in e["protected"]])
-        for ro, ro_template in read_only:
+        texts = [str(p.value) for p in e["protected"]]
+        pats = compile_patterns(texts)
+        for ro, ro_template, builtin in read_only:
             for base in dict.fromkeys((spelled, real)):
-                if is_under(ro, base) and ro != base and \
-                        not covers(pats, os.path.relpath(ro, base)):
-                    fail(it.where, f"state root {template}: {ro_template} runs later and "
-                         f"stays read-only under every write grant; add a pattern that "
-                         f"protects it (e.g. /{os.path.relpath(ro, base)}) to its protected list")
+                if not is_under(ro, base) or ro == base:
+                    continue
+                rel = os.path.relpath(ro, base)
+                if covers(pats, rel):
+                    continue
+                if not builtin:
+                    texts.append("/" + _literal(rel) + ("/" if os.path.isdir(ro) else ""))
+                    pats = compile_patterns(texts)
+                    continue
+                fail(it.where, f"state root {template}: {ro_template} runs later and "
+                     f"stays read-only under every write grant; add a pattern that "
+                     f"protects it (e.g. /{rel}) to its protected list")
         items.append(type(it)(text, it.where))
         roots.append(StateRoot(real, spelled, template, it.where, tuple(p.text for p in pats)))
     return items, tuple(roots)

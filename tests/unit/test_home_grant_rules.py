@@ -221,3 +221,14 @@ def test_make_state_never_follows_a_symlink(tmp_path):
     assert runlater.make_state(str(tmp_path / "nope" / "x"), directory=True) is False
     assert runlater.make_state(str(parent / "h.jsonl"), directory=False) is True
     assert (parent / "h.jsonl").stat().st_mode & 0o777 == 0o600
+
+
+def test_profile_read_only_in_a_state_root_becomes_its_pattern(home, tmp_path):
+    from confine.protect.roots import roots_of
+    os.makedirs(os.path.join(home, ".claude/tools"))
+    prof = tmp_path / "p.yaml"
+    prof.write_text("extends: claude-code\nfilesystem:\n  read_only:\n    - ~/.claude/tools/status.rb\n")
+    pol = _load_p(home, profile=str(prof))
+    (root,) = [r for r in roots_of(pol) if r.path == os.path.join(home, ".claude")]
+    assert "/tools/status.rb" in root.patterns
+    assert not any(g.path.startswith(os.path.join(home, ".claude/")) for g in pol.read_only)
