@@ -686,3 +686,30 @@ def test_account_without_a_home_gets_a_fresh_one(root_sandbox):
     home, user = p.stdout.split()
     assert home.startswith("/tmp/confine-home-") and user == "nobody", p.stdout
     assert not os.path.exists(home)
+
+
+def test_refusal_through_the_agent_homes_link_names_the_granted_path(sandbox, homes, test_user):
+    """A write refused through the agent home's link to a read grant is named by the
+    granted path (where a grant could work), never by the link in confine's own state
+    (where none can). Control: the same write outside confine works."""
+    d = os.path.join(test_user.pw_dir, f".confine-tool-{uuid.uuid4().hex[:8]}")
+    os.mkdir(d)
+    os.chown(d, test_user.pw_uid, test_user.pw_gid)
+    prof = sandbox.workdir + "-tool.yaml"
+    with open(prof, "w") as f:
+        f.write(f"extends: default\nfilesystem:\n  read: ['{d}']\n")
+    os.chmod(prof, 0o644)
+    try:
+        h = _home(sandbox, homes, "-p", prof)
+        rel = os.path.basename(d)
+        p = sandbox.run(["sh", "-c", f'echo x > "$HOME/{rel}/new"; echo "status $?"'], "-p", prof)
+        assert "status 0" not in p.stdout, p.stdout + p.stderr
+        assert not os.path.exists(os.path.join(d, "new"))
+        line = next((ln for ln in p.stderr.splitlines() if "denied:" in ln), "")
+        assert f"create {d}/new" in line, p.stderr
+        said = [ln for ln in p.stderr.splitlines() if ln.startswith("confine:")]
+        assert not any(h in ln or "/confine/homes/" in ln for ln in said), p.stderr
+        assert sandbox.outside(["sh", "-c", f'echo x > "{d}/new"']).returncode == 0
+    finally:
+        os.unlink(prof)
+        shutil.rmtree(d, ignore_errors=True)
