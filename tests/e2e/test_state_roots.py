@@ -93,3 +93,31 @@ def test_state_root_new_names_work_run_later_names_do_not(sandbox, outside_dir, 
     out = sandbox.outside(["sh", "-c", ATTEMPTS, "sh", control])
     assert set(_statuses(out.stdout).values()) == {"0"}, out.stdout + out.stderr
     assert os.path.exists(os.path.join(control, "settings.json"))
+
+
+def test_private_tmp_name_is_the_runs_own(sandbox):
+    """`filesystem.private_tmp:` (policy/privatetmp.py): the agent writes and listens in
+    /tmp/NAME-UID, a directory of its run; the host's stays empty. Control: without the
+    key the same write is refused (the host's /tmp is read-only)."""
+    uid = sandbox.agent.pw_uid
+    name = f"confine-pt-{os.path.basename(sandbox.workdir)}"
+    host = f"/tmp/{name}-{uid}"
+    prof = sandbox.workdir + "-pt.yaml"
+    script = (f'echo x > "{host}/lock" && cat "{host}/lock"; echo "write $?"; '
+              f'python3 -c "import socket; s = socket.socket(socket.AF_UNIX); '
+              f's.bind(\'{host}/s\'); s.listen(1); c = socket.socket(socket.AF_UNIX); '
+              f'c.connect(\'{host}/s\')"; echo "sock $?"')
+    try:
+        with open(prof, "w") as f:
+            f.write(f"extends: default\nfilesystem:\n  private_tmp: ['{name}-{{uid}}']\n")
+        os.chmod(prof, 0o644)
+        p = sandbox.run(["sh", "-c", script], "-p", prof)
+        assert "write 0" in p.stdout and "sock 0" in p.stdout, p.stdout + p.stderr
+        assert os.path.isdir(host) and os.listdir(host) == [], p.stderr
+        assert os.stat(host).st_uid == uid
+        c = sandbox.run(["sh", "-c", script])        # control: no private_tmp
+        assert "write 0" not in c.stdout, c.stdout + c.stderr
+        assert os.listdir(host) == []
+    finally:
+        os.unlink(prof)
+        shutil.rmtree(host, ignore_errors=True)
