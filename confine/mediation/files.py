@@ -503,8 +503,13 @@ class FileBroker:
         except OSError as e:
             if e.errno == errno.ENOSYS:      # e.g. systemd's RestrictSUIDSGID= answers ENOSYS
                 self.slow_only = True
-            elif e.errno == errno.ENOENT and self.held:
-                return (*self._slow(task, dirfd, path), None)   # perhaps through a held directory
+            elif e.errno in (errno.ENOENT, errno.ENOTDIR):
+                # Perhaps through a held directory, or through /proc/self (/dev/fd):
+                # the kernel read "self" as the broker, whose fd N or task T may not
+                # exist (ENOENT) where the agent's does; a magic link there gives
+                # ELOOP only when the broker happens to hold that fd. The walk reads
+                # "self" as the agent (Claude Code's mkdir("/proc/self/fd/N/x")).
+                return (*self._slow(task, dirfd, path), None)
             elif e.errno != errno.ELOOP:
                 raise
             pfd = None

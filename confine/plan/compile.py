@@ -24,7 +24,7 @@ from ..errors import ConfineError
 from ..kernel import caps, landlock, seccomp
 from ..kernel.seccomp import ioctls as seccomp_ioctls
 from ..paths import is_under
-from ..policy import workdir_mode
+from ..policy import privatetmp, workdir_mode
 from ..policy.model import Policy
 from ..record import dataclass, field
 from . import carve as _carve
@@ -100,6 +100,8 @@ class Plan:
     # namespace (the child makes them, the supervisor takes them); () without it
     gateway_ports: tuple[int, ...] = ()
     agent_home: str | None = None        # HOME inside: the agent's own (runtime/home.py)
+    # (directory in TMPDIR, the name in /tmp it is bound over): filesystem.private_tmp
+    private_binds: tuple[tuple[str, str], ...] = ()
     # Below Landlock ABI 5 (no IOCTL_DEV) with a mount namespace: the device grants
     # that stay openable; every other mount of the agent's view is nodev. None: no pass.
     device_binds: tuple[str, ...] | None = None
@@ -134,8 +136,10 @@ class Plan:
         (servers the agent starts there: gpg-agent in ~/.gnupg, ...; a link in it to a
         socket elsewhere resolves outside and stays refused), profile allows."""
         home = [self.agent_home] if self.agent_home else []
+        # a private_tmp directory holds only the run's own servers (Codex's app server)
         return ([self.policy.workdir, self.policy.tmp] + home
-                + [g.path for g in self.policy.unix_sockets])
+                + [g.path for g in self.policy.unix_sockets]
+                + [src for src, _ in self.private_binds])
 
     def writable_paths(self) -> list[str]:
         """What stays writable in the read-only host view, as shown to people."""
@@ -588,6 +592,18 @@ def compile(policy: Policy, argv: Sequence[str], identity: Identity, host: HostF
     for g in policy.read:
         if g.path == "/proc" or g.path.startswith("/proc/"):
             child_rules.append((g.path, landlock.READ & handled_fs))
+    private_binds: list[tuple[str, str]] = []
+    for name in policy.private_tmp:
+        dst = privatetmp.expand(name, identity.uid)
+        if not mount_ns:
+            notes.append(f"filesystem.private_tmp {dst}: not made (no mount namespace to "
+                         "make it private in): the agent's creates there are refused")
+            continue
+        # a directory of the run's TMPDIR bound over the host's (runtime/session.py
+        # makes both): a new mount, so its rule is added in the child
+        private_binds.append((os.path.join(policy.tmp, PRIVATE_TMP, os.path.basename(dst)), dst))
+        child_rules.append((dst, landlock.WRITE & handled_fs))
+        binds.append(dst)
     sc_rules = seccomp.rules_for(policy.seccomp.deny, policy.seccomp.unsafe_allow,
                                  udp=policy.network.egress and host.seccomp_user_notif)
     if policy.workdir_mode == workdir_mode.EXCLUSIVE:
@@ -650,13 +666,15 @@ def compile(policy: Policy, argv: Sequence[str], identity: Identity, host: HostF
                 cgroup=host.cgroup, egress=policy.network.egress, agent_home=agent_home,
                 device_binds=device_binds, ioctl_allowlist=ioctl_allowlist,
                 refuse_abstract=refuse_abstract, signal_mediation=signal_mediation,
-                exec_notify=unix_mediation and policy.approvals.judges("exec"))
+                exec_notify=unix_mediation and policy.approvals.judges("exec"),
+                private_binds=tuple(private_binds))
     return dataclasses.replace(plan, steps=tuple(child_steps(plan)))
 
 
 # In the agent's own network namespace every port is free: the gateway's are fixed,
 # so Landlock's rules (built before the fork) can name them. DNS on its own port.
 NETNS_GATEWAY_PORTS = (3128, 3129, 53)
+PRIVATE_TMP = ".private-tmp"     # below TMPDIR: the directories of filesystem.private_tmp
 
 
 def egress_notes(policy: Policy, host: HostFacts) -> list[str]:

@@ -19,8 +19,8 @@ def parsed(name: str, text: str, item: Callable[[object, str], Any]) -> dict[str
 
 
 TEXT: dict[str, str] = {
-    'claude-code': '# claude-code: the default profile plus what Claude Code itself needs.\n# Network: only the hosts below, on 443, through confine\'s gateway (DNS\n# included); nothing else, whatever the port. --allow-host or network.include\n# adds more (e.g. `include: [registries]` for npm and PyPI).\n# Files that run later stay read-only whatever this says (confine/policy/runlater.py):\n# ~/.claude/settings*.json (hooks), commands/, agents/, hooks/, plugins/, skills/,\n# output-styles/, local/, CLAUDE.md, and the executables in ~/.local/share/claude.\ndescription: Default profile plus Claude Code\'s state and cache (not its hooks, commands or executables), and HTTPS to its own hosts.\nextends: default\nfilesystem:\n  read:\n    - ?~/.local/bin\n    - ?~/.nvm\n    - ?~/.npm-global\n    - ?~/.local/share/claude\n    - ?~/.config/claude\n  write:\n    - ?~/.claude          # carved: everything in it but the entries above\n    - ?~/.claude.json\n    - ?~/.cache/claude\n    - ?~/.cache/claude-cli-nodejs\n    - ?~/.local/state/claude\n  # ~/.claude itself stays unwritable (so no new name can appear in it): Claude\n  # Code\'s own state is made empty before the run if missing.\n  state:\n    - ~/.claude/projects/\n    - ~/.claude/todos/\n    - ~/.claude/tasks/\n    - ~/.claude/statsig/\n    - ~/.claude/shell-snapshots/\n    - ~/.claude/session-env/\n    - ~/.claude/file-history/\n    - ~/.claude/plans/\n    - ~/.claude/debug/\n    - ~/.claude/ide/\n    - ~/.claude/paste-cache/\n    - ~/.claude/image-cache/\n    - ~/.claude/backups/\n    - ~/.claude/cache/\n    - ~/.claude/telemetry/\n    - ~/.claude/history.jsonl\nnetwork:\n  # From Claude Code\'s network requirements (code.claude.com/docs/en/network-config)\n  # and its OAuth client. Shared services it can also use (sentry.io for error\n  # reports, Datadog) are not allowed: anyone can have an account there, so they\n  # would carry data to anyone.\n  allow:\n    - api.anthropic.com       # the model API (Messages), OAuth profile and roles, /bug\n    - console.anthropic.com   # OAuth token refresh for a Claude subscription login\n    - platform.claude.com     # the same for newer versions (the Console\'s new home)\n    - claude.ai               # WebFetch\'s domain safety check; claude.ai account login\n    - statsig.anthropic.com   # feature gates and metrics (Anthropic\'s own host): without it gated features are off\n# The API key stays outside: the agent holds a placeholder of the same shape, and\n# the egress gateway puts the real key into requests to the model API only\n# (docs/credentials.md). A Claude subscription login (~/.claude/.credentials.json)\n# is not affected: without ANTHROPIC_API_KEY set, this entry is skipped.\ncredentials:\n  - name: ANTHROPIC_API_KEY\n    from_env: ANTHROPIC_API_KEY\n    optional: true\n    hosts: [api.anthropic.com]\n    headers: [x-api-key]\nenv:\n  pass: [ANTHROPIC_BASE_URL, ANTHROPIC_MODEL, CLAUDE_CODE_USE_BEDROCK, CLAUDE_CONFIG_DIR, NO_COLOR]\n  set:\n    DISABLE_ERROR_REPORTING: "1"   # Sentry (sentry.io) is not allowed: do not try it\n    DISABLE_AUTOUPDATER: "1"       # its executables are read-only here; updates need other hosts\n',
-    'codex': "# codex: the default profile plus what OpenAI Codex CLI needs.\n# Network: only the hosts below, on 443, through confine's gateway (DNS\n# included); --allow-host or network.include adds more.\n# Files that run later stay read-only whatever this says (confine/policy/runlater.py):\n# ~/.codex/config.toml (notify, MCP servers), *.config.toml, requirements.toml,\n# AGENTS*.md, prompts/, rules/, skills/, hooks.json.\ndescription: Default profile plus Codex CLI's state in ~/.codex (not its config), and HTTPS to its own hosts.\nextends: default\nfilesystem:\n  read:\n    - ?~/.local/bin\n    - ?~/.nvm\n    - ?~/.npm-global\n  write:\n    - ?~/.codex           # carved: everything in it but the entries above\n    - ?~/.cache/codex\n  # ~/.codex itself stays unwritable (so no new name can appear in it): Codex's\n  # own state is made empty before the run if missing.\n  state:\n    - ~/.codex/sessions/\n    - ~/.codex/archived_sessions/\n    - ~/.codex/log/\n    - ~/.codex/shell_snapshots/\n    - ~/.codex/tmp/\n    - ~/.codex/history.jsonl\n    # Codex's default interface (the app server): it creates this directory and\n    # binds, then connects to app-server-control.sock in it (unix_sockets below).\n    - ~/.codex/app-server-control/\nunix_sockets:\n  allow:\n    - ?~/.codex/app-server-control\nnetwork:\n  # From Codex's authentication docs (developers.openai.com/codex/auth) and its\n  # login code (codex-rs: the OAuth issuer and the ChatGPT backend).\n  allow:\n    - api.openai.com    # the model API when signed in with an API key (OPENAI_API_KEY)\n    - chatgpt.com       # the model API when signed in with ChatGPT (chatgpt.com/backend-api/codex)\n    - auth.openai.com   # OAuth token refresh for a ChatGPT sign-in (log in outside the sandbox)\n# The API key stays outside: the agent holds a placeholder of the same shape, and\n# the egress gateway puts the real key into requests to the model API only\n# (docs/credentials.md). Without OPENAI_API_KEY set, this entry is skipped.\ncredentials:\n  - name: OPENAI_API_KEY\n    from_env: OPENAI_API_KEY\n    optional: true\n    hosts: [api.openai.com]\nenv:\n  pass: [OPENAI_BASE_URL, CODEX_HOME, CODEX_SQLITE_HOME, NO_COLOR]\n",
+    'claude-code': '# claude-code: the default profile plus what Claude Code itself needs.\n# Network: only the hosts below, on 443, through confine\'s gateway (DNS\n# included); nothing else, whatever the port. --allow-host or network.include\n# adds more (e.g. `include: [registries]` for npm and PyPI).\n# ~/.claude is a state root (docs/profiles.md "Agent state"): Claude Code may make any\n# name in it (each release adds some), while the names below, which Claude Code runs or\n# obeys later as you, stay protected like the workdir\'s .git/hooks: the name guard\n# refuses them at the call, existing ones are bound read-only, the exit check reverts.\ndescription: Default profile plus Claude Code\'s state and cache (not its settings, hooks, commands, plugins or executables), and HTTPS to its own hosts.\nextends: default\nfilesystem:\n  read:\n    - ?~/.local/bin\n    - ?~/.nvm\n    - ?~/.npm-global\n    - ?~/.local/share/claude\n    - ?~/.config/claude\n  write:\n    - ?~/.claude.json\n    - ?~/.cache/claude\n    - ?~/.cache/claude-cli-nodejs\n    - ?~/.local/state/claude\n  state_roots:\n    - path: ?~/.claude\n      protected:\n        - /settings*.json       # hooks, statusLine, apiKeyHelper, permissions\n        - /hooks/\n        - /commands/\n        - /agents/\n        - /skills/\n        - /output-styles/\n        - /rules/\n        - /CLAUDE.md\n        - /local/               # a local install: Claude Code\'s own executables\n        # Plugins run from what their manifests name: the manifests and the code.\n        # plugins/store/ is the plugins\' data (a JSON file each, rewritten under a\n        # lock directory on every start): writable, as any other state.\n        - /plugins/*.json\n        - /plugins/cache/\n        - /plugins/marketplaces/\n        - /plugins/repos/\n        # scripts a person keeps beside the settings (statusLine, hook commands)\n        - /*.sh\n        - /*.py\n        - /*.js\n        - /*.mjs\n        - /bin/\n        - /scripts/\nnetwork:\n  # From Claude Code\'s network requirements (code.claude.com/docs/en/network-config)\n  # and its OAuth client. Shared services it can also use (sentry.io for error\n  # reports, Datadog) are not allowed: anyone can have an account there, so they\n  # would carry data to anyone.\n  allow:\n    - api.anthropic.com       # the model API (Messages), OAuth profile and roles, /bug\n    - console.anthropic.com   # OAuth token refresh for a Claude subscription login\n    - platform.claude.com     # the same for newer versions (the Console\'s new home)\n    - claude.ai               # WebFetch\'s domain safety check; claude.ai account login\n    - statsig.anthropic.com   # feature gates and metrics (Anthropic\'s own host): without it gated features are off\n# The API key stays outside: the agent holds a placeholder of the same shape, and\n# the egress gateway puts the real key into requests to the model API only\n# (docs/credentials.md). A Claude subscription login (~/.claude/.credentials.json)\n# is not affected: without ANTHROPIC_API_KEY set, this entry is skipped.\ncredentials:\n  - name: ANTHROPIC_API_KEY\n    from_env: ANTHROPIC_API_KEY\n    optional: true\n    hosts: [api.anthropic.com]\n    headers: [x-api-key]\nenv:\n  pass: [ANTHROPIC_BASE_URL, ANTHROPIC_MODEL, CLAUDE_CODE_USE_BEDROCK, CLAUDE_CONFIG_DIR, NO_COLOR]\n  set:\n    DISABLE_ERROR_REPORTING: "1"   # Sentry (sentry.io) is not allowed: do not try it\n    DISABLE_AUTOUPDATER: "1"       # its executables are read-only here; updates need other hosts\n',
+    'codex': '# codex: the default profile plus what OpenAI Codex CLI needs.\n# Network: only the hosts below, on 443, through confine\'s gateway (DNS\n# included); --allow-host or network.include adds more.\n# ~/.codex is a state root (docs/profiles.md "Agent state"): Codex may make any name\n# in it (each release adds some: *_N.sqlite, installation_id, .tmp/, app-server-daemon/),\n# while the names below, which Codex runs or obeys later as you, stay protected like the\n# workdir\'s .git/hooks.\ndescription: Default profile plus Codex CLI\'s state in ~/.codex (not its config), and HTTPS to its own hosts.\nextends: default\nfilesystem:\n  read:\n    - ?~/.local/bin\n    - ?~/.nvm\n    - ?~/.npm-global\n  write:\n    - ?~/.cache/codex\n  state_roots:\n    - path: ?~/.codex\n      protected:\n        - /config.toml          # notify command, MCP servers, profiles, sandbox mode\n        - /*.config.toml\n        - /requirements.toml\n        - /managed_config.toml\n        - /AGENTS.md\n        - /AGENTS.override.md\n        - /prompts/\n        - /rules/\n        - /skills/\n        - /hooks.json\n        - /plugins/\n        - /*.sh\n        - /*.py\n        - /*.js\n        - /bin/\n        - /scripts/\n  # The one thing made before the start: its UI\'s app-server socket directory, so the\n  # unix_sockets grant below exists when the run starts (a grant needs an existing path).\n  state:\n    - ~/.codex/app-server-control/\n  # Its UI\'s app server keeps lock files in /tmp/codex-daemon-UID, a fixed place\n  # shared by every Codex of the account whatever TMPDIR says: the run gets a\n  # private one (the host\'s is never written; docs/profiles.md).\n  private_tmp:\n    - codex-daemon-{uid}\nunix_sockets:\n  allow:\n    - ?~/.codex/app-server-control\nnetwork:\n  # From Codex\'s authentication docs (developers.openai.com/codex/auth) and its\n  # login code (codex-rs: the OAuth issuer and the ChatGPT backend).\n  allow:\n    - api.openai.com    # the model API when signed in with an API key (OPENAI_API_KEY)\n    - chatgpt.com       # the model API when signed in with ChatGPT (chatgpt.com/backend-api/codex)\n    - auth.openai.com   # OAuth token refresh for a ChatGPT sign-in (log in outside the sandbox)\n    # Feature flags and experiments, tried at every start. OpenAI\'s own host under\n    # chatgpt.com, which is already reached: it carries the agent\'s data to no new\n    # party (as statsig.anthropic.com for claude-code); refused, Codex runs on its\n    # defaults and every run says so.\n    - ab.chatgpt.com\n# The API key stays outside: the agent holds a placeholder of the same shape, and\n# the egress gateway puts the real key into requests to the model API only\n# (docs/credentials.md). Without OPENAI_API_KEY set, this entry is skipped.\ncredentials:\n  - name: OPENAI_API_KEY\n    from_env: OPENAI_API_KEY\n    optional: true\n    hosts: [api.openai.com]\nenv:\n  pass: [OPENAI_BASE_URL, CODEX_HOME, CODEX_SQLITE_HOME, NO_COLOR]\n',
     'default': "# default: an agent that builds, tests and commits inside its workdir.\n# Writes: only {workdir} and the private {tmp} (both granted by confine itself).\n# Reads: system locations, nothing of $HOME but git's configuration.\n# Secrets (~/.ssh, ~/.aws, /etc/shadow, ...) are carved out of every grant by confine.\n# Network: none. Paths starting with '?' may be missing.\ndescription: Read the system, write the workdir and a private temp dir, no network, no secrets.\nfilesystem:\n  read:\n    - /usr\n    - ?/bin\n    - ?/sbin\n    - ?/lib\n    - ?/lib32\n    - ?/lib64\n    - ?/libx32\n    - ?/opt\n    - /etc\n    - /proc\n    - ?/sys/devices/system/cpu\n    - ?/sys/fs/cgroup\n    - ?/var/lib/dpkg\n    - ?/run/systemd/resolve\n    - ?~/.gitconfig\n    - ?~/.config/git/config\n    - ?~/.config/git/ignore\n    - ?~/.config/git/attributes\n  devices:\n    - /dev/null\n    - /dev/zero\n    - /dev/full\n    - /dev/random\n    - /dev/urandom\n    - ?/dev/tty\n    - ?/dev/pts\n    - ?/dev/ptmx\n  write:\n    # POSIX shared memory and semaphores (Python multiprocessing locks).\n    - ?/dev/shm\nnetwork:\n  connect_tcp: []\n  bind_tcp: []\nenv:\n  pass: []\nseccomp:\n  deny: []\n  unsafe_allow: []\nscope:\n  signals: true\n  abstract_unix: true\n# Resource limits (`unlimited` lifts one). A cgroup of the run where confine\n# can make one, rlimits otherwise: `confine exec --dry-run` says which applies.\nlimits:\n  processes: 4096        # tasks at once, threads included\n  memory: 8G             # without a cgroup: private memory per process (RLIMIT_DATA)\n  open_files: 8192       # per process\n  file_size: 16G         # the largest file the agent can write\n  tmp_size: 4G           # the private TMPDIR\n  shm_size: 1G           # the private /dev/shm\n",
     'strict': "# strict: nothing of $HOME, a minimal system, no network.\ndescription: Minimal system (binaries, libraries, a few /etc files), no $HOME at all, no network.\nfilesystem:\n  read:\n    - /usr\n    - ?/bin\n    - ?/sbin\n    - ?/lib\n    - ?/lib32\n    - ?/lib64\n    - ?/libx32\n    - ?/etc/ld.so.cache\n    - ?/etc/ld.so.conf\n    - ?/etc/ld.so.conf.d\n    - ?/etc/alternatives\n    - ?/etc/passwd\n    - ?/etc/group\n    - ?/etc/nsswitch.conf\n    - ?/etc/localtime\n    - ?/etc/ssl/certs\n    - ?/etc/ca-certificates.conf\n    - ?/etc/mime.types\n    - ?/etc/gitconfig\n    - ?/etc/bash.bashrc\n    - ?/etc/profile\n    - ?/etc/inputrc\n    - ?/etc/python3\n    - ?/etc/python3.11\n    - ?/etc/terminfo\n    # /proc as a whole: a rule on /proc/self would pin the launcher's own pid.\n    # Other processes' environ, mem and fds stay closed (Landlock ptrace rule).\n    - /proc\n    - ?/sys/devices/system/cpu\n  devices:\n    - /dev/null\n    - /dev/zero\n    - /dev/full\n    - /dev/random\n    - /dev/urandom\n    - ?/dev/tty\n    - ?/dev/pts\nlimits:                  # as the default profile (strict does not extend it)\n  processes: 4096\n  memory: 8G\n  open_files: 8192\n  file_size: 16G\n  tmp_size: 4G\n  shm_size: 1G\n",
 }
@@ -28,75 +28,82 @@ TEXT: dict[str, str] = {
 
 def _claude_code(Item: Callable[[object, str], Any]) -> dict[str, Any]:
     return {
-        'description': Item("Default profile plus Claude Code's state and cache (not its hooks, commands or executables), and HTTPS to its own hosts.", 'claude-code.yaml:8'),
-        'extends': Item('default', 'claude-code.yaml:9'),
+        'description': Item("Default profile plus Claude Code's state and cache (not its settings, hooks, commands, plugins or executables), and HTTPS to its own hosts.", 'claude-code.yaml:9'),
+        'extends': Item('default', 'claude-code.yaml:10'),
         'filesystem': {
             'read': [
-                Item('?~/.local/bin', 'claude-code.yaml:12'),
-                Item('?~/.nvm', 'claude-code.yaml:13'),
-                Item('?~/.npm-global', 'claude-code.yaml:14'),
-                Item('?~/.local/share/claude', 'claude-code.yaml:15'),
-                Item('?~/.config/claude', 'claude-code.yaml:16'),
+                Item('?~/.local/bin', 'claude-code.yaml:13'),
+                Item('?~/.nvm', 'claude-code.yaml:14'),
+                Item('?~/.npm-global', 'claude-code.yaml:15'),
+                Item('?~/.local/share/claude', 'claude-code.yaml:16'),
+                Item('?~/.config/claude', 'claude-code.yaml:17'),
             ],
             'write': [
-                Item('?~/.claude', 'claude-code.yaml:18'),
                 Item('?~/.claude.json', 'claude-code.yaml:19'),
                 Item('?~/.cache/claude', 'claude-code.yaml:20'),
                 Item('?~/.cache/claude-cli-nodejs', 'claude-code.yaml:21'),
                 Item('?~/.local/state/claude', 'claude-code.yaml:22'),
             ],
-            'state': [
-                Item('~/.claude/projects/', 'claude-code.yaml:26'),
-                Item('~/.claude/todos/', 'claude-code.yaml:27'),
-                Item('~/.claude/tasks/', 'claude-code.yaml:28'),
-                Item('~/.claude/statsig/', 'claude-code.yaml:29'),
-                Item('~/.claude/shell-snapshots/', 'claude-code.yaml:30'),
-                Item('~/.claude/session-env/', 'claude-code.yaml:31'),
-                Item('~/.claude/file-history/', 'claude-code.yaml:32'),
-                Item('~/.claude/plans/', 'claude-code.yaml:33'),
-                Item('~/.claude/debug/', 'claude-code.yaml:34'),
-                Item('~/.claude/ide/', 'claude-code.yaml:35'),
-                Item('~/.claude/paste-cache/', 'claude-code.yaml:36'),
-                Item('~/.claude/image-cache/', 'claude-code.yaml:37'),
-                Item('~/.claude/backups/', 'claude-code.yaml:38'),
-                Item('~/.claude/cache/', 'claude-code.yaml:39'),
-                Item('~/.claude/telemetry/', 'claude-code.yaml:40'),
-                Item('~/.claude/history.jsonl', 'claude-code.yaml:41'),
+            'state_roots': [
+                {
+                    'path': Item('?~/.claude', 'claude-code.yaml:24'),
+                    'protected': [
+                        Item('/settings*.json', 'claude-code.yaml:26'),
+                        Item('/hooks/', 'claude-code.yaml:27'),
+                        Item('/commands/', 'claude-code.yaml:28'),
+                        Item('/agents/', 'claude-code.yaml:29'),
+                        Item('/skills/', 'claude-code.yaml:30'),
+                        Item('/output-styles/', 'claude-code.yaml:31'),
+                        Item('/rules/', 'claude-code.yaml:32'),
+                        Item('/CLAUDE.md', 'claude-code.yaml:33'),
+                        Item('/local/', 'claude-code.yaml:34'),
+                        Item('/plugins/*.json', 'claude-code.yaml:38'),
+                        Item('/plugins/cache/', 'claude-code.yaml:39'),
+                        Item('/plugins/marketplaces/', 'claude-code.yaml:40'),
+                        Item('/plugins/repos/', 'claude-code.yaml:41'),
+                        Item('/*.sh', 'claude-code.yaml:43'),
+                        Item('/*.py', 'claude-code.yaml:44'),
+                        Item('/*.js', 'claude-code.yaml:45'),
+                        Item('/*.mjs', 'claude-code.yaml:46'),
+                        Item('/bin/', 'claude-code.yaml:47'),
+                        Item('/scripts/', 'claude-code.yaml:48'),
+                    ],
+                },
             ],
         },
         'network': {
             'allow': [
-                Item('api.anthropic.com', 'claude-code.yaml:48'),
-                Item('console.anthropic.com', 'claude-code.yaml:49'),
-                Item('platform.claude.com', 'claude-code.yaml:50'),
-                Item('claude.ai', 'claude-code.yaml:51'),
-                Item('statsig.anthropic.com', 'claude-code.yaml:52'),
+                Item('api.anthropic.com', 'claude-code.yaml:55'),
+                Item('console.anthropic.com', 'claude-code.yaml:56'),
+                Item('platform.claude.com', 'claude-code.yaml:57'),
+                Item('claude.ai', 'claude-code.yaml:58'),
+                Item('statsig.anthropic.com', 'claude-code.yaml:59'),
             ],
         },
         'credentials': [
             {
-                'name': Item('ANTHROPIC_API_KEY', 'claude-code.yaml:58'),
-                'from_env': Item('ANTHROPIC_API_KEY', 'claude-code.yaml:59'),
+                'name': Item('ANTHROPIC_API_KEY', 'claude-code.yaml:65'),
+                'from_env': Item('ANTHROPIC_API_KEY', 'claude-code.yaml:66'),
                 'hosts': [
-                    Item('api.anthropic.com', 'claude-code.yaml:61'),
+                    Item('api.anthropic.com', 'claude-code.yaml:68'),
                 ],
                 'headers': [
-                    Item('x-api-key', 'claude-code.yaml:62'),
+                    Item('x-api-key', 'claude-code.yaml:69'),
                 ],
-                'optional': Item(True, 'claude-code.yaml:60'),
+                'optional': Item(True, 'claude-code.yaml:67'),
             },
         ],
         'env': {
             'pass': [
-                Item('ANTHROPIC_BASE_URL', 'claude-code.yaml:64'),
-                Item('ANTHROPIC_MODEL', 'claude-code.yaml:64'),
-                Item('CLAUDE_CODE_USE_BEDROCK', 'claude-code.yaml:64'),
-                Item('CLAUDE_CONFIG_DIR', 'claude-code.yaml:64'),
-                Item('NO_COLOR', 'claude-code.yaml:64'),
+                Item('ANTHROPIC_BASE_URL', 'claude-code.yaml:71'),
+                Item('ANTHROPIC_MODEL', 'claude-code.yaml:71'),
+                Item('CLAUDE_CODE_USE_BEDROCK', 'claude-code.yaml:71'),
+                Item('CLAUDE_CONFIG_DIR', 'claude-code.yaml:71'),
+                Item('NO_COLOR', 'claude-code.yaml:71'),
             ],
             'set': {
-                'DISABLE_ERROR_REPORTING': Item('1', 'claude-code.yaml:66'),
-                'DISABLE_AUTOUPDATER': Item('1', 'claude-code.yaml:67'),
+                'DISABLE_ERROR_REPORTING': Item('1', 'claude-code.yaml:73'),
+                'DISABLE_AUTOUPDATER': Item('1', 'claude-code.yaml:74'),
             },
         },
     }
@@ -104,56 +111,76 @@ def _claude_code(Item: Callable[[object, str], Any]) -> dict[str, Any]:
 
 def _codex(Item: Callable[[object, str], Any]) -> dict[str, Any]:
     return {
-        'description': Item("Default profile plus Codex CLI's state in ~/.codex (not its config), and HTTPS to its own hosts.", 'codex.yaml:7'),
-        'extends': Item('default', 'codex.yaml:8'),
+        'description': Item("Default profile plus Codex CLI's state in ~/.codex (not its config), and HTTPS to its own hosts.", 'codex.yaml:8'),
+        'extends': Item('default', 'codex.yaml:9'),
         'filesystem': {
             'read': [
-                Item('?~/.local/bin', 'codex.yaml:11'),
-                Item('?~/.nvm', 'codex.yaml:12'),
-                Item('?~/.npm-global', 'codex.yaml:13'),
+                Item('?~/.local/bin', 'codex.yaml:12'),
+                Item('?~/.nvm', 'codex.yaml:13'),
+                Item('?~/.npm-global', 'codex.yaml:14'),
             ],
             'write': [
-                Item('?~/.codex', 'codex.yaml:15'),
                 Item('?~/.cache/codex', 'codex.yaml:16'),
             ],
+            'state_roots': [
+                {
+                    'path': Item('?~/.codex', 'codex.yaml:18'),
+                    'protected': [
+                        Item('/config.toml', 'codex.yaml:20'),
+                        Item('/*.config.toml', 'codex.yaml:21'),
+                        Item('/requirements.toml', 'codex.yaml:22'),
+                        Item('/managed_config.toml', 'codex.yaml:23'),
+                        Item('/AGENTS.md', 'codex.yaml:24'),
+                        Item('/AGENTS.override.md', 'codex.yaml:25'),
+                        Item('/prompts/', 'codex.yaml:26'),
+                        Item('/rules/', 'codex.yaml:27'),
+                        Item('/skills/', 'codex.yaml:28'),
+                        Item('/hooks.json', 'codex.yaml:29'),
+                        Item('/plugins/', 'codex.yaml:30'),
+                        Item('/*.sh', 'codex.yaml:31'),
+                        Item('/*.py', 'codex.yaml:32'),
+                        Item('/*.js', 'codex.yaml:33'),
+                        Item('/bin/', 'codex.yaml:34'),
+                        Item('/scripts/', 'codex.yaml:35'),
+                    ],
+                },
+            ],
             'state': [
-                Item('~/.codex/sessions/', 'codex.yaml:20'),
-                Item('~/.codex/archived_sessions/', 'codex.yaml:21'),
-                Item('~/.codex/log/', 'codex.yaml:22'),
-                Item('~/.codex/shell_snapshots/', 'codex.yaml:23'),
-                Item('~/.codex/tmp/', 'codex.yaml:24'),
-                Item('~/.codex/history.jsonl', 'codex.yaml:25'),
-                Item('~/.codex/app-server-control/', 'codex.yaml:28'),
+                Item('~/.codex/app-server-control/', 'codex.yaml:39'),
+            ],
+            'private_tmp': [
+                Item('codex-daemon-{uid}', 'codex.yaml:44'),
             ],
         },
         'unix_sockets': {
             'allow': [
-                Item('?~/.codex/app-server-control', 'codex.yaml:31'),
+                Item('?~/.codex/app-server-control', 'codex.yaml:47'),
             ],
         },
         'network': {
             'allow': [
-                Item('api.openai.com', 'codex.yaml:36'),
-                Item('chatgpt.com', 'codex.yaml:37'),
-                Item('auth.openai.com', 'codex.yaml:38'),
+                Item('api.openai.com', 'codex.yaml:52'),
+                Item('chatgpt.com', 'codex.yaml:53'),
+                Item('auth.openai.com', 'codex.yaml:54'),
+                Item('ab.chatgpt.com', 'codex.yaml:59'),
             ],
         },
         'credentials': [
             {
-                'name': Item('OPENAI_API_KEY', 'codex.yaml:43'),
-                'from_env': Item('OPENAI_API_KEY', 'codex.yaml:44'),
+                'name': Item('OPENAI_API_KEY', 'codex.yaml:64'),
+                'from_env': Item('OPENAI_API_KEY', 'codex.yaml:65'),
                 'hosts': [
-                    Item('api.openai.com', 'codex.yaml:46'),
+                    Item('api.openai.com', 'codex.yaml:67'),
                 ],
-                'optional': Item(True, 'codex.yaml:45'),
+                'optional': Item(True, 'codex.yaml:66'),
             },
         ],
         'env': {
             'pass': [
-                Item('OPENAI_BASE_URL', 'codex.yaml:48'),
-                Item('CODEX_HOME', 'codex.yaml:48'),
-                Item('CODEX_SQLITE_HOME', 'codex.yaml:48'),
-                Item('NO_COLOR', 'codex.yaml:48'),
+                Item('OPENAI_BASE_URL', 'codex.yaml:69'),
+                Item('CODEX_HOME', 'codex.yaml:69'),
+                Item('CODEX_SQLITE_HOME', 'codex.yaml:69'),
+                Item('NO_COLOR', 'codex.yaml:69'),
             ],
         },
     }

@@ -16,7 +16,7 @@ from typing import Any, NoReturn
 from ..errors import ProfileError
 from ..paths import is_under
 from ..record import dataclass
-from . import approvals, realpaths, runlater, secrets, ssh_agent, workdir_mode
+from . import approvals, privatetmp, realpaths, runlater, secrets, ssh_agent, stateroots, workdir_mode
 from . import credentials as _creds
 from .model import Env, Limits, Network, PathGrant, Policy, Scope, Seccomp
 from .patterns import DEFAULT_PATTERNS, compile_patterns
@@ -26,7 +26,8 @@ SCHEMA: dict[str, object] = {
     "description": "str",
     "extends": "str",
     "filesystem": {"read": "paths", "write": "paths", "devices": "paths", "deny": "paths",
-                   "read_only": "paths", "state": "paths"},
+                   "read_only": "paths", "state": "paths",
+                   "state_roots": "stateroots", "private_tmp": "tmpnames"},
     "network": {"connect_tcp": "ports", "bind_tcp": "ports", "allow": "hosts",
                 "deny": "denyhosts", "include": "hostsets", "allowed_ips": "nets",
                 "default": "netdefault", "upstream_ca": "paths"},
@@ -236,6 +237,10 @@ class _Parser:
             return Item(self.limit(node, kind, full), self.where(node))
         if kind == "credentials":
             return _creds.parse(self, node, full, Item)
+        if kind == "stateroots":
+            return stateroots.parse(node, full, yaml=yaml, scalar=self.scalar, where=self.where,
+                                    fail=self.fail, path_error=lambda n, v: _path_error(v),
+                                    item=Item)
         if kind == "netdefault":
             v = self.scalar(node, full)
             if v not in NETWORK_DEFAULTS:
@@ -288,16 +293,13 @@ class _Parser:
             if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= 65535:
                 self.fail(el, f"{full}: {v!r} is not a TCP port (0-65535)")
         elif kind == "paths":
-            if not isinstance(v, str) or not v.strip("?"):
-                self.fail(el, f"{full}: {v!r} is not a path")
-            for var in _VAR.findall(v):
-                if var not in ("workdir", "home", "tmp"):
-                    self.fail(el, f"{full}: unknown variable {{{var}}} in {v!r} "
-                                  "(known: {workdir}, {home}, {tmp})")
-            bare = v.lstrip("?")
-            if not (bare.startswith(("/", "~/", "{")) or bare == "~"):
-                self.fail(el, f"{full}: {v!r} must be absolute or start with ~, "
-                              "{workdir}, {home} or {tmp}")
+            why = _path_error(v)
+            if why:
+                self.fail(el, f"{full}: {why}")
+        elif kind == "tmpnames":
+            why = privatetmp.name_error(v)
+            if why:
+                self.fail(el, f"{full}: {why}")
         elif kind == "envnames":
             if not isinstance(v, str) or not re.match(_ENV_NAME, v):
                 self.fail(el, f"{full}: {v!r} is not an environment variable name "
@@ -349,6 +351,19 @@ class _Parser:
 
 
 NETWORK_DEFAULTS = ("deny", "ask")
+
+
+def _path_error(v: object) -> str | None:
+    """Why a profile's path entry is not one, or None."""
+    if not isinstance(v, str) or not v.strip("?"):
+        return f"{v!r} is not a path"
+    for var in _VAR.findall(v):
+        if var not in ("workdir", "home", "tmp"):
+            return f"unknown variable {{{var}}} in {v!r} (known: {{workdir}}, {{home}}, {{tmp}})"
+    bare = v.lstrip("?")
+    if not (bare.startswith(("/", "~/", "{")) or bare == "~"):
+        return f"{v!r} must be absolute or start with ~, {{workdir}}, {{home}} or {{tmp}}"
+    return None
 
 
 def host_entry_error(kind: str, v: object) -> str | None:
@@ -503,7 +518,18 @@ def load(ref: str, *, workdir: str, home: str, tmp: str,
     ro = [(g.path, g.source.removeprefix("built-in: ") if g.source.startswith("built-in")
            else f"read_only in {g.source}") for g in read_only]
     state = _state(fs.get("state", []), vars, never, ro, create=create_state)
-    asked = fs.get("write", []) + cli_write
+
+    def sr_fail(where: str, msg: str) -> NoReturn:
+        raise ProfileError(f"{where}: filesystem.state_roots: {msg}")
+    sr_items, state_roots = stateroots.resolve(
+        fs.get("state_roots", []), lambda t: expand(t, vars), realpaths.realpath,
+        [(g.path, g.template, g.source.startswith("built-in")) for g in read_only],
+        lambda p: runlater.refusal(p, realpaths.realpath(vars["home"]), never, ro), sr_fail)
+    # inside a state root its patterns protect these (checked to cover them): a carve
+    # would take from the root the right to make new names
+    read_only = tuple(g for g in read_only if not any(
+        is_under(g.path, b) for r in state_roots for b in (r.path, r.spelled)))
+    asked = fs.get("write", []) + cli_write + sr_items
     write = _grants([Item("{workdir}", "workdir"), Item("{tmp}", "tmp")] + asked + state,
                     vars, must_exist=True)
     _check_write(write, vars, never, ro)
@@ -515,7 +541,8 @@ def load(ref: str, *, workdir: str, home: str, tmp: str,
         description=raw.get("description", Item("", "")).value,
         sources=tuple(str(c) for c in chain),
         workdir=workdir, home=home, tmp=tmp,
-        read=read, write=write, read_only=read_only,
+        read=read, write=write, read_only=read_only, state_roots=state_roots,
+        private_tmp=_strs(fs.get("private_tmp", [])),
         devices=_grants(fs.get("devices", []), vars, must_exist=True),
         deny=deny,
         network=Network(connect_tcp=tuple(sorted({i.value for i in net.get("connect_tcp", [])})),

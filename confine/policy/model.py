@@ -11,6 +11,7 @@ from ..record import dataclass, field
 from .approvals import Approvals
 from .credentials import Credential
 from .ssh_agent import SshAgent
+from .stateroots import StateRoot
 
 
 @dataclass(frozen=True)
@@ -111,6 +112,8 @@ class Policy:
     ssh_agent: SshAgent | None = field(default=None, hash=False)
     workdir_mode: str = "shared"               # policy/workdir_mode.py: shared | exclusive
     credentials: tuple[Credential, ...] = ()   # values the agent sees only as placeholders
+    state_roots: tuple[StateRoot, ...] = ()    # agent state directories: protected roots
+    private_tmp: tuple[str, ...] = ()          # names in /tmp made private (privatetmp.py)
 
     def to_dict(self) -> dict[str, object]:
         def grants(gs: tuple[PathGrant, ...]) -> list[dict[str, object]]:
@@ -129,6 +132,9 @@ class Policy:
                         "unsafe_allow": list(self.seccomp.unsafe_allow)},
             "unix_sockets": {"allow": grants(self.unix_sockets)},
             "protected": list(self.protected),
+            "state_roots": [{"path": r.path, "template": r.template, "source": r.source,
+                             "protected": list(r.patterns)} for r in self.state_roots],
+            "private_tmp": list(self.private_tmp),
             "limits": self.limits.to_dict(),
             **({"approvals": self.approvals.to_dict()} if self.approvals.kinds else {}),
             "workdir_mode": self.workdir_mode,

@@ -13,12 +13,15 @@ the agent wrote, as the user, unconfined. Two lists answer that:
   in ~/.config or ~/.local cannot be listed);
 * `READ_ONLY_IN_GRANTS` (plus a profile's `filesystem.read_only:`): what an
   agent's own directory holds that runs later (Claude Code's settings, hooks,
-  commands, agents, plugins, skills, its executables; Codex's config.toml,
-  rules, prompts). A write grant that contains one is carved: the entry stays
+  commands, agents, plugins' manifests and code, skills, its executables;
+  Codex's config.toml, rules, prompts). Plugins' data (~/.claude/plugins/store)
+  is not code: it stays writable, as any state. A write grant that contains one is carved: the entry stays
   readable, its siblings writable, and the directories on the way keep no
   MAKE_*/REMOVE_* right, so an entry missing at start cannot be created and
   an existing one cannot be renamed over or deleted (confine/plan/carve.py).
-  A grant equal to or inside one is refused.
+  A grant equal to or inside one is refused. Inside a profile's state root
+  (policy/stateroots.py) the root's own patterns protect these instead of a
+  carve, and must match every one of them.
 
 Also refused, as for the workdir: write grants on system directories, $HOME
 itself or an ancestor of it. Landlock carries this alone (a test runs it
@@ -67,7 +70,8 @@ NEVER_WRITABLE: tuple[tuple[str, str], ...] = tuple(
 READ_ONLY_IN_GRANTS: tuple[tuple[str, str], ...] = tuple(
     [(f"~/.claude/{n}", "Claude Code runs its hooks, commands and MCP servers from it")
      for n in ("settings.json", "settings.local.json", "commands", "agents", "hooks",
-               "plugins", "skills", "output-styles", "local", "CLAUDE.md")]
+               "plugins/*.json", "plugins/cache", "plugins/marketplaces", "plugins/repos",
+               "skills", "output-styles", "local", "CLAUDE.md")]
     + [("~/.local/share/claude", "Claude Code's executables")]
     + [(f"~/.codex/{n}", "Codex runs its notify command, MCP servers and rules from it")
        for n in ("config.toml", "*.config.toml", "requirements.toml", "AGENTS.md",

@@ -189,10 +189,20 @@ def by_fs(err, path, mode=os.W_OK):
     if err in (errno.EACCES, errno.EPERM):
         if dac_allows(path, mode):
             return "landlock" if LL else "kernel"
+        if _read_only_mount(path):
+            # a protected path bound read-only, whose name guard answered first
+            return "read-only mount"
         return "DAC"
     if err == errno.ENOENT:
         return "not found"
     return "kernel"
+
+
+def _read_only_mount(path):
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
 
 
 # -------------------------------------------------------------- results

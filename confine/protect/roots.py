@@ -15,8 +15,9 @@ A root is a path and its patterns. The workdir's are DEFAULT_PATTERNS plus the
 profile's `protected:`; a write grant gets the same list, so its git directories
 (a bare repository at the grant itself included: the walk takes a directory with
 HEAD, objects and refs for one) have `hooks/` and `config` protected, and gitdata
-checks their alternates and grafts. Agent state directories (issue 22) will be
-roots with patterns of their own: `Root.patterns` is per root for that.
+checks their alternates and grafts. An agent's state directory (the profile's
+`filesystem.state_roots:`, policy/stateroots.py) adds its own patterns to its
+root's: the root that holds it gets them, anchored below it.
 
 Not roots:
 * the run's private TMPDIR: removed when the run ends, nobody uses it later (a grant
@@ -80,6 +81,21 @@ def roots_of(policy: Policy) -> tuple[Root, ...]:
         for k in [k for k in kept if is_under(k, path)]:
             del kept[k]          # the outer one wins
         kept[path] = source
-    out = [Root(p, pats, s, is_under(wd, p)) for p, s in kept.items()]
+    out = [Root(p, pats + _state_patterns(policy, p), s, is_under(wd, p))
+           for p, s in kept.items()]
     out.sort(key=lambda r: not r.workdir)
     return tuple(out)
+
+
+def _state_patterns(policy: Policy, root: str) -> tuple[str, ...]:
+    """The patterns of the state roots inside `root`, relative to it: an anchored
+    one moves below the state root's place; an unanchored one matches at any depth,
+    below that place too (it protects more, never less)."""
+    out: list[str] = []
+    for sr in policy.state_roots:
+        if not is_under(sr.path, root):
+            continue
+        rel = os.path.relpath(sr.path, root)
+        for t in sr.patterns:
+            out.append(t if not t.startswith("/") or rel == "." else f"/{rel}{t}")
+    return tuple(dict.fromkeys(out))

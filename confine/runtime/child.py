@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, NoReturn
 
-from ..kernel import caps, cgroup, hostview, keyring, landlock, lsm, namespaces, rlimits, seccomp
+from ..kernel import caps, cgroup, hostview, keyring, landlock, lsm, mounts, namespaces, rlimits, seccomp
 from ..plan import Plan
 from ..record import dataclass, field
 from . import spawn, status
@@ -146,6 +146,8 @@ def _gateway_sockets(ctx: ChildContext) -> None:
 
 
 def _readonly_host(ctx: ChildContext) -> None:
+    for src, dst in ctx.plan.private_binds:     # filesystem.private_tmp (policy/privatetmp.py)
+        mounts.mount(src, dst, None, mounts.MS_BIND, None, f"bind a private directory on {dst}")
     db = ctx.plan.device_binds
     hostview.readonly_except(list(ctx.plan.writable_binds), None if db is None else list(db))
 

@@ -26,6 +26,7 @@ summary; refusals are in the log as always.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -70,6 +71,8 @@ class Events:
         # elsewhere is Landlock's (write_refused, connect_refused).
         self.writable: tuple[str, ...] = ()
         self.connect_ports: frozenset[int] = frozenset()
+        # (the agent home's link, the granted path it leads to) (runtime/home.py)
+        self.links: tuple[tuple[str, str], ...] = ()
         self._lock = threading.Lock()
         self._fd: int | None = None
         self.path = path
@@ -140,8 +143,22 @@ class Events:
         """A refusal of any layer: said once with what would grant it, logged always."""
         if self._never is None:
             self._never = runlater.never_writable(self.home, "")
+        r = self._through_links(r)
         g = explain.grant(r, self.home, self.deny, self._never)
         self.refused(explain.key(r, g), explain.line(r, g), explain.event(r, g), r.layer)
+
+    def _through_links(self, r: explain.Refusal) -> explain.Refusal:
+        """The refusal with a path through the agent home's link to a grant named by
+        the granted path itself: a grant on the link can never work (it lies in
+        confine's own state), one on the real path can."""
+        for link, real in self.links:
+            if is_under(r.subject, link) or link + "/" in r.what or r.what.endswith(link):
+                subject = real + r.subject[len(link):] if is_under(r.subject, link) \
+                    else r.subject
+                what = r.what.replace(link + "/", real + "/")
+                what = what[:-len(link)] + real if what.endswith(link) else what
+                return dataclasses.replace(r, subject=subject, what=what)
+        return r
 
     def mediated(self, reason: str) -> None:
         """A refusal of the mediator or the name guard (its reason string)."""

@@ -30,7 +30,7 @@ from ..policy.model import Policy
 from ..record import dataclass, field
 from . import home as _home
 from .events import Events, Screen
-from .workdir import check_workdir, make_tmp, remove_tree
+from .workdir import check_workdir, make_tmp, private_tmp, private_tmp_dirs, remove_tree
 
 Warn = Callable[[str], None]
 
@@ -305,6 +305,9 @@ class Session:
             lsm = _resolve_lsm(req.apparmor, req.selinux_context, facts)
             protected = self._snapshot(policy, ident.home, facts) if protect else None
             home, home_notes = self._agent_home(policy, ident, parent_env)
+            if policy.private_tmp and self.create_state and facts.namespaces:
+                policy = dataclasses.replace(policy, private_tmp=private_tmp(
+                    policy.private_tmp, self.tmp, ident.uid, ident.gid, self.warn))
             plan = compile(policy, req.argv, ident, facts, parent_env=parent_env,
                            cli_env=req.env, lsm=lsm, protected=protected, agent_home=home)
             plan = dataclasses.replace(plan, notes=plan.notes + tuple(home_notes))
@@ -336,6 +339,8 @@ class Session:
         if not self.create_state:
             return path, []
         links = _home.links_for(policy, ident.home, path)
+        # a refusal names the granted path, never the agent home's link to it
+        self.events.links = tuple((os.path.join(path, rel), real) for rel, real in links)
         try:
             notes = _home.prepare(path, ident, links, policy.workdir)
         except _home.Unavailable as e:
@@ -426,7 +431,9 @@ class Session:
         keep_limits = keep.limits()      # a bad override stops the run here, not at its end
         if self.req.log is not None:
             _check_log_path(self.req.log, plan)
+        links = self.events.links      # the agent home's links, known before the run (refusal lines)
         self.events = Events(self.req.log, say, journal=self._open_record(plan, say))
+        self.events.links = links
         self.events.context(os.path.realpath(plan.identity.home),
                             tuple(d.path for d in plan.policy.deny))
         pol = plan.policy
@@ -595,6 +602,9 @@ class Session:
         held_fd.extend(self._prepare_held())
         if self.egress is not None and self.tmp is not None:
             self.egress.in_tmp(self.tmp)     # the run CA's bundle (a run with credentials)
+        # in the TMPDIR the agent sees (a tmpfs may be mounted on it by now)
+        private_tmp_dirs(self.plan.private_binds, self.plan.identity.uid,
+                         self.plan.identity.gid)
         offer()
         if self.ssh_agent is not None:
             self.ssh_agent.start(self.events, self.req.approver)

@@ -1,16 +1,19 @@
 """The agent's writable places: the workdir (checked) and a private TMPDIR."""
 from __future__ import annotations
 
+import functools
 import os
+import stat
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from ..errors import ConfineError
+from ..kernel import caps
 from ..kernel.sysfs import read_text
 from ..paths import is_under
 
 # one list for the workdir and for write grants
-from ..policy import realpaths, runlater
+from ..policy import privatetmp, realpaths, runlater
 from ..policy.runlater import SYSTEM_DIRS, SYSTEM_ROOTS
 from ..protect.revert import remove_at
 
@@ -71,6 +74,57 @@ def make_tmp(uid: int, gid: int, base: str | None = None) -> str:
     if os.geteuid() == 0:
         os.chown(tmp, uid, gid)
     return tmp
+
+
+def private_tmp(names: tuple[str, ...], tmp: str, uid: int, gid: int,
+                warn: Callable[[str], None]) -> tuple[str, ...]:
+    """filesystem.private_tmp (policy/privatetmp.py): for each name, the run's own
+    directory in TMPDIR and the host's directory it is bound over (made empty and
+    owned by the agent if missing, as the agent would outside). The names made;
+    one that cannot be made is left out (creates there stay refused), said by `warn`.
+    A host name that is another's directory, or not a directory, refuses the run:
+    someone prepared it for the agent's tool."""
+    kept = []
+    for name in names:
+        dst = privatetmp.expand(name, uid)
+        try:
+            try:
+                st = os.lstat(dst)
+            except FileNotFoundError:
+                if os.geteuid() == 0 and uid != 0:
+                    caps.in_fs_identity(uid, gid, functools.partial(_mkdir_once, dst))
+                else:
+                    _mkdir_once(dst)
+                st = os.lstat(dst)
+        except OSError as e:
+            warn(f"filesystem.private_tmp {dst}: cannot make it ({e.strerror}): not given "
+                 "to the agent, its creates there are refused")
+            continue
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != uid:
+            what = "a directory" if stat.S_ISDIR(st.st_mode) else "not a directory"
+            raise ConfineError(f"filesystem.private_tmp: {dst} is {what} owned by uid "
+                               f"{st.st_uid}, not a directory of the agent's (uid {uid}); "
+                               "refusing to run (remove it if it is not yours)")
+        kept.append(name)
+    return tuple(kept)
+
+
+def private_tmp_dirs(binds: Sequence[tuple[str, str]], uid: int, gid: int) -> None:
+    """The run's own directories of filesystem.private_tmp, in its TMPDIR once that is
+    what the agent will see (the plan's private_binds name them), owned by the agent."""
+    for src, _ in binds:
+        for d in (os.path.dirname(src), src):
+            if not os.path.isdir(d):
+                os.mkdir(d, 0o700)
+            if os.geteuid() == 0:
+                os.chown(d, uid, gid)
+
+
+def _mkdir_once(path: str) -> None:
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
 
 
 def tmp_base(base: str | None, uid: int, gid: int) -> str:

@@ -363,14 +363,22 @@ if P["profile"] == "claude-code":
     attempt("transcript", lambda: opened(p(".claude/projects/old/new.jsonl"),
                                          os.O_WRONLY | os.O_CREAT))
     attempt("claude_json", lambda: opened(p(".claude.json"), os.O_WRONLY | os.O_APPEND))
-    attempt("todos", lambda: opened(p(".claude/todos/t.json"), os.O_WRONLY | os.O_CREAT))
+    attempt("todos", lambda: (os.makedirs(p(".claude/todos"), exist_ok=True),
+                              opened(p(".claude/todos/t.json"), os.O_WRONLY | os.O_CREAT))[-1])
     attempt("deny:settings", lambda: opened(p(".claude/settings.json"), os.O_WRONLY | os.O_APPEND))
-    attempt("deny:hooks", lambda: os.mkdir(p(".claude/hooks")))
+    # a state root (policy/stateroots.py): a protected name is refused (a mkdir of it
+    # would be held, outside ~/.claude)
+    attempt("deny:hooks", lambda: os.symlink("/tmp", p(".claude/hooks")))
+    attempt("newstate", lambda: opened(p(".claude/new-in-a-later-release.json"),
+                                       os.O_WRONLY | os.O_CREAT))
 else:
     attempt("auth", lambda: opened(p(".codex/auth.json"), os.O_WRONLY | os.O_APPEND))
-    attempt("sessions", lambda: opened(p(".codex/sessions/s.jsonl"), os.O_WRONLY | os.O_CREAT))
+    attempt("sessions", lambda: (os.makedirs(p(".codex/sessions"), exist_ok=True),
+                                 opened(p(".codex/sessions/s.jsonl"),
+                                        os.O_WRONLY | os.O_CREAT))[-1])
     attempt("deny:config", lambda: opened(p(".codex/config.toml"), os.O_WRONLY | os.O_APPEND))
-    attempt("deny:rules", lambda: os.mkdir(p(".codex/rules")))
+    attempt("deny:rules", lambda: os.symlink("/tmp", p(".codex/rules")))
+    attempt("newstate", lambda: opened(p(".codex/state_9.sqlite"), os.O_WRONLY | os.O_CREAT))
 attempt("gitconfig", lambda: read_file(p(".gitconfig")))
 '''
 
@@ -392,6 +400,8 @@ def test_agent_profile_grants_work_through_the_agent_home(sandbox, planted_home,
     assert os.readlink(os.path.join(h, top)) == os.path.join(agent_files, top)
     assert open(os.path.join(agent_files, ".codex/config.toml")).read() \
         == AGENT_FILES[".codex/config.toml"]
+    assert not os.path.lexists(os.path.join(agent_files, top, "hooks" if top == ".claude"
+                                            else "rules"))
     if profile == "claude-code":
         assert os.path.isfile(os.path.join(agent_files, ".claude/projects/old/new.jsonl"))
         assert open(os.path.join(agent_files, ".claude/settings.json")).read() \
@@ -430,9 +440,9 @@ def serve():
     _, st = os.waitpid(pid, 0)
     return "ok" if st == 0 else "client:%d" % os.waitstatus_to_exitcode(st)
 attempt("app_server", serve)
-def elsewhere():                            # control: the rest of ~/.codex stays closed
+def elsewhere():                            # control: the real HOME beside ~/.codex stays closed
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.bind(os.path.join(C, "other.sock"))
+    s.bind(os.path.join(os.path.dirname(os.path.realpath(C)), "other.sock"))
 attempt("deny:other_socket", elsewhere)
 '''
 
@@ -446,7 +456,7 @@ def test_codex_app_server_socket(sandbox, agent_files, homes, layers):
     assert r["app_server"] == "ok", (r, p.stderr)
     assert r["codex_home"] == os.path.join(agent_files, ".codex")
     assert r["deny:other_socket"] in DENIED, r
-    assert not os.path.exists(os.path.join(agent_files, ".codex", "other.sock"))
+    assert not os.path.exists(os.path.join(agent_files, "other.sock"))
 
 
 def test_links_put_back_and_planted_symlinks_never_followed(sandbox, planted_home, homes,
@@ -676,3 +686,30 @@ def test_account_without_a_home_gets_a_fresh_one(root_sandbox):
     home, user = p.stdout.split()
     assert home.startswith("/tmp/confine-home-") and user == "nobody", p.stdout
     assert not os.path.exists(home)
+
+
+def test_refusal_through_the_agent_homes_link_names_the_granted_path(sandbox, homes, test_user):
+    """A write refused through the agent home's link to a read grant is named by the
+    granted path (where a grant could work), never by the link in confine's own state
+    (where none can). Control: the same write outside confine works."""
+    d = os.path.join(test_user.pw_dir, f".confine-tool-{uuid.uuid4().hex[:8]}")
+    os.mkdir(d)
+    os.chown(d, test_user.pw_uid, test_user.pw_gid)
+    prof = sandbox.workdir + "-tool.yaml"
+    with open(prof, "w") as f:
+        f.write(f"extends: default\nfilesystem:\n  read: ['{d}']\n")
+    os.chmod(prof, 0o644)
+    try:
+        h = _home(sandbox, homes, "-p", prof)
+        rel = os.path.basename(d)
+        p = sandbox.run(["sh", "-c", f'echo x > "$HOME/{rel}/new"; echo "status $?"'], "-p", prof)
+        assert "status 0" not in p.stdout, p.stdout + p.stderr
+        assert not os.path.exists(os.path.join(d, "new"))
+        line = next((ln for ln in p.stderr.splitlines() if "denied:" in ln), "")
+        assert f"create {d}/new" in line, p.stderr
+        said = [ln for ln in p.stderr.splitlines() if ln.startswith("confine:")]
+        assert not any(h in ln or "/confine/homes/" in ln for ln in said), p.stderr
+        assert sandbox.outside(["sh", "-c", f'echo x > "{d}/new"']).returncode == 0
+    finally:
+        os.unlink(prof)
+        shutil.rmtree(d, ignore_errors=True)

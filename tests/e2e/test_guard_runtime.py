@@ -322,6 +322,17 @@ def two_dirs():
     os.rename("x1", "x3")
     return [os.path.exists("dd/moved"), os.path.exists("x3"), os.path.exists("x1")]
 attempt("two dirs", two_dirs)
+def proc_fd_dir():
+    # through the agent's own /proc/self/fd/N (and /dev/fd/N) of a directory, at a
+    # number the broker holds no descriptor at (Claude Code makes its task dirs so)
+    d = os.open("dd", os.O_RDONLY | os.O_DIRECTORY)
+    os.dup2(d, 900); os.close(d)
+    os.mkdir("/proc/self/fd/900/pm")
+    os.close(os.open("/dev/fd/900/pf", os.O_WRONLY | os.O_CREAT, 0o600))
+    os.rename("/proc/self/fd/900/pf", "/proc/thread-self/fd/900/pg")
+    os.close(900)
+    return [os.path.isdir("dd/pm"), os.path.isfile("dd/pg")]
+attempt("proc fd dir", proc_fd_dir)
 attempt("creat slash", lambda: opened("newdir/", os.O_WRONLY | os.O_CREAT))
 attempt("fifo nonblock", lambda: (os.mkfifo("ff"), opened("ff", os.O_WRONLY | os.O_NONBLOCK))[-1])
 attempt("openat2", lambda: sysc(437, -100, b"u", ctypes.c_char_p(bytes(24)), 24))
@@ -359,7 +370,8 @@ def test_mediated_calls_keep_the_kernel_semantics(sandbox):
             "outside workdir": "EACCES", "dev null": "ok", "file dirfd": "ENOTDIR",
             "file dirfd mkdir": "ENOTDIR", "no search": "EACCES", "no search mkdir": "EACCES",
             "no search held": "EACCES", "no search held dir": "EACCES",
-            "made nothing": [], "two dirs": [True, True, False]}
+            "made nothing": [], "two dirs": [True, True, False],
+            "proc fd dir": [True, True]}
     assert r.pop("outside workdir") in ("EACCES", "EROFS"), (r, p.stderr)
     want.pop("outside workdir")
     assert r == want, (r, p.stderr)

@@ -16,7 +16,6 @@ import copy
 import json
 import os
 import shutil
-import stat
 
 import pytest
 
@@ -104,10 +103,12 @@ CLAUDE_DENIED = {
 CLAUDE_ALLOWED = {
     "state_transcript": ("mkfile", ".claude/projects/new/s.jsonl"),
     "state_old_transcript": ("append", ".claude/projects/old/s.jsonl"),
-    "state_todos": ("mkfile", ".claude/todos/t.json"),            # made by confine
-    "state_statsig": ("mkfile", ".claude/statsig/s"),             # made by confine
-    "state_snapshots": ("mkfile", ".claude/shell-snapshots/s.sh"),  # made by confine
-    "state_history": ("append", ".claude/history.jsonl"),         # made by confine
+    # new names in the state root (policy/stateroots.py): nothing is made before the run
+    "state_todos": ("mkfile", ".claude/todos/t.json"),
+    "state_statsig": ("mkfile", ".claude/statsig/s"),
+    "state_snapshots": ("mkfile", ".claude/shell-snapshots/s.sh"),
+    "state_history": ("mkfile", ".claude/history.jsonl"),
+    "state_new_release": ("mkfile", ".claude/a-name-of-a-later-release/x.json"),
     "credentials": ("append", ".claude/.credentials.json"),
     "claude_json": ("append", ".claude.json"),
     "read_settings": ("read", ".claude/settings.json"),
@@ -127,8 +128,9 @@ CODEX_DENIED = {
 CODEX_ALLOWED = {
     "auth_refresh": ("append", ".codex/auth.json"),
     "session": ("mkfile", ".codex/sessions/2026/t.jsonl"),
-    "log": ("mkfile", ".codex/log/codex-tui.log"),                # made by confine
-    "history": ("append", ".codex/history.jsonl"),                # made by confine
+    "log": ("mkfile", ".codex/log/codex-tui.log"),
+    "history": ("mkfile", ".codex/history.jsonl"),
+    "sqlite": ("mkfile", ".codex/state_9.sqlite"),
     "read_config": ("read", ".codex/config.toml"),
 }
 
@@ -174,15 +176,32 @@ for name, spec in P["acts"].items():
 
 # EXDEV: a rename across the bind mounts, or Landlock refusing the REFER right
 DENIED = {"EACCES", "EROFS", "EPERM", "EXDEV"}
+# In a state root (the agent profiles' ~/.claude and ~/.codex, policy/stateroots.py)
+# the names are protected as the workdir's are: a new one made in place is held
+# (the call succeeds, the name is kept elsewhere), a bound one gives EBUSY, and without
+# a mount namespace a removal or rename away is reverted by the exit check. What
+# counts is that nothing of the agent's is in place afterwards (checked below).
+IN_STATE_ROOT = DENIED | {"EBUSY", "ok"}
+HELD_OR_DENIED = {"create", "mkdir", "unlink", "rename"}
 
 
 def _check(sb, profile, denied, allowed, home):
     before = {rel: open(os.path.join(home, rel), "rb").read() for rel in PLANT}
-    acts = {**denied, **allowed}
+    # reads first: without a mount namespace a removal below succeeds until the exit check
+    acts = {**{k: v for k, v in allowed.items() if v[0] in ("read", "list")}, **denied,
+            **allowed}
     p, r = sb.probe(BODY, {"acts": acts}, "-p", profile)
     assert r is not None, p.stderr
     for name in denied:
-        assert r[name] in DENIED, (name, r[name], p.stderr)
+        kind, path = denied[name][0], denied[name][-1]
+        in_root = path.startswith((".claude/", ".codex/"))
+        # without a mount namespace an earlier removal or rename away succeeded (the
+        # exit check puts it back): a later attempt on it finds nothing
+        ok = DENIED
+        if in_root:
+            ok = (IN_STATE_ROOT if kind in HELD_OR_DENIED | {"link", "via_symlink", "exchange",
+                                                         "symlink"} else DENIED) | {"ENOENT"}
+        assert r[name] in ok, (name, r[name], p.stderr)
     for name in allowed:
         assert r[name] == "ok", (name, r[name], p.stderr)
     for rel in ("settings.json", "commands/x.md"):
@@ -193,6 +212,9 @@ def _check(sb, profile, denied, allowed, home):
         == before[".codex/config.toml"]
     for path in ("settings.local.json", "hooks", "agents", "commands/y.md", "statusline.sh"):
         assert not os.path.lexists(os.path.join(home, ".claude", path))
+    for path in ("evil.config.toml", "rules", "AGENTS.md"):
+        assert not os.path.lexists(os.path.join(home, ".codex", path))
+    assert os.path.isdir(os.path.join(home, ".claude", "commands"))
 
 
 def _outside_control(sb, home, denied):
@@ -227,19 +249,6 @@ def test_codex_config_read_only(sandbox, agent_home, layers):
     sb = sandbox if layers == "all" else sandbox.without_namespaces()
     _outside_control(sb, agent_home, CODEX_DENIED)
     _check(sb, "codex", CODEX_DENIED, CODEX_ALLOWED, agent_home)
-
-
-def test_state_made_by_confine_is_the_agents(root_sandbox, agent_home, test_user):
-    """Started as root: the state entries confine makes belong to the agent, and a
-    planted symlink in place of one is left alone (never followed)."""
-    target = os.path.join(agent_home, "elsewhere")
-    os.symlink(target, os.path.join(agent_home, ".claude", "todos"))
-    p, r = root_sandbox.probe("R['x'] = 1", {}, "-p", "claude-code")
-    assert r == {"x": 1}, p.stderr
-    st = os.lstat(os.path.join(agent_home, ".claude", "statsig"))
-    assert stat.S_ISDIR(st.st_mode) and st.st_uid == test_user.pw_uid
-    assert os.path.islink(os.path.join(agent_home, ".claude", "todos"))
-    assert not os.path.lexists(target)
 
 
 @pytest.mark.parametrize("spelled", ["{home}", "{home}/.local", "{home}/.config",
@@ -301,14 +310,16 @@ def test_profile_write_grant_refused_with_file_and_line(sandbox, agent_home):
 
 def test_read_only_profile_key_carves_a_user_grant(sandbox, agent_home):
     """`filesystem.read_only:` adds entries to the built-in list: writable tool
-    directory, one script in it that a hook names stays read-only."""
+    directory, one script in it that a hook names stays read-only (in the state root
+    ~/.claude, as a pattern of its own; the profile's own patterns already protect
+    top-level *.sh, *.py, *.js scripts)."""
     tool = os.path.join(agent_home, ".claude")
-    script = os.path.join(tool, "statusline.sh")
+    script = os.path.join(tool, "status.rb")
     with open(script, "w") as f:
         f.write("#!/bin/sh\n")
     os.lchown(script, sandbox.agent.pw_uid, sandbox.agent.pw_gid)
     prof = _profile(sandbox, "extends: claude-code\nfilesystem:\n  read_only:\n"
-                             "    - ~/.claude/statusline.sh\n")
+                             "    - ~/.claude/status.rb\n")
     body = ("attempt('script', lambda: opened(P['s'], os.O_WRONLY | os.O_APPEND))\n"
             "attempt('cred', lambda: opened(P['c'], os.O_WRONLY | os.O_APPEND))\n")
     params = {"s": script, "c": os.path.join(tool, ".credentials.json")}
@@ -325,15 +336,15 @@ def test_dry_run_shows_the_read_only_entries(sandbox, agent_home):
                         "--json", "--", "true")
     assert p.returncode == 0, p.stderr
     d = json.loads(p.stdout)
-    ro = d["landlock"]["read_only_in_write"]
-    assert os.path.join(agent_home, ".claude", "settings.json") in ro
     claude = os.path.join(agent_home, ".claude")
-    for rule in d["landlock"]["rules"]:
-        if rule["path"] == claude:
-            assert "make_reg" not in rule["access"] and "remove_file" not in rule["access"], rule
+    # a state root: no carve, a protected root whose patterns name what runs later
+    assert not any(x.startswith(claude + "/") for x in d["landlock"]["read_only_in_write"])
+    (root,) = [r for r in d["protected_paths"]["roots"] if r["path"] == claude]
+    assert "/settings*.json" in root["patterns"] and "/hooks/" in root["patterns"], root
+    assert "settings.json" in {e["path"] for e in root["protected"]}, root
     assert not os.path.lexists(os.path.join(claude, "todos"))
     assert sandbox.run(["/bin/true"], "-p", "claude-code").returncode == 0
-    assert os.path.isdir(os.path.join(claude, "todos"))
+    assert not os.path.lexists(os.path.join(claude, "todos"))     # nothing made before
 
 
 @pytest.mark.parametrize("unconfined", [False, True])

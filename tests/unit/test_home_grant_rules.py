@@ -114,29 +114,71 @@ def test_profile_error_names_file_and_line(home, tmp_path):
         _load_p(home, profile=str(prof))
 
 
-def test_claude_code_carves_hooks_and_commands(home):
-    plan = _plan(_load_p(home, create_state=True))
+def test_claude_code_state_root_is_writable_and_protected_by_its_patterns(home):
+    """~/.claude is a state root (policy/stateroots.py): Landlock lets the agent make any
+    name there (a new release's new state works); what runs later is the root's
+    patterns' to protect (name guard, binds, exit check), never a carve."""
+    from confine.protect.roots import roots_of
+    pol = _load_p(home, create_state=True)
+    plan = _plan(pol)
     c = os.path.join(home, ".claude")
-    # no new name in ~/.claude or commands/, existing ones not writable
-    for p in (c, c + "/commands", c + "/settings.json", c + "/hooks", c + "/settings.local.json",
-              home + "/.local/share/claude/versions"):
-        assert not _rights(plan, p) & (MAKE | AccessFS.WRITE_FILE | AccessFS.TRUNCATE), p
-        assert _rights(plan, p) & AccessFS.READ_FILE, p
-    for p in (c + "/projects", c + "/todos", c + "/.credentials.json", c + "/history.jsonl"):
-        assert _rights(plan, p) & AccessFS.WRITE_FILE, p
-    assert os.path.isdir(c + "/todos") and os.path.isfile(c + "/history.jsonl")
-    # the mount namespace keeps the carved entries on the read-only host view
-    assert c not in plan.writable_binds and c + "/projects" in plan.writable_binds
-    assert c + "/settings.json" in plan.to_dict()["landlock"]["read_only_in_write"]
+    for p in (c, c + "/new-in-a-later-release", c + "/projects"):
+        assert _rights(plan, p) & MAKE == MAKE, p
+    assert not any(g.path.startswith(c + "/") for g in pol.read_only)
+    assert not _rights(plan, home + "/.local/share/claude/versions") & AccessFS.WRITE_FILE
+    (root,) = [r for r in roots_of(pol) if r.path == c]
+    for pat in ("/settings*.json", "/hooks/", "/commands/", "/plugins/cache/", "/CLAUDE.md"):
+        assert pat in root.patterns, pat
+    assert ".envrc" in root.patterns          # the workdir's patterns too
+    assert [r.path for r in pol.state_roots] == [c]
+    # nothing is made before the start any more
+    assert not os.path.exists(c + "/todos")
 
 
-def test_codex_carves_config_and_profile_configs(home):
-    plan = _plan(_load_p(home, profile="codex", create_state=True))
+def test_codex_state_root(home):
+    from confine.protect.roots import roots_of
+    pol = _load_p(home, profile="codex", create_state=True)
+    plan = _plan(pol)
     x = os.path.join(home, ".codex")
-    for p in (x, x + "/config.toml", x + "/work.config.toml", x + "/rules"):
-        assert not _rights(plan, p) & (MAKE | AccessFS.WRITE_FILE), p
-    for p in (x + "/auth.json", x + "/sessions", x + "/log"):
-        assert _rights(plan, p) & AccessFS.WRITE_FILE, p
+    assert _rights(plan, x) & MAKE == MAKE
+    (root,) = [r for r in roots_of(pol) if r.path == x]
+    assert "/config.toml" in root.patterns and "/*.config.toml" in root.patterns
+
+
+@pytest.mark.parametrize("body,match", [
+    ("  state_roots:\n    - path: ~/.claude\n      protect: [/x]\n",
+     r"p\.yaml:5: unknown key 'filesystem\.state_roots\.protect'"),
+    ("  state_roots:\n    - ~/.claude\n", r"p\.yaml:4: .*mapping with keys path, protected"),
+    ("  state_roots:\n    - path: .claude\n", r"p\.yaml:4: .*must be absolute"),
+    ("  state_roots:\n    - path: ~/.claude\n      protected: ['!.envrc']\n",
+     r"p\.yaml:5: .*never remove"),
+    ("  state_roots:\n    - path: ~/.claude\n      protected: [a/**/b]\n", r"p\.yaml:5: .*\*\*"),
+    ("  state_roots:\n    - protected: [/x]\n", r"p\.yaml:4: .*without 'path'"),
+])
+def test_state_roots_bad_input_names_line_and_key(home, tmp_path, body, match):
+    prof = tmp_path / "p.yaml"
+    prof.write_text("extends: default\nfilesystem:\n" + body)
+    with pytest.raises(ProfileError, match=match):
+        _load_p(home, profile=str(prof))
+
+
+def test_state_root_must_protect_what_runs_later(home, tmp_path):
+    """Fail closed: a state root replaces the built-in carve only by patterns that
+    cover every built-in entry in it."""
+    prof = tmp_path / "p.yaml"
+    prof.write_text("extends: default\nfilesystem:\n  state_roots:\n    - path: ~/.claude\n"
+                    "      protected: [/hooks/, /commands/]\n")
+    with pytest.raises(ProfileError, match=r"p\.yaml:4: .*state root ~/\.claude: .* runs later"):
+        _load_p(home, profile=str(prof))
+    prof.write_text("extends: default\nfilesystem:\n  state_roots:\n    - path: ~/.nothing\n")
+    with pytest.raises(ProfileError, match=r"p\.yaml:4: .*not a directory.*'\?'"):
+        _load_p(home, profile=str(prof))
+    prof.write_text("extends: default\nfilesystem:\n  state_roots:\n    - path: ?~/.nothing\n")
+    assert _load_p(home, profile=str(prof)).state_roots == ()
+    # a state root where a write grant is refused is refused too
+    prof.write_text("extends: default\nfilesystem:\n  state_roots:\n    - path: ~/.local\n")
+    with pytest.raises(ProfileError, match=r"p\.yaml:4: .*not writable"):
+        _load_p(home, profile=str(prof))
 
 
 def test_a_user_grant_on_claude_is_carved_too(home):
@@ -151,7 +193,7 @@ def test_symlinked_agent_dir_is_carved_at_its_target(home, tmp_path):
     real = tmp_path / "dotfiles-claude"
     os.rename(os.path.join(home, ".claude"), real)
     os.symlink(real, os.path.join(home, ".claude"))
-    plan = _plan(_load_p(home))
+    plan = _plan(_load_p(home, profile="default", extra_write=[os.path.join(home, ".claude")]))
     assert not _rights(plan, str(real / "settings.json")) & AccessFS.WRITE_FILE
     assert _rights(plan, str(real / "projects")) & AccessFS.WRITE_FILE
 
@@ -179,3 +221,14 @@ def test_make_state_never_follows_a_symlink(tmp_path):
     assert runlater.make_state(str(tmp_path / "nope" / "x"), directory=True) is False
     assert runlater.make_state(str(parent / "h.jsonl"), directory=False) is True
     assert (parent / "h.jsonl").stat().st_mode & 0o777 == 0o600
+
+
+def test_profile_read_only_in_a_state_root_becomes_its_pattern(home, tmp_path):
+    from confine.protect.roots import roots_of
+    os.makedirs(os.path.join(home, ".claude/tools"))
+    prof = tmp_path / "p.yaml"
+    prof.write_text("extends: claude-code\nfilesystem:\n  read_only:\n    - ~/.claude/tools/status.rb\n")
+    pol = _load_p(home, profile=str(prof))
+    (root,) = [r for r in roots_of(pol) if r.path == os.path.join(home, ".claude")]
+    assert "/tools/status.rb" in root.patterns
+    assert not any(g.path.startswith(os.path.join(home, ".claude/")) for g in pol.read_only)
