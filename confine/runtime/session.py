@@ -579,9 +579,13 @@ class Session:
             return None
         from ..approval import Event
         from ..undo import keeper
-        spec = plan.policy.approvals.spec("deletions")
-        above = spec.ask_above
+        approvals = plan.policy.approvals
+        above = approvals.spec("deletions").ask_above
         engine = self.events.approval
+
+        def judge(count: int, rel: str) -> str:
+            # the profile's approvals.deletions: a rule on the path, the threshold, the default
+            return approvals.decide("deletions", {"count": count, "path": rel})[0]
 
         def ask(count: int, sample: list[str]) -> bool:
             # the run's approval engine: the same approver (terminal, --approver,
@@ -593,7 +597,9 @@ class Session:
             return bool(v.decision == "allow")
         try:
             return keeper.Keeper(self.snapshot.run_id, plan.policy.workdir, limit=lim.max_bytes,
-                                 ask_above=above, ask=ask, events=self.events, warn=say)
+                                 ask_above=above, ask=ask,
+                                 judge=judge if approvals.judges("deletions") else None,
+                                 events=self.events, warn=say)
         except OSError as e:
             raise ConfineError(f"undo: cannot open the workdir for its keeper: "
                                f"{e.strerror or e}") from None

@@ -61,17 +61,24 @@ def _kind(mode: int) -> str | None:
 
 
 class Keeper:
-    """One run's keeper. limit: bytes the run may keep (keep.limits()); ask_above
-    and ask: approvals.deletions (None: never asked)."""
+    """One run's keeper. limit: bytes the run may keep (keep.limits()); judge, ask:
+    approvals.deletions (judge(count, rel): "allow", "ask" or "deny" for the count-th
+    deletion or overwrite of a start file, at `rel` in the workdir; ask(count, sample):
+    the person's answer; None: never judged). ask_above: the threshold, for messages."""
 
     def __init__(self, run_id: str, workdir: str, *, limit: int, ask_above: int | None = None,
-                 ask: Ask | None = None, events: Any = None, where: str | None = None,
+                 ask: Ask | None = None, judge: Callable[[int, str], str] | None = None,
+                 events: Any = None, where: str | None = None,
                  warn: Callable[[str], None] = default_warn):
         self.run_id = run_id
         self.workdir = os.path.realpath(workdir)
         self.base = where or store.base()
         self.limit = limit
         self.ask_above, self.ask = ask_above, ask
+        if judge is None and ask_above is not None:
+            def judge(count: int, rel: str) -> str:
+                return "ask" if count > ask_above else "allow"
+        self.judge = judge
         self.events = events
         self.warn = warn
         self.started_ns = time.time_ns()
@@ -163,8 +170,14 @@ class Keeper:
             if new:
                 return b"ok"                # made during the run
             if counted:
-                if self.ask_above is not None and not self.allowed \
-                        and self.count >= self.ask_above and not self._approve(rel):
+                verdict = "allow" if self.judge is None or self.allowed \
+                    else self.judge(self.count + 1, rel)
+                if verdict == "deny":
+                    # a rule refuses this very path: this call only, nothing put back
+                    self._emit({"action": "refused", "path": rel, "count": self.count + 1})
+                    return (b"deny:undo: deleting or overwriting " + printable(rel).encode()
+                            + b" is refused by approvals.deletions")
+                if verdict == "ask" and not self._approve(rel):
                     return b"deny:" + (self.denied or "undo: refused").encode()
                 self.count += 1
             return b"kept" if self._keep(op, rel, vfd, st, kind) else b"ok"
@@ -191,8 +204,8 @@ class Keeper:
         back = put.restored if put is not None else 0
         if put is not None:
             self.put_back.update(put.made)
-        self.denied = (f"undo: deleting or overwriting more than {self.ask_above} files that "
-                       "existed at the start was not approved (approvals.deletions.ask_above): "
+        self.denied = ("undo: deleting or overwriting files that existed at the start "
+                       f"({printable(rel)}, the {n}th) was not approved (approvals.deletions): "
                        f"refused for the rest of the run; {back} put back")
         self._emit({"action": "put back", "count": back,
                     "skipped": put.skipped[:20] if put is not None else []})
@@ -416,9 +429,9 @@ class Keeper:
             self.efd = self.ffd = self.dfd = None
         files = sum(1 for e in self.entries.values() if e["kind"] != "dir")
         if self.denied:
-            say(f"undo: deleting more than {self.ask_above} files that existed at the start was "
-                f"not approved: refused from then on, and those deleted before were put back "
-                f"(run {self.run_id})")
+            say("undo: deleting files that existed at the start was not approved "
+                "(approvals.deletions): refused from then on, and those deleted before were "
+                f"put back (run {self.run_id})")
         # What was kept is not said: every run that rewrites a file (a commit in an
         # existing repository) would print it; the events and `confine runs` have it.
         self._emit({"action": "finished", "files": files, "not_kept": self.left_count})

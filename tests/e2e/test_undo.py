@@ -290,3 +290,33 @@ def test_deletions_above_the_threshold_are_asked(own_state, answer):
     q2 = sb.confine("undo", "--last")
     assert q2.returncode == 0, q2.stdout + q2.stderr
     assert _state(src) == before
+
+
+def test_a_deletion_rule_on_a_path(own_state):
+    """approvals.deletions rules judge each deletion of a start file by its path: a
+    rule denying src/** refuses `rm` there (the file stays, the run goes on), while a
+    deletion elsewhere, decided by no rule, goes through (the control)."""
+    sb, _ = own_state
+    src = os.path.join(sb.workdir, "src")
+    _tree(sb, src)
+    other = os.path.join(sb.workdir, "notes.txt")
+    with open(other, "w") as f:
+        f.write("notes\n")
+    _own(sb, other)
+    before = _state(src)
+    d = tempfile.mkdtemp(prefix="confine-undo-rule-")
+    os.chmod(d, 0o755)
+    prof = os.path.join(d, "p.yaml")
+    with open(prof, "w") as f:
+        f.write("extends: default\napprovals:\n  deletions:\n    rules:\n"
+                "      - match: 'src/**'\n        decision: deny\n"
+                "        examples: {match: [src/a.txt], no_match: [notes.txt]}\n")
+    os.chmod(prof, 0o644)
+    try:
+        p = sb.run(["sh", "-c", "rm -f src/*.txt; rm notes.txt; echo GONE"], "-p", prof)
+    finally:
+        shutil.rmtree(d)
+    assert "GONE" in p.stdout, p.stderr
+    assert "refused by approvals.deletions" in p.stderr, p.stderr
+    assert _state(src) == before                 # nothing under src/ deleted
+    assert not os.path.exists(other)             # the control went
