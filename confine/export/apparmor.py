@@ -147,8 +147,14 @@ def _protected_lines(policy: Policy) -> list[str]:
     as confine exec protects them there) at that root."""
     out = _protected_at(VAR["workdir"], effective(policy))
     for r in source.state_roots(policy):
-        out += [f"  # {r.template}, a state root ({r.source}): writable, but not what runs later.",
-                *_protected_at(_path(r.spot)[1], r.patterns)]
+        out.append(f"  # {r.template}, a state root ({r.source}): writable, but not what runs later.")
+        # AppArmor checks mkdir as it checks a rename onto the name, where a prepared
+        # tree would arrive unchecked; confine exec tells them apart, this cannot.
+        holders = sorted({"/".join(p.comps[:k]) + "/" for p in compile_patterns(r.own)
+                          if p.anchored and not p.git for k in range(1, len(p.comps))})
+        if holders:
+            out.append(f"  # Not created here (make them before the run): {', '.join(holders)}")
+        out += _protected_at(_path(r.spot)[1], r.patterns)
     return out
 
 
