@@ -28,10 +28,11 @@ import shutil
 import tempfile
 
 from ..errors import ConfineError
+from ..paths import is_under
 from ..policy import load as _load
+from ..policy import stateroots
 from ..policy.model import PathGrant, Policy
 from ..policy.patterns import compile_patterns, effective
-from ..policy.stateroots import StateRoot
 from ..record import dataclass
 
 ROOTS = ("workdir", "home", "tmp")
@@ -88,8 +89,18 @@ def with_optional(policy: Policy) -> Policy:
             continue
         have.add(template)
         path = os.path.normpath(_load.expand(template, vars))
-        pats = compile_patterns([str(p.value) for p in entry["protected"]])
-        roots.append(StateRoot(path, path, template, it.where, tuple(p.text for p in pats)))
+        texts = [str(p.value) for p in entry["protected"]]
+        # as stateroots.resolve: the profile's own read_only entries inside become
+        # patterns of the root; a tree, as whether one is a directory is the
+        # deploying machine's to know (a tree protects the name itself too)
+        for g in policy.read_only:
+            if g.source.startswith("built-in") or g.path == path or not is_under(g.path, path):
+                continue
+            rel = os.path.relpath(g.path, path)
+            if not stateroots.covers(compile_patterns(texts), rel):
+                texts.append("/" + stateroots._literal(rel) + "/")
+        pats = compile_patterns(texts)
+        roots.append(stateroots.StateRoot(path, path, template, it.where, tuple(p.text for p in pats)))
     return dataclasses.replace(policy, state_roots=tuple(roots), **out)
 
 

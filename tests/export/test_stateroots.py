@@ -113,3 +113,18 @@ def test_k8s_state_root(policies):
     assert mounts["/home/agent/.claude"] == "home/.claude"
     assert "# ~/.claude (a state root) is writable as a whole here" in text
     assert "/settings*.json" in text
+
+
+def test_a_profiles_read_only_entry_in_a_state_root_stays_read_only(tmp_path):
+    """As confine exec makes it a pattern of the root (stateroots.resolve), the
+    exports protect it, though the exporting machine has no ~/.claude."""
+    prof = tmp_path / "mine.yaml"
+    prof.write_text("extends: claude-code\nfilesystem:\n  read_only:\n"
+                    "    - ~/.claude/keybindings.json\n")
+    policy = source.load_policy(str(prof))
+    (root,) = source.state_roots(policy)
+    assert "/keybindings.json/" in root.own
+    base = f"{HOME}/.claude"
+    got = evaluate(apparmor.agent_profile(policy),
+                   [(f"{base}/keybindings.json", "w"), (f"{base}/keybindings.json.bak", "w")])
+    assert got == [False, True]
