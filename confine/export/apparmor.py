@@ -65,16 +65,19 @@ def _tree(p: str) -> str:
 
 def _grant_lines(policy: Policy) -> list[str]:
     items: list[tuple[Spot, str]] = []
-    for kind in ("read", "write", "devices"):
-        for g in getattr(policy, kind):
+    grants = {"read": policy.read, "write": source.writes(policy), "devices": policy.devices}
+    for kind, gs in grants.items():
+        for g in gs:
             for s in source.spots(g, policy):
                 items.append((s, PERMS[kind]))
     out = []
+    roots = {r.spot for r in source.state_roots(policy)}
     for s, perms in source.drop_covered(items):
         owner, p = _path(s)
-        if s.root in ("workdir", "tmp") and not s.rest:
+        if (s.root in ("workdir", "tmp") and not s.rest) or s in roots:
             # Like Landlock, rights inside the directory, not over the directory
-            # itself (removing or renaming it is up to its parent).
+            # itself (removing or renaming it is up to its parent): a state root
+            # renamed away could be replaced by a prepared one holding hooks.
             out += [f"  {owner}{_quote(p + '/')} r,", f"  {owner}{_quote(p + '/**')} {perms},"]
         else:
             out.append(f"  {owner}{_tree(p)} {perms},")
@@ -127,20 +130,36 @@ def _glob(comp: str) -> str:
     return "".join(out)
 
 
-def _where(p: Pattern, comps: tuple[str, ...]) -> str:
-    """The AppArmor path of comps (the first components of p) in the workdir:
+def _where(p: Pattern, comps: tuple[str, ...], base: str) -> str:
+    """The AppArmor path of comps (the first components of p) in the root `base`:
     at its top when p is anchored, else at any depth; inside every git
     directory, submodule and worktree ones included, when p is a git pattern."""
-    base = f"{VAR['workdir']}/" + ("" if p.anchored else "{,**/}")
+    out = f"{base}/" + ("" if p.anchored else "{,**/}")
     if p.git:
-        base += ".git/" + GIT_DIRS
-    return base + "/".join(_glob(c) for c in comps)
+        out += ".git/" + GIT_DIRS
+    return out + "/".join(_glob(c) for c in comps)
 
 
 def _protected_lines(policy: Policy) -> list[str]:
     """deny write and link on every protected pattern of the policy
-    (patterns.effective: the defaults and the profile's own `protected:`)."""
-    pats = compile_patterns(effective(policy))
+    (patterns.effective: the defaults and the profile's own `protected:`) in
+    the workdir, and on a state root's patterns (its own and the workdir's,
+    as confine exec protects them there) at that root."""
+    out = _protected_at(VAR["workdir"], effective(policy))
+    for r in source.state_roots(policy):
+        out.append(f"  # {r.template}, a state root ({r.source}): writable, but not what runs later.")
+        # AppArmor checks mkdir as it checks a rename onto the name, where a prepared
+        # tree would arrive unchecked; confine exec tells them apart, this cannot.
+        holders = sorted({"/".join(p.comps[:k]) + "/" for p in compile_patterns(r.own)
+                          if p.anchored and not p.git for k in range(1, len(p.comps))})
+        if holders:
+            out.append(f"  # Not created here (make them before the run): {', '.join(holders)}")
+        out += _protected_at(_path(r.spot)[1], r.patterns)
+    return out
+
+
+def _protected_at(w: str, texts: tuple[str, ...]) -> list[str]:
+    pats = compile_patterns(texts)
     for p in pats:
         if any(ord(ch) < 32 or ord(ch) == 127 for ch in p.text):
             # a newline would end the rule and start another one
@@ -150,20 +169,19 @@ def _protected_lines(policy: Policy) -> list[str]:
     # plant it without writing any protected path, so those directories are
     # protected as directories (the files inside them stay writable), and as a
     # file or symlink too (".git" holding "gitdir: ...").
-    w = VAR["workdir"]
     dirs: dict[str, str] = {}
     for p in pats:
         if p.git:
             dirs.setdefault(".git/", f"{w}/{{,**/}}.git")
         for k in range(1, len(p.comps)):
             key = (".git/" if p.git else "/" if p.anchored else "") + "/".join(p.comps[:k]) + "/"
-            dirs.setdefault(key, _where(p, p.comps[:k]))
+            dirs.setdefault(key, _where(p, p.comps[:k], w))
     out = [f"  deny {_quote(d + '{,/}')} wl," for _, d in sorted(dirs.items())]
     # The same for the git directories of submodules and worktrees, and the
     # directories holding them.
     out.append(f"  deny {w}/{{,**/}}.git/{{,modules/**/}}{{modules,worktrees}}/{{,*/}} wl,")
     for p in pats:
-        out.append(f"  deny {_quote(_where(p, p.comps) + ('{,/,/**}' if p.tree else ''))} wl,")
+        out.append(f"  deny {_quote(_where(p, p.comps, w) + ('{,/,/**}' if p.tree else ''))} wl,")
     return out
 
 

@@ -5,8 +5,10 @@ escalation, a read-only root filesystem, confine's seccomp profile (from
 `confine export oci-seccomp`, installed on each node) and its AppArmor
 profile. One volume is writable: its `work` subpath is the workdir, its `tmp`
 subpath the private temp dir, and every other path the policy writes (e.g.
-~/.claude) is another subpath of it, created by an init container. No
-service-account token is mounted.
+~/.claude) is another subpath of it, created by an init container. A state
+root (~/.claude) is mounted as a write grant: a volume mount cannot protect
+names inside it, so `confine exec` inside the pod protects its run-later names
+(the manifest says so). No service-account token is mounted.
 
 NetworkPolicy filters pods by IP and port, never by host name, and applies to
 the whole pod: the TCP ports the profile grants go to any address except the
@@ -53,7 +55,7 @@ FILE_SUFFIXES = (".json", ".toml", ".yaml", ".yml", ".conf", ".cfg", ".ini", ".t
 def _writable(policy: Policy, workdir: str, home: str) -> list[tuple[str, str, bool]]:
     """(mount path, subpath of the volume, is a file) for each path the policy writes."""
     out = [(workdir, "work", False), (TMPDIR, "tmp", False)]
-    for g in policy.write:
+    for g in source.writes(policy):
         s = source.spot(g.template)
         if s.root == "home" and s.rest:
             path, sub = home + s.rest, "home" + s.rest
@@ -157,6 +159,9 @@ def manifest(policy: Policy, *, name: str, image: str, argv: list[str], workdir:
             f"# (confine export oci-seccomp -p {policy.name}) and the AppArmor profile {aa}\n"
             f"# loaded (confine export apparmor -p {policy.name} -w {workdir}).\n"
             "# The volume `work` is the only writable storage.\n"
+            + "".join(f"# {r.template} (a state root) is writable as a whole here: the AppArmor\n"
+                      "# profile and `confine exec` inside keep its run-later names read-only: "
+                      + ", ".join(r.own) + "\n" for r in source.state_roots(policy))
             + GATEWAY_NOTE)
     return head + yaml.dump_all([pod, netpol], Dumper=_Dumper, sort_keys=False,
                                 default_flow_style=False)

@@ -26,6 +26,7 @@ from __future__ import annotations
 import re
 
 from ..policy.model import Policy
+from ..policy.patterns import compile_patterns
 from . import source
 
 MODULE = "confine_agent"
@@ -279,14 +280,74 @@ def plain_te(policy: Policy, command: str = "confine export selinux --part plain
 def _fc_lines(policy: Policy, workdir: str | None, ctx) -> list[str]:
     wd = workdir or DEFAULT_WORKDIR
     out = [f"{_fc_regex(wd)}(/.*)?\t\t{ctx('confine_agent_work_t')}"]
+    grants = {"read": policy.read, "write": source.writes(policy)}
     for kind, typ in (("read", "confine_agent_home_t"), ("write", "confine_agent_home_rw_t")):
-        for g in getattr(policy, kind):
+        for g in grants[kind]:
             s = source.spot(g.template)
             if s.root == "home" and s.rest:
                 out.append(f"HOME_DIR{_fc_regex(s.rest)}(/.*)?\t\t{ctx(typ)}")
             elif s.root is None and kind == "write" and s.rest != "/dev/shm":
                 out.append(f"{_fc_regex(s.rest)}(/.*)?\t\t{ctx('confine_agent_work_t')}")
+    return out + _state_root_fc_lines(policy, ctx)
+
+
+def _state_root_fc_lines(policy: Policy, ctx) -> list[str]:
+    """A state root's own anchored patterns labelled read-only (the more specific
+    file context wins over the root's writable one): what exists there when it
+    is labelled stays unwritable, unremovable and closed to new names. What the
+    agent creates later takes the root's writable type; those names, the
+    patterns at any depth and the workdir's patterns in the root are protected
+    by `confine exec` only, and the file says so."""
+    out: list[str] = []
+    for r in source.state_roots(policy):
+        if r.spot.root == "home":
+            base, typ = "HOME_DIR" + _fc_regex(r.spot.rest), "confine_agent_home_t"
+        elif r.spot.root is None:
+            base, typ = _fc_regex(r.spot.rest), "confine_agent_home_t"
+        else:
+            base, typ = "", ""
+        own = compile_patterns(r.own)
+        placed = [p for p in own if p.anchored and not p.git and base]
+        rest = [t for t in r.patterns if t not in {p.text for p in placed}]
+        out.append(f"# {r.template}, a state root ({r.source}): its run-later names read-only "
+                   "once labelled; new ones and these are protected by confine exec only: "
+                   + ", ".join(rest))
+        for p in placed:
+            rel = "/".join(_fc_glob(c) for c in p.comps)
+            out.append(f"{base}/{rel}{'(/.*)?' if p.tree else ''}\t\t{ctx(typ)}")
     return out
+
+
+def _fc_glob(comp: str) -> str:
+    """One fnmatch component as a file-context regex matching the same names."""
+    out, i, n = [], 0, len(comp)
+    while i < n:
+        c = comp[i]
+        if c == "*":
+            out.append("[^/]*")
+        elif c == "?":
+            out.append("[^/]")
+        elif c == "[":
+            # where fnmatch ends the class: "!" negates, a "]" right after is literal
+            j = i + 1
+            if j < n and comp[j] == "!":
+                j += 1
+            if j < n and comp[j] == "]":
+                j += 1
+            while j < n and comp[j] != "]":
+                j += 1
+            if j < n:
+                body = comp[i + 1:j]
+                neg = body.startswith("!")
+                body = body[1:] if neg else body
+                out.append("[" + ("^/" if neg else "") + body.replace("\\", "\\\\") + "]")
+                i = j + 1
+                continue
+            out.append(_fc_regex(c))   # no closing "]": fnmatch takes it literally
+        else:
+            out.append(_fc_regex(c))
+        i += 1
+    return "".join(out)
 
 
 def fc(policy: Policy, workdir: str | None = None, command: str = "confine export selinux") -> str:

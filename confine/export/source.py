@@ -9,7 +9,16 @@ regenerate byte for byte anywhere.
 `load()` drops optional (`?`) grants whose path is missing on the machine that
 loads the profile. An artefact deployed elsewhere must still allow them (a
 profile exported before ~/.claude existed must not break Claude Code once it
-does), so `with_optional()` puts them back from the same parsed layers.
+does), so `with_optional()` puts them back from the same parsed layers. The
+same for optional state roots (`filesystem.state_roots:`, ?~/.claude): the
+loader makes one only where the directory exists, and the throw-away home never
+has it, so without them every export of claude-code would lose the write
+access to ~/.claude (the agent breaks) and the protection of the names in it
+that run later (a hole).
+
+Every exporter takes the writable paths from `writes()` (the write grants and
+the state roots) and the state roots' protected names from `state_roots()`,
+never from policy.write alone.
 """
 from __future__ import annotations
 
@@ -19,8 +28,11 @@ import shutil
 import tempfile
 
 from ..errors import ConfineError
+from ..paths import is_under
 from ..policy import load as _load
+from ..policy import stateroots
 from ..policy.model import PathGrant, Policy
+from ..policy.patterns import compile_patterns, effective
 from ..record import dataclass
 
 ROOTS = ("workdir", "home", "tmp")
@@ -68,7 +80,60 @@ def with_optional(policy: Policy) -> Policy:
                 grants.append(PathGrant(path=path, template=template, source=item.where,
                                         optional=True))
         out[key] = tuple(grants)
-    return dataclasses.replace(policy, **out)
+    roots = list(policy.state_roots)
+    have = {r.template for r in roots}
+    for entry in fs.get("state_roots", []):
+        it = entry["path"]
+        template = str(it.value).lstrip("?")
+        if template in have:
+            continue
+        have.add(template)
+        path = os.path.normpath(_load.expand(template, vars))
+        texts = [str(p.value) for p in entry["protected"]]
+        # as stateroots.resolve: the profile's own read_only entries inside become
+        # patterns of the root; a tree, as whether one is a directory is the
+        # deploying machine's to know (a tree protects the name itself too)
+        for g in policy.read_only:
+            if g.source.startswith("built-in") or g.path == path or not is_under(g.path, path):
+                continue
+            rel = os.path.relpath(g.path, path)
+            if not stateroots.covers(compile_patterns(texts), rel):
+                texts.append("/" + stateroots._literal(rel) + "/")
+        pats = compile_patterns(texts)
+        roots.append(stateroots.StateRoot(path, path, template, it.where, tuple(p.text for p in pats)))
+    return dataclasses.replace(policy, state_roots=tuple(roots), **out)
+
+
+@dataclass(frozen=True)
+class ProtectedRoot:
+    """A state root as the exporters place it: writable as a whole, its
+    protected names read-only."""
+    spot: Spot
+    template: str
+    source: str                    # the profile line naming it
+    own: tuple[str, ...]           # its own patterns (a leading "/" anchors at the root)
+    patterns: tuple[str, ...]      # its own, then the workdir's: what confine exec
+                                   # protects there (protect/roots.py)
+
+
+def writes(policy: Policy) -> tuple[PathGrant, ...]:
+    """The writable paths: the write grants and every state root (once)."""
+    out = list(policy.write)
+    have = {g.template for g in out}
+    for r in policy.state_roots:
+        if r.template not in have:
+            have.add(r.template)
+            out.append(PathGrant(path=r.path, template=r.template, source=r.source,
+                                 optional=True))
+    return tuple(out)
+
+
+def state_roots(policy: Policy) -> tuple[ProtectedRoot, ...]:
+    """The state roots, each with the patterns protected at it."""
+    workdir = effective(policy)
+    return tuple(ProtectedRoot(spot(r.template), r.template, r.source, r.patterns,
+                               tuple(dict.fromkeys(r.patterns + workdir)))
+                 for r in policy.state_roots)
 
 
 def spot(template: str) -> Spot:

@@ -57,13 +57,32 @@ def _path_value(p: str) -> str:
     return p
 
 
-def _protected_lines(policy: Policy, workdir: str) -> list[str]:
+def _protected_lines(policy: Policy, workdir: str, home: str) -> list[str]:
     """ReadOnlyPaths= for the policy's protected patterns (patterns.effective:
     the defaults and the profile's own `protected:`), at the top of the
-    workdir and of its top git directory: systemd binds paths that exist at
-    start, with no globs and no "at any depth", so the launcher inside covers
+    workdir and of its top git directory, and for each state root's (its own
+    and the workdir's) at the top of that root: systemd binds paths that exist
+    at start, with no globs and no "at any depth", so the launcher inside covers
     the rest; patterns it cannot name at all are listed in a comment."""
-    pats = compile_patterns(effective(policy))
+    out, unnamed = _protected_at(workdir, effective(policy))
+    if unnamed:
+        out.append("# Protected by confine only (a glob, a space or % in the name): "
+                   + ", ".join(unnamed))
+    for r in source.state_roots(policy):
+        base = {"home": home, "workdir": workdir, None: ""}.get(r.spot.root)
+        if base is None:
+            raise ConfineError(f"state root {r.template} ({r.source}): not placeable in a unit")
+        lines, unnamed = _protected_at(base + r.spot.rest, r.patterns)
+        out += lines
+        if unnamed:
+            out.append(f"# In {r.template} (a state root), protected by confine only (a glob, "
+                       "a space or % in the name): " + ", ".join(unnamed))
+    return out
+
+
+def _protected_at(root: str, texts: tuple[str, ...]) -> tuple[list[str], list[str]]:
+    """(ReadOnlyPaths= lines, patterns a unit cannot name) for patterns at `root`."""
+    pats = compile_patterns(texts)
     named: list[Pattern] = []
     unnamed: list[str] = []
     for p in pats:
@@ -76,14 +95,11 @@ def _protected_lines(policy: Policy, workdir: str) -> list[str]:
             unnamed.append(p.text)
         else:
             named.append(p)
-    out = [f"ReadOnlyPaths=-{_path_value(os.path.join(workdir, *p.comps))}"
+    out = [f"ReadOnlyPaths=-{_path_value(os.path.join(root, *p.comps))}"
            for p in named if not p.git]
-    out += [f"ReadOnlyPaths=-{_path_value(os.path.join(workdir, '.git', *p.comps))}"
+    out += [f"ReadOnlyPaths=-{_path_value(os.path.join(root, '.git', *p.comps))}"
             for p in named if p.git]
-    if unnamed:
-        out.append("# Protected by confine only (a glob, a space or % in the name): "
-                   + ", ".join(unnamed))
-    return out
+    return out, unnamed
 
 
 def _hidden(path: str) -> bool:
@@ -148,7 +164,7 @@ def unit(policy: Policy, *, name: str, workdir: str, argv: list[str], confine: s
 
     reads = [p for p in _rendered(policy, policy.read, home, workdir) if _hidden(p)]
     reads += [p for p in policy.sources if _hidden(p)]  # a profile file under $HOME
-    writes = _rendered(policy, policy.write, home, workdir)
+    writes = _rendered(policy, source.writes(policy), home, workdir)
     bind_rw = [workdir] + [p for p in writes if _hidden(p) and p != workdir]
     rw_paths = [p for p in writes if not _hidden(p) and p not in (workdir, "/dev/shm")]
     launcher_home = []
@@ -204,7 +220,7 @@ def unit(policy: Policy, *, name: str, workdir: str, argv: list[str], confine: s
           for p in bind_rw]
     L += [f"ReadWritePaths=-{_path_value(p)}" for p in rw_paths]
     L += [f"BindReadOnlyPaths=-{_path_value(p)}" for p in reads + launcher_home]
-    L += _protected_lines(policy, workdir)
+    L += _protected_lines(policy, workdir, home)
     L += [f"InaccessiblePaths=-{_path_value(p)}" for p in secrets + list(SOCKETS)]
     L += ["", "# System calls: the service allow-list minus privileged groups, plus what the",
           "# launcher needs to confine the agent",
