@@ -83,6 +83,14 @@ def from_env(name: str, var: str, env: Mapping[str, str]) -> str | None:
 
 def from_file(name: str, path: str, euid: int | None = None) -> tuple[str, list[str]]:
     """(value, notes). The file is opened once and judged by what was opened."""
+    text, notes = read_file(name, path, euid)
+    return check_value(name, f"from_file {printable(path)}", text), notes
+
+
+def read_file(name: str, path: str, euid: int | None = None,
+              owners: tuple[int, ...] = ()) -> tuple[str, list[str]]:
+    """(text, notes): a file of the person's (or root's, or one of `owners`), not
+    writable by others, as UTF-8 text."""
     euid = os.geteuid() if euid is None else euid
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOCTTY | os.O_NONBLOCK)
@@ -95,7 +103,7 @@ def from_file(name: str, path: str, euid: int | None = None) -> tuple[str, list[
         if not stat.S_ISREG(st.st_mode):
             raise SourceError(f"credential {name}: from_file {printable(path)}: not a "
                               "regular file")
-        if st.st_uid not in (euid, 0):
+        if st.st_uid not in (euid, 0, *owners):
             raise SourceError(f"credential {name}: from_file {printable(path)} belongs to uid "
                               f"{st.st_uid}, not to you: its owner chooses the value")
         if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
@@ -115,7 +123,7 @@ def from_file(name: str, path: str, euid: int | None = None) -> tuple[str, list[
     except UnicodeDecodeError:
         raise SourceError(f"credential {name}: from_file {printable(path)}: not UTF-8 "
                           "text") from None
-    return check_value(name, f"from_file {printable(path)}", text), notes
+    return text, notes
 
 
 def run(name: str, what: str, argv: Sequence[str], *, stdin: bytes | None = None,

@@ -19,8 +19,8 @@ def parsed(name: str, text: str, item: Callable[[object, str], Any]) -> dict[str
 
 
 TEXT: dict[str, str] = {
-    'claude-code': '# claude-code: the default profile plus what Claude Code itself needs.\n# Network: only the hosts below, on 443, through confine\'s gateway (DNS\n# included); nothing else, whatever the port. --allow-host or network.include\n# adds more (e.g. `include: [registries]` for npm and PyPI).\n# Files that run later stay read-only whatever this says (confine/policy/runlater.py):\n# ~/.claude/settings*.json (hooks), commands/, agents/, hooks/, plugins/, skills/,\n# output-styles/, local/, CLAUDE.md, and the executables in ~/.local/share/claude.\ndescription: Default profile plus Claude Code\'s state and cache (not its hooks, commands or executables), and HTTPS to its own hosts.\nextends: default\nfilesystem:\n  read:\n    - ?~/.local/bin\n    - ?~/.nvm\n    - ?~/.npm-global\n    - ?~/.local/share/claude\n    - ?~/.config/claude\n  write:\n    - ?~/.claude          # carved: everything in it but the entries above\n    - ?~/.claude.json\n    - ?~/.cache/claude\n    - ?~/.cache/claude-cli-nodejs\n    - ?~/.local/state/claude\n  # ~/.claude itself stays unwritable (so no new name can appear in it): Claude\n  # Code\'s own state is made empty before the run if missing.\n  state:\n    - ~/.claude/projects/\n    - ~/.claude/todos/\n    - ~/.claude/tasks/\n    - ~/.claude/statsig/\n    - ~/.claude/shell-snapshots/\n    - ~/.claude/session-env/\n    - ~/.claude/file-history/\n    - ~/.claude/plans/\n    - ~/.claude/debug/\n    - ~/.claude/ide/\n    - ~/.claude/paste-cache/\n    - ~/.claude/image-cache/\n    - ~/.claude/backups/\n    - ~/.claude/cache/\n    - ~/.claude/telemetry/\n    - ~/.claude/history.jsonl\nnetwork:\n  # From Claude Code\'s network requirements (code.claude.com/docs/en/network-config)\n  # and its OAuth client. Shared services it can also use (sentry.io for error\n  # reports, Datadog) are not allowed: anyone can have an account there, so they\n  # would carry data to anyone.\n  allow:\n    - api.anthropic.com       # the model API (Messages), OAuth profile and roles, /bug\n    - console.anthropic.com   # OAuth token refresh for a Claude subscription login\n    - platform.claude.com     # the same for newer versions (the Console\'s new home)\n    - claude.ai               # WebFetch\'s domain safety check; claude.ai account login\n    - statsig.anthropic.com   # feature gates and metrics (Anthropic\'s own host): without it gated features are off\n# The API key stays outside: the agent holds a placeholder of the same shape, and\n# the egress gateway puts the real key into requests to the model API only\n# (docs/credentials.md). A Claude subscription login (~/.claude/.credentials.json)\n# is not affected: without ANTHROPIC_API_KEY set, this entry is skipped.\ncredentials:\n  - name: ANTHROPIC_API_KEY\n    from_env: ANTHROPIC_API_KEY\n    optional: true\n    hosts: [api.anthropic.com]\n    headers: [x-api-key]\nenv:\n  pass: [ANTHROPIC_BASE_URL, ANTHROPIC_MODEL, CLAUDE_CODE_USE_BEDROCK, CLAUDE_CONFIG_DIR, NO_COLOR]\n  set:\n    DISABLE_ERROR_REPORTING: "1"   # Sentry (sentry.io) is not allowed: do not try it\n    DISABLE_AUTOUPDATER: "1"       # its executables are read-only here; updates need other hosts\n',
-    'codex': "# codex: the default profile plus what OpenAI Codex CLI needs.\n# Network: only the hosts below, on 443, through confine's gateway (DNS\n# included); --allow-host or network.include adds more.\n# Files that run later stay read-only whatever this says (confine/policy/runlater.py):\n# ~/.codex/config.toml (notify, MCP servers), *.config.toml, requirements.toml,\n# AGENTS*.md, prompts/, rules/, skills/, hooks.json.\ndescription: Default profile plus Codex CLI's state in ~/.codex (not its config), and HTTPS to its own hosts.\nextends: default\nfilesystem:\n  read:\n    - ?~/.local/bin\n    - ?~/.nvm\n    - ?~/.npm-global\n  write:\n    - ?~/.codex           # carved: everything in it but the entries above\n    - ?~/.cache/codex\n  # ~/.codex itself stays unwritable (so no new name can appear in it): Codex's\n  # own state is made empty before the run if missing.\n  state:\n    - ~/.codex/sessions/\n    - ~/.codex/archived_sessions/\n    - ~/.codex/log/\n    - ~/.codex/shell_snapshots/\n    - ~/.codex/tmp/\n    - ~/.codex/history.jsonl\n    # Codex's default interface (the app server): it creates this directory and\n    # binds, then connects to app-server-control.sock in it (unix_sockets below).\n    - ~/.codex/app-server-control/\nunix_sockets:\n  allow:\n    - ?~/.codex/app-server-control\nnetwork:\n  # From Codex's authentication docs (developers.openai.com/codex/auth) and its\n  # login code (codex-rs: the OAuth issuer and the ChatGPT backend).\n  allow:\n    - api.openai.com    # the model API when signed in with an API key (OPENAI_API_KEY)\n    - chatgpt.com       # the model API when signed in with ChatGPT (chatgpt.com/backend-api/codex)\n    - auth.openai.com   # OAuth token refresh for a ChatGPT sign-in (log in outside the sandbox)\n# The API key stays outside: the agent holds a placeholder of the same shape, and\n# the egress gateway puts the real key into requests to the model API only\n# (docs/credentials.md). Without OPENAI_API_KEY set, this entry is skipped.\ncredentials:\n  - name: OPENAI_API_KEY\n    from_env: OPENAI_API_KEY\n    optional: true\n    hosts: [api.openai.com]\nenv:\n  pass: [OPENAI_BASE_URL, CODEX_HOME, CODEX_SQLITE_HOME, NO_COLOR]\n",
+    'claude-code': '# claude-code: the default profile plus what Claude Code itself needs.\n# Network: only the hosts below, on 443, through confine\'s gateway (DNS\n# included); nothing else, whatever the port. --allow-host or network.include\n# adds more (e.g. `include: [registries]` for npm and PyPI).\n# Files that run later stay read-only whatever this says (confine/policy/runlater.py):\n# ~/.claude/settings*.json (hooks), commands/, agents/, hooks/, plugins/, skills/,\n# output-styles/, local/, CLAUDE.md, and the executables in ~/.local/share/claude.\ndescription: Default profile plus Claude Code\'s state and cache (not its hooks, commands or executables), and HTTPS to its own hosts.\nextends: default\nfilesystem:\n  read:\n    - ?~/.local/bin\n    - ?~/.nvm\n    - ?~/.npm-global\n    - ?~/.local/share/claude\n    - ?~/.config/claude\n  write:\n    - ?~/.claude          # carved: everything in it but the entries above\n    - ?~/.claude.json\n    - ?~/.cache/claude\n    - ?~/.cache/claude-cli-nodejs\n    - ?~/.local/state/claude\n  # ~/.claude itself stays unwritable (so no new name can appear in it): Claude\n  # Code\'s own state is made empty before the run if missing.\n  state:\n    - ~/.claude/projects/\n    - ~/.claude/todos/\n    - ~/.claude/tasks/\n    - ~/.claude/statsig/\n    - ~/.claude/shell-snapshots/\n    - ~/.claude/session-env/\n    - ~/.claude/file-history/\n    - ~/.claude/plans/\n    - ~/.claude/debug/\n    - ~/.claude/ide/\n    - ~/.claude/paste-cache/\n    - ~/.claude/image-cache/\n    - ~/.claude/backups/\n    - ~/.claude/cache/\n    - ~/.claude/telemetry/\n    - ~/.claude/history.jsonl\nnetwork:\n  # From Claude Code\'s network requirements (code.claude.com/docs/en/network-config)\n  # and its OAuth client. Shared services it can also use (sentry.io for error\n  # reports, Datadog) are not allowed: anyone can have an account there, so they\n  # would carry data to anyone.\n  allow:\n    - api.anthropic.com       # the model API (Messages), OAuth profile and roles, /bug\n    - console.anthropic.com   # OAuth token refresh for a Claude subscription login\n    - platform.claude.com     # the same for newer versions (the Console\'s new home)\n    - claude.ai               # WebFetch\'s domain safety check; claude.ai account login\n    - statsig.anthropic.com   # feature gates and metrics (Anthropic\'s own host): without it gated features are off\n# The API key stays outside: the agent holds a placeholder of the same shape, and\n# the egress gateway puts the real key into requests to the model API only\n# (docs/credentials.md). A Claude subscription login (~/.claude/.credentials.json)\n# is not affected: without ANTHROPIC_API_KEY set, this entry is skipped.\ncredentials:\n  - name: ANTHROPIC_API_KEY\n    from_env: ANTHROPIC_API_KEY\n    optional: true\n    hosts: [api.anthropic.com]\n    headers: [x-api-key]\n# A Claude subscription login: the agent reads a copy of the file with each token\n# replaced by a placeholder (the real file is never readable inside), and the\n# gateway puts the real access token into requests to the model API only\n# (docs/credentials.md, "Agent logins"). Shape: Claude Code\'s plaintext store\n# {"claudeAiOauth": {"accessToken", "refreshToken", "expiresAt", ...}}.\nlogins:\n  - name: claude-code\n    file: ~/.claude/.credentials.json\n    optional: true\n    tokens:\n      - {json: claudeAiOauth.accessToken, hosts: [api.anthropic.com]}\n      - {json: claudeAiOauth.refreshToken}     # sent nowhere: refresh outside the sandbox\nenv:\n  pass: [ANTHROPIC_BASE_URL, ANTHROPIC_MODEL, CLAUDE_CODE_USE_BEDROCK, CLAUDE_CONFIG_DIR, NO_COLOR]\n  set:\n    DISABLE_ERROR_REPORTING: "1"   # Sentry (sentry.io) is not allowed: do not try it\n    DISABLE_AUTOUPDATER: "1"       # its executables are read-only here; updates need other hosts\n',
+    'codex': '# codex: the default profile plus what OpenAI Codex CLI needs.\n# Network: only the hosts below, on 443, through confine\'s gateway (DNS\n# included); --allow-host or network.include adds more.\n# Files that run later stay read-only whatever this says (confine/policy/runlater.py):\n# ~/.codex/config.toml (notify, MCP servers), *.config.toml, requirements.toml,\n# AGENTS*.md, prompts/, rules/, skills/, hooks.json.\ndescription: Default profile plus Codex CLI\'s state in ~/.codex (not its config), and HTTPS to its own hosts.\nextends: default\nfilesystem:\n  read:\n    - ?~/.local/bin\n    - ?~/.nvm\n    - ?~/.npm-global\n  write:\n    - ?~/.codex           # carved: everything in it but the entries above\n    - ?~/.cache/codex\n  # ~/.codex itself stays unwritable (so no new name can appear in it): Codex\'s\n  # own state is made empty before the run if missing.\n  state:\n    - ~/.codex/sessions/\n    - ~/.codex/archived_sessions/\n    - ~/.codex/log/\n    - ~/.codex/shell_snapshots/\n    - ~/.codex/tmp/\n    - ~/.codex/history.jsonl\n    # Codex\'s default interface (the app server): it creates this directory and\n    # binds, then connects to app-server-control.sock in it (unix_sockets below).\n    - ~/.codex/app-server-control/\nunix_sockets:\n  allow:\n    - ?~/.codex/app-server-control\nnetwork:\n  # From Codex\'s authentication docs (developers.openai.com/codex/auth) and its\n  # login code (codex-rs: the OAuth issuer and the ChatGPT backend).\n  allow:\n    - api.openai.com    # the model API when signed in with an API key (OPENAI_API_KEY)\n    - chatgpt.com       # the model API when signed in with ChatGPT (chatgpt.com/backend-api/codex)\n    - auth.openai.com   # OAuth token refresh for a ChatGPT sign-in (log in outside the sandbox)\n# The API key stays outside: the agent holds a placeholder of the same shape, and\n# the egress gateway puts the real key into requests to the model API only\n# (docs/credentials.md). Without OPENAI_API_KEY set, this entry is skipped.\ncredentials:\n  - name: OPENAI_API_KEY\n    from_env: OPENAI_API_KEY\n    optional: true\n    hosts: [api.openai.com]\n# A Codex sign-in (~/.codex/auth.json: {"OPENAI_API_KEY", "tokens": {"id_token",\n# "access_token", "refresh_token", "account_id"}, "last_refresh"}): the agent reads\n# a copy with placeholders, the gateway swaps them toward Codex\'s own hosts. The\n# JWTs keep their claims readable (Codex reads its plan and account from them);\n# their signatures are placeholders. With CODEX_HOME set elsewhere, this file is not it.\nlogins:\n  - name: codex\n    file: ~/.codex/auth.json\n    optional: true\n    tokens:\n      - {json: OPENAI_API_KEY, hosts: [api.openai.com]}\n      - {json: tokens.access_token, hosts: [chatgpt.com], jwt: true}\n      - {json: tokens.refresh_token}           # sent nowhere: refresh outside the sandbox\n      - {json: tokens.id_token, jwt: true}\nenv:\n  pass: [OPENAI_BASE_URL, CODEX_HOME, CODEX_SQLITE_HOME, NO_COLOR]\n',
     'default': "# default: an agent that builds, tests and commits inside its workdir.\n# Writes: only {workdir} and the private {tmp} (both granted by confine itself).\n# Reads: system locations, nothing of $HOME but git's configuration.\n# Secrets (~/.ssh, ~/.aws, /etc/shadow, ...) are carved out of every grant by confine.\n# Network: none. Paths starting with '?' may be missing.\ndescription: Read the system, write the workdir and a private temp dir, no network, no secrets.\nfilesystem:\n  read:\n    - /usr\n    - ?/bin\n    - ?/sbin\n    - ?/lib\n    - ?/lib32\n    - ?/lib64\n    - ?/libx32\n    - ?/opt\n    - /etc\n    - /proc\n    - ?/sys/devices/system/cpu\n    - ?/sys/fs/cgroup\n    - ?/var/lib/dpkg\n    - ?/run/systemd/resolve\n    - ?~/.gitconfig\n    - ?~/.config/git/config\n    - ?~/.config/git/ignore\n    - ?~/.config/git/attributes\n  devices:\n    - /dev/null\n    - /dev/zero\n    - /dev/full\n    - /dev/random\n    - /dev/urandom\n    - ?/dev/tty\n    - ?/dev/pts\n    - ?/dev/ptmx\n  write:\n    # POSIX shared memory and semaphores (Python multiprocessing locks).\n    - ?/dev/shm\nnetwork:\n  connect_tcp: []\n  bind_tcp: []\nenv:\n  pass: []\nseccomp:\n  deny: []\n  unsafe_allow: []\nscope:\n  signals: true\n  abstract_unix: true\n# Resource limits (`unlimited` lifts one). A cgroup of the run where confine\n# can make one, rlimits otherwise: `confine exec --dry-run` says which applies.\nlimits:\n  processes: 4096        # tasks at once, threads included\n  memory: 8G             # without a cgroup: private memory per process (RLIMIT_DATA)\n  open_files: 8192       # per process\n  file_size: 16G         # the largest file the agent can write\n  tmp_size: 4G           # the private TMPDIR\n  shm_size: 1G           # the private /dev/shm\n",
     'strict': "# strict: nothing of $HOME, a minimal system, no network.\ndescription: Minimal system (binaries, libraries, a few /etc files), no $HOME at all, no network.\nfilesystem:\n  read:\n    - /usr\n    - ?/bin\n    - ?/sbin\n    - ?/lib\n    - ?/lib32\n    - ?/lib64\n    - ?/libx32\n    - ?/etc/ld.so.cache\n    - ?/etc/ld.so.conf\n    - ?/etc/ld.so.conf.d\n    - ?/etc/alternatives\n    - ?/etc/passwd\n    - ?/etc/group\n    - ?/etc/nsswitch.conf\n    - ?/etc/localtime\n    - ?/etc/ssl/certs\n    - ?/etc/ca-certificates.conf\n    - ?/etc/mime.types\n    - ?/etc/gitconfig\n    - ?/etc/bash.bashrc\n    - ?/etc/profile\n    - ?/etc/inputrc\n    - ?/etc/python3\n    - ?/etc/python3.11\n    - ?/etc/terminfo\n    # /proc as a whole: a rule on /proc/self would pin the launcher's own pid.\n    # Other processes' environ, mem and fds stay closed (Landlock ptrace rule).\n    - /proc\n    - ?/sys/devices/system/cpu\n  devices:\n    - /dev/null\n    - /dev/zero\n    - /dev/full\n    - /dev/random\n    - /dev/urandom\n    - ?/dev/tty\n    - ?/dev/pts\nlimits:                  # as the default profile (strict does not extend it)\n  processes: 4096\n  memory: 8G\n  open_files: 8192\n  file_size: 16G\n  tmp_size: 4G\n  shm_size: 1G\n",
 }
@@ -86,17 +86,35 @@ def _claude_code(Item: Callable[[object, str], Any]) -> dict[str, Any]:
                 'optional': Item(True, 'claude-code.yaml:60'),
             },
         ],
+        'logins': [
+            {
+                'name': Item('claude-code', 'claude-code.yaml:69'),
+                'file': Item('~/.claude/.credentials.json', 'claude-code.yaml:70'),
+                'optional': Item(True, 'claude-code.yaml:71'),
+                'tokens': [
+                    {
+                        'json': Item('claudeAiOauth.accessToken', 'claude-code.yaml:73'),
+                        'hosts': [
+                            Item('api.anthropic.com', 'claude-code.yaml:73'),
+                        ],
+                    },
+                    {
+                        'json': Item('claudeAiOauth.refreshToken', 'claude-code.yaml:74'),
+                    },
+                ],
+            },
+        ],
         'env': {
             'pass': [
-                Item('ANTHROPIC_BASE_URL', 'claude-code.yaml:64'),
-                Item('ANTHROPIC_MODEL', 'claude-code.yaml:64'),
-                Item('CLAUDE_CODE_USE_BEDROCK', 'claude-code.yaml:64'),
-                Item('CLAUDE_CONFIG_DIR', 'claude-code.yaml:64'),
-                Item('NO_COLOR', 'claude-code.yaml:64'),
+                Item('ANTHROPIC_BASE_URL', 'claude-code.yaml:76'),
+                Item('ANTHROPIC_MODEL', 'claude-code.yaml:76'),
+                Item('CLAUDE_CODE_USE_BEDROCK', 'claude-code.yaml:76'),
+                Item('CLAUDE_CONFIG_DIR', 'claude-code.yaml:76'),
+                Item('NO_COLOR', 'claude-code.yaml:76'),
             ],
             'set': {
-                'DISABLE_ERROR_REPORTING': Item('1', 'claude-code.yaml:66'),
-                'DISABLE_AUTOUPDATER': Item('1', 'claude-code.yaml:67'),
+                'DISABLE_ERROR_REPORTING': Item('1', 'claude-code.yaml:78'),
+                'DISABLE_AUTOUPDATER': Item('1', 'claude-code.yaml:79'),
             },
         },
     }
@@ -148,12 +166,41 @@ def _codex(Item: Callable[[object, str], Any]) -> dict[str, Any]:
                 'optional': Item(True, 'codex.yaml:45'),
             },
         ],
+        'logins': [
+            {
+                'name': Item('codex', 'codex.yaml:53'),
+                'file': Item('~/.codex/auth.json', 'codex.yaml:54'),
+                'optional': Item(True, 'codex.yaml:55'),
+                'tokens': [
+                    {
+                        'json': Item('OPENAI_API_KEY', 'codex.yaml:57'),
+                        'hosts': [
+                            Item('api.openai.com', 'codex.yaml:57'),
+                        ],
+                    },
+                    {
+                        'json': Item('tokens.access_token', 'codex.yaml:58'),
+                        'hosts': [
+                            Item('chatgpt.com', 'codex.yaml:58'),
+                        ],
+                        'jwt': Item(True, 'codex.yaml:58'),
+                    },
+                    {
+                        'json': Item('tokens.refresh_token', 'codex.yaml:59'),
+                    },
+                    {
+                        'json': Item('tokens.id_token', 'codex.yaml:60'),
+                        'jwt': Item(True, 'codex.yaml:60'),
+                    },
+                ],
+            },
+        ],
         'env': {
             'pass': [
-                Item('OPENAI_BASE_URL', 'codex.yaml:48'),
-                Item('CODEX_HOME', 'codex.yaml:48'),
-                Item('CODEX_SQLITE_HOME', 'codex.yaml:48'),
-                Item('NO_COLOR', 'codex.yaml:48'),
+                Item('OPENAI_BASE_URL', 'codex.yaml:62'),
+                Item('CODEX_HOME', 'codex.yaml:62'),
+                Item('CODEX_SQLITE_HOME', 'codex.yaml:62'),
+                Item('NO_COLOR', 'codex.yaml:62'),
             ],
         },
     }

@@ -10,6 +10,7 @@ from __future__ import annotations
 from ..record import dataclass, field
 from .approvals import Approvals
 from .credentials import Credential
+from .logins import Login
 from .ssh_agent import SshAgent
 
 
@@ -111,6 +112,7 @@ class Policy:
     ssh_agent: SshAgent | None = field(default=None, hash=False)
     workdir_mode: str = "shared"               # policy/workdir_mode.py: shared | exclusive
     credentials: tuple[Credential, ...] = ()   # values the agent sees only as placeholders
+    logins: tuple[Login, ...] = ()             # agents' login files: a placeholder copy inside
 
     def to_dict(self) -> dict[str, object]:
         def grants(gs: tuple[PathGrant, ...]) -> list[dict[str, object]]:
@@ -133,6 +135,7 @@ class Policy:
             **({"approvals": self.approvals.to_dict()} if self.approvals.kinds else {}),
             "workdir_mode": self.workdir_mode,
             "credentials": [c.to_dict() for c in self.credentials],
+            **({"logins": [lg.to_dict() for lg in self.logins]} if self.logins else {}),
             "scope": {"signals": self.scope.signals,
                       "abstract_unix": self.scope.abstract_unix},
             **({"ssh_agent": self.ssh_agent.to_dict()} if self.ssh_agent is not None else {}),

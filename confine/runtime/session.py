@@ -642,6 +642,8 @@ class Session:
         all before the fork: the agent's variables get the placeholders."""
         from ..paths import state_dir
         creds = plan.policy.credentials
+        if plan.policy.logins:
+            plan = self._start_logins(plan, say)
         if not creds and not os.path.isdir(state_dir("credentials")):
             return plan         # nothing minted here, ever: no import, no look
         from ..credentials import run as _credrun
@@ -653,13 +655,37 @@ class Session:
                                 tuple(d.path for d in pol.deny))
         for line in _credrun.unreachable(creds, pol.network):
             say(line)
+        logins = self.creds.logins if self.creds is not None else ()
         self.creds = _credrun.start(creds, self.parent_env, warn=say, emit=self.events.emit)
+        self.creds.logins = logins
         from ..plan import env as _env
         env, notes = _env.with_credentials(plan.env, self.creds.placeholders, self.creds.values,
                                            before=self._env_without_creds)
         for n in notes:
             say(n)
         return dataclasses.replace(plan, env=env)
+
+    def _start_logins(self, plan: Plan, say: Warn) -> Plan:
+        """The agents' login files: placeholder copies in the TMPDIR, bound over the
+        real files in the agent's mount namespace (credentials/logins.py)."""
+        from ..credentials import logins as _logins
+        from ..credentials import run as _credrun
+        from ..kernel import landlock
+        from ..plan.steps import child_steps
+        assert self.tmp is not None
+        ident = plan.identity
+        copies = _logins.start(plan.policy.logins, uid=ident.uid, gid=ident.gid, tmp=self.tmp,
+                               mount_ns=plan.mount_ns, warn=say, emit=self.events.emit)
+        self.creds = _credrun.RunCredentials(logins=tuple(b for c in copies for b in c.bindings))
+        if not copies:
+            return plan
+        out = dataclasses.replace(
+            plan, file_binds=plan.file_binds + tuple((c.path, c.target) for c in copies),
+            child_rules=plan.child_rules + tuple(
+                (c.target, (landlock.AccessFS.READ_FILE | landlock.AccessFS.WRITE_FILE
+                            | landlock.AccessFS.TRUNCATE) & plan.handled_fs)
+                for c in copies))
+        return dataclasses.replace(out, steps=tuple(child_steps(out)))
 
     def _finish_credentials(self, say: Warn) -> None:
         if self.creds is not None:
@@ -670,7 +696,7 @@ class Session:
         if not plan.egress:
             return plan
         from . import egress
-        bindings = self.creds.bindings if self.creds is not None else ()
+        bindings = self.creds.bindings + self.creds.logins if self.creds is not None else ()
         if plan.gateway_ports:   # started on the child's sockets, in the agent's namespace
             self.egress = egress.build(plan.policy, self.events, ports=plan.gateway_ports,
                                        approver=self.req.approver, engine=self.events.approval,

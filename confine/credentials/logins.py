@@ -1,0 +1,147 @@
+"""Agents' login files (policy/logins.py): the agent gets a copy with each named
+secret replaced by a placeholder, the gateway swaps the placeholders back toward
+the hosts the profile names.
+
+The threats:
+- the agent reading the real tokens: the real file is in filesystem.deny (the
+  loader puts it there) and, in the agent's mount namespace, the copy is bound
+  over its path (runtime/child.py `_readonly_host`); without a mount namespace
+  there is no copy to give, so the run is refused rather than the login dropped
+  silently or the real file shown;
+- a copy that still holds a value (a secret the profile did not name, a value
+  repeated elsewhere in the file): every named value is searched for in the
+  copy before it is written, and the run refused if one is left;
+- a file someone else controls (they would choose the tokens the agent's
+  requests carry): the same owner and mode checks as `from_file`, the agent's
+  own account being an owner too (its login, read by root for `--user`).
+
+A JWT (Codex's id_token) keeps its header and claims readable (the agent reads
+its plan and account from them) and only its signature becomes a placeholder:
+the claims are not secret, the signature is what makes it a credential.
+"""
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from typing import Any
+
+from ..errors import ConfineError, printable
+from ..policy.logins import Login, LoginToken
+from ..record import dataclass, field
+from . import sources
+from .binding import Binding
+
+Warn = Callable[[str], None]
+Emit = Callable[[dict[str, object]], None]
+
+
+@dataclass
+class Copy:
+    """One login's copy: written into the run's TMPDIR, bound over `target` inside."""
+    login: str
+    target: str                        # the real file's path (the agent's view)
+    text: str = field(repr=False)      # the copy, placeholders only
+    bindings: tuple[Binding, ...] = ()
+    path: str = ""                     # where the copy was written
+
+
+def binding_name(login: Login, tok: LoginToken) -> str:
+    return f"{login.name}:{'.'.join(tok.path)}"
+
+
+def _lookup(obj: Any, path: tuple[str, ...]) -> tuple[dict[str, Any] | None, Any]:
+    """(the object holding the last key, its value); (None, None) where absent."""
+    cur = obj
+    for k in path[:-1]:
+        if not isinstance(cur, dict) or not isinstance(cur.get(k), dict):
+            return None, None
+        cur = cur[k]
+    if not isinstance(cur, dict) or path[-1] not in cur:
+        return None, None
+    return cur, cur[path[-1]]
+
+
+def jwt_placeholder(value: str) -> str | None:
+    """header.payload.<placeholder of the signature>, or None if it is no JWT."""
+    parts = value.split(".")
+    if len(parts) != 3 or not all(parts[:2]) or len(parts[2]) < sources.MIN_LENGTH:
+        return None
+    return f"{parts[0]}.{parts[1]}.{sources.placeholder(parts[2])}"
+
+
+def make_copy(login: Login, text: str) -> Copy:
+    """The placeholder copy of one login file's text (JSON) and its Bindings."""
+    what = f"login {login.name} ({printable(login.file)})"
+    try:
+        obj = json.loads(text)
+    except ValueError as e:
+        raise sources.SourceError(f"{what}: not JSON ({e.msg}, line {e.lineno})") from None
+    bindings: list[Binding] = []
+    for tok in login.tokens:
+        holder, value = _lookup(obj, tok.path)
+        if holder is None or value is None or value == "":
+            continue
+        name = binding_name(login, tok)
+        if not isinstance(value, str):
+            raise sources.SourceError(f"{what}: {'.'.join(tok.path)} is not a string")
+        v = sources.check_value(name, what, value)
+        # jwt: a token that is no JWT (an opaque one) gets the ordinary placeholder
+        ph = (jwt_placeholder(v) if tok.jwt else None) or sources.placeholder(v)
+        holder[tok.path[-1]] = ph
+        bindings.append(Binding(name=name, placeholder=ph, value=v, targets=tok.targets,
+                                headers=tok.headers))
+    out = json.dumps(obj, indent=2) + "\n"
+    for b in bindings:
+        secret = b.value.rsplit(".", 1)[-1] if b.placeholder.count(".") >= 2 and \
+            b.value.count(".") == 2 else b.value
+        if secret in out:
+            raise sources.SourceError(f"{what}: the value of {'.'.join(b.name.split(':')[1:])} "
+                                      "appears elsewhere in the file too: refusing to give "
+                                      "the agent a copy that holds it")
+    return Copy(login=login.name, target=login.file, text=out, bindings=tuple(bindings))
+
+
+def start(logins: tuple[Login, ...], *, uid: int, gid: int, tmp: str, mount_ns: bool,
+          warn: Warn, emit: Emit) -> list[Copy]:
+    """Each login file read, its copy written into `tmp` (owned by the agent, 0600)."""
+    out: list[Copy] = []
+    for lg in logins:
+        try:
+            text, notes = sources.read_file(f"login {lg.name}", lg.file, owners=(uid,))
+        except sources.SourceError:
+            if lg.optional and not os.path.lexists(lg.file):
+                emit({"event": "login", "action": "skipped", "name": lg.name,
+                      "reason": "optional, no file"})
+                continue
+            raise
+        for n in notes:
+            warn(n)
+        if not mount_ns:
+            raise ConfineError(f"login {lg.name}: {lg.file} is kept from the agent, and its "
+                               "placeholder copy needs a mount namespace, which this run has "
+                               "not: refusing (remove the file, or drop the login from the "
+                               "profile)")
+        c = make_copy(lg, text)
+        c.path = _write(tmp, lg.name, c.text, uid, gid)
+        out.append(c)
+        emit({"event": "login", "action": "bound", "name": lg.name, "file": lg.file,
+              "tokens": [{"name": b.name,
+                          "hosts": [t.host + (f":{t.port}" if t.port not in (None, 443) else "")
+                                    for t in b.targets]} for b in c.bindings]})
+    return out
+
+
+def _write(tmp: str, name: str, text: str, uid: int, gid: int) -> str:
+    d = os.path.join(tmp, ".confine-logins")
+    os.makedirs(d, mode=0o700, exist_ok=True)
+    os.chown(d, uid, gid)
+    path = os.path.join(d, name + ".json")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                 0o600)
+    try:
+        os.write(fd, text.encode("utf-8"))
+        os.fchown(fd, uid, gid)
+    finally:
+        os.close(fd)
+    return path
