@@ -75,7 +75,7 @@ def make_copy(login: Login, text: str) -> Copy:
     what = f"login {login.name} ({printable(login.file)})"
     try:
         obj = json.loads(text)
-    except ValueError as e:
+    except json.JSONDecodeError as e:
         raise sources.SourceError(f"{what}: not JSON ({e.msg}, line {e.lineno})") from None
     bindings: list[Binding] = []
     for tok in login.tokens:

@@ -668,9 +668,10 @@ class Session:
     def _start_logins(self, plan: Plan, say: Warn) -> Plan:
         """The agents' login files: placeholder copies in the TMPDIR, bound over the
         real files in the agent's mount namespace (credentials/logins.py)."""
+        from landlockpy import AccessFS
+
         from ..credentials import logins as _logins
         from ..credentials import run as _credrun
-        from ..kernel import landlock
         from ..plan.steps import child_steps
         assert self.tmp is not None
         ident = plan.identity
@@ -682,8 +683,8 @@ class Session:
         out = dataclasses.replace(
             plan, file_binds=plan.file_binds + tuple((c.path, c.target) for c in copies),
             child_rules=plan.child_rules + tuple(
-                (c.target, (landlock.AccessFS.READ_FILE | landlock.AccessFS.WRITE_FILE
-                            | landlock.AccessFS.TRUNCATE) & plan.handled_fs)
+                (c.target, (AccessFS.READ_FILE | AccessFS.WRITE_FILE | AccessFS.TRUNCATE)
+                 & plan.handled_fs)
                 for c in copies))
         return dataclasses.replace(out, steps=tuple(child_steps(out)))
 

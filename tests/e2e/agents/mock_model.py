@@ -10,10 +10,20 @@ Code's title) gets plain text. It runs inside a network namespace the test makes
 can be reached only through the veth on this machine.
 
 usage: mock_model.py HOST PORT LOG COMMAND
+
+Optional, from the environment (the login tests, test_logins.py): MOCK_TLS_CERT and
+MOCK_TLS_KEY serve HTTPS instead of HTTP; MOCK_BEARER answers 401 to a request whose
+Authorization is not `Bearer MOCK_BEARER`; MOCK_DNS="name=addr,..." answers those names
+(A records) on HOST:53 over UDP, every other name NXDOMAIN.
 """
 from __future__ import annotations
 
+import ipaddress
 import json
+import os
+import socket
+import ssl
+import struct
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -141,6 +151,12 @@ class Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         n = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(n) if n else b""
+        want = os.environ.get("MOCK_BEARER")
+        if want and self.headers.get("Authorization") != f"Bearer {want}":
+            log(method="POST", path=self.path, kind="unauthorized", headers=dict(self.headers))
+            self._send(401, "application/json", b'{"type": "error", "error": '
+                       b'{"type": "authentication_error", "message": "bad token"}}')
+            return
         try:
             body = json.loads(raw or b"{}")
         except ValueError:
@@ -167,8 +183,40 @@ class Handler(BaseHTTPRequestHandler):
             self._send(404, "application/json", b'{"error": "not here"}')
 
 
+def dns(zone: dict[str, str]) -> None:
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.bind((HOST, 53))
+    while True:
+        data, peer = s.recvfrom(4096)
+        try:
+            mid = struct.unpack_from("!H", data, 0)[0]
+            off, labels = 12, []
+            while data[off]:
+                labels.append(data[off + 1:off + 1 + data[off]].decode("ascii", "replace"))
+                off += 1 + data[off]
+            qtype = struct.unpack_from("!H", data, off + 1)[0]
+        except (struct.error, IndexError):
+            continue
+        name = ".".join(labels).lower()
+        body, count = b"", 0
+        if name in zone and qtype == 1:
+            body = (b"\xc0\x0c" + struct.pack("!HHIH", 1, 1, 30, 4)
+                    + ipaddress.IPv4Address(zone[name]).packed)
+            count = 1
+        rcode = 0 if name in zone else 3
+        s.sendto(struct.pack("!HHHHHH", mid, 0x8180 | rcode, 1, count, 0, 0)
+                 + data[12:off + 5] + body, peer)
+
+
 def main() -> None:
+    zone = dict(x.split("=", 1) for x in os.environ.get("MOCK_DNS", "").split(",") if x)
+    if zone:
+        threading.Thread(target=dns, args=(zone,), daemon=True).start()
     srv = ThreadingHTTPServer((HOST, PORT), Handler)
+    if os.environ.get("MOCK_TLS_CERT"):
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(os.environ["MOCK_TLS_CERT"], os.environ["MOCK_TLS_KEY"])
+        srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
     log(ev="ready")
     srv.serve_forever()
 
