@@ -32,6 +32,7 @@ from ..record import dataclass, field
 from . import sources
 from .binding import Binding
 
+DIR = ".confine-logins"           # in the run's TMPDIR
 Warn = Callable[[str], None]
 Emit = Callable[[dict[str, object]], None]
 
@@ -104,7 +105,8 @@ def make_copy(login: Login, text: str) -> Copy:
 
 def start(logins: tuple[Login, ...], *, uid: int, gid: int, tmp: str, mount_ns: bool,
           warn: Warn, emit: Emit) -> list[Copy]:
-    """Each login file read, its copy written into `tmp` (owned by the agent, 0600)."""
+    """Each login file read and its copy made, to be written (`write`) at its `path`
+    in `tmp` once the TMPDIR is what the agent will see (its tmpfs mounted)."""
     out: list[Copy] = []
     for lg in logins:
         try:
@@ -123,7 +125,7 @@ def start(logins: tuple[Login, ...], *, uid: int, gid: int, tmp: str, mount_ns: 
                                "not: refusing (remove the file, or drop the login from the "
                                "profile)")
         c = make_copy(lg, text)
-        c.path = _write(tmp, lg.name, c.text, uid, gid)
+        c.path = os.path.join(tmp, DIR, lg.name + ".json")
         out.append(c)
         emit({"event": "login", "action": "bound", "name": lg.name, "file": lg.file,
               "tokens": [{"name": b.name,
@@ -132,16 +134,16 @@ def start(logins: tuple[Login, ...], *, uid: int, gid: int, tmp: str, mount_ns: 
     return out
 
 
-def _write(tmp: str, name: str, text: str, uid: int, gid: int) -> str:
-    d = os.path.join(tmp, ".confine-logins")
-    os.makedirs(d, mode=0o700, exist_ok=True)
-    os.chown(d, uid, gid)
-    path = os.path.join(d, name + ".json")
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                 0o600)
-    try:
-        os.write(fd, text.encode("utf-8"))
-        os.fchown(fd, uid, gid)
-    finally:
-        os.close(fd)
-    return path
+def write(copies: list[Copy], uid: int, gid: int) -> None:
+    """The copies written, owned by the agent, 0600 (it may change its own copy)."""
+    for c in copies:
+        d = os.path.dirname(c.path)
+        os.makedirs(d, mode=0o700, exist_ok=True)
+        os.chown(d, uid, gid)
+        fd = os.open(c.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+                     | os.O_CLOEXEC, 0o600)
+        try:
+            os.write(fd, c.text.encode("utf-8"))
+            os.fchown(fd, uid, gid)
+        finally:
+            os.close(fd)

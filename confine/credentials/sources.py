@@ -35,7 +35,7 @@ MIN_LENGTH = 8
 # Known prefixes kept as they are (tools and servers check them), longest first.
 PREFIXES = tuple(sorted((
     "github_pat_", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "glpat-", "gldt-", "glptt-",
-    "sk-ant-api03-", "sk-ant-oat01-", "sk-ant-admin01-", "sk-ant-", "sk-proj-", "sk-svcacct-",
+    "sk-ant-api03-", "sk-ant-oat01-", "sk-ant-ort01-", "sk-ant-admin01-", "sk-ant-", "sk-proj-", "sk-svcacct-",
     "sk-admin-", "sk-", "xoxb-", "xoxp-", "xoxa-", "xapp-", "hf_", "npm_", "pypi-", "AKIA",
     "ASIA", "glc_", "dop_v1_", "shpat_", "SG.", "rk_live_", "sk_live_", "sk_test_",
     "Bearer ",

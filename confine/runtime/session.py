@@ -217,6 +217,8 @@ class Session:
         self._server: tuple[int, int] | None = None   # the nested-run endpoint's (pid, pidfd)
         self._unbind: Callable[[], None] = lambda: None  # its socket, if never served
         self.creds: Any = None              # the run's credentials (credentials/run.py)
+        self._login_copies: list[Any] = []   # agents' login files' copies (credentials/logins.py)
+        self._login_ident: Any = None
         self._env_without_creds: dict[str, str | None] = {}   # what env.pass, --env gave them
         self.parent_env = dict(os.environ) if parent_env is None else parent_env
         self.plan: Plan = self._prepare(protect, host, self.parent_env)
@@ -565,6 +567,10 @@ class Session:
         held_fd.extend(self._prepare_held())
         if self.egress is not None and self.tmp is not None:
             self.egress.in_tmp(self.tmp)     # the run CA's bundle (a run with credentials)
+        if self._login_copies:
+            from ..credentials import logins as _logins
+            ident = self._login_ident
+            _logins.write(self._login_copies, ident.uid, ident.gid)
         offer()
         if self.ssh_agent is not None:
             self.ssh_agent.start(self.events, self.req.approver)
@@ -678,6 +684,7 @@ class Session:
         copies = _logins.start(plan.policy.logins, uid=ident.uid, gid=ident.gid, tmp=self.tmp,
                                mount_ns=plan.mount_ns, warn=say, emit=self.events.emit)
         self.creds = _credrun.RunCredentials(logins=tuple(b for c in copies for b in c.bindings))
+        self._login_copies, self._login_ident = copies, ident
         if not copies:
             return plan
         out = dataclasses.replace(
