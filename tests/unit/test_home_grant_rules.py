@@ -121,9 +121,12 @@ def test_claude_code_carves_hooks_and_commands(home):
     for p in (c, c + "/commands", c + "/settings.json", c + "/hooks", c + "/settings.local.json",
               home + "/.local/share/claude/versions"):
         assert not _rights(plan, p) & (MAKE | AccessFS.WRITE_FILE | AccessFS.TRUNCATE), p
-        assert _rights(plan, p) & AccessFS.READ_FILE, p
-    for p in (c + "/projects", c + "/todos", c + "/.credentials.json", c + "/history.jsonl"):
+        # ~/.claude itself is carved around the login file (logins:): its entries are read
+        assert p == c or _rights(plan, p) & AccessFS.READ_FILE, p
+    for p in (c + "/projects", c + "/todos", c + "/history.jsonl"):
         assert _rights(plan, p) & AccessFS.WRITE_FILE, p
+    # the login: never the real file (the run binds a placeholder copy over it)
+    assert not _rights(plan, c + "/.credentials.json"), c
     assert os.path.isdir(c + "/todos") and os.path.isfile(c + "/history.jsonl")
     # the mount namespace keeps the carved entries on the read-only host view
     assert c not in plan.writable_binds and c + "/projects" in plan.writable_binds
@@ -135,8 +138,9 @@ def test_codex_carves_config_and_profile_configs(home):
     x = os.path.join(home, ".codex")
     for p in (x, x + "/config.toml", x + "/work.config.toml", x + "/rules"):
         assert not _rights(plan, p) & (MAKE | AccessFS.WRITE_FILE), p
-    for p in (x + "/auth.json", x + "/sessions", x + "/log"):
+    for p in (x + "/sessions", x + "/log"):
         assert _rights(plan, p) & AccessFS.WRITE_FILE, p
+    assert not _rights(plan, x + "/auth.json"), x      # the login (logins:): a copy at run time
 
 
 def test_a_user_grant_on_claude_is_carved_too(home):
