@@ -121,8 +121,8 @@ def test_claude_code_carves_hooks_and_commands(home):
     for p in (c, c + "/commands", c + "/settings.json", c + "/hooks", c + "/settings.local.json",
               home + "/.local/share/claude/versions"):
         assert not _rights(plan, p) & (MAKE | AccessFS.WRITE_FILE | AccessFS.TRUNCATE), p
-        # ~/.claude itself is carved around the login file (logins:): its entries are read
-        assert p == c or _rights(plan, p) & AccessFS.READ_FILE, p
+        # carved around the login file (logins:): ~/.claude and names not there yet get nothing
+        assert p == c or not os.path.exists(p) or _rights(plan, p) & AccessFS.READ_FILE, p
     for p in (c + "/projects", c + "/todos", c + "/history.jsonl"):
         assert _rights(plan, p) & AccessFS.WRITE_FILE, p
     # the login: never the real file (the run binds a placeholder copy over it)
