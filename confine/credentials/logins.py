@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -90,8 +91,12 @@ def make_copy(login: Login, text: str) -> Copy:
         # jwt: a token that is no JWT (an opaque one) gets the ordinary placeholder
         ph = (jwt_placeholder(v) if tok.jwt else None) or sources.placeholder(v)
         holder[tok.path[-1]] = ph
+        refresher = None
+        if login.refresh is not None and login.refresh.token == tok.path:
+            refresher = Refresher(login, v)
+            refresher.placeholders.append(ph)
         bindings.append(Binding(name=name, placeholder=ph, value=v, targets=tok.targets,
-                                headers=tok.headers))
+                                headers=tok.headers, refresh=refresher))
     out = json.dumps(obj, indent=2) + "\n"
     for b in bindings:
         secret = b.value.rsplit(".", 1)[-1] if b.placeholder.count(".") >= 2 and \
@@ -147,3 +152,122 @@ def write(copies: list[Copy], uid: int, gid: int) -> None:
             os.fchown(fd, uid, gid)
         finally:
             os.close(fd)
+
+
+MAX_REFRESH_BODY = 65536       # bytes of a refresh request's body, and of its answer's
+
+
+class RefreshError(Exception):
+    """The refresh cannot be done safely: the agent gets no answer (never the real tokens)."""
+
+
+class Refresher:
+    """One login's token refresh, in the gateway: the refresh token's placeholder swapped
+    into the body of a POST to the profile's endpoint, and in the answer each new token
+    replaced by a new placeholder, its real value written into the real file (atomic,
+    its mode and owner kept), so the agent's copy and the real file stay in step.
+    Threat: the new real tokens reaching the agent; anything that cannot be parsed or
+    written is refused, never passed on."""
+
+    def __init__(self, login: Login, value: str) -> None:
+        assert login.refresh is not None
+        self.login = login
+        self.refresh = login.refresh
+        self.value = value                   # the current real refresh token
+        self.placeholders: list[str] = []    # every placeholder this token had (the agent's)
+        self.lock = threading.Lock()
+        self.emit: Emit | None = None
+
+    def __repr__(self) -> str:
+        return f"Refresher({self.login.name!r})"
+
+    def matches(self, host: str, port: int, method: str, path: str) -> bool:
+        return method == "POST" and port == 443 and (host, path) in self.refresh.endpoints
+
+    def request(self, body: bytes) -> bytes:
+        """The body with the real refresh token in place of its placeholder."""
+        text = body.decode("utf-8", "replace")
+        hits = [ph for ph in self.placeholders if ph in text]
+        if not hits:
+            raise RefreshError("the refresh request does not carry this login's refresh token")
+        for ph in hits:
+            text = text.replace(ph, self.value)
+        return text.encode("utf-8")
+
+    def answer(self, body: bytes, bind: Callable[[Binding], None]) -> bytes:
+        """The answer's body for the agent: new tokens as new placeholders (each bound with
+        `bind`), and the real file updated with the real ones."""
+        try:
+            obj = json.loads(body)
+        except ValueError:
+            raise RefreshError("the token endpoint's answer is not JSON") from None
+        if not isinstance(obj, dict):
+            raise RefreshError("the token endpoint's answer is not a JSON object")
+        new: dict[tuple[str, ...], str] = {}
+        tokens = {t.path: t for t in self.login.tokens}
+        for fld, path in self.refresh.response:
+            v = obj.get(fld)
+            if v is None:
+                continue
+            if not isinstance(v, str):
+                raise RefreshError(f"the answer's {fld} is not a string")
+            v = sources.check_value(f"login {self.login.name}", "the token endpoint", v)
+            tok = tokens[path]
+            ph = (jwt_placeholder(v) if tok.jwt else None) or sources.placeholder(v)
+            obj[fld] = ph
+            new[path] = v
+            b = Binding(name=binding_name(self.login, tok), placeholder=ph, value=v,
+                        targets=tok.targets, headers=tok.headers,
+                        refresh=self if path == self.refresh.token else None)
+            bind(b)
+            if path == self.refresh.token:
+                self.value = v
+                self.placeholders.append(ph)
+        out = json.dumps(obj).encode("utf-8")
+        for v in new.values():
+            if v.encode() in out:
+                raise RefreshError("a new token appears elsewhere in the answer")
+        self._store(new)
+        if self.emit is not None:
+            self.emit({"event": "login", "action": "refreshed", "name": self.login.name,
+                       "tokens": [".".join(p) for p in new]})
+        return out
+
+    def _store(self, new: dict[tuple[str, ...], str]) -> None:
+        """The real file with the new values: a temporary file beside it (opened below
+        the directory's descriptor, no link followed), its mode and owner, then a rename."""
+        path = self.login.file
+        d, name = os.path.split(path)
+        dfd = os.open(d, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
+            try:
+                st = os.fstat(fd)
+                data = os.read(fd, sources.MAX_FILE + 1)
+            finally:
+                os.close(fd)
+            try:
+                obj = json.loads(data)
+            except ValueError:
+                raise RefreshError(f"{path} is no longer JSON") from None
+            for p, v in new.items():
+                holder, _old = _lookup(obj, p)
+                if holder is None:
+                    raise RefreshError(f"{path} no longer has {'.'.join(p)}")
+                holder[p[-1]] = v
+            tmp = f".{name}.confine-{os.getpid()}"
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                         st.st_mode & 0o7777, dir_fd=dfd)
+            try:
+                os.write(fd, (json.dumps(obj, indent=2) + "\n").encode("utf-8"))
+                os.fchown(fd, st.st_uid, st.st_gid)
+                os.fchmod(fd, st.st_mode & 0o7777)
+                os.fsync(fd)
+            except BaseException:
+                os.close(fd)
+                os.unlink(tmp, dir_fd=dfd)
+                raise
+            os.close(fd)
+            os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+        finally:
+            os.close(dfd)

@@ -21,6 +21,15 @@ secrets are, their hosts) live here in the profile, not in code:
 `json:` is a dotted path of object keys; a path absent from the file (or null
 there) is skipped. `hosts:` has the form of a credential's hosts
 (policy/credentials.py).
+
+    refresh:                                    # the agent's token refresh, swapped
+      endpoints: [platform.claude.com/v1/oauth/token]   # HOST/PATH, HTTPS, POST only
+      token: claudeAiOauth.refreshToken         # its placeholder is swapped in the body
+      response: {access_token: claudeAiOauth.accessToken,
+                 refresh_token: claudeAiOauth.refreshToken}
+
+The answer's fields named in `response:` get new placeholders for the agent, and
+their real values are written into the real file.
 """
 from __future__ import annotations
 
@@ -33,7 +42,8 @@ from ..credentials.binding import Target
 from ..record import dataclass
 from . import credentials as _creds
 
-KEYS = ("name", "file", "optional", "tokens")
+KEYS = ("name", "file", "optional", "tokens", "refresh")
+REFRESH_KEYS = ("endpoints", "token", "response")
 TOKEN_KEYS = ("json", "hosts", "headers", "jwt")
 _LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 _JSON_KEY = re.compile(r"^[A-Za-z0-9_$-]{1,100}$")
@@ -48,19 +58,31 @@ class LoginToken:
 
 
 @dataclass(frozen=True)
+class Refresh:
+    endpoints: tuple[tuple[str, str], ...]          # (host, path), HTTPS on 443
+    token: tuple[str, ...]                          # the refresh token's path in the file
+    response: tuple[tuple[str, tuple[str, ...]], ...]   # answer field -> path in the file
+
+
+@dataclass(frozen=True)
 class Login:
     name: str
     file: str                          # absolute, the launching person's
     tokens: tuple[LoginToken, ...]
     optional: bool = False
     where: str = ""
+    refresh: Refresh | None = None
 
     def to_dict(self) -> dict[str, object]:
         return {"name": self.name, "file": self.file, "optional": self.optional,
                 "tokens": [{"json": ".".join(t.path),
                             "hosts": [_creds.target_text(x) for x in t.targets],
                             "headers": list(t.headers), "jwt": t.jwt} for t in self.tokens],
-                "where": self.where}
+                "where": self.where,
+                **({"refresh": {"endpoints": [h + p for h, p in self.refresh.endpoints],
+                                "token": ".".join(self.refresh.token),
+                                "response": {k: ".".join(v) for k, v in self.refresh.response}}}
+                   if self.refresh is not None else {})}
 
 
 def parse(p: Any, node: Any, full: str, item: Callable[[object, str], Any]) -> list[Any]:
@@ -168,7 +190,46 @@ def _entry(p: Any, el: Any, full: str, item: Callable[[object, str], Any]) -> di
             tok["jwt"] = item(v, p.where(traw["jwt"]))
         tokens.append(tok)
     out["tokens"] = tokens
+    if "refresh" in raw:
+        out["refresh"] = _refresh(p, raw["refresh"], f"{at}.refresh", item, seen)
     return out
+
+
+def _refresh(p: Any, node: Any, at: str, item: Callable[[object, str], Any],
+             paths: set[str]) -> dict[str, Any]:
+    import yaml
+    raw = _mapping(p, node, at, REFRESH_KEYS)
+    for need in REFRESH_KEYS:
+        if need not in raw:
+            p.fail(node, f"{at}: needs {need}:")
+    en = raw["endpoints"]
+    if not isinstance(en, yaml.SequenceNode) or not en.value:
+        p.fail(en, f"{at}.endpoints: must be a non-empty list of HOST/PATH")
+    eps = []
+    for e in en.value:
+        v = p.scalar(e, f"{at}.endpoints")
+        host, _, path = str(v).partition("/")
+        why = _creds.host_error(host) if isinstance(v, str) and path else "no /PATH"
+        if why or host.startswith("*.") or ":" in host or _creds._path_error("/" + path):
+            p.fail(e, f"{at}.endpoints: {v!r} is not HOST/PATH (one name, no port, a plain "
+                      f"path){': ' + why if why else ''}")
+        eps.append(item(str(v), p.where(e)))
+    tok = p.scalar(raw["token"], f"{at}.token")
+    if tok not in paths:
+        p.fail(raw["token"], f"{at}.token: {tok!r} is not one of this login's tokens: json")
+    rn = raw["response"]
+    if not isinstance(rn, yaml.MappingNode) or not rn.value:
+        p.fail(rn, f"{at}.response: must map the answer's fields to tokens' json paths")
+    resp = {}
+    for k, v in rn.value:
+        field_ = p.scalar(k, f"{at}.response")
+        target = p.scalar(v, f"{at}.response")
+        if not isinstance(field_, str) or not _JSON_KEY.match(field_):
+            p.fail(k, f"{at}.response: {field_!r} is not a field name")
+        if target not in paths:
+            p.fail(v, f"{at}.response.{field_}: {target!r} is not one of this login's tokens: json")
+        resp[field_] = item(target, p.where(v))
+    return {"endpoints": eps, "token": item(tok, p.where(raw["token"])), "response": resp}
 
 
 def records(raw: list[Any], *, expand: Callable[[str], str] = os.path.expanduser
@@ -182,7 +243,15 @@ def records(raw: list[Any], *, expand: Callable[[str], str] = os.path.expanduser
             targets=tuple(_creds._target_record(h) for h in t.get("hosts", [])),
             headers=tuple(dict.fromkeys(str(h.value) for h in t.get("headers", []))),
             jwt=bool(t["jwt"].value) if "jwt" in t else False) for t in e["tokens"])
-        lg = Login(name=str(e["name"].value),
+        rf = None
+        if "refresh" in e:
+            r = e["refresh"]
+            rf = Refresh(
+                endpoints=tuple((str(x.value).split("/", 1)[0].lower(),
+                                 "/" + str(x.value).split("/", 1)[1]) for x in r["endpoints"]),
+                token=tuple(str(r["token"].value).split(".")),
+                response=tuple((k, tuple(str(v.value).split("."))) for k, v in r["response"].items()))
+        lg = Login(name=str(e["name"].value), refresh=rf,
                    file=os.path.normpath(expand(str(e["file"].value))), tokens=toks,
                    optional=bool(e["optional"].value) if "optional" in e else False,
                    where=e["name"].where)

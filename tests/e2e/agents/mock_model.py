@@ -13,8 +13,9 @@ usage: mock_model.py HOST PORT LOG COMMAND
 
 Optional, from the environment (the login tests, test_logins.py): MOCK_TLS_CERT and
 MOCK_TLS_KEY serve HTTPS instead of HTTP; MOCK_BEARER answers 401 to a request whose
-Authorization is not `Bearer MOCK_BEARER`; MOCK_DNS="name=addr,..." answers those names
-(A records) on HOST:53 over UDP, every other name NXDOMAIN.
+Authorization is not `Bearer MOCK_BEARER` (or MOCK_NEW_ACCESS); MOCK_REFRESH makes
+POST .../oauth/token a token endpoint (see `_token`); MOCK_DNS="name=addr,..." answers
+those names (A records) on HOST:53 over UDP, every other name NXDOMAIN.
 """
 from __future__ import annotations
 
@@ -142,6 +143,25 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
+    def _token(self, raw: bytes) -> None:
+        """A token refresh: the real refresh token (MOCK_REFRESH) in a JSON or form body
+        gets MOCK_NEW_ACCESS and MOCK_NEW_REFRESH; anything else 400."""
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            from urllib.parse import parse_qs
+            body = {k: v[0] for k, v in parse_qs(raw.decode()).items()}
+        ok = body.get("refresh_token") == os.environ["MOCK_REFRESH"]
+        log(method="POST", path=self.path, kind="refresh" if ok else "bad-refresh",
+            headers=dict(self.headers))
+        if not ok:
+            self._send(400, "application/json", b'{"error": "invalid_grant"}')
+            return
+        self._send(200, "application/json", json.dumps({
+            "access_token": os.environ["MOCK_NEW_ACCESS"], "token_type": "Bearer",
+            "refresh_token": os.environ["MOCK_NEW_REFRESH"], "expires_in": 3600,
+            "scope": "user:inference user:profile"}).encode())
+
     def do_GET(self) -> None:
         log(method="GET", path=self.path, headers=dict(self.headers))
         self._send(404, "application/json", b'{"error": "not here"}')
@@ -151,8 +171,12 @@ class Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         n = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(n) if n else b""
-        want = os.environ.get("MOCK_BEARER")
-        if want and self.headers.get("Authorization") != f"Bearer {want}":
+        path = self.path.split("?")[0]
+        if path.endswith("/oauth/token") and os.environ.get("MOCK_REFRESH"):
+            self._token(raw)
+            return
+        want = [x for x in (os.environ.get("MOCK_BEARER"), os.environ.get("MOCK_NEW_ACCESS")) if x]
+        if want and self.headers.get("Authorization") not in [f"Bearer {w}" for w in want]:
             log(method="POST", path=self.path, kind="unauthorized", headers=dict(self.headers))
             self._send(401, "application/json", b'{"type": "error", "error": '
                        b'{"type": "authentication_error", "message": "bad token"}}')

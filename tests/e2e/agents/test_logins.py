@@ -7,6 +7,14 @@ in. The command the model asks for copies what the agent sees of the login file 
 workdir: a copy of the same shape whose tokens are placeholders (the control: the same file
 read outside holds the real ones). No real token is in the workdir or in --log. As root
 with --user and as the account itself.
+
+The refresh (test_refresh_through_the_gateway): a client inside refreshes the login the
+way Claude Code does (POST platform.claude.com/v1/oauth/token, the refresh token from its
+copy in a JSON body; the mock's endpoint wants the real one) and calls the model with the
+access token it got back: the real file then holds the endpoint's new real tokens, the
+client new placeholders, and the model the new real access token. (Claude Code itself
+takes a lock, ~/.claude/.oauth_refresh.lock, which its profile does not let it create:
+the agent-state work decides that name.)
 """
 from __future__ import annotations
 
@@ -49,8 +57,13 @@ def _down() -> None:
 
 
 class Origin:
-    def __init__(self, d: str, log: str, ca: str, access: str):
-        self.d, self.log, self.ca, self.access = d, log, ca, access
+    def __init__(self, d: str, log: str, ca: str, tokens: dict[str, str]):
+        self.d, self.log, self.ca, self.tokens = d, log, ca, tokens
+        self.access = tokens["MOCK_BEARER"]
+
+    def clear(self) -> None:
+        with open(self.log, "w") as f:
+            f.write('{"ev": "cleared"}\n')
 
     def requests(self) -> list[dict]:
         with open(self.log) as f:
@@ -83,13 +96,16 @@ def origin(agent_clis: str) -> Iterator[Origin]:
         subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
                         "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", key, "-out", ca,
                         "-days", "2", "-subj", "/CN=api.anthropic.com", "-addext",
-                        "subjectAltName=DNS:api.anthropic.com"],
+                        "subjectAltName=DNS:api.anthropic.com,DNS:platform.claude.com"],
                        check=True, capture_output=True, timeout=30)
         os.chmod(ca, 0o644)
         log = os.path.join(d, "requests.jsonl")
-        access = _token("sk-ant-oat01-", 95)
-        env = {**os.environ, "MOCK_TLS_CERT": ca, "MOCK_TLS_KEY": key, "MOCK_BEARER": access,
-               "MOCK_DNS": f"api.anthropic.com={ORIGIN}"}
+        tokens = {"MOCK_BEARER": _token("sk-ant-oat01-", 95),
+                  "MOCK_REFRESH": _token("sk-ant-ort01-", 95),
+                  "MOCK_NEW_ACCESS": _token("sk-ant-oat01-", 95),
+                  "MOCK_NEW_REFRESH": _token("sk-ant-ort01-", 95)}
+        env = {**os.environ, **tokens, "MOCK_TLS_CERT": ca, "MOCK_TLS_KEY": key,
+               "MOCK_DNS": f"api.anthropic.com={ORIGIN},platform.claude.com={ORIGIN}"}
         server = subprocess.Popen(["ip", "netns", "exec", NS_B, sys.executable,
                                    os.path.join(HERE, "mock_model.py"), ORIGIN, "443", log,
                                    COMMAND], env=env, stdout=subprocess.DEVNULL,
@@ -98,7 +114,7 @@ def origin(agent_clis: str) -> Iterator[Origin]:
         while not (os.path.exists(log) and os.path.getsize(log)):
             assert server.poll() is None and time.monotonic() < end, "mock model did not start"
             time.sleep(0.05)
-        yield Origin(d, log, ca, access)
+        yield Origin(d, log, ca, tokens)
     finally:
         if server is not None:
             server.kill()
@@ -110,7 +126,8 @@ def origin(agent_clis: str) -> Iterator[Origin]:
 def test_claude_login_is_a_placeholder_copy(agent_sandbox, agent_clis, origin):  # noqa: F811
     sb = agent_sandbox
     _fresh_home(sb.agent)
-    refresh = _token("sk-ant-ort01-", 95)
+    origin.clear()
+    refresh = origin.tokens["MOCK_REFRESH"]
     login = {"claudeAiOauth": {"accessToken": origin.access, "refreshToken": refresh,
                                "expiresAt": int((time.time() + 3600) * 1000),
                                "scopes": ["user:inference", "user:profile"],
@@ -149,14 +166,106 @@ def test_claude_login_is_a_placeholder_copy(agent_sandbox, agent_clis, origin): 
         seen = json.load(f)["claudeAiOauth"]
     with open(real) as f:
         outside = json.load(f)["claudeAiOauth"]   # the control: the real file, read outside
-    assert outside["accessToken"] == origin.access and outside["refreshToken"] == refresh
-    for k, v in (("accessToken", origin.access), ("refreshToken", refresh)):
-        assert seen[k] != v and len(seen[k]) == len(v) and seen[k][:13] == v[:13], k
+    kinds = [r.get("kind") for r in got]
+    assert "refresh" not in kinds, kinds
+    now = (origin.access, refresh)
     assert seen["expiresAt"] == login["claudeAiOauth"]["expiresAt"]
-    for secret in (origin.access, refresh):
+    assert (outside["accessToken"], outside["refreshToken"]) == now
+    for k, v in zip(("accessToken", "refreshToken"), now):
+        assert seen[k] != v and len(seen[k]) == len(v) and seen[k][:13] == v[:13], k
+    for secret in (*origin.tokens.values(),):
         assert secret not in logged and secret not in said
         for root, _dirs, files in os.walk(sb.workdir):
             for n in files:
                 with open(os.path.join(root, n), "rb") as f:
                     assert secret.encode() not in f.read(), n
     assert took < 60, took
+
+
+REFRESH_SH = r"""
+import json, os, ssl, sys, urllib.request
+c = json.load(open(os.path.expanduser("~/.claude/.credentials.json")))["claudeAiOauth"]
+json.dump(c, open("seen.json", "w"))
+ctx = ssl.create_default_context(cafile=os.environ["SSL_CERT_FILE"])
+def post(url, body, auth=None):
+    h = {"Content-Type": "application/json"}
+    if auth:
+        h["Authorization"] = "Bearer " + auth
+    r = urllib.request.Request(url, json.dumps(body).encode(), h, method="POST")
+    try:
+        with urllib.request.urlopen(r, context=ctx, timeout=20) as f:
+            return f.status, f.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+st, body = post("https://platform.claude.com/v1/oauth/token",
+                {"grant_type": "refresh_token", "refresh_token": c["refreshToken"],
+                 "client_id": "confine-test"})
+print("refresh", st)
+open("answer.json", "wb").write(body)
+new = json.loads(body)
+st, _ = post("https://api.anthropic.com/v1/messages",
+             {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]},
+             new["access_token"])
+print("messages", st)
+st, _ = post("https://api.anthropic.com/v1/messages", {"model": "m", "max_tokens": 5,
+             "messages": [{"role": "user", "content": c["refreshToken"]}]}, new["access_token"])
+print("elsewhere", st)
+"""
+
+
+def test_refresh_through_the_gateway(agent_sandbox, origin):  # noqa: F811
+    sb = agent_sandbox
+    _fresh_home(sb.agent)
+    origin.clear()
+    old_access = _token("sk-ant-oat01-", 95)      # expired: the model no longer takes it
+    login = {"claudeAiOauth": {"accessToken": old_access,
+                               "refreshToken": origin.tokens["MOCK_REFRESH"],
+                               "expiresAt": int((time.time() - 60) * 1000), "scopes": []}}
+    d = os.path.join(sb.home, ".claude")
+    os.makedirs(d, exist_ok=True)
+    os.chown(d, sb.agent.pw_uid, sb.agent.pw_gid)
+    real = write_owned(os.path.join(d, ".credentials.json"), json.dumps(login), sb.agent,
+                       mode=0o600)
+    logdir = make_workdir(sb.agent)
+    log = os.path.join(logdir, "run.jsonl")
+    prof = write_owned(os.path.join(logdir, "claude-login.yaml"), textwrap.dedent(f"""
+        extends: claude-code
+        network:
+          upstream_ca: [{origin.ca}]
+        """), sb.pw)
+    try:
+        p = subprocess.run(["ip", "netns", "exec", NS_A] + sb.exec_cmd(
+            ["python3", "-c", REFRESH_SH], "-p", prof, "--log", log), capture_output=True,
+            text=True, timeout=60, cwd=sb.workdir, stdin=subprocess.DEVNULL)
+        said = p.stdout + p.stderr
+        with open(log) as f:
+            logged = f.read()
+    finally:
+        shutil.rmtree(logdir, ignore_errors=True)
+    new_access, new_refresh = origin.tokens["MOCK_NEW_ACCESS"], origin.tokens["MOCK_NEW_REFRESH"]
+    # the endpoint got the real refresh token (it answers 400 to anything else), the model
+    # the new real access token (401 to anything else)
+    assert "refresh 200" in p.stdout and "messages 200" in p.stdout, said
+    # the old refresh token's placeholder in a body toward the model is not swapped
+    got = origin.requests()
+    assert [r.get("kind") for r in got if r["path"].endswith("/oauth/token")] == ["refresh"]
+    assert any(r["headers"].get("Authorization") == f"Bearer {new_access}" for r in got)
+    # a refresh token's placeholder anywhere else (a body toward the model) is not swapped
+    bodies = json.dumps([r.get("body") for r in got if r["path"].startswith("/v1/messages")])
+    assert login["claudeAiOauth"]["refreshToken"] not in bodies and "sk-ant-ort01-" in bodies
+    with open(os.path.join(sb.workdir, "answer.json")) as f:
+        answer = json.load(f)
+    for k, v in (("access_token", new_access), ("refresh_token", new_refresh)):
+        assert answer[k] != v and len(answer[k]) == len(v) and answer[k][:13] == v[:13], k
+    with open(real) as f:
+        outside = json.load(f)["claudeAiOauth"]     # the real store, read outside
+    assert (outside["accessToken"], outside["refreshToken"]) == (new_access, new_refresh)
+    st = os.stat(real)
+    assert (st.st_uid, st.st_mode & 0o777) == (sb.agent.pw_uid, 0o600)
+    assert '"action": "refreshed"' in logged or '"action":"refreshed"' in logged, logged[-2000:]
+    for secret in (*origin.tokens.values(), old_access):
+        assert secret not in logged and secret not in said
+        for root, _dirs, files in os.walk(sb.workdir):
+            for n in files:
+                with open(os.path.join(root, n), "rb") as f:
+                    assert secret.encode() not in f.read(), n
