@@ -160,3 +160,84 @@ def test_start_skips_an_absent_optional_file_and_refuses_without_mount_ns(tmp_pa
     from confine.errors import ConfineError
     with pytest.raises(ConfineError, match="mount namespace"):
         logins.start(pol.logins, mount_ns=False, **kw)
+
+
+REFRESH = CLAUDE + """
+        refresh:
+          endpoints: [platform.claude.com/v1/oauth/token]
+          token: claudeAiOauth.refreshToken
+          response: {{access_token: claudeAiOauth.accessToken, refresh_token: claudeAiOauth.refreshToken}}
+    """
+
+
+@pytest.mark.parametrize("refresh,why", [
+    ("{endpoints: [platform.claude.com], token: a, response: {x: a}}", "not HOST/PATH"),
+    ("{endpoints: ['1.2.3.4/t'], token: a, response: {x: a}}", "not HOST/PATH"),
+    ("{endpoints: [h.example/t], token: b, response: {x: a}}", "token: 'b' is not one of"),
+    ("{endpoints: [h.example/t], token: a, response: {x: c}}", "response.x: 'c' is not one of"),
+    ("{endpoints: [h.example/t], token: a}", "needs response:"),
+])
+def test_bad_refresh_names_line_and_key(tmp_path, refresh, why):
+    errs = _errors(tmp_path, "logins:\n  - {name: x, file: /a, tokens: [{json: a}], "
+                             f"refresh: {refresh}}}\n")
+    assert any(why in e and "p.yaml:2" in e for e in errs), errs
+
+
+def _refresh_copy(tmp_path):
+    f = tmp_path / "creds.json"
+    (lg,) = _load(tmp_path, REFRESH.format(file=f)).logins
+    acc, ref = "sk-ant-oat01-" + "Ab9" * 30, "sk-ant-ort01-" + "Zy8" * 30
+    f.write_text(json.dumps({"claudeAiOauth": {"accessToken": acc, "refreshToken": ref,
+                                               "expiresAt": 5}}))
+    f.chmod(0o640)
+    return f, lg, logins.make_copy(lg, f.read_text()), acc, ref
+
+
+def test_refresh_swaps_the_body_and_stores_the_answer(tmp_path):
+    f, lg, c, acc, ref = _refresh_copy(tmp_path)
+    a, r = c.bindings
+    rf = r.refresh
+    assert a.refresh is None and rf is not None
+    assert rf.matches("platform.claude.com", 443, "POST", "/v1/oauth/token")
+    assert not rf.matches("platform.claude.com", 443, "GET", "/v1/oauth/token")
+    assert not rf.matches("platform.claude.com", 443, "POST", "/v1/oauth/token2")
+    assert not rf.matches("api.anthropic.com", 443, "POST", "/v1/oauth/token")
+    body = json.dumps({"grant_type": "refresh_token", "refresh_token": r.placeholder}).encode()
+    assert json.loads(rf.request(body))["refresh_token"] == ref
+    with pytest.raises(logins.RefreshError):          # no placeholder of this login in it
+        rf.request(b'{"refresh_token": "sk-ant-ort01-guess"}')
+    new_acc, new_ref = "sk-ant-oat01-" + "Qw1" * 30, "sk-ant-ort01-" + "Er2" * 30
+    bound: list = []
+    events: list = []
+    rf.emit = events.append
+    out = json.loads(rf.answer(json.dumps({"access_token": new_acc, "refresh_token": new_ref,
+                                           "expires_in": 3600}).encode(), bound.append))
+    assert out["expires_in"] == 3600
+    assert out["access_token"] != new_acc and len(out["access_token"]) == len(new_acc)
+    assert [(b.placeholder, b.value) for b in bound] == [
+        (out["access_token"], new_acc), (out["refresh_token"], new_ref)]
+    assert bound[0].targets == a.targets and bound[1].refresh is rf
+    real = json.loads(f.read_text())["claudeAiOauth"]
+    assert (real["accessToken"], real["refreshToken"], real["expiresAt"]) == (new_acc, new_ref, 5)
+    assert f.stat().st_mode & 0o777 == 0o640
+    assert [n for n in os.listdir(tmp_path) if n.startswith(".creds")] == []
+    # the next refresh carries the new placeholder and gets the new real value
+    assert json.loads(rf.request(json.dumps({"refresh_token": out["refresh_token"]}).encode())
+                      )["refresh_token"] == new_ref
+    assert events[-1]["action"] == "refreshed" and new_acc not in json.dumps(events)
+    with pytest.raises(logins.RefreshError):
+        rf.answer(b"<html>", bound.append)
+
+
+def test_whole_response_framing():
+    from confine.credentials.swap import Refusal, _whole_response
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+    assert _whole_response(head + b"Content-Length: 4\r\n\r\n{}", False) is None
+    assert _whole_response(head + b"Content-Length: 2\r\n\r\n{}", False)[2] == b"{}"
+    chunked = head + b"Transfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n"
+    assert _whole_response(chunked, False) is None
+    assert _whole_response(chunked + b"0\r\n\r\n", False)[2] == b"{}"
+    assert _whole_response(head + b"\r\n{}", False) is None
+    assert _whole_response(head + b"\r\n{}", True)[2] == b"{}"
+    with pytest.raises(Refusal):
+        _whole_response(b"garbage\r\n\r\n", True)
