@@ -196,7 +196,11 @@ class Refresher:
 
     def answer(self, body: bytes, bind: Callable[[Binding], None]) -> bytes:
         """The answer's body for the agent: new tokens as new placeholders (each bound with
-        `bind`), and the real file updated with the real ones."""
+        `bind`), and the real file updated with the real ones (one refresh at a time)."""
+        with self.lock:
+            return self._answer(body, bind)
+
+    def _answer(self, body: bytes, bind: Callable[[Binding], None]) -> bytes:
         try:
             obj = json.loads(body)
         except ValueError:

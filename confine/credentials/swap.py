@@ -741,11 +741,7 @@ class _Requests:
             return None
         status, headers, body = got
         r, self.refreshing = self.refreshing, None
-        if status != 200:
-            for b in self.swap.bindings:       # an error that echoes the value
-                if b.value.encode() in body:
-                    raise Refusal("token refresh: the answer holds a value", 0)
-        else:
+        if status == 200:
             if any(k.lower() == "content-encoding" and v.strip().lower() != "identity"
                    for k, v in headers):
                 raise Refusal("token refresh: an encoded answer (asked for identity)", 0)
@@ -753,6 +749,10 @@ class _Requests:
                 body = r.answer(body, self.swap.add_binding)
             except (RefreshError, OSError, ConfineError) as e:
                 raise Refusal(f"token refresh of login {r.login.name}: {e}", 0) from None
+        # no value at all (a new one, or one the run already had) goes to the agent
+        seen = body + "\n".join(f"{k}: {v}" for k, v in headers).encode("latin-1", "replace")
+        if any(b.value.encode() in seen for b in self.swap.bindings):
+            raise Refusal("token refresh: the answer holds a value", 0)
         keep = [(k, v) for k, v in headers if k.lower() not in (
             "content-length", "transfer-encoding", "connection", "keep-alive")]
         lines = [f"HTTP/1.1 {status} {'OK' if status == 200 else 'Error'}"] + [
