@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -115,7 +116,9 @@ def start(logins: tuple[Login, ...], *, uid: int, gid: int, tmp: str, mount_ns: 
     out: list[Copy] = []
     for lg in logins:
         try:
-            text, notes = sources.read_file(f"login {lg.name}", lg.file, owners=(uid,))
+            # the agent's account's login (or, unprivileged, the person's own)
+            owners = (uid,) if os.geteuid() in (0, uid) else (uid, os.geteuid())
+            text, notes = sources.read_file(f"login {lg.name}", lg.file, only=owners)
         except sources.SourceError:
             if lg.optional and not os.path.lexists(lg.file):
                 emit({"event": "login", "action": "skipped", "name": lg.name,
@@ -130,6 +133,9 @@ def start(logins: tuple[Login, ...], *, uid: int, gid: int, tmp: str, mount_ns: 
                                "not: refusing (remove the file, or drop the login from the "
                                "profile)")
         c = make_copy(lg, text)
+        for b in c.bindings:
+            if isinstance(b.refresh, Refresher):
+                b.refresh.owners = owners
         c.path = os.path.join(tmp, DIR, lg.name + ".json")
         out.append(c)
         emit({"event": "login", "action": "bound", "name": lg.name, "file": lg.file,
@@ -177,6 +183,7 @@ class Refresher:
         self.placeholders: list[str] = []    # every placeholder this token had (the agent's)
         self.lock = threading.Lock()
         self.emit: Emit | None = None
+        self.owners: tuple[int, ...] = (os.geteuid(),)   # whose file it may be (start sets it)
 
     def __repr__(self) -> str:
         return f"Refresher({self.login.name!r})"
@@ -247,6 +254,8 @@ class Refresher:
             fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
             try:
                 st = os.fstat(fd)
+                if st.st_uid not in self.owners or not stat.S_ISREG(st.st_mode):
+                    raise RefreshError(f"{path} is no longer the login's file (owner, type)")
                 data = os.read(fd, sources.MAX_FILE + 1)
             finally:
                 os.close(fd)

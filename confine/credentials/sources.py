@@ -88,12 +88,15 @@ def from_file(name: str, path: str, euid: int | None = None) -> tuple[str, list[
 
 
 def read_file(name: str, path: str, euid: int | None = None,
-              owners: tuple[int, ...] = ()) -> tuple[str, list[str]]:
-    """(text, notes): a file of the person's (or root's, or one of `owners`), not
-    writable by others, as UTF-8 text."""
+              only: tuple[int, ...] = ()) -> tuple[str, list[str]]:
+    """(text, notes): a file of the person's (or root's), not writable by others, as
+    UTF-8 text. `only`: the owners accepted instead, and no symlink as the last
+    component (an agent's login: root reading it for --user must not be led to a
+    file of root's)."""
     euid = os.geteuid() if euid is None else euid
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOCTTY | os.O_NONBLOCK)
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOCTTY | os.O_NONBLOCK
+                     | (os.O_NOFOLLOW if only else 0))
     except OSError as e:
         raise SourceError(f"credential {name}: from_file {printable(path)}: "
                           f"{e.strerror}") from None
@@ -103,7 +106,7 @@ def read_file(name: str, path: str, euid: int | None = None,
         if not stat.S_ISREG(st.st_mode):
             raise SourceError(f"credential {name}: from_file {printable(path)}: not a "
                               "regular file")
-        if st.st_uid not in (euid, 0, *owners):
+        if st.st_uid not in (only or (euid, 0)):
             raise SourceError(f"credential {name}: from_file {printable(path)} belongs to uid "
                               f"{st.st_uid}, not to you: its owner chooses the value")
         if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):

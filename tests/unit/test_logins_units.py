@@ -241,3 +241,26 @@ def test_whole_response_framing():
     assert _whole_response(head + b"\r\n{}", True)[2] == b"{}"
     with pytest.raises(Refusal):
         _whole_response(b"garbage\r\n\r\n", True)
+
+
+def test_a_login_file_that_is_a_link_or_someone_else_s_is_refused(tmp_path):
+    """Root reads the agent's account's file for --user: a link there (to a file of root's)
+    or a file of another owner must not become the agent's copy. The control: the same
+    content as the account's own regular file is read."""
+    f = tmp_path / "creds.json"
+    (lg,) = _load(tmp_path, CLAUDE.format(file=f)).logins
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({"claudeAiOauth": {"accessToken": "sk-ant-oat01-" + "Ab9" * 30},
+                                 "private": "of root"}))
+    kw = dict(uid=os.getuid(), gid=os.getgid(), tmp=str(tmp_path), mount_ns=True,
+              warn=lambda s: None, emit=lambda e: None)
+    f.symlink_to(other)
+    with pytest.raises(sources.SourceError):
+        logins.start((lg,), **kw)
+    f.unlink()
+    f.write_bytes(other.read_bytes())
+    assert len(logins.start((lg,), **kw)) == 1
+    if os.geteuid() == 0:
+        os.chown(f, 54321, 54321)
+        with pytest.raises(sources.SourceError, match="belongs to uid 54321"):
+            logins.start((lg,), **kw)
