@@ -144,23 +144,36 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
     def _token(self, raw: bytes) -> None:
-        """A token refresh: the real refresh token (MOCK_REFRESH) in a JSON or form body
-        gets MOCK_NEW_ACCESS and MOCK_NEW_REFRESH; anything else 400."""
+        """A token refresh: a real refresh token (MOCK_REFRESH, MOCK_NEW_REFRESH) in a JSON
+        or form body gets MOCK_NEW_ACCESS and MOCK_NEW_REFRESH (gzipped, whatever was asked,
+        with X-Mock-Answer: gzip); anything else 400."""
         try:
             body = json.loads(raw)
         except ValueError:
             from urllib.parse import parse_qs
             body = {k: v[0] for k, v in parse_qs(raw.decode()).items()}
-        ok = body.get("refresh_token") == os.environ["MOCK_REFRESH"]
+        ok = body.get("refresh_token") in (os.environ["MOCK_REFRESH"],
+                                           os.environ["MOCK_NEW_REFRESH"])
         log(method="POST", path=self.path, kind="refresh" if ok else "bad-refresh",
             headers=dict(self.headers))
         if not ok:
             self._send(400, "application/json", b'{"error": "invalid_grant"}')
             return
-        self._send(200, "application/json", json.dumps({
+        answer = json.dumps({
             "access_token": os.environ["MOCK_NEW_ACCESS"], "token_type": "Bearer",
             "refresh_token": os.environ["MOCK_NEW_REFRESH"], "expires_in": 3600,
-            "scope": "user:inference user:profile"}).encode())
+            "scope": "user:inference user:profile"}).encode()
+        if self.headers.get("X-Mock-Answer") == "gzip":    # whatever the request asked for
+            import gzip
+            answer = gzip.compress(answer)
+            self.send_response(200)
+            self.send_header("Content-Encoding", "gzip")
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(answer)))
+            self.end_headers()
+            self.wfile.write(answer)
+            return
+        self._send(200, "application/json", answer)
 
     def do_GET(self) -> None:
         log(method="GET", path=self.path, headers=dict(self.headers))

@@ -183,12 +183,12 @@ def test_claude_login_is_a_placeholder_copy(agent_sandbox, agent_clis, origin): 
 
 
 REFRESH_SH = r"""
-import json, os, ssl, sys, urllib.request
+import http.client, json, os, ssl, sys, urllib.error, urllib.request
 c = json.load(open(os.path.expanduser("~/.claude/.credentials.json")))["claudeAiOauth"]
 json.dump(c, open("seen.json", "w"))
 ctx = ssl.create_default_context(cafile=os.environ["SSL_CERT_FILE"])
-def post(url, body, auth=None):
-    h = {"Content-Type": "application/json"}
+def post(url, body, auth=None, extra=()):
+    h = {"Content-Type": "application/json", **dict(extra)}
     if auth:
         h["Authorization"] = "Bearer " + auth
     r = urllib.request.Request(url, json.dumps(body).encode(), h, method="POST")
@@ -197,6 +197,8 @@ def post(url, body, auth=None):
             return f.status, f.read()
     except urllib.error.HTTPError as e:
         return e.code, e.read()
+    except (OSError, http.client.HTTPException) as e:
+        return 0, repr(e).encode()
 st, body = post("https://platform.claude.com/v1/oauth/token",
                 {"grant_type": "refresh_token", "refresh_token": c["refreshToken"],
                  "client_id": "confine-test"})
@@ -210,6 +212,11 @@ print("messages", st)
 st, _ = post("https://api.anthropic.com/v1/messages", {"model": "m", "max_tokens": 5,
              "messages": [{"role": "user", "content": c["refreshToken"]}]}, new["access_token"])
 print("elsewhere", st)
+# an answer the gateway cannot read (encoded): cut, never passed on
+st, body = post("https://platform.claude.com/v1/oauth/token",
+                {"grant_type": "refresh_token", "refresh_token": new["refresh_token"]},
+                extra=[("X-Mock-Answer", "gzip")])
+print("unreadable", st)
 """
 
 
@@ -248,7 +255,10 @@ def test_refresh_through_the_gateway(agent_sandbox, origin):  # noqa: F811
     assert "refresh 200" in p.stdout and "messages 200" in p.stdout, said
     # the old refresh token's placeholder in a body toward the model is not swapped
     got = origin.requests()
-    assert [r.get("kind") for r in got if r["path"].endswith("/oauth/token")] == ["refresh"]
+    # the second refresh (new placeholder -> new real token) was answered, but encoded:
+    # the agent got no answer, the control (the first) got one
+    assert "unreadable 0" in p.stdout, said
+    assert [r.get("kind") for r in got if r["path"].endswith("/oauth/token")] == ["refresh"] * 2
     assert any(r["headers"].get("Authorization") == f"Bearer {new_access}" for r in got)
     # a refresh token's placeholder anywhere else (a body toward the model) is not swapped
     bodies = json.dumps([r.get("body") for r in got if r["path"].startswith("/v1/messages")])
