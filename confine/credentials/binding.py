@@ -27,6 +27,9 @@ class Binding:
     targets: tuple[Target, ...] = ()
     headers: tuple[str, ...] = ()      # custom header names carrying it (x-api-key), lower case
     decision: str = "allow"            # allow | ask | deny (per use)
+    # a login's refresh token (credentials/logins.py `Refresher`): swapped into the body of
+    # a POST to the endpoints it names, the answer's new tokens made placeholders
+    refresh: object = field(default=None, repr=False, compare=False)
 
     def __repr__(self) -> str:
         return f"Binding({self.name!r}, placeholder={self.placeholder!r}, targets={self.targets!r})"

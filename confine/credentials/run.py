@@ -41,6 +41,9 @@ class Minted:
 class RunCredentials:
     bindings: tuple[Binding, ...] = ()
     minted: list[Minted] = field(default_factory=list)
+    # the agents' login files' tokens (logins.py): swapped like the others, never
+    # in the agent's environment
+    logins: tuple[Binding, ...] = ()
 
     @property
     def placeholders(self) -> dict[str, str]:
@@ -48,7 +51,7 @@ class RunCredentials:
 
     @property
     def values(self) -> tuple[str, ...]:
-        return tuple(b.value for b in self.bindings)
+        return tuple(b.value for b in self.bindings + self.logins)
 
 
 def revoke_one(name: str, argv: tuple[str, ...], value: str) -> None:

@@ -35,7 +35,7 @@ MIN_LENGTH = 8
 # Known prefixes kept as they are (tools and servers check them), longest first.
 PREFIXES = tuple(sorted((
     "github_pat_", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "glpat-", "gldt-", "glptt-",
-    "sk-ant-api03-", "sk-ant-oat01-", "sk-ant-admin01-", "sk-ant-", "sk-proj-", "sk-svcacct-",
+    "sk-ant-api03-", "sk-ant-oat01-", "sk-ant-ort01-", "sk-ant-admin01-", "sk-ant-", "sk-proj-", "sk-svcacct-",
     "sk-admin-", "sk-", "xoxb-", "xoxp-", "xoxa-", "xapp-", "hf_", "npm_", "pypi-", "AKIA",
     "ASIA", "glc_", "dop_v1_", "shpat_", "SG.", "rk_live_", "sk_live_", "sk_test_",
     "Bearer ",
@@ -83,9 +83,20 @@ def from_env(name: str, var: str, env: Mapping[str, str]) -> str | None:
 
 def from_file(name: str, path: str, euid: int | None = None) -> tuple[str, list[str]]:
     """(value, notes). The file is opened once and judged by what was opened."""
+    text, notes = read_file(name, path, euid)
+    return check_value(name, f"from_file {printable(path)}", text), notes
+
+
+def read_file(name: str, path: str, euid: int | None = None,
+              only: tuple[int, ...] = ()) -> tuple[str, list[str]]:
+    """(text, notes): a file of the person's (or root's), not writable by others, as
+    UTF-8 text. `only`: the owners accepted instead, and no symlink as the last
+    component (an agent's login: root reading it for --user must not be led to a
+    file of root's)."""
     euid = os.geteuid() if euid is None else euid
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOCTTY | os.O_NONBLOCK)
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOCTTY | os.O_NONBLOCK
+                     | (os.O_NOFOLLOW if only else 0))
     except OSError as e:
         raise SourceError(f"credential {name}: from_file {printable(path)}: "
                           f"{e.strerror}") from None
@@ -95,7 +106,7 @@ def from_file(name: str, path: str, euid: int | None = None) -> tuple[str, list[
         if not stat.S_ISREG(st.st_mode):
             raise SourceError(f"credential {name}: from_file {printable(path)}: not a "
                               "regular file")
-        if st.st_uid not in (euid, 0):
+        if st.st_uid not in (only or (euid, 0)):
             raise SourceError(f"credential {name}: from_file {printable(path)} belongs to uid "
                               f"{st.st_uid}, not to you: its owner chooses the value")
         if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
@@ -115,7 +126,7 @@ def from_file(name: str, path: str, euid: int | None = None) -> tuple[str, list[
     except UnicodeDecodeError:
         raise SourceError(f"credential {name}: from_file {printable(path)}: not UTF-8 "
                           "text") from None
-    return check_value(name, f"from_file {printable(path)}", text), notes
+    return text, notes
 
 
 def run(name: str, what: str, argv: Sequence[str], *, stdin: bytes | None = None,

@@ -152,6 +152,22 @@ class Swap:
         # placeholder where that has the same length (the framing stays right), and
         # otherwise the connection ends
         self._echo = _Echo(self.bindings)
+        # agents' logins (credentials/logins.py): a token refresh to the profile's endpoint
+        # gets the refresh token in its body, its answer's new tokens made placeholders
+        self.refreshers: list[Any] = [b.refresh for b in self.bindings if b.refresh is not None]
+        for r in self.refreshers:
+            r.emit = emit
+
+    def refresher_for(self, host: str, port: int, method: str, path: str) -> Any:
+        return next((r for r in self.refreshers if r.matches(host, port, method, path)), None)
+
+    def add_binding(self, b: Binding) -> None:
+        """A token a refresh answered with: swapped from now on, like the run's own."""
+        with self._lock:
+            self.bindings = self.bindings + (b,)
+            if b.refresh is not None and b.refresh not in self.refreshers:
+                self.refreshers.append(b.refresh)
+            self._echo = _Echo(self.bindings)
 
     def terminates(self, name: str) -> bool:
         """Does a TLS connection to this name go through `relay`? Every named one once the
@@ -361,7 +377,7 @@ class Swap:
                         upstream.shutdown(socket.SHUT_WR)
                     except OSError:
                         pass
-            if self._pump_origin(origin, agent, counts, echo):
+            if self._pump_origin(origin, agent, counts, echo, requests):
                 agent.close_notify()
                 return
             events = poller.poll(int(idle * 1000))
@@ -398,7 +414,8 @@ class Swap:
                 pass
 
     @staticmethod
-    def _pump_origin(origin: _End, agent: _End, counts: Counts, echo: _Scanner) -> bool:
+    def _pump_origin(origin: _End, agent: _End, counts: Counts, echo: _Scanner,
+                     requests: _Requests | None = None) -> bool:
         """Plaintext from the origin to the agent (the value, if echoed, put back to the
         placeholder); True at the origin's end. Each record is decrypted into one buffer
         and encrypted from it (no copy in Python), and what is there goes out in one send."""
@@ -418,9 +435,23 @@ class Swap:
             if not n:
                 end = True
                 break
+            if requests is not None and requests.refreshing is not None:
+                # a token refresh's answer: held whole, then given with new placeholders
+                # (or not at all): the real new tokens never go to the agent
+                out = requests.refresh_answer(bytes(buf[:n]), False)
+                if out is None:
+                    continue
+                agent.obj.write(out)
+                counts.down += len(out)
+                end = True
+                break
             echo.scan(buf, n)
             agent.obj.write(view[:n])
             counts.down += n
+        if end and requests is not None and requests.refreshing is not None:
+            out = requests.refresh_answer(b"", True)
+            if out:
+                agent.obj.write(out)
         agent.flush()
         return end
 
@@ -575,13 +606,19 @@ class _Requests:
     def __init__(self, swap: Swap, host: str, port: int, pid: int | None) -> None:
         self.swap, self.host, self.port, self.pid = swap, host, port, pid
         self.buf = b""
-        self.state = "head"      # head | body | size | data | crlf | trailer | raw
+        self.state = "head"      # head | body | size | data | crlf | trailer | raw | refresh | done
         self.left = 0
         self.trailers = 0
+        self.count = 0           # request heads seen on this connection
+        self.refreshing: Any = None   # the Refresher whose answer is awaited
+        self._refresh_head: http1.RequestHead | None = None
+        self._answer = b""
 
     def feed(self, data: bytes) -> bytes:
         if self.state == "raw":
             return data
+        if self.state == "done":
+            return b""           # after a refresh the connection ends with its answer
         self.buf += data
         out: list[bytes] = []
         while self.buf:
@@ -595,9 +632,24 @@ class _Requests:
                     head = http1.parse_head(self.buf[:end])
                 except http1.BadRequest as e:
                     raise Refusal(str(e), e.status) from None
+                self.count += 1
+                r = self.swap.refresher_for(self.host, self.port, head.method,
+                                            _clean_path(head.target))
+                if r is not None:
+                    self._refresh_start(r, head)
+                    self.buf = self.buf[end:]
+                    continue
                 out.append(self.swap.rewrite(head, self.host, self.port, self.pid))
                 self.buf = self.buf[end:]
                 self._body(head)
+            elif self.state == "refresh":
+                if len(self.buf) < self.left:
+                    break
+                out.append(self._refresh_request(self.buf[:self.left]))
+                self.buf = b""
+                self.state = "done"
+            elif self.state == "done":
+                self.buf = b""
             elif self.state == "raw":
                 out.append(self.buf)
                 self.buf = b""
@@ -640,6 +692,73 @@ class _Requests:
                         self.state = "head"
         return b"".join(out)
 
+    def _refresh_start(self, r: Any, head: http1.RequestHead) -> None:
+        from .logins import MAX_REFRESH_BODY
+        if self.count != 1:
+            raise Refusal("a token refresh must be the first request on its connection", 421)
+        try:
+            n = head.content_length()
+        except http1.BadRequest as e:
+            raise Refusal(f"token refresh: {e}", 411) from None
+        if not 0 < n <= MAX_REFRESH_BODY:
+            raise Refusal(f"token refresh: a body of 1 to {MAX_REFRESH_BODY} bytes", 413)
+        self.refreshing, self._refresh_head = r, head
+        self.left, self.state = n, "refresh"
+
+    def _refresh_request(self, body: bytes) -> bytes:
+        from .logins import RefreshError
+        r, head = self.refreshing, self._refresh_head
+        assert head is not None
+        try:
+            new: bytes = r.request(body)
+        except RefreshError as e:
+            raise Refusal(f"token refresh of login {r.login.name}: {e}") from None
+        # the answer must be plain and the last on the connection: it is read whole
+        keep = tuple((k, v) for k, v in head.headers if k.lower() not in (
+            "content-length", "accept-encoding", "connection", "keep-alive", "te"))
+        head2 = http1.RequestHead(head.method, head.target, head.version, keep + (
+            ("Content-Length", str(len(new))), ("Accept-Encoding", "identity"),
+            ("Connection", "close")), head.size)
+        out = self.swap.rewrite(head2, self.host, self.port, self.pid)
+        if self.swap.emit is not None:
+            self.swap.emit({"event": "credential_use", "name": f"{r.login.name}:refresh",
+                            "host": self.host, "port": self.port, "method": head.method,
+                            "path": _clean_path(head.target), "where": "the body",
+                            "decision": "allow"})
+        return out + new
+
+    def refresh_answer(self, data: bytes, end: bool) -> bytes | None:
+        """The token endpoint's answer once whole (None: not yet): its new tokens as new
+        placeholders; a Refusal (the connection cut) where it cannot be judged."""
+        from .logins import MAX_REFRESH_BODY, RefreshError
+        self._answer += data
+        if len(self._answer) > MAX_REFRESH_BODY + http1.MAX_HEAD:
+            raise Refusal("token refresh: the answer is too large", 0)
+        got = _whole_response(self._answer, end)
+        if got is None:
+            if end:
+                raise Refusal("token refresh: the answer ended early", 0)
+            return None
+        status, headers, body = got
+        r, self.refreshing = self.refreshing, None
+        if status == 200:
+            if any(k.lower() == "content-encoding" and v.strip().lower() != "identity"
+                   for k, v in headers):
+                raise Refusal("token refresh: an encoded answer (asked for identity)", 0)
+            try:
+                body = r.answer(body, self.swap.add_binding)
+            except (RefreshError, OSError, ConfineError) as e:
+                raise Refusal(f"token refresh of login {r.login.name}: {e}", 0) from None
+        # no value at all (a new one, or one the run already had) goes to the agent
+        seen = body + "\n".join(f"{k}: {v}" for k, v in headers).encode("latin-1", "replace")
+        if any(b.value.encode() in seen for b in self.swap.bindings):
+            raise Refusal("token refresh: the answer holds a value", 0)
+        keep = [(k, v) for k, v in headers if k.lower() not in (
+            "content-length", "transfer-encoding", "connection", "keep-alive")]
+        lines = [f"HTTP/1.1 {status} {'OK' if status == 200 else 'Error'}"] + [
+            f"{k}: {v}" for k, v in keep] + [f"Content-Length: {len(body)}", "Connection: close"]
+        return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
+
     def _body(self, head: http1.RequestHead) -> None:
         te = head.get("transfer-encoding")
         if te:
@@ -661,6 +780,53 @@ class _Requests:
             if self.state != "head":
                 raise Refusal("a request with both Upgrade and a body", 501)
             self.state = "raw"
+
+
+def _whole_response(buf: bytes, end: bool) -> tuple[int, list[tuple[str, str]], bytes] | None:
+    """(status, headers, body) of one HTTP/1.1 response once all of it is in `buf`
+    (Content-Length, chunked, or to the end of the connection); None if not yet."""
+    i = buf.find(b"\r\n\r\n")
+    if i < 0:
+        return None
+    lines = buf[:i].decode("latin-1").split("\r\n")
+    parts = lines[0].split(" ", 2)
+    if len(parts) < 2 or not parts[0].startswith("HTTP/1.") or not parts[1].isdigit():
+        raise Refusal("token refresh: a malformed answer", 0)
+    headers = []
+    for ln in lines[1:]:
+        k, sep, v = ln.partition(":")
+        if not sep:
+            raise Refusal("token refresh: a malformed answer", 0)
+        headers.append((k.strip(), v.strip()))
+    rest = buf[i + 4:]
+    te = [v.lower() for k, v in headers if k.lower() == "transfer-encoding"]
+    cl = [v for k, v in headers if k.lower() == "content-length"]
+    if te:
+        if te != ["chunked"]:
+            raise Refusal("token refresh: an answer's Transfer-Encoding", 0)
+        body, pos = b"", 0
+        while True:
+            j = rest.find(b"\r\n", pos)
+            if j < 0:
+                return None
+            size_s = rest[pos:j].split(b";", 1)[0].strip()
+            try:
+                size = int(size_s, 16)
+            except ValueError:
+                raise Refusal("token refresh: bad chunked encoding", 0) from None
+            if size == 0:
+                return (int(parts[1]), headers, body) if rest.find(b"\r\n\r\n", j) >= 0 \
+                    or rest[j:j + 4] == b"\r\n\r\n" else None
+            if len(rest) < j + 2 + size + 2:
+                return None
+            body += rest[j + 2:j + 2 + size]
+            pos = j + 2 + size + 2
+    if cl:
+        if len(set(cl)) != 1 or not cl[0].isdigit():
+            raise Refusal("token refresh: bad Content-Length", 0)
+        n = int(cl[0])
+        return (int(parts[1]), headers, rest[:n]) if len(rest) >= n else None
+    return (int(parts[1]), headers, rest) if end else None
 
 
 __all__ = ["Decide", "Refusal", "Swap", "target_matches"]

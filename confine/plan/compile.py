@@ -122,6 +122,9 @@ class Plan:
     # approvals.exec refuses or asks: execve/execveat are notified and judged by the
     # approval engine (a guardrail, never a boundary: docs/approvals.md)
     exec_notify: bool = False
+    # (copy, path): a file bound over a path in the agent's mount namespace (an agent's
+    # login file replaced by its placeholder copy: credentials/logins.py)
+    file_binds: tuple[tuple[str, str], ...] = ()
 
     @property
     def lsm_apparmor(self) -> str | None:

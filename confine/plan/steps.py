@@ -88,6 +88,10 @@ def child_steps(plan: Plan) -> list[Step]:
             Step("readonly_host", "every mount read-only, nosuid, nodev, except the writable "
                  "paths", {"writable": plan.writable_paths()}),
         ]
+        if plan.file_binds:
+            out.append(Step("file_binds", "agents' login files covered by their placeholder "
+                            "copies (credentials/logins.py)",
+                            {"binds": [{"copy": c, "over": t} for c, t in plan.file_binds]}))
         if plan.protected is not None:
             d = plan.protected.description
             out.append(Step("protected_binds", "protected workdir paths bound read-only "

@@ -19,8 +19,8 @@ def parsed(name: str, text: str, item: Callable[[object, str], Any]) -> dict[str
 
 
 TEXT: dict[str, str] = {
-    'claude-code': '# claude-code: the default profile plus what Claude Code itself needs.\n# Network: only the hosts below, on 443, through confine\'s gateway (DNS\n# included); nothing else, whatever the port. --allow-host or network.include\n# adds more (e.g. `include: [registries]` for npm and PyPI).\n# ~/.claude is a state root (docs/profiles.md "Agent state"): Claude Code may make any\n# name in it (each release adds some), while the names below, which Claude Code runs or\n# obeys later as you, stay protected like the workdir\'s .git/hooks: the name guard\n# refuses them at the call, existing ones are bound read-only, the exit check reverts.\ndescription: Default profile plus Claude Code\'s state and cache (not its settings, hooks, commands, plugins or executables), and HTTPS to its own hosts.\nextends: default\nfilesystem:\n  read:\n    - ?~/.local/bin\n    - ?~/.nvm\n    - ?~/.npm-global\n    - ?~/.local/share/claude\n    - ?~/.config/claude\n  write:\n    - ?~/.claude.json\n    - ?~/.cache/claude\n    - ?~/.cache/claude-cli-nodejs\n    - ?~/.local/state/claude\n  state_roots:\n    - path: ?~/.claude\n      protected:\n        - /settings*.json       # hooks, statusLine, apiKeyHelper, permissions\n        - /hooks/\n        - /commands/\n        - /agents/\n        - /skills/\n        - /output-styles/\n        - /rules/\n        - /CLAUDE.md\n        - /local/               # a local install: Claude Code\'s own executables\n        # Plugins run from what their manifests name: the manifests and the code.\n        # plugins/store/ is the plugins\' data (a JSON file each, rewritten under a\n        # lock directory on every start): writable, as any other state.\n        - /plugins/*.json\n        - /plugins/cache/\n        - /plugins/marketplaces/\n        - /plugins/repos/\n        # scripts a person keeps beside the settings (statusLine, hook commands)\n        - /*.sh\n        - /*.py\n        - /*.js\n        - /*.mjs\n        - /bin/\n        - /scripts/\nnetwork:\n  # From Claude Code\'s network requirements (code.claude.com/docs/en/network-config)\n  # and its OAuth client. Shared services it can also use (sentry.io for error\n  # reports, Datadog) are not allowed: anyone can have an account there, so they\n  # would carry data to anyone.\n  allow:\n    - api.anthropic.com       # the model API (Messages), OAuth profile and roles, /bug\n    - console.anthropic.com   # OAuth token refresh for a Claude subscription login\n    - platform.claude.com     # the same for newer versions (the Console\'s new home)\n    - claude.ai               # WebFetch\'s domain safety check; claude.ai account login\n    - statsig.anthropic.com   # feature gates and metrics (Anthropic\'s own host): without it gated features are off\n# The API key stays outside: the agent holds a placeholder of the same shape, and\n# the egress gateway puts the real key into requests to the model API only\n# (docs/credentials.md). A Claude subscription login (~/.claude/.credentials.json)\n# is not affected: without ANTHROPIC_API_KEY set, this entry is skipped.\ncredentials:\n  - name: ANTHROPIC_API_KEY\n    from_env: ANTHROPIC_API_KEY\n    optional: true\n    hosts: [api.anthropic.com]\n    headers: [x-api-key]\nenv:\n  pass: [ANTHROPIC_BASE_URL, ANTHROPIC_MODEL, CLAUDE_CODE_USE_BEDROCK, CLAUDE_CONFIG_DIR, NO_COLOR]\n  set:\n    DISABLE_ERROR_REPORTING: "1"   # Sentry (sentry.io) is not allowed: do not try it\n    DISABLE_AUTOUPDATER: "1"       # its executables are read-only here; updates need other hosts\n',
-    'codex': '# codex: the default profile plus what OpenAI Codex CLI needs.\n# Network: only the hosts below, on 443, through confine\'s gateway (DNS\n# included); --allow-host or network.include adds more.\n# ~/.codex is a state root (docs/profiles.md "Agent state"): Codex may make any name\n# in it (each release adds some: *_N.sqlite, installation_id, .tmp/, app-server-daemon/),\n# while the names below, which Codex runs or obeys later as you, stay protected like the\n# workdir\'s .git/hooks.\ndescription: Default profile plus Codex CLI\'s state in ~/.codex (not its config), and HTTPS to its own hosts.\nextends: default\nfilesystem:\n  read:\n    - ?~/.local/bin\n    - ?~/.nvm\n    - ?~/.npm-global\n  write:\n    - ?~/.cache/codex\n  state_roots:\n    - path: ?~/.codex\n      protected:\n        - /config.toml          # notify command, MCP servers, profiles, sandbox mode\n        - /*.config.toml\n        - /requirements.toml\n        - /managed_config.toml\n        - /AGENTS.md\n        - /AGENTS.override.md\n        - /prompts/\n        - /rules/\n        - /skills/\n        - /hooks.json\n        - /plugins/\n        - /*.sh\n        - /*.py\n        - /*.js\n        - /bin/\n        - /scripts/\n  # The one thing made before the start: its UI\'s app-server socket directory, so the\n  # unix_sockets grant below exists when the run starts (a grant needs an existing path).\n  state:\n    - ~/.codex/app-server-control/\n  # Its UI\'s app server keeps lock files in /tmp/codex-daemon-UID, a fixed place\n  # shared by every Codex of the account whatever TMPDIR says: the run gets a\n  # private one (the host\'s is never written; docs/profiles.md).\n  private_tmp:\n    - codex-daemon-{uid}\nunix_sockets:\n  allow:\n    - ?~/.codex/app-server-control\nnetwork:\n  # From Codex\'s authentication docs (developers.openai.com/codex/auth) and its\n  # login code (codex-rs: the OAuth issuer and the ChatGPT backend).\n  allow:\n    - api.openai.com    # the model API when signed in with an API key (OPENAI_API_KEY)\n    - chatgpt.com       # the model API when signed in with ChatGPT (chatgpt.com/backend-api/codex)\n    - auth.openai.com   # OAuth token refresh for a ChatGPT sign-in (log in outside the sandbox)\n    # Feature flags and experiments, tried at every start. OpenAI\'s own host under\n    # chatgpt.com, which is already reached: it carries the agent\'s data to no new\n    # party (as statsig.anthropic.com for claude-code); refused, Codex runs on its\n    # defaults and every run says so.\n    - ab.chatgpt.com\n# The API key stays outside: the agent holds a placeholder of the same shape, and\n# the egress gateway puts the real key into requests to the model API only\n# (docs/credentials.md). Without OPENAI_API_KEY set, this entry is skipped.\ncredentials:\n  - name: OPENAI_API_KEY\n    from_env: OPENAI_API_KEY\n    optional: true\n    hosts: [api.openai.com]\nenv:\n  pass: [OPENAI_BASE_URL, CODEX_HOME, CODEX_SQLITE_HOME, NO_COLOR]\n',
+    'claude-code': '# claude-code: the default profile plus what Claude Code itself needs.\n# Network: only the hosts below, on 443, through confine\'s gateway (DNS\n# included); nothing else, whatever the port. --allow-host or network.include\n# adds more (e.g. `include: [registries]` for npm and PyPI).\n# ~/.claude is a state root (docs/profiles.md "Agent state"): Claude Code may make any\n# name in it (each release adds some), while the names below, which Claude Code runs or\n# obeys later as you, stay protected like the workdir\'s .git/hooks: the name guard\n# refuses them at the call, existing ones are bound read-only, the exit check reverts.\ndescription: Default profile plus Claude Code\'s state and cache (not its settings, hooks, commands, plugins or executables), and HTTPS to its own hosts.\nextends: default\nfilesystem:\n  read:\n    - ?~/.local/bin\n    - ?~/.nvm\n    - ?~/.npm-global\n    - ?~/.local/share/claude\n    - ?~/.config/claude\n  write:\n    - ?~/.claude.json\n    - ?~/.cache/claude\n    - ?~/.cache/claude-cli-nodejs\n    - ?~/.local/state/claude\n  state_roots:\n    - path: ?~/.claude\n      protected:\n        - /settings*.json       # hooks, statusLine, apiKeyHelper, permissions\n        - /hooks/\n        - /commands/\n        - /agents/\n        - /skills/\n        - /output-styles/\n        - /rules/\n        - /CLAUDE.md\n        - /local/               # a local install: Claude Code\'s own executables\n        # Plugins run from what their manifests name: the manifests and the code.\n        # plugins/store/ is the plugins\' data (a JSON file each, rewritten under a\n        # lock directory on every start): writable, as any other state.\n        - /plugins/*.json\n        - /plugins/cache/\n        - /plugins/marketplaces/\n        - /plugins/repos/\n        # scripts a person keeps beside the settings (statusLine, hook commands)\n        - /*.sh\n        - /*.py\n        - /*.js\n        - /*.mjs\n        - /bin/\n        - /scripts/\nnetwork:\n  # From Claude Code\'s network requirements (code.claude.com/docs/en/network-config)\n  # and its OAuth client. Shared services it can also use (sentry.io for error\n  # reports, Datadog) are not allowed: anyone can have an account there, so they\n  # would carry data to anyone.\n  allow:\n    - api.anthropic.com       # the model API (Messages), OAuth profile and roles, /bug\n    - console.anthropic.com   # OAuth token refresh for a Claude subscription login\n    - platform.claude.com     # the same for newer versions (the Console\'s new home)\n    - claude.ai               # WebFetch\'s domain safety check; claude.ai account login\n    - statsig.anthropic.com   # feature gates and metrics (Anthropic\'s own host): without it gated features are off\n# The API key stays outside: the agent holds a placeholder of the same shape, and\n# the egress gateway puts the real key into requests to the model API only\n# (docs/credentials.md). A Claude subscription login (~/.claude/.credentials.json)\n# is not affected: without ANTHROPIC_API_KEY set, this entry is skipped.\ncredentials:\n  - name: ANTHROPIC_API_KEY\n    from_env: ANTHROPIC_API_KEY\n    optional: true\n    hosts: [api.anthropic.com]\n    headers: [x-api-key]\n# A Claude subscription login: the agent reads a copy of the file with each token\n# replaced by a placeholder (the real file is never readable inside), and the\n# gateway puts the real access token into requests to the model API only, and\n# the refresh token into its refresh (docs/credentials.md, "Agent logins"). Shape: Claude Code\'s plaintext store\n# {"claudeAiOauth": {"accessToken", "refreshToken", "expiresAt", ...}}.\nlogins:\n  - name: claude-code\n    file: ~/.claude/.credentials.json\n    optional: true\n    tokens:\n      - {json: claudeAiOauth.accessToken, hosts: [api.anthropic.com]}\n      - {json: claudeAiOauth.refreshToken}     # only in the body of a refresh, below\n    # Its OAuth client\'s refresh (TOKEN_URL; console.anthropic.com in older versions): the\n    # real refresh token goes into the body, the new tokens come back as new placeholders\n    # and are written into the real file.\n    refresh:\n      endpoints: [platform.claude.com/v1/oauth/token, console.anthropic.com/v1/oauth/token]\n      token: claudeAiOauth.refreshToken\n      response: {access_token: claudeAiOauth.accessToken, refresh_token: claudeAiOauth.refreshToken}\nenv:\n  pass: [ANTHROPIC_BASE_URL, ANTHROPIC_MODEL, CLAUDE_CODE_USE_BEDROCK, CLAUDE_CONFIG_DIR, NO_COLOR]\n  set:\n    DISABLE_ERROR_REPORTING: "1"   # Sentry (sentry.io) is not allowed: do not try it\n    DISABLE_AUTOUPDATER: "1"       # its executables are read-only here; updates need other hosts\n',
+    'codex': '# codex: the default profile plus what OpenAI Codex CLI needs.\n# Network: only the hosts below, on 443, through confine\'s gateway (DNS\n# included); --allow-host or network.include adds more.\n# ~/.codex is a state root (docs/profiles.md "Agent state"): Codex may make any name\n# in it (each release adds some: *_N.sqlite, installation_id, .tmp/, app-server-daemon/),\n# while the names below, which Codex runs or obeys later as you, stay protected like the\n# workdir\'s .git/hooks.\ndescription: Default profile plus Codex CLI\'s state in ~/.codex (not its config), and HTTPS to its own hosts.\nextends: default\nfilesystem:\n  read:\n    - ?~/.local/bin\n    - ?~/.nvm\n    - ?~/.npm-global\n  write:\n    - ?~/.cache/codex\n  state_roots:\n    - path: ?~/.codex\n      protected:\n        - /config.toml          # notify command, MCP servers, profiles, sandbox mode\n        - /*.config.toml\n        - /requirements.toml\n        - /managed_config.toml\n        - /AGENTS.md\n        - /AGENTS.override.md\n        - /prompts/\n        - /rules/\n        - /skills/\n        - /hooks.json\n        - /plugins/\n        - /*.sh\n        - /*.py\n        - /*.js\n        - /bin/\n        - /scripts/\n  # The one thing made before the start: its UI\'s app-server socket directory, so the\n  # unix_sockets grant below exists when the run starts (a grant needs an existing path).\n  state:\n    - ~/.codex/app-server-control/\n  # Its UI\'s app server keeps lock files in /tmp/codex-daemon-UID, a fixed place\n  # shared by every Codex of the account whatever TMPDIR says: the run gets a\n  # private one (the host\'s is never written; docs/profiles.md).\n  private_tmp:\n    - codex-daemon-{uid}\nunix_sockets:\n  allow:\n    - ?~/.codex/app-server-control\nnetwork:\n  # From Codex\'s authentication docs (developers.openai.com/codex/auth) and its\n  # login code (codex-rs: the OAuth issuer and the ChatGPT backend).\n  allow:\n    - api.openai.com    # the model API when signed in with an API key (OPENAI_API_KEY)\n    - chatgpt.com       # the model API when signed in with ChatGPT (chatgpt.com/backend-api/codex)\n    - auth.openai.com   # OAuth token refresh for a ChatGPT sign-in (log in outside the sandbox)\n    # Feature flags and experiments, tried at every start. OpenAI\'s own host under\n    # chatgpt.com, which is already reached: it carries the agent\'s data to no new\n    # party (as statsig.anthropic.com for claude-code); refused, Codex runs on its\n    # defaults and every run says so.\n    - ab.chatgpt.com\n# The API key stays outside: the agent holds a placeholder of the same shape, and\n# the egress gateway puts the real key into requests to the model API only\n# (docs/credentials.md). Without OPENAI_API_KEY set, this entry is skipped.\ncredentials:\n  - name: OPENAI_API_KEY\n    from_env: OPENAI_API_KEY\n    optional: true\n    hosts: [api.openai.com]\n# A Codex sign-in (~/.codex/auth.json: {"OPENAI_API_KEY", "tokens": {"id_token",\n# "access_token", "refresh_token", "account_id"}, "last_refresh"}): the agent reads\n# a copy with placeholders, the gateway swaps them toward Codex\'s own hosts. The\n# JWTs keep their claims readable (Codex reads its plan and account from them);\n# their signatures are placeholders. With CODEX_HOME set elsewhere, this file is not it.\nlogins:\n  - name: codex\n    file: ~/.codex/auth.json\n    optional: true\n    tokens:\n      - {json: OPENAI_API_KEY, hosts: [api.openai.com]}\n      - {json: tokens.access_token, hosts: [chatgpt.com], jwt: true}\n      - {json: tokens.refresh_token}           # only in the body of a refresh, below\n      - {json: tokens.id_token, jwt: true}\n    refresh:                                   # its OAuth issuer\'s token endpoint\n      endpoints: [auth.openai.com/oauth/token]\n      token: tokens.refresh_token\n      response: {id_token: tokens.id_token, access_token: tokens.access_token,\n                 refresh_token: tokens.refresh_token}\nenv:\n  pass: [OPENAI_BASE_URL, CODEX_HOME, CODEX_SQLITE_HOME, NO_COLOR]\n',
     'default': "# default: an agent that builds, tests and commits inside its workdir.\n# Writes: only {workdir} and the private {tmp} (both granted by confine itself).\n# Reads: system locations, nothing of $HOME but git's configuration.\n# Secrets (~/.ssh, ~/.aws, /etc/shadow, ...) are carved out of every grant by confine.\n# Network: none. Paths starting with '?' may be missing.\ndescription: Read the system, write the workdir and a private temp dir, no network, no secrets.\nfilesystem:\n  read:\n    - /usr\n    - ?/bin\n    - ?/sbin\n    - ?/lib\n    - ?/lib32\n    - ?/lib64\n    - ?/libx32\n    - ?/opt\n    - /etc\n    - /proc\n    - ?/sys/devices/system/cpu\n    - ?/sys/fs/cgroup\n    - ?/var/lib/dpkg\n    - ?/run/systemd/resolve\n    - ?~/.gitconfig\n    - ?~/.config/git/config\n    - ?~/.config/git/ignore\n    - ?~/.config/git/attributes\n  devices:\n    - /dev/null\n    - /dev/zero\n    - /dev/full\n    - /dev/random\n    - /dev/urandom\n    - ?/dev/tty\n    - ?/dev/pts\n    - ?/dev/ptmx\n  write:\n    # POSIX shared memory and semaphores (Python multiprocessing locks).\n    - ?/dev/shm\nnetwork:\n  connect_tcp: []\n  bind_tcp: []\nenv:\n  pass: []\nseccomp:\n  deny: []\n  unsafe_allow: []\nscope:\n  signals: true\n  abstract_unix: true\n# Resource limits (`unlimited` lifts one). A cgroup of the run where confine\n# can make one, rlimits otherwise: `confine exec --dry-run` says which applies.\nlimits:\n  processes: 4096        # tasks at once, threads included\n  memory: 8G             # without a cgroup: private memory per process (RLIMIT_DATA)\n  open_files: 8192       # per process\n  file_size: 16G         # the largest file the agent can write\n  tmp_size: 4G           # the private TMPDIR\n  shm_size: 1G           # the private /dev/shm\n",
     'strict': "# strict: nothing of $HOME, a minimal system, no network.\ndescription: Minimal system (binaries, libraries, a few /etc files), no $HOME at all, no network.\nfilesystem:\n  read:\n    - /usr\n    - ?/bin\n    - ?/sbin\n    - ?/lib\n    - ?/lib32\n    - ?/lib64\n    - ?/libx32\n    - ?/etc/ld.so.cache\n    - ?/etc/ld.so.conf\n    - ?/etc/ld.so.conf.d\n    - ?/etc/alternatives\n    - ?/etc/passwd\n    - ?/etc/group\n    - ?/etc/nsswitch.conf\n    - ?/etc/localtime\n    - ?/etc/ssl/certs\n    - ?/etc/ca-certificates.conf\n    - ?/etc/mime.types\n    - ?/etc/gitconfig\n    - ?/etc/bash.bashrc\n    - ?/etc/profile\n    - ?/etc/inputrc\n    - ?/etc/python3\n    - ?/etc/python3.11\n    - ?/etc/terminfo\n    # /proc as a whole: a rule on /proc/self would pin the launcher's own pid.\n    # Other processes' environ, mem and fds stay closed (Landlock ptrace rule).\n    - /proc\n    - ?/sys/devices/system/cpu\n  devices:\n    - /dev/null\n    - /dev/zero\n    - /dev/full\n    - /dev/random\n    - /dev/urandom\n    - ?/dev/tty\n    - ?/dev/pts\nlimits:                  # as the default profile (strict does not extend it)\n  processes: 4096\n  memory: 8G\n  open_files: 8192\n  file_size: 16G\n  tmp_size: 4G\n  shm_size: 1G\n",
 }
@@ -93,17 +93,46 @@ def _claude_code(Item: Callable[[object, str], Any]) -> dict[str, Any]:
                 'optional': Item(True, 'claude-code.yaml:67'),
             },
         ],
+        'logins': [
+            {
+                'name': Item('claude-code', 'claude-code.yaml:76'),
+                'file': Item('~/.claude/.credentials.json', 'claude-code.yaml:77'),
+                'optional': Item(True, 'claude-code.yaml:78'),
+                'tokens': [
+                    {
+                        'json': Item('claudeAiOauth.accessToken', 'claude-code.yaml:80'),
+                        'hosts': [
+                            Item('api.anthropic.com', 'claude-code.yaml:80'),
+                        ],
+                    },
+                    {
+                        'json': Item('claudeAiOauth.refreshToken', 'claude-code.yaml:81'),
+                    },
+                ],
+                'refresh': {
+                    'endpoints': [
+                        Item('platform.claude.com/v1/oauth/token', 'claude-code.yaml:86'),
+                        Item('console.anthropic.com/v1/oauth/token', 'claude-code.yaml:86'),
+                    ],
+                    'token': Item('claudeAiOauth.refreshToken', 'claude-code.yaml:87'),
+                    'response': {
+                        'access_token': Item('claudeAiOauth.accessToken', 'claude-code.yaml:88'),
+                        'refresh_token': Item('claudeAiOauth.refreshToken', 'claude-code.yaml:88'),
+                    },
+                },
+            },
+        ],
         'env': {
             'pass': [
-                Item('ANTHROPIC_BASE_URL', 'claude-code.yaml:71'),
-                Item('ANTHROPIC_MODEL', 'claude-code.yaml:71'),
-                Item('CLAUDE_CODE_USE_BEDROCK', 'claude-code.yaml:71'),
-                Item('CLAUDE_CONFIG_DIR', 'claude-code.yaml:71'),
-                Item('NO_COLOR', 'claude-code.yaml:71'),
+                Item('ANTHROPIC_BASE_URL', 'claude-code.yaml:90'),
+                Item('ANTHROPIC_MODEL', 'claude-code.yaml:90'),
+                Item('CLAUDE_CODE_USE_BEDROCK', 'claude-code.yaml:90'),
+                Item('CLAUDE_CONFIG_DIR', 'claude-code.yaml:90'),
+                Item('NO_COLOR', 'claude-code.yaml:90'),
             ],
             'set': {
-                'DISABLE_ERROR_REPORTING': Item('1', 'claude-code.yaml:73'),
-                'DISABLE_AUTOUPDATER': Item('1', 'claude-code.yaml:74'),
+                'DISABLE_ERROR_REPORTING': Item('1', 'claude-code.yaml:92'),
+                'DISABLE_AUTOUPDATER': Item('1', 'claude-code.yaml:93'),
             },
         },
     }
@@ -175,12 +204,52 @@ def _codex(Item: Callable[[object, str], Any]) -> dict[str, Any]:
                 'optional': Item(True, 'codex.yaml:66'),
             },
         ],
+        'logins': [
+            {
+                'name': Item('codex', 'codex.yaml:74'),
+                'file': Item('~/.codex/auth.json', 'codex.yaml:75'),
+                'optional': Item(True, 'codex.yaml:76'),
+                'tokens': [
+                    {
+                        'json': Item('OPENAI_API_KEY', 'codex.yaml:78'),
+                        'hosts': [
+                            Item('api.openai.com', 'codex.yaml:78'),
+                        ],
+                    },
+                    {
+                        'json': Item('tokens.access_token', 'codex.yaml:79'),
+                        'hosts': [
+                            Item('chatgpt.com', 'codex.yaml:79'),
+                        ],
+                        'jwt': Item(True, 'codex.yaml:79'),
+                    },
+                    {
+                        'json': Item('tokens.refresh_token', 'codex.yaml:80'),
+                    },
+                    {
+                        'json': Item('tokens.id_token', 'codex.yaml:81'),
+                        'jwt': Item(True, 'codex.yaml:81'),
+                    },
+                ],
+                'refresh': {
+                    'endpoints': [
+                        Item('auth.openai.com/oauth/token', 'codex.yaml:83'),
+                    ],
+                    'token': Item('tokens.refresh_token', 'codex.yaml:84'),
+                    'response': {
+                        'id_token': Item('tokens.id_token', 'codex.yaml:85'),
+                        'access_token': Item('tokens.access_token', 'codex.yaml:85'),
+                        'refresh_token': Item('tokens.refresh_token', 'codex.yaml:86'),
+                    },
+                },
+            },
+        ],
         'env': {
             'pass': [
-                Item('OPENAI_BASE_URL', 'codex.yaml:69'),
-                Item('CODEX_HOME', 'codex.yaml:69'),
-                Item('CODEX_SQLITE_HOME', 'codex.yaml:69'),
-                Item('NO_COLOR', 'codex.yaml:69'),
+                Item('OPENAI_BASE_URL', 'codex.yaml:88'),
+                Item('CODEX_HOME', 'codex.yaml:88'),
+                Item('CODEX_SQLITE_HOME', 'codex.yaml:88'),
+                Item('NO_COLOR', 'codex.yaml:88'),
             ],
         },
     }

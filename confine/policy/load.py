@@ -18,6 +18,7 @@ from ..paths import is_under
 from ..record import dataclass
 from . import approvals, privatetmp, realpaths, runlater, secrets, ssh_agent, stateroots, workdir_mode
 from . import credentials as _creds
+from . import logins as _logins
 from .model import Env, Limits, Network, PathGrant, Policy, Scope, Seccomp
 from .patterns import DEFAULT_PATTERNS, compile_patterns
 
@@ -39,6 +40,7 @@ SCHEMA: dict[str, object] = {
     "approvals": "approvals",
     workdir_mode.KEY: "workdirmode",
     "credentials": "credentials",
+    "logins": "logins",
     "limits": {"processes": "count", "memory": "size", "open_files": "count",
                "file_size": "size", "tmp_size": "size", "shm_size": "size"},
     "ssh_agent": ssh_agent.SCHEMA,
@@ -241,6 +243,8 @@ class _Parser:
             return stateroots.parse(node, full, yaml=yaml, scalar=self.scalar, where=self.where,
                                     fail=self.fail, path_error=lambda n, v: _path_error(v),
                                     item=Item)
+        if kind == "logins":
+            return _logins.parse(self, node, full, Item)
         if kind == "netdefault":
             v = self.scalar(node, full)
             if v not in NETWORK_DEFAULTS:
@@ -511,6 +515,9 @@ def load(ref: str, *, workdir: str, home: str, tmp: str,
             raise ProfileError(f"{it.where} {it.value}: path must be absolute")
     cli_read = [Item(os.path.expanduser(str(i.value)), i.where) for i in cli_read]
     cli_write = [Item(os.path.expanduser(str(i.value)), i.where) for i in cli_write]
+    # A login file (logins:) is not denied here: its directory is usually a state root,
+    # which a deny inside would carve (no new name there any more); the run binds the
+    # placeholder copy over the real file instead, and refuses without a mount namespace.
     deny = _deny(secrets.mandatory_items(Item) + fs.get("deny", []), vars)
     read = _grants(fs.get("read", []) + cli_read, vars, must_exist=True)
     read_only = _read_only(fs.get("read_only", []), vars)
@@ -555,6 +562,7 @@ def load(ref: str, *, workdir: str, home: str, tmp: str,
                         upstream_ca=_creds.upstream_ca(net.get("upstream_ca", []),
                                                        lambda t: expand(t, vars))),
         credentials=_creds.records(raw.get("credentials", []), tuple(extra_credentials)),
+        logins=_logins.records(raw.get("logins", []), expand=lambda t: expand(t, vars)),
         env=Env(passthrough=tuple(dict.fromkeys(i.value for i in env.get("pass", []))),
                 set=tuple(sorted(env_set.items()))),
         seccomp=Seccomp(deny=tuple(dict.fromkeys(i.value for i in sc.get("deny", []))),

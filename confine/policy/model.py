@@ -10,6 +10,7 @@ from __future__ import annotations
 from ..record import dataclass, field
 from .approvals import Approvals
 from .credentials import Credential
+from .logins import Login
 from .ssh_agent import SshAgent
 from .stateroots import StateRoot
 
@@ -114,6 +115,7 @@ class Policy:
     credentials: tuple[Credential, ...] = ()   # values the agent sees only as placeholders
     state_roots: tuple[StateRoot, ...] = ()    # agent state directories: protected roots
     private_tmp: tuple[str, ...] = ()          # names in /tmp made private (privatetmp.py)
+    logins: tuple[Login, ...] = ()             # agents' login files: a placeholder copy inside
 
     def to_dict(self) -> dict[str, object]:
         def grants(gs: tuple[PathGrant, ...]) -> list[dict[str, object]]:
@@ -139,6 +141,7 @@ class Policy:
             **({"approvals": self.approvals.to_dict()} if self.approvals.kinds else {}),
             "workdir_mode": self.workdir_mode,
             "credentials": [c.to_dict() for c in self.credentials],
+            **({"logins": [lg.to_dict() for lg in self.logins]} if self.logins else {}),
             "scope": {"signals": self.scope.signals,
                       "abstract_unix": self.scope.abstract_unix},
             **({"ssh_agent": self.ssh_agent.to_dict()} if self.ssh_agent is not None else {}),

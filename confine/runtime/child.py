@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any, NoReturn
 
 from ..kernel import caps, cgroup, hostview, keyring, landlock, lsm, mounts, namespaces, rlimits, seccomp
+from ..kernel.mounts import MS_BIND, mount
 from ..plan import Plan
 from ..record import dataclass, field
 from . import spawn, status
@@ -150,6 +151,11 @@ def _readonly_host(ctx: ChildContext) -> None:
         mounts.mount(src, dst, None, mounts.MS_BIND, None, f"bind a private directory on {dst}")
     db = ctx.plan.device_binds
     hostview.readonly_except(list(ctx.plan.writable_binds), None if db is None else list(db))
+
+
+def _file_binds(ctx: ChildContext) -> None:
+    for copy, path in ctx.plan.file_binds:
+        mount(copy, path, None, MS_BIND, None, f"bind {copy} over {path}")
 
 
 def _protected_binds(ctx: ChildContext) -> None:
@@ -351,7 +357,7 @@ RUNNERS: dict[str, Callable[[ChildContext], None]] = {
     "mount_namespace": _mount_namespace, "net_namespace": _net_namespace,
     "gateway_sockets": _gateway_sockets,
     "readonly_host": _readonly_host,
-    "protected_binds": _protected_binds, "private_dev": _private_dev,
+    "protected_binds": _protected_binds, "file_binds": _file_binds, "private_dev": _private_dev,
     "pid_namespace": _pid_namespace, "proc_masks": _proc_masks, "landlock_new_mounts": _landlock_new_mounts,
     "chdir": _chdir, "identity": _identity, "capabilities": _capabilities,
     "session_keyring": _session_keyring, "apparmor": _apparmor, "selinux": _selinux, "no_core_dumps": _no_core_dumps,

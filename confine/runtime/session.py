@@ -217,6 +217,8 @@ class Session:
         self._server: tuple[int, int] | None = None   # the nested-run endpoint's (pid, pidfd)
         self._unbind: Callable[[], None] = lambda: None  # its socket, if never served
         self.creds: Any = None              # the run's credentials (credentials/run.py)
+        self._login_copies: list[Any] = []   # agents' login files' copies (credentials/logins.py)
+        self._login_ident: Any = None
         self._env_without_creds: dict[str, str | None] = {}   # what env.pass, --env gave them
         self.parent_env = dict(os.environ) if parent_env is None else parent_env
         self.plan: Plan = self._prepare(protect, host, self.parent_env)
@@ -611,6 +613,10 @@ class Session:
         # in the TMPDIR the agent sees (a tmpfs may be mounted on it by now)
         private_tmp_dirs(self.plan.private_binds, self.plan.identity.uid,
                          self.plan.identity.gid)
+        if self._login_copies:
+            from ..credentials import logins as _logins
+            ident = self._login_ident
+            _logins.write(self._login_copies, ident.uid, ident.gid)
         offer()
         if self.ssh_agent is not None:
             self.ssh_agent.start(self.events, self.req.approver)
@@ -688,6 +694,8 @@ class Session:
         all before the fork: the agent's variables get the placeholders."""
         from ..paths import state_dir
         creds = plan.policy.credentials
+        if plan.policy.logins:
+            plan = self._start_logins(plan, say)
         if not creds and not os.path.isdir(state_dir("credentials")):
             return plan         # nothing minted here, ever: no import, no look
         from ..credentials import run as _credrun
@@ -699,13 +707,39 @@ class Session:
                                 tuple(d.path for d in pol.deny))
         for line in _credrun.unreachable(creds, pol.network):
             say(line)
+        logins = self.creds.logins if self.creds is not None else ()
         self.creds = _credrun.start(creds, self.parent_env, warn=say, emit=self.events.emit)
+        self.creds.logins = logins
         from ..plan import env as _env
         env, notes = _env.with_credentials(plan.env, self.creds.placeholders, self.creds.values,
                                            before=self._env_without_creds)
         for n in notes:
             say(n)
         return dataclasses.replace(plan, env=env)
+
+    def _start_logins(self, plan: Plan, say: Warn) -> Plan:
+        """The agents' login files: placeholder copies in the TMPDIR, bound over the
+        real files in the agent's mount namespace (credentials/logins.py)."""
+        from landlockpy import AccessFS
+
+        from ..credentials import logins as _logins
+        from ..credentials import run as _credrun
+        from ..plan.steps import child_steps
+        assert self.tmp is not None
+        ident = plan.identity
+        copies = _logins.start(plan.policy.logins, uid=ident.uid, gid=ident.gid, tmp=self.tmp,
+                               mount_ns=plan.mount_ns, warn=say, emit=self.events.emit)
+        self.creds = _credrun.RunCredentials(logins=tuple(b for c in copies for b in c.bindings))
+        self._login_copies, self._login_ident = copies, ident
+        if not copies:
+            return plan
+        out = dataclasses.replace(
+            plan, file_binds=plan.file_binds + tuple((c.path, c.target) for c in copies),
+            child_rules=plan.child_rules + tuple(
+                (c.target, (AccessFS.READ_FILE | AccessFS.WRITE_FILE | AccessFS.TRUNCATE)
+                 & plan.handled_fs)
+                for c in copies))
+        return dataclasses.replace(out, steps=tuple(child_steps(out)))
 
     def _finish_credentials(self, say: Warn) -> None:
         if self.creds is not None:
@@ -716,7 +750,7 @@ class Session:
         if not plan.egress:
             return plan
         from . import egress
-        bindings = self.creds.bindings if self.creds is not None else ()
+        bindings = self.creds.bindings + self.creds.logins if self.creds is not None else ()
         if plan.gateway_ports:   # started on the child's sockets, in the agent's namespace
             self.egress = egress.build(plan.policy, self.events, ports=plan.gateway_ports,
                                        approver=self.req.approver, engine=self.events.approval,

@@ -10,10 +10,21 @@ Code's title) gets plain text. It runs inside a network namespace the test makes
 can be reached only through the veth on this machine.
 
 usage: mock_model.py HOST PORT LOG COMMAND
+
+Optional, from the environment (the login tests, test_logins.py): MOCK_TLS_CERT and
+MOCK_TLS_KEY serve HTTPS instead of HTTP; MOCK_BEARER answers 401 to a request whose
+Authorization is not `Bearer MOCK_BEARER` (or MOCK_NEW_ACCESS); MOCK_REFRESH makes
+POST .../oauth/token a token endpoint (see `_token`); MOCK_DNS="name=addr,..." answers
+those names (A records) on HOST:53 over UDP, every other name NXDOMAIN.
 """
 from __future__ import annotations
 
+import ipaddress
 import json
+import os
+import socket
+import ssl
+import struct
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -132,6 +143,38 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
+    def _token(self, raw: bytes) -> None:
+        """A token refresh: a real refresh token (MOCK_REFRESH, MOCK_NEW_REFRESH) in a JSON
+        or form body gets MOCK_NEW_ACCESS and MOCK_NEW_REFRESH (gzipped, whatever was asked,
+        with X-Mock-Answer: gzip); anything else 400."""
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            from urllib.parse import parse_qs
+            body = {k: v[0] for k, v in parse_qs(raw.decode()).items()}
+        ok = body.get("refresh_token") in (os.environ["MOCK_REFRESH"],
+                                           os.environ["MOCK_NEW_REFRESH"])
+        log(method="POST", path=self.path, kind="refresh" if ok else "bad-refresh",
+            headers=dict(self.headers))
+        if not ok:
+            self._send(400, "application/json", b'{"error": "invalid_grant"}')
+            return
+        answer = json.dumps({
+            "access_token": os.environ["MOCK_NEW_ACCESS"], "token_type": "Bearer",
+            "refresh_token": os.environ["MOCK_NEW_REFRESH"], "expires_in": 3600,
+            "scope": "user:inference user:profile"}).encode()
+        if self.headers.get("X-Mock-Answer") == "gzip":    # whatever the request asked for
+            import gzip
+            answer = gzip.compress(answer)
+            self.send_response(200)
+            self.send_header("Content-Encoding", "gzip")
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(answer)))
+            self.end_headers()
+            self.wfile.write(answer)
+            return
+        self._send(200, "application/json", answer)
+
     def do_GET(self) -> None:
         log(method="GET", path=self.path, headers=dict(self.headers))
         self._send(404, "application/json", b'{"error": "not here"}')
@@ -141,6 +184,16 @@ class Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         n = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(n) if n else b""
+        path = self.path.split("?")[0]
+        if path.endswith("/oauth/token") and os.environ.get("MOCK_REFRESH"):
+            self._token(raw)
+            return
+        want = [x for x in (os.environ.get("MOCK_BEARER"), os.environ.get("MOCK_NEW_ACCESS")) if x]
+        if want and self.headers.get("Authorization") not in [f"Bearer {w}" for w in want]:
+            log(method="POST", path=self.path, kind="unauthorized", headers=dict(self.headers))
+            self._send(401, "application/json", b'{"type": "error", "error": '
+                       b'{"type": "authentication_error", "message": "bad token"}}')
+            return
         try:
             body = json.loads(raw or b"{}")
         except ValueError:
@@ -167,8 +220,40 @@ class Handler(BaseHTTPRequestHandler):
             self._send(404, "application/json", b'{"error": "not here"}')
 
 
+def dns(zone: dict[str, str]) -> None:
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.bind((HOST, 53))
+    while True:
+        data, peer = s.recvfrom(4096)
+        try:
+            mid = struct.unpack_from("!H", data, 0)[0]
+            off, labels = 12, []
+            while data[off]:
+                labels.append(data[off + 1:off + 1 + data[off]].decode("ascii", "replace"))
+                off += 1 + data[off]
+            qtype = struct.unpack_from("!H", data, off + 1)[0]
+        except (struct.error, IndexError):
+            continue
+        name = ".".join(labels).lower()
+        body, count = b"", 0
+        if name in zone and qtype == 1:
+            body = (b"\xc0\x0c" + struct.pack("!HHIH", 1, 1, 30, 4)
+                    + ipaddress.IPv4Address(zone[name]).packed)
+            count = 1
+        rcode = 0 if name in zone else 3
+        s.sendto(struct.pack("!HHHHHH", mid, 0x8180 | rcode, 1, count, 0, 0)
+                 + data[12:off + 5] + body, peer)
+
+
 def main() -> None:
+    zone = dict(x.split("=", 1) for x in os.environ.get("MOCK_DNS", "").split(",") if x)
+    if zone:
+        threading.Thread(target=dns, args=(zone,), daemon=True).start()
     srv = ThreadingHTTPServer((HOST, PORT), Handler)
+    if os.environ.get("MOCK_TLS_CERT"):
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(os.environ["MOCK_TLS_CERT"], os.environ["MOCK_TLS_KEY"])
+        srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
     log(ev="ready")
     srv.serve_forever()
 

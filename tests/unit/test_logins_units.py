@@ -1,0 +1,265 @@
+"""Agents' login files (issue 24 item 3): the `logins:` section, and the placeholder copy
+of a login file with its Bindings (credentials/logins.py).
+
+Threat: a token of the agent's own login reaching it in clear (a secret the copy still
+holds, the real file readable through a grant), or sent to a host the profile did not
+name. Each refusal has an accepted neighbour.
+"""
+from __future__ import annotations
+
+import base64
+import json
+import os
+import textwrap
+
+import pytest
+
+from confine.credentials import logins, sources
+from confine.credentials.binding import Target
+from confine.errors import ProfileError
+from confine.policy import load
+
+CLAUDE = """
+    logins:
+      - name: claude-code
+        file: {file}
+        tokens:
+          - {{json: claudeAiOauth.accessToken, hosts: [api.anthropic.com]}}
+          - {{json: claudeAiOauth.refreshToken}}
+    """
+
+
+def _load(tmp_path, text: str):
+    p = tmp_path / "p.yaml"
+    p.write_text(textwrap.dedent(text))
+    return load.load(str(p), workdir=str(tmp_path), home=str(tmp_path), tmp=str(tmp_path))
+
+
+def _errors(tmp_path, text: str) -> list[str]:
+    with pytest.raises(ProfileError) as e:
+        _load(tmp_path, text)
+    return [str(e.value), *e.value.more]
+
+
+def _b64(obj: dict) -> str:
+    return base64.urlsafe_b64encode(json.dumps(obj).encode()).decode().rstrip("=")
+
+
+def test_section_loads(tmp_path):
+    f = tmp_path / "creds.json"
+    pol = _load(tmp_path, CLAUDE.format(file=f))
+    (lg,) = pol.logins
+    assert lg.file == str(f) and not lg.optional
+    acc, ref = lg.tokens
+    assert acc.path == ("claudeAiOauth", "accessToken") and acc.targets == (
+        Target("api.anthropic.com", 443),)
+    assert ref.targets == ()
+    # not a Landlock deny (it would carve the state root around it): the run binds the
+    # placeholder copy over the real file (tests/e2e/agents/test_logins.py)
+    assert str(f) not in {d.path for d in pol.deny}
+
+
+@pytest.mark.parametrize("entry,why", [
+    ("{name: x, file: /a, tokens: [{json: a}], color: red}", "unknown key logins.color"),
+    ("{name: x, file: rel/a, tokens: [{json: a}]}", "must be absolute"),
+    ("{name: x, file: /a, tokens: []}", "tokens: must be a non-empty list"),
+    ("{name: x, file: /a, tokens: [{json: 'a..b'}]}", "not a dotted path"),
+    ("{name: x, file: /a, tokens: [{json: a, hosts: [1.2.3.4]}]}", "not addresses"),
+    ("{name: x, file: /a, tokens: [{json: a, jwt: yes-please}]}", "true or false"),
+    ("{name: x, file: /a, tokens: [{json: a}, {json: a}]}", "named twice"),
+])
+def test_bad_entries_name_line_and_key(tmp_path, entry, why):
+    errs = _errors(tmp_path, f"logins:\n  - {entry}\n")
+    assert any(why in e and "p.yaml:2" in e for e in errs), errs
+
+
+def test_claude_copy_keeps_shape_and_replaces_only_tokens(tmp_path):
+    f = tmp_path / "creds.json"
+    (lg,) = _load(tmp_path, CLAUDE.format(file=f)).logins
+    acc, ref = "sk-ant-oat01-" + "Ab9" * 30, "sk-ant-ort01-" + "Zy8" * 30
+    real = {"claudeAiOauth": {"accessToken": acc, "refreshToken": ref, "expiresAt": 17,
+                              "scopes": ["user:inference"], "subscriptionType": "max"}}
+    c = logins.make_copy(lg, json.dumps(real))
+    seen = json.loads(c.text)["claudeAiOauth"]
+    assert acc not in c.text and ref not in c.text
+    assert seen["accessToken"].startswith("sk-ant-oat01-") and len(seen["accessToken"]) == len(acc)
+    assert seen["refreshToken"].startswith("sk-ant-ort01-") and len(seen["refreshToken"]) == len(ref)
+    assert {k: v for k, v in seen.items() if not k.endswith("Token")} == {
+        k: v for k, v in real["claudeAiOauth"].items() if not k.endswith("Token")}
+    a, r = c.bindings
+    assert (a.name, a.value, a.placeholder, a.targets) == (
+        "claude-code:claudeAiOauth.accessToken", acc, seen["accessToken"],
+        (Target("api.anthropic.com", 443),))
+    assert (r.value, r.targets) == (ref, ())     # never sent anywhere
+    assert acc not in repr(c) and acc not in repr(a)
+
+
+def test_codex_jwt_keeps_claims_not_signature_and_absent_keys_are_skipped(tmp_path):
+    f = tmp_path / "auth.json"
+    pol = _load(tmp_path, f"""
+        logins:
+          - name: codex
+            file: {f}
+            tokens:
+              - {{json: OPENAI_API_KEY, hosts: [api.openai.com]}}
+              - {{json: tokens.access_token, hosts: [chatgpt.com], jwt: true}}
+              - {{json: tokens.refresh_token}}
+              - {{json: tokens.id_token, jwt: true}}
+        """)
+    (lg,) = pol.logins
+    head, claims = _b64({"alg": "RS256"}), _b64({"email": "a@b.example", "chatgpt_plan_type": "plus"})
+    sig = "s1G" * 40
+    idt = f"{head}.{claims}.{sig}"
+    opaque = "rt_" + "q7W" * 20      # jwt: true on a token that is no JWT: the ordinary rule
+    real = {"OPENAI_API_KEY": None, "tokens": {"id_token": idt, "access_token": opaque,
+                                               "refresh_token": "rt_" + "Kp2" * 20,
+                                               "account_id": "acct-123"},
+            "last_refresh": "2026-12-06T00:00:00Z"}
+    c = logins.make_copy(lg, json.dumps(real))
+    got = json.loads(c.text)
+    assert got["OPENAI_API_KEY"] is None and got["tokens"]["account_id"] == "acct-123"
+    h, p, s = got["tokens"]["id_token"].split(".")
+    assert (h, p) == (head, claims) and s != sig and len(s) == len(sig)
+    assert sig not in c.text and real["tokens"]["refresh_token"] not in c.text
+    assert len(got["tokens"]["access_token"]) == len(opaque) and opaque not in c.text
+    assert [b.name for b in c.bindings] == ["codex:tokens.access_token",
+                                            "codex:tokens.refresh_token", "codex:tokens.id_token"]
+
+
+def test_a_value_left_elsewhere_in_the_copy_is_refused(tmp_path):
+    f = tmp_path / "creds.json"
+    (lg,) = _load(tmp_path, CLAUDE.format(file=f)).logins
+    acc = "sk-ant-oat01-" + "Ab9" * 30
+    ok = {"claudeAiOauth": {"accessToken": acc, "refreshToken": "sk-ant-ort01-" + "Zy8" * 30}}
+    logins.make_copy(lg, json.dumps(ok))
+    leaked = {**ok, "backup": {"token": acc}}     # a copy the profile does not name
+    with pytest.raises(sources.SourceError) as e:
+        logins.make_copy(lg, json.dumps(leaked))
+    assert acc not in str(e.value)
+    with pytest.raises(sources.SourceError, match="not JSON"):
+        logins.make_copy(lg, "{nope")
+
+
+def test_start_skips_an_absent_optional_file_and_refuses_without_mount_ns(tmp_path):
+    f = tmp_path / "creds.json"
+    pol = _load(tmp_path, CLAUDE.format(file=f).replace("tokens:", "optional: true\n        tokens:"))
+    events: list[dict] = []
+    kw = dict(uid=os.getuid(), gid=os.getgid(), tmp=str(tmp_path), warn=lambda s: None,
+              emit=events.append)
+    assert logins.start(pol.logins, mount_ns=True, **kw) == []
+    assert events[-1]["action"] == "skipped"
+    f.write_text(json.dumps({"claudeAiOauth": {"accessToken": "sk-ant-oat01-" + "Ab9" * 30}}))
+    f.chmod(0o600)
+    (c,) = logins.start(pol.logins, mount_ns=True, **kw)
+    assert c.target == str(f) and c.path.startswith(str(tmp_path))
+    logins.write([c], os.getuid(), os.getgid())
+    assert os.stat(c.path).st_mode & 0o777 == 0o600
+    assert "sk-ant-oat01-" + "Ab9" * 30 not in open(c.path).read()
+    assert "Ab9" * 30 not in json.dumps(events)
+    from confine.errors import ConfineError
+    with pytest.raises(ConfineError, match="mount namespace"):
+        logins.start(pol.logins, mount_ns=False, **kw)
+
+
+REFRESH = CLAUDE + """
+        refresh:
+          endpoints: [platform.claude.com/v1/oauth/token]
+          token: claudeAiOauth.refreshToken
+          response: {{access_token: claudeAiOauth.accessToken, refresh_token: claudeAiOauth.refreshToken}}
+    """
+
+
+@pytest.mark.parametrize("refresh,why", [
+    ("{endpoints: [platform.claude.com], token: a, response: {x: a}}", "not HOST/PATH"),
+    ("{endpoints: ['1.2.3.4/t'], token: a, response: {x: a}}", "not HOST/PATH"),
+    ("{endpoints: [h.example/t], token: b, response: {x: a}}", "token: 'b' is not one of"),
+    ("{endpoints: [h.example/t], token: a, response: {x: c}}", "response.x: 'c' is not one of"),
+    ("{endpoints: [h.example/t], token: a}", "needs response:"),
+])
+def test_bad_refresh_names_line_and_key(tmp_path, refresh, why):
+    errs = _errors(tmp_path, "logins:\n  - {name: x, file: /a, tokens: [{json: a}], "
+                             f"refresh: {refresh}}}\n")
+    assert any(why in e and "p.yaml:2" in e for e in errs), errs
+
+
+def _refresh_copy(tmp_path):
+    f = tmp_path / "creds.json"
+    (lg,) = _load(tmp_path, REFRESH.format(file=f)).logins
+    acc, ref = "sk-ant-oat01-" + "Ab9" * 30, "sk-ant-ort01-" + "Zy8" * 30
+    f.write_text(json.dumps({"claudeAiOauth": {"accessToken": acc, "refreshToken": ref,
+                                               "expiresAt": 5}}))
+    f.chmod(0o640)
+    return f, lg, logins.make_copy(lg, f.read_text()), acc, ref
+
+
+def test_refresh_swaps_the_body_and_stores_the_answer(tmp_path):
+    f, lg, c, acc, ref = _refresh_copy(tmp_path)
+    a, r = c.bindings
+    rf = r.refresh
+    assert a.refresh is None and rf is not None
+    assert rf.matches("platform.claude.com", 443, "POST", "/v1/oauth/token")
+    assert not rf.matches("platform.claude.com", 443, "GET", "/v1/oauth/token")
+    assert not rf.matches("platform.claude.com", 443, "POST", "/v1/oauth/token2")
+    assert not rf.matches("api.anthropic.com", 443, "POST", "/v1/oauth/token")
+    body = json.dumps({"grant_type": "refresh_token", "refresh_token": r.placeholder}).encode()
+    assert json.loads(rf.request(body))["refresh_token"] == ref
+    with pytest.raises(logins.RefreshError):          # no placeholder of this login in it
+        rf.request(b'{"refresh_token": "sk-ant-ort01-guess"}')
+    new_acc, new_ref = "sk-ant-oat01-" + "Qw1" * 30, "sk-ant-ort01-" + "Er2" * 30
+    bound: list = []
+    events: list = []
+    rf.emit = events.append
+    out = json.loads(rf.answer(json.dumps({"access_token": new_acc, "refresh_token": new_ref,
+                                           "expires_in": 3600}).encode(), bound.append))
+    assert out["expires_in"] == 3600
+    assert out["access_token"] != new_acc and len(out["access_token"]) == len(new_acc)
+    assert [(b.placeholder, b.value) for b in bound] == [
+        (out["access_token"], new_acc), (out["refresh_token"], new_ref)]
+    assert bound[0].targets == a.targets and bound[1].refresh is rf
+    real = json.loads(f.read_text())["claudeAiOauth"]
+    assert (real["accessToken"], real["refreshToken"], real["expiresAt"]) == (new_acc, new_ref, 5)
+    assert f.stat().st_mode & 0o777 == 0o640
+    assert [n for n in os.listdir(tmp_path) if n.startswith(".creds")] == []
+    # the next refresh carries the new placeholder and gets the new real value
+    assert json.loads(rf.request(json.dumps({"refresh_token": out["refresh_token"]}).encode())
+                      )["refresh_token"] == new_ref
+    assert events[-1]["action"] == "refreshed" and new_acc not in json.dumps(events)
+    with pytest.raises(logins.RefreshError):
+        rf.answer(b"<html>", bound.append)
+
+
+def test_whole_response_framing():
+    from confine.credentials.swap import Refusal, _whole_response
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+    assert _whole_response(head + b"Content-Length: 4\r\n\r\n{}", False) is None
+    assert _whole_response(head + b"Content-Length: 2\r\n\r\n{}", False)[2] == b"{}"
+    chunked = head + b"Transfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n"
+    assert _whole_response(chunked, False) is None
+    assert _whole_response(chunked + b"0\r\n\r\n", False)[2] == b"{}"
+    assert _whole_response(head + b"\r\n{}", False) is None
+    assert _whole_response(head + b"\r\n{}", True)[2] == b"{}"
+    with pytest.raises(Refusal):
+        _whole_response(b"garbage\r\n\r\n", True)
+
+
+def test_a_login_file_that_is_a_link_or_someone_else_s_is_refused(tmp_path):
+    """Root reads the agent's account's file for --user: a link there (to a file of root's)
+    or a file of another owner must not become the agent's copy. The control: the same
+    content as the account's own regular file is read."""
+    f = tmp_path / "creds.json"
+    (lg,) = _load(tmp_path, CLAUDE.format(file=f)).logins
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({"claudeAiOauth": {"accessToken": "sk-ant-oat01-" + "Ab9" * 30},
+                                 "private": "of root"}))
+    kw = dict(uid=os.getuid(), gid=os.getgid(), tmp=str(tmp_path), mount_ns=True,
+              warn=lambda s: None, emit=lambda e: None)
+    f.symlink_to(other)
+    with pytest.raises(sources.SourceError):
+        logins.start((lg,), **kw)
+    f.unlink()
+    f.write_bytes(other.read_bytes())
+    assert len(logins.start((lg,), **kw)) == 1
+    if os.geteuid() == 0:
+        os.chown(f, 54321, 54321)
+        with pytest.raises(sources.SourceError, match="belongs to uid 54321"):
+            logins.start((lg,), **kw)
