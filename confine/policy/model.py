@@ -11,6 +11,7 @@ from ..record import dataclass, field
 from .approvals import Approvals
 from .credentials import Credential
 from .ssh_agent import SshAgent
+from .copied import Copied
 from .stateroots import StateRoot
 
 
@@ -114,6 +115,7 @@ class Policy:
     credentials: tuple[Credential, ...] = ()   # values the agent sees only as placeholders
     state_roots: tuple[StateRoot, ...] = ()    # agent state directories: protected roots
     private_tmp: tuple[str, ...] = ()          # names in /tmp made private (privatetmp.py)
+    copied: tuple[Copied, ...] = ()            # files of HOME given as copies (copied.py)
 
     def to_dict(self) -> dict[str, object]:
         def grants(gs: tuple[PathGrant, ...]) -> list[dict[str, object]]:
@@ -135,6 +137,7 @@ class Policy:
             "state_roots": [{"path": r.path, "template": r.template, "source": r.source,
                              "protected": list(r.patterns)} for r in self.state_roots],
             "private_tmp": list(self.private_tmp),
+            "copied": [c.to_dict() for c in self.copied],
             "limits": self.limits.to_dict(),
             **({"approvals": self.approvals.to_dict()} if self.approvals.kinds else {}),
             "workdir_mode": self.workdir_mode,
