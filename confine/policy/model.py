@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from ..record import dataclass, field
 from .approvals import Approvals
+from .copied import Copied
 from .credentials import Credential
 from .ssh_agent import SshAgent
-from .copied import Copied
 from .stateroots import StateRoot
 
 
