@@ -117,9 +117,15 @@ def _get(doc: Any, path: tuple[str, ...]) -> Any:
     return doc
 
 
+def _empty(v: Any) -> bool:
+    return v is _MISSING or v is None or v is False or v in ({}, [], "")
+
+
 def _same(a: Any, b: Any) -> bool:
-    if a is _MISSING or b is _MISSING:
-        return a is b
+    if _empty(a) or _empty(b):
+        # an agent's CLI writes every key of a new project with its default (no
+        # servers, no tools, not trusted): the same as no key, nothing that runs later
+        return _empty(a) and _empty(b)
     # json's own spelling: True == 1 in Python, not in the file
     return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
 
