@@ -587,9 +587,11 @@ def _finish_one(hfd: int, rel: str, real: str, keys: list[str], start: dict[str,
         return {"action": "left", "alert": True,
                 "detail": f"the agent's copy is {why}: not written back"}
     old = base64.b64decode(start["data"]) if start.get("data") else None
+    if data is None and old is None:
+        return {"action": "unchanged", "alert": False, "detail": ""}
     if data is None:
-        return {"action": "left", "alert": False, "detail": "no copy at the end"
-                + (" (the agent removed it): the real file is left as it was" if old else "")}
+        return {"action": "left", "alert": False, "detail": "the agent removed its copy: "
+                "the real file is left as it was"}
     if data == old:
         return {"action": "unchanged", "alert": False, "detail": ""}
     aside = base64.b64encode(data).decode()
