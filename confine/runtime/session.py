@@ -954,6 +954,12 @@ class Session:
                 f"{printable(f'{type(e).__name__}: {e}')}): inspect .git/hooks, "
                 ".git/config, .envrc, .vscode and the other protected paths before running "
                 "git or opening the editor in the workdir")
+            # the copies are judged on their own: unjudged, the next start would drop them
+            copies = protect.Report(changes=self._write_back_copies(say))
+            for ev in report_events(copies)[:-1]:
+                self.events.emit(ev)
+            if copies.alerts:
+                say(protect.format_report(copies))
             return None
         first_q = any(c.quarantine for c in report.changes)
         for snap in self.snapshots[1:]:
