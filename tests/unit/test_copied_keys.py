@@ -48,3 +48,32 @@ def test_duplicate_keys_nan_and_garbage_refused():
 def test_a_parent_no_longer_an_object_is_refused():
     doc, why, _ = _judge({"projects": {"/a": {"mcpServers": {"s": 1}}}}, '{"projects": []}')
     assert doc is None and "cannot be put back" in why
+
+
+def _profile(tmp_path, body: str):
+    from confine.errors import ProfileError
+    from confine.policy import load as _load
+    home, wd = tmp_path / "home", tmp_path / "wd"
+    for d in (home, wd, tmp_path / "tmp"):
+        d.mkdir(exist_ok=True)
+    prof = tmp_path / "p.yaml"
+    prof.write_text("extends: default\nfilesystem:\n  copied:\n" + body)
+    try:
+        return _load.load(str(prof), workdir=str(wd), home=str(home), tmp=str(tmp_path / "tmp"))
+    except ProfileError as e:
+        return str(e)
+
+
+def test_profile_key_parsed_and_bad_entries_named(tmp_path):
+    pol = _profile(tmp_path, "    - path: ?~/.claude.json\n      protected_keys: [mcpServers]\n")
+    assert [c.rel for c in pol.copied] == [".claude.json"]
+    assert pol.copied[0].protected_keys == ("mcpServers",)
+    assert not any(w.path.endswith(".claude.json") for w in pol.write)   # never a grant
+    for body, said in (
+            ("    - path: ?~/.x\n      protect: [a]\n", "p.yaml:5: unknown key"),
+            ("    - path: ?~/.x\n      protected_keys: [a..b]\n", "p.yaml:5"),
+            ("    - path: ?/etc/x.json\n", "not a file in HOME"),
+            ("    - path: ~/.missing.json\n", "does not exist"),
+            ("    - protected_keys: [a]\n", "without 'path'")):
+        got = _profile(tmp_path, body)
+        assert isinstance(got, str) and said in got, (body, got)
