@@ -90,12 +90,17 @@ def test_run_later_keys_dropped_other_changes_land(sandbox, copied, outside_dir)
                          json.dumps(PLANT)])
     assert _statuses(c.stdout) == {"regular": "0", "save": "0"}, c.stderr
     assert _load(ctl) == PLANT
-    p = sandbox.run(["sh", "-c", SAVE, "sh", name, json.dumps(PLANT)], "-p", prof)
+    log = os.path.join(outside_dir, "run.jsonl")
+    p = sandbox.run(["sh", "-c", SAVE, "sh", name, json.dumps(PLANT)], "-p", prof,
+                    "--log", log)
     said = p.stdout + p.stderr
     assert _statuses(p.stdout) == {"regular": "0", "save": "0"}, said
     assert p.returncode == 123, said
     assert "mcpServers" in p.stderr and "projects./p.mcpServers" in p.stderr, said
     assert _load(real) == CLEAN, said
+    with open(log) as f:     # the decision is in the run's record too
+        said_there = [e for e in map(json.loads, f) if e.get("path") == real]
+    assert [(e["action"], e["alert"]) for e in said_there] == [("sanitized", True)], said_there
 
 
 def test_real_file_changed_outside_not_clobbered(sandbox, copied):
@@ -120,6 +125,7 @@ def test_real_file_changed_outside_not_clobbered(sandbox, copied):
             proc.kill()
     said = out + err
     assert _statuses(out) == {"regular": "0", "save": "0"}, said
+    assert proc.returncode == 0, said     # the person's edit, not the agent's: said, no alert
     assert _load(real) == mine, said
     m = re.search(r"changed during the run.*kept at (\S+)", err)
     assert m, said
