@@ -901,8 +901,9 @@ class Session:
             return []
         try:
             results = _home.finish_copies(home, self.plan.identity, pol.copied, self.copies)
-        except ConfineError as e:
-            return [protect.Change("modified", c.path, "failed", f"not written back ({e})")
+        except Exception as e:  # noqa: BLE001 - said as a failed change: never silently
+            return [protect.Change("modified", c.path, "failed",
+                                   f"not written back ({type(e).__name__}: {e})")
                     for c in pol.copied]
         out = []
         for r in results:
