@@ -16,7 +16,7 @@ from typing import Any, NoReturn
 from ..errors import ProfileError
 from ..paths import is_under
 from ..record import dataclass
-from . import approvals, privatetmp, realpaths, runlater, secrets, ssh_agent, stateroots, workdir_mode
+from . import approvals, copied, privatetmp, realpaths, runlater, secrets, ssh_agent, stateroots, workdir_mode
 from . import credentials as _creds
 from . import logins as _logins
 from .model import Env, Limits, Network, PathGrant, Policy, Scope, Seccomp
@@ -28,7 +28,8 @@ SCHEMA: dict[str, object] = {
     "extends": "str",
     "filesystem": {"read": "paths", "write": "paths", "devices": "paths", "deny": "paths",
                    "read_only": "paths", "state": "paths",
-                   "state_roots": "stateroots", "private_tmp": "tmpnames"},
+                   "state_roots": "stateroots", "private_tmp": "tmpnames",
+                   "copied": "copied"},
     "network": {"connect_tcp": "ports", "bind_tcp": "ports", "allow": "hosts",
                 "deny": "denyhosts", "include": "hostsets", "allowed_ips": "nets",
                 "default": "netdefault", "upstream_ca": "paths"},
@@ -245,6 +246,9 @@ class _Parser:
                                     item=Item)
         if kind == "logins":
             return _logins.parse(self, node, full, Item)
+        if kind == "copied":
+            return copied.parse(node, full, yaml=yaml, scalar=self.scalar, where=self.where,
+                                fail=self.fail, path_error=_path_error, item=Item)
         if kind == "netdefault":
             v = self.scalar(node, full)
             if v not in NETWORK_DEFAULTS:
@@ -536,6 +540,9 @@ def load(ref: str, *, workdir: str, home: str, tmp: str,
     # would take from the root the right to make new names
     read_only = tuple(g for g in read_only if not any(
         is_under(g.path, b) for r in state_roots for b in (r.path, r.spelled)))
+    copies = copied.resolve(fs.get("copied", []), lambda t: expand(t, vars),
+                            realpaths.realpath, os.path.normpath(vars["home"]),
+                            lambda where, msg: _fail_at(where, f"filesystem.copied: {msg}"))
     asked = fs.get("write", []) + cli_write + sr_items
     write = _grants([Item("{workdir}", "workdir"), Item("{tmp}", "tmp")] + asked + state,
                     vars, must_exist=True)
@@ -549,7 +556,7 @@ def load(ref: str, *, workdir: str, home: str, tmp: str,
         sources=tuple(str(c) for c in chain),
         workdir=workdir, home=home, tmp=tmp,
         read=read, write=write, read_only=read_only, state_roots=state_roots,
-        private_tmp=_strs(fs.get("private_tmp", [])),
+        private_tmp=_strs(fs.get("private_tmp", [])), copied=copies,
         devices=_grants(fs.get("devices", []), vars, must_exist=True),
         deny=deny,
         network=Network(connect_tcp=tuple(sorted({i.value for i in net.get("connect_tcp", [])})),
@@ -578,6 +585,10 @@ def load(ref: str, *, workdir: str, home: str, tmp: str,
         ssh_agent=ssh_agent.build(raw.get("ssh_agent"),
                                   lambda t: os.path.normpath(expand(t, vars))),
     )
+
+
+def _fail_at(where: str, msg: str) -> NoReturn:
+    raise ProfileError(f"{where}: {msg}")
 
 
 def _network_default(net: dict[str, Any], appr: dict[str, Any]) -> str:

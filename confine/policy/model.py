@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from ..record import dataclass, field
 from .approvals import Approvals
+from .copied import Copied
 from .credentials import Credential
 from .logins import Login
 from .ssh_agent import SshAgent
@@ -116,6 +117,7 @@ class Policy:
     state_roots: tuple[StateRoot, ...] = ()    # agent state directories: protected roots
     private_tmp: tuple[str, ...] = ()          # names in /tmp made private (privatetmp.py)
     logins: tuple[Login, ...] = ()             # agents' login files: a placeholder copy inside
+    copied: tuple[Copied, ...] = ()            # files of HOME given as copies (copied.py)
 
     def to_dict(self) -> dict[str, object]:
         def grants(gs: tuple[PathGrant, ...]) -> list[dict[str, object]]:
@@ -137,6 +139,7 @@ class Policy:
             "state_roots": [{"path": r.path, "template": r.template, "source": r.source,
                              "protected": list(r.patterns)} for r in self.state_roots],
             "private_tmp": list(self.private_tmp),
+            "copied": [c.to_dict() for c in self.copied],
             "limits": self.limits.to_dict(),
             **({"approvals": self.approvals.to_dict()} if self.approvals.kinds else {}),
             "workdir_mode": self.workdir_mode,

@@ -60,7 +60,7 @@ def format_report(report: Report, *, verbose: bool = False, limit: int | None = 
     if report.alerts:
         lines.append("confine: PROTECTED PATHS WERE CHANGED IN THE WORKDIR during this run "
                      "(files that would run later, outside the sandbox)"
-                     + ("; paths shown in full lie in a write grant"
+                     + ("; paths shown in full lie outside it (a write grant, a copied file)"
                         if any(c.path.startswith("/") for c in report.alerts) else ""))
         if not report.namespaces_active:
             lines.append("confine: no mount namespace was active: this check after the run "

@@ -28,6 +28,7 @@ the granted paths; Landlock judges the target, so a link the agent plants to
 """
 from __future__ import annotations
 
+import base64
 import errno
 import json
 import os
@@ -35,7 +36,7 @@ import re
 import stat
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from hashlib import sha256
 from typing import Any
 
@@ -44,7 +45,9 @@ from ..kernel import caps
 from ..paths import is_under
 from ..plan.identity import Identity
 from ..policy import runlater
+from ..policy.copied import Copied
 from ..policy.model import Policy
+from ..protect import copied as _copied
 from ..protect.revert import remove_at
 from .workdir import remove_tree
 
@@ -478,3 +481,130 @@ def _place_link(dfd: int, name: str, target: str) -> str | None:
                 note = f"what was there instead of the link is now {aside}"
     os.symlink(target, name, dir_fd=dfd)
     return note
+
+
+# filesystem.copied (policy/copied.py, protect/copied.py): the agent home holds a
+# regular file of its own where the real one is, so a save by a temporary file beside
+# it and a rename works without the real HOME being writable; at exit it is judged
+# and written back. Both sides run with the agent's identity: the real file is the
+# agent account's, which may have made it a symlink to what only root may read.
+
+def place_copies(path: str, identity: Identity,
+                 copies: Sequence[Copied]) -> list[dict[str, Any]]:
+    """Copy each real file into the agent home (or remove the agent's copy where
+    there is none); returns the start record of each (protect/copied.read_real)."""
+    got = _as_agent(identity, _place_copies, path, [(c.rel, c.path) for c in copies])
+    return [json.loads(s) for s in got]
+
+
+def finish_copies(path: str, identity: Identity, copies: Sequence[Copied],
+                  starts: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Judge each copy and write it back (protect/copied.py); one result each:
+    path, action, detail, alert, and the agent's version (base64) to keep aside."""
+    items = [(c.rel, c.path, list(c.protected_keys)) for c in copies]
+    got = _as_agent(identity, _finish_copies, path, identity.uid, items, list(starts))
+    return [json.loads(s) for s in got]
+
+
+def _place_copies(path: str, items: list[tuple[str, str]]) -> list[str]:
+    out: list[str] = []
+    hfd = os.open(path, _NOFOLLOW_DIR)
+    try:
+        for rel, real in items:
+            start = _copied.read_real(real)
+            if "error" not in start:
+                try:
+                    _put_copy(hfd, rel, start)
+                except OSError as e:
+                    start = {"path": real, "error": f"no copy in the agent home: {e.strerror}"}
+            out.append(json.dumps(start))
+    finally:
+        os.close(hfd)
+    return out
+
+
+def _put_copy(hfd: int, rel: str, start: dict[str, Any]) -> None:
+    parts = rel.split("/")
+    dfd = _walk(hfd, parts[:-1], make=True, close=False)
+    name = parts[-1]
+    try:
+        try:
+            st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+        except FileNotFoundError:
+            st = None
+        if st is not None and stat.S_ISDIR(st.st_mode):
+            os.rename(name, f"{name}.confine-displaced", src_dir_fd=dfd, dst_dir_fd=dfd)
+        elif st is not None and start["data"] is None:
+            os.unlink(name, dir_fd=dfd)     # no real file: the run starts without one
+        if start["data"] is None:
+            return
+        tmp = f".{name}.confine-copy"
+        try:
+            os.unlink(tmp, dir_fd=dfd)
+        except FileNotFoundError:
+            pass
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     0o600, dir_fd=dfd)
+        with os.fdopen(fd, "wb") as f:
+            f.write(base64.b64decode(start["data"]))
+        # over a link of an earlier version (to the real file): the link itself goes
+        os.rename(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+    finally:
+        if dfd != hfd:
+            os.close(dfd)
+
+
+def _finish_copies(path: str, uid: int, items: list[tuple[str, str, list[str]]],
+                   starts: list[dict[str, Any]]) -> list[str]:
+    out: list[str] = []
+    hfd = os.open(path, _NOFOLLOW_DIR)
+    try:
+        for (rel, real, keys), start in zip(items, starts, strict=True):
+            out.append(json.dumps({"path": real, **_finish_one(hfd, rel, real, keys, start,
+                                                                 uid)}))
+    finally:
+        os.close(hfd)
+    return out
+
+
+def _finish_one(hfd: int, rel: str, real: str, keys: list[str], start: dict[str, Any],
+                uid: int) -> dict[str, Any]:
+    if "error" in start:
+        return {"action": "left", "alert": False,
+                "detail": f"not copied into the agent home ({start['error']})"}
+    parts = rel.split("/")
+    try:
+        dfd = _walk(hfd, parts[:-1], make=False, close=False)
+    except OSError:
+        dfd = None
+    try:
+        data, why, _st = (None, None, None) if dfd is None else \
+            _copied.read_regular(parts[-1], dfd)
+    finally:
+        if dfd is not None and dfd != hfd:
+            os.close(dfd)
+    if why is not None:
+        return {"action": "left", "alert": True,
+                "detail": f"the agent's copy is {why}: not written back"}
+    old = base64.b64decode(start["data"]) if start.get("data") else None
+    if data is None and old is None:
+        return {"action": "unchanged", "alert": False, "detail": ""}
+    if data is None:
+        return {"action": "left", "alert": False, "detail": "the agent removed its copy: "
+                "the real file is left as it was"}
+    if data == old:
+        return {"action": "unchanged", "alert": False, "detail": ""}
+    aside = base64.b64encode(data).decode()
+    new, why_not, reverted = _copied.judge(start, data, keys)
+    if new is None:
+        return {"action": "kept aside", "alert": True, "aside": aside,
+                "detail": f"the agent's version is {why_not}: not written back"}
+    said = (f"run-later key(s) changed by the agent put back to their start value: "
+            f"{', '.join(reverted)}; the rest written back") if reverted else "written back"
+    failed = _copied.write_back(real, new, start, uid)
+    if failed is not None:
+        return {"action": "kept aside", "alert": bool(reverted), "aside": aside,
+                "detail": f"not written back: {failed}"
+                + (f" (and {said.split(';')[0]})" if reverted else "")}
+    return {"action": "sanitized" if reverted else ("created" if old is None else "written back"),
+            "alert": bool(reverted), "detail": said}

@@ -10,6 +10,7 @@ the protected paths after the agent exits; leaving removes the TMPDIR.
 """
 from __future__ import annotations
 
+import base64
 import dataclasses
 import os
 import re
@@ -202,6 +203,7 @@ class Session:
         self.warn = warn
         self.tmp: str | None = None
         self.tmp_home: str | None = None   # the agent home of this run alone (home.py)
+        self.copies: list[dict[str, Any]] = []   # filesystem.copied: each file at the start
         self._hold: _SignalHold | None = None
         self.snapshot: Any = None          # the first protected root's (the workdir's)
         self.snapshots: list[Any] = []     # every protected root's, in roots order
@@ -332,8 +334,10 @@ class Session:
         (--dry-run changes nothing). What a run had to note is said on stderr: it is
         rare (something the agent left in its home, a race with another run)."""
         if not self.req.agent_home:
-            return None, ["agent home: off (--no-agent-home): HOME is the account's own, "
-                          "where only the profile's grants are reachable"]
+            return None, (["agent home: off (--no-agent-home): HOME is the account's own, "
+                           "where only the profile's grants are reachable"]
+                          + [f"filesystem.copied {c.path}: not given (its copy lives in the agent home)"
+                             for c in policy.copied])
         path = _home.locate(ident, self.req.profile, policy.workdir, parent_env)
         why = _home.refusal(path, policy)
         if why:
@@ -352,6 +356,10 @@ class Session:
             self.warn(f"{e}; this run's HOME is a fresh one ({self.tmp_home}), removed "
                       "afterwards (--no-agent-home keeps the account's own)")
             path = self.tmp_home
+        if policy.copied:
+            self.copies = _home.place_copies(path, ident, policy.copied)
+            notes = notes + [f"filesystem.copied {c['path']}: {c['error']}; not given"
+                             for c in self.copies if "error" in c]
         for n in notes:
             self.warn(printable(n))
         return path, notes
@@ -916,6 +924,46 @@ class Session:
                 pass
         return [got]
 
+    def _write_back_copies(self, say: Warn) -> list[Any]:
+        """filesystem.copied: each copy judged and written back (home.finish_copies);
+        what is not written back is kept aside in the person's state. One Change each
+        that did anything (an alert for a run-later key or a copy that is no JSON)."""
+        from .. import protect
+        from ..paths import state_dir
+        pol, home = self.plan.policy, self.plan.agent_home
+        if not self.copies or home is None:
+            return []
+        try:
+            results = _home.finish_copies(home, self.plan.identity, pol.copied, self.copies)
+        except Exception as e:  # noqa: BLE001 - said as a failed change: never silently
+            return [protect.Change("modified", c.path, "failed",
+                                   f"not written back ({type(e).__name__}: {e})")
+                    for c in pol.copied]
+        out = []
+        for r in results:
+            if r["action"] == "unchanged":
+                continue
+            detail = r["detail"]
+            if r.get("aside"):
+                where = os.path.join(state_dir("copied"), self.snapshot.run_id,
+                                     os.path.basename(r["path"]))
+                try:
+                    os.makedirs(os.path.dirname(where), 0o700, exist_ok=True)
+                    fd = os.open(where, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+                                 | os.O_CLOEXEC, 0o600)
+                    with os.fdopen(fd, "wb") as f:
+                        f.write(base64.b64decode(r["aside"]))
+                    detail += f"; the agent's version is kept at {where}"
+                except OSError as e:
+                    detail += (f"; the agent's version stays in the agent home only "
+                               f"(cannot keep it aside: {e.strerror})")
+            change = protect.Change("created" if r["action"] == "created" else "modified",
+                                    r["path"], r["action"], detail, alert=bool(r["alert"]))
+            if not change.alert and r.get("aside"):
+                say(f"{printable(r['path'])}: {printable(detail)}")
+            out.append(change)
+        return out
+
     def _exit_check(self, mount_ns: bool, say: Warn, keep: Any = None) -> Any:
         """verify_and_revert and its report.  A failure of the check is said
         loudly and never replaces the agent's exit status. keep: an exclusive
@@ -941,6 +989,12 @@ class Session:
                 f"{printable(f'{type(e).__name__}: {e}')}): inspect .git/hooks, "
                 ".git/config, .envrc, .vscode and the other protected paths before running "
                 "git or opening the editor in the workdir")
+            # the copies are judged on their own: unjudged, the next start would drop them
+            copies = protect.Report(changes=self._write_back_copies(say))
+            for ev in report_events(copies)[:-1]:
+                self.events.emit(ev)
+            if copies.alerts:
+                say(protect.format_report(copies))
             return None
         first_q = any(c.quarantine for c in report.changes)
         for snap in self.snapshots[1:]:
@@ -959,6 +1013,7 @@ class Session:
             report.seconds += more.seconds
             if more.quarantine_dir and any(c.quarantine for c in more.changes):
                 report.other_quarantine.append(more.quarantine_dir)
+        report.changes.extend(self._write_back_copies(say))
         if not first_q and report.other_quarantine:
             # the quarantine named first is one that holds something
             report.quarantine_dir = report.other_quarantine.pop(0)

@@ -594,9 +594,10 @@ def test_no_agent_home_keeps_the_accounts_home(sandbox, homes):
 
 
 def test_claude_json_saved_like_claude_code_reaches_the_real_file(sandbox, agent_files, homes):
-    """Claude Code saves ~/.claude.json by resolving the link one hop, writing a
+    """Claude Code saves ~/.claude.json by resolving a link one hop, writing a
     temporary file beside the target and renaming it; where that fails it writes in
-    place. Through the agent home's link that lands in the real file, as before."""
+    place (with a refusal). The agent home holds a copy of its own (filesystem.copied):
+    the atomic save works there, and the real file gets it at exit."""
     _home(sandbox, homes, "-p", "claude-code")
     code = r'''
 import os, json
@@ -616,7 +617,8 @@ except OSError:
 print(json.dumps({"how": how, "islink": os.path.islink(p)}))
 '''
     p, r = sandbox.py(code, "-p", "claude-code")
-    assert r == {"how": "in place", "islink": True}, (r, p.stderr)
+    assert r == {"how": "atomic", "islink": False}, (r, p.stderr)
+    assert p.returncode == 0 and "denied" not in p.stderr, p.stderr
     with open(os.path.join(agent_files, ".claude.json")) as f:
         assert json.load(f) == {"numStartups": 2}
 

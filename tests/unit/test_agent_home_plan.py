@@ -58,7 +58,7 @@ def test_links_are_the_outermost_grants_in_home(home):
     ah = os.path.join(home, ".local/state/confine/homes/x")
     links = dict(_home.links_for(pol, home, ah))
     assert links[".claude"] == os.path.join(home, ".claude")
-    assert links[".claude.json"] == os.path.join(home, ".claude.json")
+    assert ".claude.json" not in links     # a copy (filesystem.copied), never a link
     assert links[".gitconfig"] == os.path.join(home, ".gitconfig")
     assert links[".config/git/config"] == os.path.join(home, ".config/git/config")
     assert links[".local/bin"] == os.path.join(home, ".local/bin")
