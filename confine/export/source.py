@@ -29,8 +29,8 @@ import tempfile
 
 from ..errors import ConfineError
 from ..paths import is_under
+from ..policy import copied, stateroots
 from ..policy import load as _load
-from ..policy import stateroots
 from ..policy.model import PathGrant, Policy
 from ..policy.patterns import compile_patterns, effective
 from ..record import dataclass
@@ -101,7 +101,18 @@ def with_optional(policy: Policy) -> Policy:
                 texts.append("/" + stateroots._literal(rel) + "/")
         pats = compile_patterns(texts)
         roots.append(stateroots.StateRoot(path, path, template, it.where, tuple(p.text for p in pats)))
-    return dataclasses.replace(policy, state_roots=tuple(roots), **out)
+    copied_ = list(policy.copied)
+    have = {c.template for c in copied_}
+    for entry in fs.get("copied", []):
+        it = entry["path"]
+        template = str(it.value).lstrip("?")
+        if template in have:
+            continue
+        have.add(template)
+        path = os.path.normpath(_load.expand(template, vars))
+        copied_.append(copied.Copied(path, os.path.relpath(path, policy.home), template, it.where,
+                                     tuple(str(k.value) for k in entry.get("protected_keys", []))))
+    return dataclasses.replace(policy, state_roots=tuple(roots), copied=tuple(copied_), **out)
 
 
 @dataclass(frozen=True)
@@ -117,13 +128,22 @@ class ProtectedRoot:
 
 
 def writes(policy: Policy) -> tuple[PathGrant, ...]:
-    """The writable paths: the write grants and every state root (once)."""
+    """The writable paths: the write grants, every state root and every copied file
+    (once). A copied file (`filesystem.copied:`, ~/.claude.json) is given to a
+    `confine exec` agent as a copy whose run-later keys are put back at exit; an
+    exported profile has no such exit, so the file is granted as a write grant was
+    (docs/export.md says what that leaves open)."""
     out = list(policy.write)
     have = {g.template for g in out}
     for r in policy.state_roots:
         if r.template not in have:
             have.add(r.template)
             out.append(PathGrant(path=r.path, template=r.template, source=r.source,
+                                 optional=True))
+    for c in policy.copied:
+        if c.template not in have:
+            have.add(c.template)
+            out.append(PathGrant(path=c.path, template=c.template, source=c.source,
                                  optional=True))
     return tuple(out)
 

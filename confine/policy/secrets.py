@@ -23,6 +23,10 @@ HOME_SECRETS = (
     "~/.bash_history", "~/.zsh_history", "~/.histfile", "~/.python_history",
     "~/.node_repl_history", "~/.psql_history", "~/.mysql_history", "~/.sqlite_history",
     "~/.lesshst", "~/.local/share/fish/fish_history", "~/.wget-hsts",
+    # confine's own: the key that closes every run's record (journal/store.py) and the
+    # values kept for revoking minted credentials (credentials/pending.py), of a person
+    # whose state is in the default place
+    "~/.local/state/confine/keys", "~/.local/state/confine/credentials",
 )
 
 SYSTEM_SECRETS = (
@@ -33,6 +37,7 @@ SYSTEM_SECRETS = (
     "/etc/ppp/pap-secrets", "/etc/credstore", "/etc/credstore.encrypted",
     "/etc/letsencrypt/keys", "/etc/letsencrypt/archive", "/etc/docker/key.json",
     "/etc/libvirt/secrets",
+    "/var/lib/confine/keys", "/var/lib/confine/credentials",   # root's, as above
 )
 
 

@@ -15,7 +15,7 @@ PROFILES = Path(__file__).resolve().parents[2] / "profiles"
 HOSTS = {
     "claude-code": {"api.anthropic.com", "console.anthropic.com", "platform.claude.com", "claude.ai",
                     "statsig.anthropic.com"},
-    "codex": {"api.openai.com", "chatgpt.com", "auth.openai.com"},
+    "codex": {"api.openai.com", "chatgpt.com", "auth.openai.com", "ab.chatgpt.com"},
 }
 
 
