@@ -31,6 +31,18 @@ PLANT = {
     ".local/share/claude/versions/1/claude": "#!/bin/sh\necho real claude\n",
 }
 TOPS = (".claude", ".claude.json", ".codex", ".local/share/claude")
+LOGINS = (".claude/.credentials.json", ".codex/auth.json")    # logins: in the profiles
+
+
+def _without_namespaces(sb, home: str, allowed: dict, login: str, key: str):
+    """The landlock layers only: a login file is given as a placeholder copy bound over
+    it, which needs a mount namespace; with the file there the run is refused by name
+    (checked here), so the rest of the test runs without it."""
+    sb = sb.without_namespaces()
+    p = sb.run(["true"], "-p", "claude-code" if login.startswith(".claude") else "codex")
+    assert p.returncode == 125 and "needs a mount namespace" in p.stderr, p.stderr
+    os.unlink(os.path.join(home, login))
+    return sb, {k: v for k, v in allowed.items() if k != key}
 
 
 def _chown_tree(path: str, pw) -> None:
@@ -64,6 +76,8 @@ def agent_home(test_user):
         with open(p, "w") as f:
             f.write(text)
     os.chmod(os.path.join(home, PLANT_EXE), 0o755)
+    for login in LOGINS:
+        os.chmod(os.path.join(home, login), 0o600)     # as the agents make them
     for t in TOPS:
         _chown_tree(os.path.join(home, t), test_user)
     yield home
@@ -186,7 +200,8 @@ HELD_OR_DENIED = {"create", "mkdir", "unlink", "rename"}
 
 
 def _check(sb, profile, denied, allowed, home):
-    before = {rel: open(os.path.join(home, rel), "rb").read() for rel in PLANT}
+    before = {rel: open(os.path.join(home, rel), "rb").read() for rel in PLANT
+              if os.path.exists(os.path.join(home, rel))}
     # reads first: without a mount namespace a removal below succeeds until the exit check
     acts = {**{k: v for k, v in allowed.items() if v[0] in ("read", "list")}, **denied,
             **allowed}
@@ -239,16 +254,18 @@ for name, (kind, a, *rest) in P["acts"].items():
 
 @pytest.mark.parametrize("layers", ["all", "landlock"])
 def test_claude_code_hooks_commands_executables_read_only(sandbox, agent_home, layers):
-    sb = sandbox if layers == "all" else sandbox.without_namespaces()
+    sb, allowed = (sandbox, CLAUDE_ALLOWED) if layers == "all" else _without_namespaces(
+        sandbox, agent_home, CLAUDE_ALLOWED, LOGINS[0], "credentials")
     _outside_control(sb, agent_home, CLAUDE_DENIED)
-    _check(sb, "claude-code", CLAUDE_DENIED, CLAUDE_ALLOWED, agent_home)
+    _check(sb, "claude-code", CLAUDE_DENIED, allowed, agent_home)
 
 
 @pytest.mark.parametrize("layers", ["all", "landlock"])
 def test_codex_config_read_only(sandbox, agent_home, layers):
-    sb = sandbox if layers == "all" else sandbox.without_namespaces()
+    sb, allowed = (sandbox, CODEX_ALLOWED) if layers == "all" else _without_namespaces(
+        sandbox, agent_home, CODEX_ALLOWED, LOGINS[1], "auth_refresh")
     _outside_control(sb, agent_home, CODEX_DENIED)
-    _check(sb, "codex", CODEX_DENIED, CODEX_ALLOWED, agent_home)
+    _check(sb, "codex", CODEX_DENIED, allowed, agent_home)
 
 
 @pytest.mark.parametrize("spelled", ["{home}", "{home}/.local", "{home}/.config",
