@@ -21,6 +21,8 @@ def state(tmp_path, monkeypatch):
     """The state directories in tmp_path, whoever runs the unit tier (root's would
     be /var/lib/confine)."""
     monkeypatch.setattr(store, "state_dir", lambda name, **_: str(tmp_path / name))
+    # and the fallback (/tmp/confine-state-UID), which earlier runs of the account may fill
+    monkeypatch.setattr(store, "fallback_base", lambda: str(tmp_path / "fallback"))
     monkeypatch.delenv(writer.LINES_ENV, raising=False)
     return tmp_path
 
