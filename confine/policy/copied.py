@@ -30,10 +30,10 @@ from typing import Any, NoReturn
 
 from ..paths import is_under
 from ..record import dataclass
+from . import entries
 
 __all__ = ["Copied", "parse", "resolve", "key_error"]
 
-KEYS = ("path", "protected_keys")
 _KEY = re.compile(r"^(?:\*|[^.*]+)(?:\.(?:\*|[^.*]+))*$")
 
 
@@ -58,50 +58,14 @@ def key_error(v: object) -> str | None:
     return None
 
 
-def parse(node: Any, full: str, *, yaml: Any, scalar: Callable[[Any, str], Any],
-          where: Callable[[Any], str], fail: Callable[[Any, str], NoReturn],
-          path_error: Callable[[str], str | None],
+def parse(p: entries.Loader, node: Any, full: str, *, yaml: Any,
+          path_error: Callable[[object], str | None],
           item: Callable[[object, str], Any]) -> list[dict[str, Any]]:
-    """The YAML list under `full` -> [{"path": Item, "protected_keys": [Item, ...]}]
-    (the loader lends its helpers: load.py owns YAML and Item)."""
-    if isinstance(node, yaml.ScalarNode) and node.tag == "tag:yaml.org,2002:null":
-        return []
-    if not isinstance(node, yaml.SequenceNode):
-        fail(node, f"{full!r} must be a list of mappings with keys {', '.join(KEYS)}")
-    out: list[dict[str, Any]] = []
-    for el in node.value:
-        if not isinstance(el, yaml.MappingNode):
-            fail(el, f"{full}: each entry is a mapping with keys {', '.join(KEYS)} "
-                     "(e.g. - path: ?~/.claude.json)")
-        entry: dict[str, Any] = {}
-        for k, v in el.value:
-            key = k.value if isinstance(k, yaml.ScalarNode) else None
-            if key not in KEYS:
-                fail(k, f"unknown key {full + '.' + str(key)!r} (valid keys: {', '.join(KEYS)})")
-            if key in entry:
-                fail(k, f"duplicate key {full}.{key}")
-            if key == "path":
-                p = scalar(v, f"{full}.path")
-                why = path_error(p) if isinstance(p, str) else f"{p!r} is not a path"
-                if why:
-                    fail(v, f"{full}.path: {why}")
-                entry[key] = item(p, where(v))
-                continue
-            if not isinstance(v, yaml.SequenceNode):
-                fail(v, f"{full}.protected_keys must be a list of key paths")
-            keys: list[Any] = []
-            for kel in v.value:
-                t = scalar(kel, f"{full}.protected_keys")
-                why = key_error(t)
-                if why:
-                    fail(kel, f"{full}.protected_keys: {why}")
-                keys.append(item(str(t), where(kel)))
-            entry[key] = keys
-        if "path" not in entry:
-            fail(el, f"{full}: an entry without 'path'")
-        entry.setdefault("protected_keys", [])
-        out.append(entry)
-    return out
+    """The YAML list under `full` -> [{"path": Item, "protected_keys": [Item, ...]}]."""
+    return entries.parse(p, node, full, yaml=yaml, item=item, list_key="protected_keys",
+                         example="?~/.claude.json", path_error=path_error,
+                         element_error=lambda _earlier, v: key_error(v),
+                         list_shape="a list of key paths")
 
 
 def resolve(entries: list[dict[str, Any]], expand: Callable[[str], str],

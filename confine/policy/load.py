@@ -241,14 +241,11 @@ class _Parser:
         if kind == "credentials":
             return _creds.parse(self, node, full, Item)
         if kind == "stateroots":
-            return stateroots.parse(node, full, yaml=yaml, scalar=self.scalar, where=self.where,
-                                    fail=self.fail, path_error=lambda n, v: _path_error(v),
-                                    item=Item)
+            return stateroots.parse(self, node, full, yaml=yaml, path_error=_path_error, item=Item)
         if kind == "logins":
             return _logins.parse(self, node, full, Item)
         if kind == "copied":
-            return copied.parse(node, full, yaml=yaml, scalar=self.scalar, where=self.where,
-                                fail=self.fail, path_error=_path_error, item=Item)
+            return copied.parse(self, node, full, yaml=yaml, path_error=_path_error, item=Item)
         if kind == "netdefault":
             v = self.scalar(node, full)
             if v not in NETWORK_DEFAULTS:

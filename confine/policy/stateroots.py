@@ -41,11 +41,10 @@ from typing import Any, NoReturn
 
 from ..paths import is_under
 from ..record import dataclass
+from . import entries
 from .patterns import Pattern, compile_patterns
 
 __all__ = ["StateRoot", "parse", "resolve", "covers"]
-
-KEYS = ("path", "protected")
 
 
 @dataclass(frozen=True)
@@ -57,54 +56,23 @@ class StateRoot:
     patterns: tuple[str, ...]      # its own protected patterns, normalised
 
 
-def parse(node: Any, full: str, *, yaml: Any, scalar: Callable[[Any, str], Any],
-          where: Callable[[Any], str], fail: Callable[[Any, str], NoReturn],
-          path_error: Callable[[Any, str], str | None],
+def parse(p: entries.Loader, node: Any, full: str, *, yaml: Any,
+          path_error: Callable[[object], str | None],
           item: Callable[[object, str], Any]) -> list[dict[str, Any]]:
-    """The YAML list under `full` -> [{"path": Item, "protected": [Item, ...]}].
-    The loader's parser lends its helpers (load.py owns YAML and Item)."""
-    if isinstance(node, yaml.ScalarNode) and node.tag == "tag:yaml.org,2002:null":
-        return []
-    if not isinstance(node, yaml.SequenceNode):
-        fail(node, f"{full!r} must be a list of mappings with keys {', '.join(KEYS)}")
-    out: list[dict[str, Any]] = []
-    for el in node.value:
-        if not isinstance(el, yaml.MappingNode):
-            fail(el, f"{full}: each entry is a mapping with keys {', '.join(KEYS)} "
-                     "(e.g. - path: ?~/.claude)")
-        entry: dict[str, Any] = {}
-        for k, v in el.value:
-            key = k.value if isinstance(k, yaml.ScalarNode) else None
-            if key not in KEYS:
-                fail(k, f"unknown key {full + '.' + str(key)!r} (valid keys: {', '.join(KEYS)})")
-            if key in entry:
-                fail(k, f"duplicate key {full}.{key}")
-            if key == "path":
-                p = scalar(v, f"{full}.path")
-                why = path_error(v, str(p)) if isinstance(p, str) else f"{p!r} is not a path"
-                if why:
-                    fail(v, f"{full}.path: {why}")
-                entry[key] = item(p, where(v))
-                continue
-            if not isinstance(v, yaml.SequenceNode):
-                fail(v, f"{full}.protected must be a list of patterns")
-            pats: list[Any] = []
-            for pel in v.value:
-                t = scalar(pel, f"{full}.protected")
-                if not isinstance(t, str) or t.strip().startswith("!"):
-                    fail(pel, f"{full}.protected: {t!r}: a state root's patterns add to the "
-                              "workdir's, never remove one ('!')")
-                try:
-                    compile_patterns([str(i.value) for i in pats] + [str(t)])
-                except ValueError as e:
-                    fail(pel, f"{full}.protected: {e}")
-                pats.append(item(str(t), where(pel)))
-            entry[key] = pats
-        if "path" not in entry:
-            fail(el, f"{full}: an entry without 'path'")
-        entry.setdefault("protected", [])
-        out.append(entry)
-    return out
+    """The YAML list under `full` -> [{"path": Item, "protected": [Item, ...]}]."""
+    return entries.parse(p, node, full, yaml=yaml, item=item, list_key="protected",
+                         example="?~/.claude", path_error=path_error,
+                         element_error=_pattern_error, list_shape="a list of patterns")
+
+
+def _pattern_error(earlier: list[str], v: object) -> str | None:
+    if not isinstance(v, str) or v.strip().startswith("!"):
+        return f"{v!r}: a state root's patterns add to the workdir's, never remove one ('!')"
+    try:
+        compile_patterns([*earlier, v])
+    except ValueError as e:
+        return str(e)
+    return None
 
 
 def covers(patterns: Sequence[Pattern], rel: str) -> bool:
