@@ -26,9 +26,10 @@ import dataclasses
 import os
 import shutil
 import tempfile
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 from ..errors import ConfineError
-from ..paths import is_under
 from ..policy import copied, stateroots
 from ..policy import load as _load
 from ..policy.model import PathGrant, Policy
@@ -67,52 +68,44 @@ def with_optional(policy: Policy) -> Policy:
     raw, _ = _load.read_layers(policy.sources[0])
     fs = raw.get("filesystem", {})
     vars = {"workdir": policy.workdir, "home": policy.home, "tmp": policy.tmp}
-    out = {}
+    out: dict[str, Any] = {}
     for key in ("read", "write", "devices"):
-        grants = list(getattr(policy, key))
-        have = {g.template for g in grants}
-        for item in fs.get(key, []):
-            text = str(item.value)
-            template = text.lstrip("?")
-            if text.startswith("?") and template not in have:
-                have.add(template)
-                path = os.path.normpath(_load.expand(template, vars))
-                grants.append(PathGrant(path=path, template=template, source=item.where,
-                                        optional=True))
-        out[key] = tuple(grants)
-    roots = list(policy.state_roots)
-    have = {r.template for r in roots}
-    for entry in fs.get("state_roots", []):
-        it = entry["path"]
-        template = str(it.value).lstrip("?")
-        if template in have:
-            continue
-        have.add(template)
-        path = os.path.normpath(_load.expand(template, vars))
-        texts = [str(p.value) for p in entry["protected"]]
+        grants = getattr(policy, key)
+        out[key] = grants + tuple(
+            PathGrant(path=path, template=template, source=it.where, optional=True)
+            for _, it, template, path in _left_out(grants, fs.get(key, []), vars))
+    roots = []
+    for entry, it, template, path in _left_out(policy.state_roots, fs.get("state_roots", []), vars):
         # as stateroots.resolve: the profile's own read_only entries inside become
         # patterns of the root; a tree, as whether one is a directory is the
         # deploying machine's to know (a tree protects the name itself too)
-        for g in policy.read_only:
-            if g.source.startswith("built-in") or g.path == path or not is_under(g.path, path):
-                continue
-            rel = os.path.relpath(g.path, path)
-            if not stateroots.covers(compile_patterns(texts), rel):
-                texts.append("/" + stateroots._literal(rel) + "/")
+        texts = [str(p.value) for p in entry["protected"]]
         pats = compile_patterns(texts)
+        for g in policy.read_only:
+            rel = None if g.source.startswith("built-in") else stateroots.uncovered(pats, path, g.path)
+            if rel is not None:
+                texts.append(stateroots.literal(rel, True))
+                pats = compile_patterns(texts)
         roots.append(stateroots.StateRoot(path, path, template, it.where, tuple(p.text for p in pats)))
-    copied_ = list(policy.copied)
-    have = {c.template for c in copied_}
-    for entry in fs.get("copied", []):
-        it = entry["path"]
-        template = str(it.value).lstrip("?")
-        if template in have:
-            continue
-        have.add(template)
-        path = os.path.normpath(_load.expand(template, vars))
-        copied_.append(copied.Copied(path, os.path.relpath(path, policy.home), template, it.where,
-                                     tuple(str(k.value) for k in entry.get("protected_keys", []))))
-    return dataclasses.replace(policy, state_roots=tuple(roots), copied=tuple(copied_), **out)
+    copies = [copied.Copied(path, os.path.relpath(path, policy.home), template, it.where,
+                            tuple(str(k.value) for k in entry.get("protected_keys", [])))
+              for entry, it, template, path in _left_out(policy.copied, fs.get("copied", []), vars)]
+    return dataclasses.replace(policy, state_roots=policy.state_roots + tuple(roots),
+                               copied=policy.copied + tuple(copies), **out)
+
+
+def _left_out(have: Iterable[Any], entries: Iterable[Any],
+              vars: dict[str, str]) -> Iterator[tuple[Any, Any, str, str]]:
+    """(entry, its path item, template, path) of each optional ('?') entry the loader
+    left out (missing here); `have`: what it kept (anything with a `template`)."""
+    seen = {h.template for h in have}
+    for entry in entries:
+        it = entry["path"] if isinstance(entry, dict) else entry
+        text = str(it.value)
+        template = text.lstrip("?")
+        if text.startswith("?") and template not in seen:
+            seen.add(template)
+            yield entry, it, template, os.path.normpath(_load.expand(template, vars))
 
 
 @dataclass(frozen=True)

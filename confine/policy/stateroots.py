@@ -44,7 +44,7 @@ from ..record import dataclass
 from . import entries
 from .patterns import Pattern, compile_patterns
 
-__all__ = ["StateRoot", "parse", "resolve", "covers"]
+__all__ = ["StateRoot", "parse", "resolve", "covers", "uncovered", "literal"]
 
 
 @dataclass(frozen=True)
@@ -93,10 +93,21 @@ def covers(patterns: Sequence[Pattern], rel: str) -> bool:
     return False
 
 
-def _literal(rel: str) -> str:
-    """A root-relative path as a pattern matching only itself."""
-    return "/".join("".join("[" + c + "]" if c in "*?[" else c for c in comp)
-                    for comp in rel.split("/"))
+def literal(rel: str, tree: bool) -> str:
+    """A root-relative path as an anchored pattern matching only itself (and what is
+    under it, for a tree)."""
+    return "/" + "/".join("".join("[" + c + "]" if c in "*?[" else c for c in comp)
+                          for comp in rel.split("/")) + ("/" if tree else "")
+
+
+def uncovered(patterns: Sequence[Pattern], base: str, ro: str) -> str | None:
+    """A read-only entry `ro` strictly inside the root at `base` that `patterns` do
+    not protect, as root-relative; else None. The profile's own such entries become
+    patterns of the root (`literal`); a built-in one refuses it."""
+    if not is_under(ro, base) or ro == base:
+        return None
+    rel = os.path.relpath(ro, base)
+    return None if covers(patterns, rel) else rel
 
 
 def resolve(entries: list[dict[str, Any]], expand: Callable[[str], str],
@@ -127,20 +138,17 @@ def resolve(entries: list[dict[str, Any]], expand: Callable[[str], str],
                 fail(it.where, f"{template} ({p}): not writable: {why}")
         texts = [str(p.value) for p in e["protected"]]
         pats = compile_patterns(texts)
-        for ro, ro_template, builtin in read_only:
-            for base in dict.fromkeys((spelled, real)):
-                if not is_under(ro, base) or ro == base:
+        for base in dict.fromkeys((spelled, real)):
+            for ro, ro_template, builtin in read_only:
+                rel = uncovered(pats, base, ro)
+                if rel is None:
                     continue
-                rel = os.path.relpath(ro, base)
-                if covers(pats, rel):
-                    continue
-                if not builtin:
-                    texts.append("/" + _literal(rel) + ("/" if os.path.isdir(ro) else ""))
-                    pats = compile_patterns(texts)
-                    continue
-                fail(it.where, f"state root {template}: {ro_template} runs later and "
-                     f"stays read-only under every write grant; add a pattern that "
-                     f"protects it (e.g. /{rel}) to its protected list")
+                if builtin:
+                    fail(it.where, f"state root {template}: {ro_template} runs later and "
+                         f"stays read-only under every write grant; add a pattern that "
+                         f"protects it (e.g. /{rel}) to its protected list")
+                texts.append(literal(rel, os.path.isdir(ro)))
+                pats = compile_patterns(texts)
         items.append(type(it)(text, it.where))
         roots.append(StateRoot(real, spelled, template, it.where, tuple(p.text for p in pats)))
     return items, tuple(roots)
