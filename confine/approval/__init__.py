@@ -36,7 +36,7 @@ def build(policy: Any, *, command: str | None = None, socket_path: str | None = 
           validate: Callable[[str], None] | None = None, tty: str = "/dev/tty",
           timeout: float | None = None) -> Engine:
     """The run's engine: the profile's approvals, the approver the flags chose (the
-    same one the gateway asks through: engine.approver, engine.name)."""
+    one every kind asks through: network, credential uses, ssh-agent signatures, ...)."""
     approver, name = choose(command, socket_path, tty=tty, timeout=timeout, run=run,
                             workdir=policy.workdir)
     writer = ProfileWriter(policy.sources[0] if policy.sources else None,
