@@ -126,27 +126,33 @@ def _approvals(record):
 
 @pytest.mark.parametrize("mode", ["root", "user"])
 def test_two_kinds_asked_together_come_one_at_a_time(mode, egress_net, test_user):
-    """A destination and a credential's use asked at the same moment: the decider gets
-    them as two kinds, the second only once the first is answered, in the order asked;
-    the run's record holds one approval event for each. Controls: both allowed (once)
-    reach the origin, the credential's request with the real value."""
-    decider = Timed(["once", "once"], delay=0.6)
+    """A destination and a credential's use asked at about the same moment: the decider
+    gets them as two kinds, the second only once the first is answered (it waited in
+    the one queue meanwhile), in the order the record lists them; the run's record
+    holds one approval event for each. Controls: both allowed (once) reach the origin,
+    the credential's request with the real value."""
+    delay = 1.0
+    decider = Timed(["once", "once"], delay=delay)
     try:
         plan = {"together": [["net", "https://other.test/n", False, ""],
-                             ["cred", "https://allowed.test/c", True, "", 0.25]]}
+                             ["cred", "https://allowed.test/c", True, "", 0.3]]}
         out, record, seen, p = _run(mode, test_user, egress_net, ["allowed.test"], plan, decider)
     finally:
         decider.close()
     qs = decider.questions
-    assert [q["kind"] for q in qs] == ["network", "credential"], (json.dumps(qs), out, p.stderr)
-    assert qs[0]["subject"]["host"] == "other.test"
-    assert qs[1]["subject"]["name"] == "FORGE_TOKEN" and qs[1]["subject"]["host"] == "allowed.test"
+    assert sorted(q["kind"] for q in qs) == ["credential", "network"], (json.dumps(qs), out, p.stderr)
+    by_kind = {q["kind"]: q for q in qs}
+    assert by_kind["network"]["subject"]["host"] == "other.test"
+    assert by_kind["credential"]["subject"]["name"] == "FORGE_TOKEN"
+    assert by_kind["credential"]["subject"]["host"] == "allowed.test"
     assert TOKEN not in json.dumps(qs)
     (a0, a1), (b0, b1) = decider.spans
     assert b0 >= a1 - 0.01, decider.spans              # one at a time: never two open
     assert [q["id"] for q in qs] == [1, 2]              # one approver, one numbering
     asked = _approvals(record)
-    assert [(e["of"], e["answer"]) for e in asked] == [("network", "once"), ("credential", "once")], asked
+    assert [(e["of"], e["answer"]) for e in asked] == [(q["kind"], "once") for q in qs], asked
+    # the second was asked while the first was open: it waited its turn in the queue
+    assert asked[1]["latency_ms"] >= (delay + 0.15) * 1000, asked
     assert not [e for e in record if e.get("event") == "ask"]   # no second record of the same decision
     # controls: both went through, the credential swapped in at the origin
     assert out["net"].startswith("ok hello") and out["cred"].startswith("ok hello"), out
