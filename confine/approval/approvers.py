@@ -14,8 +14,9 @@ Threat, for all three: an unclear answer allows. Only an explicit allow
 allows; no terminal, a closed one, a timeout, a key not offered, a program
 that fails, a decider that is absent, dead, slow, or sends anything but one
 well-formed answer to this very question: deny, with the reason.
-One question at a time across all of them (the lock _ONE): the person sees
-one prompt, not the gateway's and the mediator's on top of each other.
+One question at a time: the run's engine has one queue and one thread that
+asks (engine.py); the lock _ONE keeps it so for engines that share an
+approver (a gateway tested on its own).
 """
 from __future__ import annotations
 
@@ -46,13 +47,30 @@ FRAME_VERSION = 1
 _ONE = threading.Lock()
 
 
-def _norm(q: Any, offered: Any) -> tuple[Event, tuple[str, ...]]:
-    """(event, answers offered) from the engine's call or the gateway's (a network
-    Question and "profile offered" as a bool)."""
-    ev = q.event if not isinstance(q, Event) else q
-    if isinstance(offered, bool):
-        offered = ANSWERS if offered else ("once", "run", "deny")
-    return ev, tuple(offered)
+def _legacy(ev: Event) -> dict[str, Any]:
+    """The first shape of a question (the gateway's, before the engine: host, port,
+    via, entry, pid, exe at the top level), kept for the kinds that had it so
+    existing --approver programs go on working."""
+    s, p = ev.subject, ev.process
+    exe = p.get("exe")
+    if p.get("cmdline"):
+        exe = f"{exe or '?'} ({p['cmdline']})"
+    if ev.kind == "network":
+        out = {k: s.get(k) for k in ("host", "port", "via", "entry")}
+    elif ev.kind == "credential":
+        port = s.get("port") or 443
+        out = {"host": s.get("host"), "port": port, "via": "credential",
+               "entry": f"credential {s.get('name')}: {s.get('use')} by "
+                        f"{p.get('cmdline') or p.get('exe') or '?'}"}
+    elif ev.kind == "ssh_agent":
+        file = s.get("use") == "file"
+        out = {"host": f"sshsig:{s.get('namespace')}" if file else s.get("host"),
+               "port": None if file else s.get("port"),
+               "via": f"ssh-agent to sign {'a file ' if file else ''}with {s.get('key')}"}
+        out["entry"] = out["host"] if out["port"] in (None, 443) else f"{out['host']}:{out['port']}"
+    else:
+        return {}
+    return {**out, "pid": p.get("pid"), "exe": exe}
 
 
 # --- the terminal ---
@@ -77,8 +95,7 @@ class TtyApprover:
         self.path = path
         self.timeout = timeout
 
-    def __call__(self, q: Any, offered: Any) -> tuple[str, str]:
-        ev, offer = _norm(q, offered)
+    def __call__(self, ev: Event, offer: tuple[str, ...]) -> tuple[str, str]:
         with _ONE:
             return self._open(ev, "profile" in offer)
 
@@ -104,8 +121,9 @@ class TtyApprover:
         mine[6][termios.VMIN] = 1
         mine[6][termios.VTIME] = 0
         keys = "[o]nce [r]un " + ("[p]rofile " if offer_profile else "") + "[d]eny"
-        pid, exe = q.process.get("pid"), q.process.get("exe")
-        who = f"pid {pid} {_printable(str(exe or '?'), 40)}" if pid else "the agent"
+        pid, exe, cmd = q.process.get("pid"), q.process.get("exe"), q.process.get("cmdline")
+        shown = f"{exe or '?'} ({cmd})" if cmd else str(exe or "?")
+        who = f"pid {pid} {_printable(shown, 40)}" if pid else "the agent"
         line = f" confine: {who} wants {q.shown()}: allow {keys}? "
         try:
             cols = os.get_terminal_size(fd).columns
@@ -174,18 +192,14 @@ class CommandApprover:
         self.timeout = timeout
         self.env = dict(os.environ) if env is None else env
 
-    def __call__(self, q: Any, offered: Any) -> tuple[str, str]:
-        ev, offer = _norm(q, offered)
+    def __call__(self, ev: Event, offer: tuple[str, ...]) -> tuple[str, str]:
         with _ONE:
             return self._run(ev, offer)
 
     def _run(self, ev: Event, offer: tuple[str, ...]) -> tuple[str, str]:
         offer_profile = "profile" in offer
-        event: dict[str, Any] = {"event": "ask", "version": 1, **ev.to_dict(), "choices": list(offer)}
-        if ev.kind == "network":
-            # the first shape of this question (network only), kept for existing approvers
-            event.update({k: ev.subject.get(k) for k in ("host", "port", "via", "entry")})
-            event.update({"pid": ev.process.get("pid"), "exe": ev.process.get("exe")})
+        event: dict[str, Any] = {"event": "ask", "version": 1, **ev.to_dict(), "choices": list(offer),
+                                 **_legacy(ev)}
         try:
             p = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                  env=self.env, start_new_session=True, close_fds=True)
@@ -313,8 +327,7 @@ class SocketApprover:
         self.timeout = timeout
         self._next = 0
 
-    def __call__(self, q: Any, offered: Any) -> tuple[str, str]:
-        ev, offer = _norm(q, offered)
+    def __call__(self, ev: Event, offer: tuple[str, ...]) -> tuple[str, str]:
         with _ONE:
             self._next += 1
             return self.ask(ev, offer, self._next)
@@ -377,6 +390,6 @@ def choose(command: str | None, socket_path: str | None, *, tty: str = "/dev/tty
 
 
 def deny_all(reason: str) -> Any:
-    def approver(q: Any, offered: Any) -> tuple[str, str]:
+    def approver(ev: Event, offer: tuple[str, ...]) -> tuple[str, str]:
         return "deny", reason
     return approver

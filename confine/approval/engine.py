@@ -8,16 +8,24 @@ The threats, and the answer to each:
 - an unclear answer allows: only an explicit once/run/profile allows; no
   approver, a timeout, a dead decider, an approver that fails, a question the
   queue cannot take: deny, with the reason;
-- an agent flooding the person: one question at a time (a single worker
-  thread), the same question asked once while it waits (concurrent callers
-  share the answer), at most MAX_PENDING waiting (more are denied at once),
-  every answer but "once" remembered for the run, denials included, and what
-  is remembered bounded (MAX_REMEMBERED);
+- an agent flooding the person: one question at a time, of every kind (a
+  single worker thread: the gateway's, the credential swap's, the
+  ssh-agent's and the mediator's questions share one queue, in order), the
+  same question asked once while it waits (concurrent callers share the
+  answer), at most MAX_PENDING waiting (more are denied at once), every
+  answer but "once" remembered for the run, denials included, by the same
+  rule for every kind (Event.key), and what is remembered bounded
+  (MAX_REMEMBERED);
+- an answer about one kind taken for another: what is remembered is keyed by
+  the kind first, so a "run" for a host never answers a credential's use or
+  a signature toward it;
 - the agent answering its own question: the approvers never read the agent's
   stdin (see approvers.py);
 - a caller left waiting: `decide` takes a wait; `submit` never blocks (the
   mediator's single thread must go on answering other calls), its callback
-  runs on the engine's thread once the answer is in.
+  runs on the engine's thread once the answer is in. A caller that gave up
+  waiting (a DNS query, which the client retries) finds an "once" answer
+  kept ONCE_HOLD seconds.
 
 Every verdict goes to the run's event stream (one dict, kind "approval").
 """
@@ -34,10 +42,20 @@ from ..policy.approvals import DEFAULTS, FIELD, Approvals
 from ..record import dataclass, field
 
 KINDS = tuple(DEFAULTS)
+# Kinds whose only policy is the caller's own (the ssh_agent section decides
+# allow, deny or ask): never ruled by `approvals:`, submitted with ask=True.
+ASK_ONLY = ("ssh_agent",)
 ALLOW = ("once", "run", "profile")
 ANSWERS = (*ALLOW, "deny")
 MAX_REMEMBERED = 4096     # answers remembered for the run (the agent chooses the subjects)
 MAX_PENDING = 32          # questions waiting for the person; more are denied at once
+ONCE_HOLD = 60.0          # an "once" nobody was waiting for any more (a DNS retry) is kept this long
+# What an answer is remembered by, beyond the field rules match (policy FIELD):
+# a destination is a host and a port, a credential's use its name and host, a
+# signature its key and what it is for.
+_KEY = {"network": ("host", "port"), "credential": ("name", "host"),
+        "ssh_agent": ("key", "host", "port", "namespace")}
+Key = tuple[Any, ...]
 
 Log = Callable[[dict[str, Any]], None]
 
@@ -45,20 +63,45 @@ Log = Callable[[dict[str, Any]], None]
 @dataclass(frozen=True)
 class Event:
     """An action to decide. subject, by kind (docs/approvals.md):
-    network {host, port, via}; unix_socket {path}; protected_write {path (workdir-relative)};
-    deletions {count, path}; credential {name, use}; exec {path}.
-    process: {pid, exe} of the agent's process, where known."""
+    network {host, port, via, entry}; unix_socket {path}; protected_write {path
+    (workdir-relative)}; deletions {count, path}; credential {name, use, host, port,
+    method, path}; ssh_agent {key, use, host, port, namespace}; exec {path}.
+    process: {pid, exe, cmdline} of the agent's process, where known."""
     kind: str
     subject: Mapping[str, Any]
     process: Mapping[str, Any] = field(default_factory=dict)
 
     @property
-    def key(self) -> tuple[str, str]:
-        """What an answer is remembered by: the subject's field rules match."""
+    def key(self) -> Key:
+        """What an answer is remembered by: the kind, then the subject's field rules
+        match (_KEY where that is not all of it)."""
         if self.kind == "deletions":
             return ("deletions", "")      # a run's deletions are one question, not one per file
-        name, _ = FIELD[self.kind]
-        return (self.kind, str(self.subject.get(name, "")))
+        names = _KEY.get(self.kind) or (FIELD[self.kind][0],)
+        return (self.kind, *(_hashable(self.subject.get(n)) for n in names))
+
+    @property
+    def wider(self) -> Key | None:
+        """A key whose denial denies this event too: a lookup denied denies every port."""
+        if self.kind == "network" and self.subject.get("port") is not None:
+            return ("network", _hashable(self.subject.get("host")), None)
+        return None
+
+    def related(self) -> tuple[Key, ...]:
+        """Keys a "run" for this event allows too: a destination allowed for the run
+        answers its lookup, and a lookup allowed is the name on 443 (what an entry
+        without a port means)."""
+        if self.kind != "network":
+            return ()
+        host, port = self.key[1:]
+        return (("network", host, 443 if port is None else None),)
+
+    def follows(self) -> tuple[Key, ...]:
+        """Keys an "once" for this event answers too: the connection that follows a
+        lookup is the same request."""
+        if self.kind == "network" and self.subject.get("port") is None:
+            return (("network", self.key[1], 443),)
+        return ()
 
     def shown(self) -> str:
         s = self.subject
@@ -72,8 +115,18 @@ class Event:
         if self.kind == "deletions":
             return f"delete {printable(str(s.get('path', '?')))} ({s.get('count')} deleted this run)"
         if self.kind == "credential":
+            if s.get("method") and s.get("host"):
+                return (f"to send {printable(str(s.get('name')))} with {printable(str(s['method']))} "
+                        f"{printable(str(s['host']))}{printable(str(s.get('path') or ''))}")
             return f"use credential {printable(str(s.get('name')))}" + (
                 f" ({printable(str(s['use']))})" if s.get("use") else "")
+        if self.kind == "ssh_agent":
+            if s.get("use") == "file":
+                return (f"ssh-agent to sign a file with {printable(str(s.get('key')))} for "
+                        f"sshsig:{printable(str(s.get('namespace')))}")
+            port = s.get("port")
+            return (f"ssh-agent to sign with {printable(str(s.get('key')))} for "
+                    f"{printable(str(s.get('host')))}" + (f":{port}" if port not in (None, 22) else ""))
         return f"run {printable(str(s.get('path')))}"
 
     def to_dict(self) -> dict[str, Any]:
@@ -96,13 +149,16 @@ class Verdict:
 Approver = Callable[[Event, tuple[str, ...]], tuple[str, str]]
 
 
+def _hashable(v: Any) -> Any:
+    return v if v is None or isinstance(v, (str, int)) else str(v)
+
+
 @dataclass
 class _Pending:
     event: Event
-    done: threading.Event = field(default_factory=threading.Event)
-    verdict: Verdict | None = None
     callbacks: list[Callable[[Verdict], None]] = field(default_factory=list)
     asked_at: float = 0.0
+    waiting: int = 0              # callers still waiting (decide's wait not run out)
 
 
 class Engine:
@@ -118,9 +174,10 @@ class Engine:
         self.profile = profile
         self._events = events
         self._lock = threading.Lock()
-        self._allowed: set[tuple[str, str]] = set()
-        self._denied: set[tuple[str, str]] = set()
-        self._pending: dict[tuple[str, str], _Pending] = {}
+        self._allowed: set[Key] = set()
+        self._denied: set[Key] = set()
+        self._once: dict[Key, float] = {}      # key -> until (monotonic): an "once" held
+        self._pending: dict[Key, _Pending] = {}
         self._queue: list[_Pending] = []
         self._wake = threading.Condition(self._lock)
         self._worker: threading.Thread | None = None
@@ -149,30 +206,46 @@ class Engine:
         return self.approvals.asks(kind)
 
     # --- deciding ---
-    def decide(self, ev: Event, wait: float | None = None) -> Verdict:
+    def decide(self, ev: Event, wait: float | None = None, *, ask: bool = False) -> Verdict:
         """The verdict, waiting at most `wait` seconds for an answer (None: until
-        the approver's own timeout); Verdict("pending") if it is not in yet."""
+        the approver's own timeout); Verdict("pending") if it is not in yet.
+        ask: the caller's own policy decided "ask" (the gateway's host rules, a
+        binding's or the ssh_agent section's decision): the profile's
+        `approvals:` rules are not consulted again."""
         box: list[Verdict] = []
         got = threading.Event()
 
         def done(v: Verdict) -> None:
             box.append(v)
             got.set()
-        self.submit(ev, done)
-        got.wait(wait)
+        p = self._submit(ev, done, ask)
+        if not got.wait(wait) and p is not None:
+            with self._lock:
+                if not got.is_set():
+                    p.waiting -= 1       # gave up: an "once" is then held for the retry
         return box[0] if box else Verdict("pending", "the question is not answered yet", self.name)
 
-    def submit(self, ev: Event, done: Callable[[Verdict], None]) -> None:
+    def submit(self, ev: Event, done: Callable[[Verdict], None], *, ask: bool = False) -> None:
         """Decide without blocking: `done(verdict)` runs here when no question is
         needed, else on the engine's thread once answered."""
-        if ev.kind not in DEFAULTS:
-            return self._finish(ev, Verdict("deny", f"unknown kind {ev.kind!r}", "engine"), [done])
-        decision, rule = self.approvals.decide(ev.kind, dict(ev.subject))
+        self._submit(ev, done, ask)
+
+    def _submit(self, ev: Event, done: Callable[[Verdict], None], ask: bool) -> _Pending | None:
+        if ev.kind in ASK_ONLY and ask:
+            decision, rule = "ask", ""
+        elif ev.kind not in DEFAULTS:
+            self._finish(ev, Verdict("deny", f"unknown kind {ev.kind!r}", "engine"), [done])
+            return None
+        elif ask:
+            decision, rule = "ask", ""
+        else:
+            decision, rule = self.approvals.decide(ev.kind, dict(ev.subject))
         if decision != "ask":
-            return self._finish(ev, Verdict(decision, "", rule), [done])
+            self._finish(ev, Verdict(decision, "", rule), [done])
+            return None
         key = ev.key
         with self._lock:
-            hit = self._remembered(key)
+            hit = self._remembered(ev)
             if hit is None:
                 p = self._pending.get(key)
                 if p is None and len(self._pending) >= MAX_PENDING:
@@ -185,9 +258,11 @@ class Engine:
                     self._wake.notify()
                 if p is not None:
                     p.callbacks.append(done)
-                    return None
+                    p.waiting += 1
+                    return p
         assert hit is not None
-        return self._finish(ev, hit, [done])
+        self._finish(ev, hit, [done])
+        return None
 
     def submit_for(self, kind: str, subject: Mapping[str, Any], pid: int | None,
                    done: Callable[[Verdict], None]) -> None:
@@ -195,20 +270,35 @@ class Engine:
         (the mediator: it imports nothing of the engine)."""
         self.submit(Event(kind, dict(subject), process_of(pid)), done)
 
-    def _remembered(self, key: tuple[str, str]) -> Verdict | None:
-        if key in self._denied:
+    def _remembered(self, ev: Event) -> Verdict | None:
+        key, wider = ev.key, ev.wider
+        if key in self._denied or (wider is not None and wider in self._denied):
             return Verdict("deny", "denied earlier in this run", "remembered", "deny")
         if key in self._allowed:
             return Verdict("allow", "allowed earlier in this run", "remembered", "run")
+        until = self._once.pop(key, None)
+        if until is not None and until >= time.monotonic():
+            return Verdict("allow", "allowed once", "remembered", "once")
         return None
 
-    def _remember(self, key: tuple[str, str], v: Verdict) -> None:
-        if len(self._allowed) + len(self._denied) >= MAX_REMEMBERED:
+    def _remember(self, ev: Event, v: Verdict, waiting: int) -> None:
+        """The same for every kind: a deny and a run (or profile) answer for the
+        rest of the run, an once for the caller that asked (and held a while for
+        one that gave up waiting)."""
+        if len(self._allowed) + len(self._denied) + len(self._once) >= MAX_REMEMBERED:
             return   # bounded: later questions are asked again
+        key = ev.key
         if v.answer == "deny":
             self._denied.add(key)
         elif v.answer in ("run", "profile"):
             self._allowed.add(key)
+            self._allowed.update(ev.related())
+        elif v.answer == "once":
+            until = time.monotonic() + ONCE_HOLD
+            for k in ev.follows():
+                self._once[k] = until
+            if waiting <= 0:
+                self._once[key] = until
 
     def _start_worker(self) -> None:
         if self._worker is None:
@@ -226,7 +316,7 @@ class Engine:
             v = self._ask(p.event)
             with self._lock:
                 self._pending.pop(p.event.key, None)
-                self._remember(p.event.key, v)
+                self._remember(p.event, v, p.waiting)
                 callbacks = list(p.callbacks)
             self._finish(p.event, v, callbacks, time.monotonic() - p.asked_at)
 
@@ -283,13 +373,19 @@ class Engine:
                 pass
 
 
-def process_of(pid: int | None) -> dict[str, Any]:
-    """{pid, exe} of an agent's process, for the question (the exe is shown, never trusted)."""
+def process_of(pid: int | None, exe: str | None = None, cmdline: str = "") -> dict[str, Any]:
+    """{pid, exe, cmdline} of an agent's process, for the question (shown, never
+    trusted); exe read from /proc where the caller does not know it."""
     if not pid:
         return {}
     out: dict[str, Any] = {"pid": pid}
-    try:
-        out["exe"] = os.readlink(f"/proc/{pid}/exe")
-    except OSError:
-        pass
+    if exe is None:
+        try:
+            exe = os.readlink(f"/proc/{pid}/exe")
+        except OSError:
+            pass
+    if exe:
+        out["exe"] = exe
+    if cmdline:
+        out["cmdline"] = cmdline
     return out

@@ -268,9 +268,7 @@ def build(policy: Any, events: Events, resolv_conf: str = RESOLV_CONF,
     # one is never edited); a candidate is accepted only if the loader takes it.
     ask = make_asker(policy.network.default, approver,
                      policy.sources[0] if policy.sources else None, events.emit,
-                     validate=lambda path: _validate_profile(path, policy),
-                     backend=(engine.approver, engine.name) if engine is not None
-                     and engine.approver is not None else None)
+                     validate=lambda path: _validate_profile(path, policy), engine=engine)
     kw: dict[str, Any] = {} if ask is None else {"ask": ask}
     dns = DNSServer(resolver, host=LOOPBACK, log=log, **kw)
     swap = _swap(credentials, policy, log, events, approver, engine)
@@ -293,10 +291,8 @@ def _swap(credentials: Sequence[Binding], policy: Any, log: Any, events: Events,
     from ..credentials.swap import Swap
     from ..credentials.use import Judge
     # each use decided (and recorded) by the run's Judge; its questions go to the
-    # run's approver (terminal, --approver or --approver-socket), as the engine's do
-    judge = Judge(events.emit, approver)
-    if engine is not None and engine.approver is not None:
-        judge._backend = engine.approver
+    # run's approval engine, in the one queue with every other question of the run
+    judge = Judge(events.emit, approver, engine=engine)
     return Swap(credentials, RunCA(), upstream_ca=policy.network.upstream_ca, emit=log,
                 decide=judge.decide_use)
 

@@ -60,8 +60,10 @@ class Agent:
     gid: int
     proxy: proto.Proxy | None = None
 
-    def start(self, events: Events, approver: str | None) -> None:
-        """Bind the socket (the TMPDIR is what the agent will see) and serve it."""
+    def start(self, events: Events, approver: str | None = None) -> None:
+        """Bind the socket (the TMPDIR is what the agent will see) and serve it.
+        Questions go to the run's approval engine (events.approval), whose approver
+        the flags chose; `approver` is kept for the caller's signature only."""
         d = os.path.dirname(self.path)
         lsock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
         try:
@@ -81,7 +83,7 @@ class Agent:
             events.refused(key, line, ev, layer="ssh-agent")
         self.proxy = proto.Proxy(self.policy, self.upstream, self.host_keys,
                                  emit=events.emit, refused=refused,
-                                 ask=ask_person(approver, events) if self.policy.decision == "ask"
+                                 ask=ask_person(events) if self.policy.decision == "ask"
                                  else None, who=who, pending_peer=pending_peer, peer_uid=self.uid)
         self.proxy.start(lsock)
         events.emit({"event": "ssh-agent", "kind": "start", "socket": self.path,
@@ -132,35 +134,30 @@ def prepare(plan: Plan, tmp: str | None, parent_env: Mapping[str, str],
                   uid=ident.uid, gid=ident.gid))
 
 
-# --- the one place that asks the person (the approval engine replaces this) ---
-def ask_person(approver: str | None, events: Events) -> proto.Ask:
-    """The asker of `network.default: ask` (terminal or --approver), put to one use
-    of a key. Its own asker: an answer here never allows a network destination.
-    "run" is remembered for the host (or namespace) for the rest of the run."""
-    from ..gateway.approve import Question, make_asker
-
-    class SignQuestion(Question):
-        def shown(self) -> str:
-            return f"{self.via} for {self.host}" + (
-                f":{self.port}" if self.port not in (None, 22) else "")
-
-    asker = make_asker("ask", approver, None, events.emit)
-    assert asker is not None
-    if getattr(asker, "approver", "") == "non-interactive":
+# --- asking: through the run's approval engine ---
+def ask_person(events: Events) -> proto.Ask:
+    """One use of a key put to the run's approval engine (kind "ssh_agent": the run's
+    one queue, approver and memory; the ssh_agent section decided "ask", so the
+    profile's approvals rules are not consulted). An answer here never allows a
+    network destination (the engine remembers by kind); "run" is remembered for
+    the key and the host (or namespace) for the rest of the run."""
+    from ..approval import Event
+    engine = events.approval
+    if engine is None or engine.approver is None or engine.name == "non-interactive":
         events.warn("ssh_agent.decision is ask, but there is no terminal to ask on and no "
                     "--approver: every signature will be refused")
 
     def ask(use: proto.Use) -> tuple[bool, str]:
+        if engine is None:
+            return False, "nobody can be asked"
         if use.kind == "login" and use.dest is not None:
-            q = SignQuestion(host=use.dest[0], port=use.dest[1],
-                             via=f"ssh-agent to sign with {use.key}", pid=use.pid,
-                             exe=f"{use.exe or '?'} ({use.cmdline})"[:MAX_CMDLINE])
+            subject = {"key": use.key, "use": "login", "host": use.dest[0], "port": use.dest[1]}
         else:
-            q = SignQuestion(host=f"sshsig:{use.namespace}", port=None,
-                             via=f"ssh-agent to sign a file with {use.key}", pid=use.pid,
-                             exe=f"{use.exe or '?'} ({use.cmdline})"[:MAX_CMDLINE])
-        a = asker(q)
-        return a.allowed, a.rule
+            subject = {"key": use.key, "use": "file", "namespace": use.namespace}
+        process = {k: v for k, v in (("pid", use.pid), ("exe", use.exe),
+                                     ("cmdline", use.cmdline[:MAX_CMDLINE])) if v}
+        v = engine.decide(Event("ssh_agent", subject, process), ask=True)
+        return v.allowed, f"ask {v.answer or v.decision} ({v.by})"
     return ask
 
 

@@ -369,6 +369,37 @@ def test_ask_through_an_approver(sandbox, forge, agent):
                for e in log), log
 
 
+@pytest.mark.parametrize("sandbox", ["user"], indirect=True)
+def test_ask_through_the_runs_approver_socket(sandbox, forge, agent):
+    """decision: ask with --approver-socket: a signature is a question of the run's one
+    approval engine, kind ssh_agent (key, host, port, the process's command line), to
+    the same decider as every other kind; answered once, the push goes through, and
+    the next one is asked again (denied: refused). One approval event each."""
+    import sys
+    sys.path.insert(0, os.path.dirname(__file__))
+    from deciders import Decider
+    prof = _profile(sandbox, forge, decision="ask")
+    branch = os.path.basename(sandbox.workdir)
+    push = (PUSH.format(url=forge.url(), branch=branch)
+            + f" && git push -q {forge.url()} main:{branch}-again && echo AGAIN")
+    d = Decider(["once"])
+    try:
+        p, _ = _exec(sandbox, agent, prof, push, "--approver-socket", d.path,
+                     env=_git_env(sandbox, forge))
+    finally:
+        d.close()
+    assert "PUSHED" in p.stdout and "AGAIN" not in p.stdout, (p.stdout, p.stderr)
+    assert [q["kind"] for q in d.questions] == ["ssh_agent", "ssh_agent"], d.questions
+    for q in d.questions:
+        assert q["subject"]["key"] == forge.fp_listed and q["subject"]["use"] == "login", q
+        assert (q["subject"]["host"], q["subject"]["port"]) == ("127.0.0.1", forge.port), q
+        assert forge.repo in q["process"].get("cmdline", ""), q
+    with open(os.path.join(os.path.dirname(prof), "log.jsonl")) as f:
+        record = [json.loads(x) for x in f if x.strip()]
+    asked = [(e["of"], e.get("answer")) for e in record if e.get("event") == "approval"]
+    assert asked == [("ssh_agent", "once"), ("ssh_agent", "deny")], asked
+
+
 def test_refused_when_the_real_agent_lies_where_the_agent_may_connect(sandbox, forge, agent):
     """The person's agent socket in the workdir: the agent could connect to it itself,
     so the run is refused (125, one line). Control: the same run with the socket outside."""

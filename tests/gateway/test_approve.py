@@ -18,10 +18,15 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import yaml
 
+from confine.approval import Engine
+from confine.approval.approvers import TtyApprover
+from confine.approval.network import Asker, make_asker
+from confine.approval.profile import ProfileWriter, insert_allow
 from confine.errors import ConfineError
 from confine.gateway import DNSServer, Gateway, Limits, Pins, Resolver, Rules
 from confine.gateway import dnswire as w
-from confine.gateway.approve import Answer, Asker, ProfileWriter, Question, TtyBackend, insert_allow, make_asker
+from confine.gateway.approve import Answer, Question
+from confine.policy.approvals import Approvals
 
 from .test_dns import ask as dns_query
 from .test_proxy import tls_get, tunnel
@@ -144,7 +149,8 @@ def test_approver_once_allows_one_connection(ask_stack, approver, https_origin, 
     assert "profile" not in q["choices"]                   # no profile file: not offered
     ev = st.connects(2)[0]
     assert ev["decision"] == "allow" and ev["approver"].startswith("command ") and ev["rule"].startswith("ask once")
-    assert [e["decision"] for e in events] == ["once", "once"]
+    # the run's record: one approval event per question, from the engine
+    assert [(e["of"], e["answer"]) for e in events] == [("network", "once"), ("network", "once")]
     # control: a host the rules allow is never asked
     assert get(st, "allowed.test", p, tls_files[0]).startswith("sni=allowed.test")
     assert len(approver.asked()) == 2
@@ -319,7 +325,7 @@ def test_profile_that_does_not_load_is_not_written(tmp_path):
         w_.add("x.test")
     assert prof.read_text() == PROFILE
     # the asker then allows for the run only, and says so
-    asker = Asker(lambda q, offered: ("profile", ""), "test", profile=w_)
+    asker = Asker(Engine(Approvals(), lambda ev, offered: ("profile", ""), "test", profile=w_))
     a = asker(Question("x.test", 443))
     assert a.decision == "run" and "not added to the profile" in a.reason
 
@@ -336,14 +342,16 @@ def test_builtin_profile_never_edited(tmp_path):
         w_.add("x.test")
     assert prof.read_text() == PROFILE
     asked = []
-    asker = Asker(lambda q, offered: (asked.append(offered), ("profile", ""))[1], "test", profile=w_)
-    assert asker(Question("x.test", 443)).decision == "run" and asked == [False]
+    asker = Asker(Engine(Approvals(), lambda ev, offered: (asked.append(offered), ("profile", ""))[1],
+                         "test", profile=w_))
+    # not offered: an answer outside the choices is a deny (only an offered allow allows)
+    assert asker(Question("x.test", 443)).decision == "deny" and asked == [("once", "run", "deny")]
     # control: the same file elsewhere is edited
     other = tmp_path / "mine.yaml"
     other.write_text(PROFILE)
     assert ProfileWriter(str(other), builtin_dirs=(str(d),)).add("x.test") is True
     # the shipped profiles are built-ins by default
-    from confine.gateway.approve import _builtin_dirs
+    from confine.approval.profile import _builtin_dirs
     shipped = os.path.join(_builtin_dirs()[-1], "default.yaml")
     assert ProfileWriter(shipped, builtin_dirs=_builtin_dirs()).why_not() == "the profile is a built-in"
 
@@ -358,7 +366,7 @@ def test_unwritable_profile_refused(tmp_path):
 
 WRITER = """
 import sys
-from confine.gateway.approve import ProfileWriter
+from confine.approval.profile import ProfileWriter
 w = ProfileWriter(sys.argv[1])
 for i in range(int(sys.argv[3])):
     w.add(f"h{i}.{sys.argv[2]}.test")
@@ -414,7 +422,8 @@ def test_make_asker_deny_is_none_and_default_checked():
 
 # --- no terminal -----------------------------------------------------------------------------
 NON_INTERACTIVE = """
-from confine.gateway.approve import make_asker, Question
+from confine.approval.network import make_asker
+from confine.gateway.approve import Question
 a = make_asker("ask", None, None, None)
 r = a(Question("x.test", 443))
 print(r.decision, r.approver)
@@ -432,7 +441,8 @@ def test_non_interactive_denies():
 # --- a pseudo-terminal -----------------------------------------------------------------------
 PTY_CHILD = """
 import json, os, subprocess, sys, termios, tty
-from confine.gateway.approve import make_asker, Question
+from confine.approval.network import make_asker
+from confine.gateway.approve import Question
 out = sys.argv[1]
 fd = os.open("/dev/tty", os.O_RDWR)
 if len(sys.argv) > 2:
@@ -514,7 +524,8 @@ def test_pty_other_key_denies(tmp_path):
 
 def test_tty_backend_not_foreground_denies():
     # opened but not a terminal at all: denied, never a guess
-    assert TtyBackend("/dev/null")(Question("x.test", 443), False)[0] == "deny"
+    from confine.approval.network import event_of
+    assert TtyApprover("/dev/null")(event_of(Question("x.test", 443)), ("once", "run", "deny"))[0] == "deny"
 
 
 def test_answer_rule_and_allowed():
@@ -527,15 +538,15 @@ def test_answer_rule_and_allowed():
 def test_a_flood_of_names_is_bounded():
     """Each DNS waiter gives up after its wait, but its question stays queued for the retry:
     an agent asking for endless names must not grow the queue (or the person's evening)."""
-    from confine.gateway import approve
+    from confine.approval import engine as approve
     gate = threading.Event()
     asked = []
 
-    def slow(q, offered):
-        asked.append(q.host)
+    def slow(ev, offered):
+        asked.append(ev.subject["host"])
         gate.wait(10)
         return "deny", ""
-    a = Asker(slow, "test")
+    a = Asker(Engine(Approvals(), slow, "test"))
     try:
         out = [a(Question(f"n{i}.flood.test", None, "dns", wait=0.01)) for i in range(approve.MAX_PENDING + 20)]
         assert [x.decision for x in out[:approve.MAX_PENDING]] == ["pending"] * approve.MAX_PENDING

@@ -187,6 +187,35 @@ def test_one_question_at_a_time_and_flood_bounded():
     assert sum(v.allowed for v in out) == engine_mod.MAX_PENDING
 
 
+def test_one_memory_by_kind_and_the_callers_ask():
+    """Every kind is remembered the same way, keyed by the kind first: a run for a host
+    (network) does not answer a credential's use toward it nor a signature toward it;
+    a credential's deny is remembered like any kind's. ask=True: the caller's own
+    policy decided to ask (here no approvals rule would have asked at all)."""
+    asked = []
+
+    def approver(ev, offered):
+        asked.append(ev.kind)
+        return {"network": "run", "credential": "deny", "ssh_agent": "once"}[ev.kind], ""
+    e = Engine(Approvals(), approver, "test")
+    net = Event("network", {"host": "h.test", "port": 443, "via": "proxy"})
+    cred = Event("credential", {"name": "T", "host": "h.test", "port": 443, "method": "GET"})
+    sign = Event("ssh_agent", {"key": "SHA256:k", "use": "login", "host": "h.test", "port": 443})
+    assert e.decide(net, 5, ask=True).answer == "run"
+    assert not e.decide(cred, 5, ask=True).allowed                      # asked: not the host's run
+    assert e.decide(sign, 5, ask=True).answer == "once"                  # asked too
+    assert e.decide(net, 5, ask=True).by == "remembered"
+    assert e.decide(Event("network", {"host": "h.test", "port": None}), 5, ask=True).allowed  # its lookup
+    v = e.decide(cred, 5, ask=True)
+    assert not v.allowed and v.by == "remembered"                        # a deny, remembered
+    assert e.decide(Event("credential", {"name": "T", "host": "other.test"}), 5, ask=True).by != "remembered"
+    assert asked == ["network", "credential", "ssh_agent", "credential"]
+    # without ask=True the profile's rules decide: credential's default is allow, unasked
+    assert e.decide(Event("credential", {"name": "U", "host": "h.test"}), 5).by != "test"
+    assert not e.decide(sign, 5).allowed                                 # asked only, never ruled
+    assert len(asked) == 4
+
+
 # --- the socket approver ---
 
 class _Server:

@@ -126,18 +126,17 @@ def test_nothing_imports_the_cli():
 
 def test_gateway_is_self_contained():
     # the gateway core reads no policy, plan or runtime: the wiring hands it Rules
-    # (approve.py is the old name of the approval engine's network kind, re-exported)
+    # and its asker (the run's approval engine, as a callable: it never imports it)
     allowed = ("confine.gateway", "confine.errors", "confine.kernel.sysfs", "confine.record")
     bad = {(m, t) for m, t in _edges(_graph(), "confine.gateway")
-           if not any(_under(t, ok) for ok in allowed)
-           and not (m == "confine.gateway.approve" and _under(t, "confine.approval"))}
+           if not any(_under(t, ok) for ok in allowed)}
     assert bad == set()
 
 
 def test_approval_engine_is_below_the_runtime():
     # the engine decides; the runtime wires it to the gateway and the mediator
     allowed = ("confine.approval", "confine.policy", "confine.errors", "confine.record",
-               "confine.gateway.rules")
+               "confine.gateway.rules", "confine.gateway.approve")
     bad = {(m, t) for m, t in _edges(_graph(), "confine.approval")
            if not any(_under(t, ok) for ok in allowed)}
     assert bad == set()
@@ -155,12 +154,12 @@ def test_journal_is_below_the_runtime():
 def test_credentials_are_called_in():
     # the credential sources, the ssh-agent proxy: the runtime and the gateway's wiring
     # call them, never the other way round (credentials/__init__.py); the approval
-    # machinery is reached through one adapter (credentials/use.py `ask`); of the
-    # gateway, the swap reuses only the pure parsers (the gateway calls in through its
+    # engine is reached from one place (credentials/use.py `Judge`); of the gateway,
+    # the swap reuses only the pure parsers (the gateway calls in through its
     # `credentials=` hook, never an import)
     allowed = ("confine.credentials", "confine.policy", "confine.errors", "confine.paths",
                "confine.kernel", "confine.record", "confine.gateway.rules",
-               "confine.gateway.approve", "confine.gateway.http1", "confine.approval")
+               "confine.gateway.http1", "confine.approval")
     bad = {(m, t) for m, t in _edges(_graph(), "confine.credentials")
            if not any(_under(t, ok) for ok in allowed)}
     assert bad == set()
@@ -173,7 +172,7 @@ def test_undo_calls_out_only():
     g = _graph()
     allowed = ("confine.undo", "confine.errors", "confine.paths", "confine.record",
                "confine.kernel", "confine.protect.keep", "confine.protect.held",
-               "confine.protect.revert", "confine.gateway.approve", "confine.digest")
+               "confine.protect.revert", "confine.digest")
     bad = {(m, t) for m, t in _edges(g, "confine.undo")
            if not any(_under(t, ok) for ok in allowed)}
     assert bad == set()
