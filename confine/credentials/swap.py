@@ -58,7 +58,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol, cast
 
 from ..errors import ConfineError
 from ..gateway import http1
@@ -618,7 +618,7 @@ class _Scanner:
         k = self.keep
         self.tail = bytes(buf[n - k:n]) if n >= k else (self.tail + bytes(buf[:n]))[max(0, len(self.tail) + n - k):]
 
-    def _raise(self, b: Binding) -> None:
+    def _raise(self, b: Binding) -> NoReturn:
         r = self.hit(b, False)
         raise r if r is not None else Refusal(f"{b.name} seen", 0)
 

@@ -25,7 +25,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from .binding import Binding, Target
+from .binding import Binding
 
 Emit = Callable[[dict[str, object]], None]
 MAX_REMEMBERED = 1024
