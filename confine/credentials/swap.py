@@ -348,7 +348,10 @@ class Swap:
             # else: mid-response; the connection ends without close_notify, so the
             # client sees a cut, not a complete answer
         finally:
-            got = origin.obj.session
+            # a resumed session is good for the next connection too: taking it again
+            # would cost a copy (CPython copies a session through DER both ways, 0.2-0.4
+            # ms each, on this machine), so only a new one is kept
+            got = None if origin.obj.session_reused else origin.obj.session
             if got is not None:
                 with self._lock:
                     self._sessions[(host, port)] = got
