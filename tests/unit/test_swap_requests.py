@@ -9,7 +9,7 @@ import base64
 import pytest
 
 from confine.credentials.binding import Binding, Target
-from confine.credentials.swap import Refusal, Swap, _Requests
+from confine.credentials.swap import Refusal, Swap, _Requests, _Scanner, _values
 from confine.gateway import http1
 
 PH, VALUE = "confine-ph-aaaa1111", "real-value-bbbb2222"
@@ -224,3 +224,24 @@ def test_plain_http_never_carries_a_placeholder():
 ])
 def test_targets(t, host, port, method, path, ok):
     assert t.matches(host, port, method, path) is ok
+
+
+@pytest.mark.parametrize("step", [1, 3, 7])
+def test_a_value_echoed_across_many_small_records_is_cut(step):
+    """The response side's search (the same `_Scanner`): a value the origin sends back in
+    pieces smaller than it is still found where it ends (the kept end spans several
+    pieces), and the connection is cut; whole in one piece it is put back to its
+    placeholder (the control)."""
+    s = swap()
+    scanner = _Scanner(_values(s.bindings), lambda b, replaced: s._log_echo(b, HOST, 443, replaced))
+    data = b"echo: " + VALUE.encode() + b" end"
+    out = b""
+    with pytest.raises(Refusal, match="sent the value of TOKEN back"):
+        for i in range(0, len(data), step):
+            buf = bytearray(data[i:i + step])
+            scanner.scan(buf, len(buf))
+            out += bytes(buf)
+    assert VALUE.encode() not in out
+    whole = bytearray(data)
+    _Scanner(_values(s.bindings), lambda b, replaced: s._log_echo(b, HOST, 443, replaced)).scan(whole, len(whole))
+    assert bytes(whole) == data.replace(VALUE.encode(), PH.encode())
