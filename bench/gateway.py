@@ -15,10 +15,12 @@ Loopback only: nothing leaves the machine. On loopback both paths are CPU-bound 
 gateway's crosses loopback twice, so the ratio is a floor for a real network path;
 --link=RATE (root) puts the origin behind a veth shaped to RATE in a network namespace of
 its own, which is what a download over a real link looks like (still this machine only).
-bench/run.py imports `measure`.
+bench/run.py imports `measure`; bench/tls_swap.py reuses the origin, the link and the
+measuring loops.
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import socket
@@ -29,11 +31,20 @@ import threading
 import time
 from typing import Callable
 
+# argv: the address to listen on; with a second argument (a PEM with the chain and key),
+# HTTPS instead of HTTP
 ORIGIN = r"""
-import socket, sys, threading
+import socket, ssl, sys, threading
 BUF = b"\0" * (1 << 20)
+ctx = None
+if len(sys.argv) > 2:
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(sys.argv[2])
 def one(c):
     try:
+        if ctx is not None:
+            c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            c = ctx.wrap_socket(c, server_side=True)
         head = b""
         while b"\r\n\r\n" not in head:
             d = c.recv(65536)
@@ -46,7 +57,9 @@ def one(c):
             k = min(n, len(BUF))
             c.sendall(BUF[:k])
             n -= k
-    except OSError:
+        if ctx is not None:
+            c.unwrap()
+    except (OSError, ValueError):
         pass
     finally:
         c.close()
@@ -88,26 +101,73 @@ def _get(addr: tuple[str, int], target: str, buf: bytearray) -> int:
     s = socket.create_connection(addr, timeout=60)
     try:
         s.sendall(f"GET {target} HTTP/1.1\r\nHost: {ORIGIN_HOST[0]}:{ORIGIN_PORT[0]}\r\n\r\n".encode())
-        got, head = 0, b""
-        view = memoryview(buf)
-        while True:
-            n = s.recv_into(view)
-            if not n:
-                break
-            if head is not None:
-                head += bytes(view[:n])
-                i = head.find(b"\r\n\r\n")
-                if i < 0:
-                    continue
-                if not head.startswith(b"HTTP/1.1 200"):
-                    raise RuntimeError(f"refused: {head[:80]!r}")
-                got += len(head) - i - 4
-                head = None
-                continue
-            got += n
-        return got
+        return body_length(s.recv_into, buf)
     finally:
         s.close()
+
+
+def body_length(recv_into: Callable[[memoryview], int], buf: bytearray) -> int:
+    """Read one 200 answer to its end (the origin closes after it): the body's length."""
+    got, head = 0, b""
+    view = memoryview(buf)
+    while True:
+        n = recv_into(view)
+        if not n:
+            return got
+        if head is not None:
+            head += bytes(view[:n])
+            i = head.find(b"\r\n\r\n")
+            if i < 0:
+                continue
+            if not head.startswith(b"HTTP/1.1 200"):
+                raise RuntimeError(f"refused: {head[:200]!r}")
+            got += len(head) - i - 4
+            head = None
+            continue
+        got += n
+
+
+def best_mb_s(get: Callable[[], int], size: int, reps: int) -> float:
+    """The best of `reps` downloads of `size` bytes, MB/s."""
+    best = 0.0
+    for _ in range(reps):
+        t = time.perf_counter()
+        n = get()
+        dt = time.perf_counter() - t
+        if n != size:
+            raise RuntimeError(f"{n} bytes of {size}")
+        best = max(best, size / dt / 1e6)
+    return round(best, 1)
+
+
+def setup_ms(get: Callable[[], int], reqs: int) -> dict:
+    """`reqs` sequential small requests after 20 to warm up: median and p90, ms."""
+    for _ in range(20):
+        get()
+    ts = []
+    for _ in range(reqs):
+        t = time.perf_counter()
+        get()
+        ts.append((time.perf_counter() - t) * 1000)
+    ts.sort()
+    return {"median": round(statistics.median(ts), 3), "p90": round(ts[int(len(ts) * 0.9)], 3)}
+
+
+def stop(procs: list[subprocess.Popen[str]]) -> None:
+    """End the helper processes (their stdin closed first: the gateway's signal to stop)."""
+    for p in procs:
+        try:
+            if p.stdin:
+                p.stdin.close()
+        except OSError:
+            pass
+        p.kill()
+        p.wait()
+
+
+def args() -> tuple[bool, str | None]:
+    """--quick, --link=RATE."""
+    return "--quick" in sys.argv, next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--link=")), None)
 
 
 ORIGIN_PORT = [0]
@@ -194,42 +254,18 @@ def measure(python: str = sys.executable, quick: bool = False, link: str | None 
         proxy = (("127.0.0.1", gport), lambda n: f"http://{host}:{oport}/size/{n}")
         buf = bytearray(1 << 20)
         for name, (addr, tgt) in (("direct", direct), ("gateway", proxy)):
-            best = 0.0
-            for _ in range(1 if quick else 3):
-                t = time.perf_counter()
-                n = _get(addr, tgt(size), buf)
-                dt = time.perf_counter() - t
-                if n != size:
-                    raise RuntimeError(f"{name}: {n} bytes of {size}")
-                best = max(best, size / dt / 1e6)
-            out[f"bulk_{name}_mb_s"] = round(best, 1)
+            out[f"bulk_{name}_mb_s"] = best_mb_s(functools.partial(_get, addr, tgt(size), buf), size, out["reps"])
         out["bulk_ratio"] = round(out["bulk_gateway_mb_s"] / out["bulk_direct_mb_s"], 3)
         small = bytearray(4096)
         for name, (addr, tgt) in (("direct", direct), ("gateway", proxy)):
-            for _ in range(20):
-                _get(addr, tgt(1), small)
-            ts = []
-            for _ in range(reqs):
-                t = time.perf_counter()
-                _get(addr, tgt(1), small)
-                ts.append((time.perf_counter() - t) * 1000)
-            ts.sort()
-            out[f"setup_{name}_ms"] = {"median": round(statistics.median(ts), 3),
-                                       "p90": round(ts[int(len(ts) * 0.9)], 3)}
+            out[f"setup_{name}_ms"] = setup_ms(functools.partial(_get, addr, tgt(1), small), reqs)
         out["setup_added_ms"] = round(out["setup_gateway_ms"]["median"] - out["setup_direct_ms"]["median"], 3)
         for name, (addr, tgt) in (("direct", direct), ("gateway", proxy)):
             out[f"concurrent_{name}"] = _concurrent(addr, tgt, conns)
         out["load"] = round(os.getloadavg()[0], 2)
         out["cores"] = os.cpu_count()
     finally:
-        for p in (gw, origin):
-            try:
-                if p.stdin:
-                    p.stdin.close()
-            except OSError:
-                pass
-            p.kill()
-            p.wait()
+        stop([gw, origin])
         if link:
             _link_down()
     return out
@@ -251,8 +287,7 @@ def render(r: dict) -> list[tuple[str, str, str, str]]:
 
 
 def main() -> int:
-    quick = "--quick" in sys.argv
-    link = next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--link=")), None)
+    quick, link = args()
     r = measure(sys.executable, quick, link)
     if "--json" in sys.argv:
         print(json.dumps(r, indent=1))

@@ -15,60 +15,26 @@ the run CA through the gateway). Three paths:
 Measured: one download of 1 GiB (quick: 256 MiB), MB/s and swap / direct; connection
 setup (TCP + TLS handshake + a 1-byte GET), median and p90, and the median added by the
 swap. --link=RATE (root) puts the origin behind a veth shaped to RATE in a network
-namespace of its own (bench/gateway.py's link; this machine only). Goals (issue 24):
+namespace of its own (bench/gateway.py's link; this machine only). The origin, the link
+and the measuring loops are bench/gateway.py's. Goals (issue 24):
 swap >= 0.8x direct over the 1 Gbit/s veth, < 2 ms added to connection setup.
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import socket
 import ssl
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gateway as gwb  # noqa: E402
 
 NAME = "forge.bench"
 PLACEHOLDER = "confine-bench-placeholder-0000"
-
-ORIGIN = r"""
-import socket, ssl, sys, threading
-BUF = b"\0" * (1 << 20)
-ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-ctx.load_cert_chain(sys.argv[2])
-def one(c):
-    try:
-        c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        c = ctx.wrap_socket(c, server_side=True)
-        head = b""
-        while b"\r\n\r\n" not in head:
-            d = c.recv(65536)
-            if not d:
-                return
-            head += d
-        n = int(head.split(b" ", 2)[1].rsplit(b"/", 1)[1])
-        c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n" % n)
-        while n > 0:
-            k = min(n, len(BUF))
-            c.sendall(BUF[:k])
-            n -= k
-        c.unwrap()
-    except (OSError, ValueError):
-        pass
-    finally:
-        c.close()
-s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind((sys.argv[1], 0)); s.listen(1024)
-print(s.getsockname()[1], flush=True)
-while True:
-    c, _ = s.accept()
-    threading.Thread(target=one, args=(c,), daemon=True).start()
-"""
 
 GATEWAY = r"""
 import sys
@@ -128,27 +94,13 @@ def _get(addr: tuple[str, int], port: int, ctx: ssl.SSLContext, size: int, proxy
         t = ctx.wrap_socket(s, server_hostname=NAME)
         t.sendall(f"GET /size/{size} HTTP/1.1\r\nHost: {NAME}:{port}\r\n"
                   f"Authorization: Bearer {PLACEHOLDER}\r\n\r\n".encode())
-        n_body, head = 0, b""
-        view = memoryview(buf)
-        while True:
+
+        def recv_into(view: memoryview) -> int:
             try:
-                n = t.recv_into(view)
-            except ssl.SSLEOFError:
-                n = 0
-            if not n:
-                break
-            if head is not None:
-                head += bytes(view[:n])
-                i = head.find(b"\r\n\r\n")
-                if i < 0:
-                    continue
-                if not head.startswith(b"HTTP/1.1 200"):
-                    raise RuntimeError(f"refused: {head[:200]!r}")
-                n_body += len(head) - i - 4
-                head = None
-                continue
-            n_body += n
-        return n_body
+                return t.recv_into(view)
+            except ssl.SSLEOFError:     # the origin's close without close_notify: the end
+                return 0
+        return gwb.body_length(recv_into, buf)
     finally:
         s.close()
 
@@ -175,7 +127,7 @@ def measure(python: str = sys.executable, quick: bool = False, link: str | None 
     out: dict = {"size_mib": size >> 20, "requests": reqs, "reps": 1 if quick else 3,
                  "path": f"veth shaped to {link}" if link else "loopback"}
     try:
-        origin, oport = gwb._start(pre + [python, "-c", ORIGIN, host, chain])
+        origin, oport = gwb._start(pre + [python, "-c", gwb.ORIGIN, host, chain])
         procs.append(origin)
         bundle = os.path.join(tmp, "run-ca.pem")
         tunnel, tport = gwb._start([python, "-c", GATEWAY, str(oport), host, "0", ca_file, bundle, NAME,
@@ -192,15 +144,8 @@ def measure(python: str = sys.executable, quick: bool = False, link: str | None 
         buf = bytearray(1 << 20)
         cpu0 = _cpu(swapgw.pid)
         for name, (addr, ctx, proxy) in paths.items():
-            best = 0.0
-            for _ in range(out["reps"]):
-                t = time.perf_counter()
-                n = _get(addr, oport, ctx, size, proxy, buf)
-                dt = time.perf_counter() - t
-                if n != size:
-                    raise RuntimeError(f"{name}: {n} bytes of {size}")
-                best = max(best, size / dt / 1e6)
-            out[f"bulk_{name}_mb_s"] = round(best, 1)
+            out[f"bulk_{name}_mb_s"] = gwb.best_mb_s(functools.partial(_get, addr, oport, ctx, size, proxy, buf), size,
+                                                     out["reps"])
         out["bulk_ratio"] = round(out["bulk_swap_mb_s"] / out["bulk_direct_mb_s"], 3)
         # the swap's own CPU per GiB relayed (decrypt + judge + encrypt): what bounds it
         # on a link faster than one core can re-encrypt
@@ -208,35 +153,20 @@ def measure(python: str = sys.executable, quick: bool = False, link: str | None 
         small = bytearray(4096)
         gw_of = {"tunnel": tunnel, "swap": swapgw}
         for name, (addr, ctx, proxy) in paths.items():
-            for _ in range(20):
-                _get(addr, oport, ctx, 1, proxy, small)
-            ts = []
             c0 = _cpu(gw_of[name].pid) if name in gw_of else 0.0
-            for _ in range(reqs):
-                t = time.perf_counter()
-                _get(addr, oport, ctx, 1, proxy, small)
-                ts.append((time.perf_counter() - t) * 1000)
-            ts.sort()
-            out[f"setup_{name}_ms"] = {"median": round(statistics.median(ts), 3),
-                                       "p90": round(ts[int(len(ts) * 0.9)], 3)}
+            out[f"setup_{name}_ms"] = gwb.setup_ms(functools.partial(_get, addr, oport, ctx, 1, proxy, small),
+                                                   reqs)
             if name in gw_of:
-                # the gateway's own CPU per connection: what the wall time is made of
-                # when the machine is idle (the wall time under load is mostly waiting)
-                out[f"setup_{name}_cpu_ms"] = round((_cpu(gw_of[name].pid) - c0) * 1000 / reqs, 3)
+                # the gateway's own CPU per connection (the 20 warm-up ones too): what the
+                # wall time is made of when the machine is idle (under load it is mostly waiting)
+                out[f"setup_{name}_cpu_ms"] = round((_cpu(gw_of[name].pid) - c0) * 1000 / (reqs + 20), 3)
         out["setup_added_ms"] = round(out["setup_swap_ms"]["median"] - out["setup_direct_ms"]["median"], 3)
         # what terminating TLS adds to the gateway's own cost (CONNECT, dial, relay)
         out["setup_added_vs_tunnel_ms"] = round(out["setup_swap_ms"]["median"] - out["setup_tunnel_ms"]["median"], 3)
         out["load"] = round(os.getloadavg()[0], 2)
         out["cores"] = os.cpu_count()
     finally:
-        for p in procs:
-            try:
-                if p.stdin:
-                    p.stdin.close()
-            except OSError:
-                pass
-            p.kill()
-            p.wait()
+        gwb.stop(procs)
         if link:
             gwb._link_down()
         for f in os.listdir(tmp):
@@ -262,8 +192,7 @@ def render(r: dict) -> list[tuple[str, str, str, str, str]]:
 
 
 def main() -> int:
-    quick = "--quick" in sys.argv
-    link = next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--link=")), None)
+    quick, link = gwb.args()
     r = measure(sys.executable, quick, link)
     if "--json" in sys.argv:
         print(json.dumps(r, indent=1))

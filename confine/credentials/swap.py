@@ -27,10 +27,24 @@ The threats, and the answer to each:
 - the origin sending the value back (an echoing endpoint): put back to its
   placeholder in the response where the lengths agree, else the connection is cut.
 
+A placeholder in a request body (a terminated connection's, or plain HTTP's
+through `plain_body`) is an attempted disclosure too: bodies are streamed, not
+buffered, and searched as they pass (`_Scanner`, which keeps the end of each piece
+so a placeholder split across TLS records or chunks is found where it ends, before
+that piece goes on); the request goes no further, the upstream connection is
+dropped, the agent gets 403 if no answer has started. The one body that carries a
+value is a login's token refresh (logins.py), to its endpoint only.
+
+Not searched, and why that cannot leak a value: a compressed body
+(Content-Encoding), what follows `Upgrade` (WebSocket frames, masked by the
+client), HTTP/2 (never offered: ALPN says http/1.1 only). The value is only ever
+written into a credential header of a request head toward a bound target, so
+whatever is not searched carries at most a placeholder, never a value.
+
 Plain HTTP never gets a value: `plain_refusal` finds a placeholder in a plain
-request head so the gateway refuses it. Request bodies are streamed unchanged
-and not searched. After `Upgrade` (WebSocket) the connection is relayed as
-bytes: nothing after it is swapped, so nothing after it can carry a value.
+request head so the gateway refuses it. After `Upgrade` (WebSocket) the connection
+is relayed as bytes: nothing after it is swapped, so nothing after it can carry a
+value.
 """
 from __future__ import annotations
 
@@ -44,7 +58,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol, cast
 
 from ..errors import ConfineError
 from ..gateway import http1
@@ -87,32 +101,6 @@ class Refusal(Exception):
         self.status = status
 
 
-def target_matches(t: Target, host: str, port: int, method: str, path: str) -> bool:
-    if t.host.startswith("*."):
-        if not host.endswith(t.host[1:]):
-            return False
-    elif host != t.host:
-        return False
-    if t.port is not None and t.port != port:
-        return False
-    if t.methods and method.upper() not in t.methods:
-        return False
-    if t.paths:
-        if not _plain_path(path):
-            return False
-        return any(path == p or path.startswith(p if p.endswith("/") else p + "/") for p in t.paths)
-    return True
-
-
-def _plain_path(path: str) -> bool:
-    """A path whose prefix means what it says: no dot segments, no backslash and no
-    percent-escape (a server may decode one into a dot or a slash), so `/repo/../other`
-    never matches the prefix `/repo`."""
-    if not path.startswith("/") or "\\" in path or "%" in path:
-        return False
-    return not any(seg in (".", "..") for seg in path.split("/"))
-
-
 def _clean_path(target: str) -> str:
     return target.split("?", 1)[0].split("#", 1)[0]
 
@@ -151,7 +139,7 @@ class Swap:
         # page) would hand the agent the value: in responses it is put back to its
         # placeholder where that has the same length (the framing stays right), and
         # otherwise the connection ends
-        self._echo = _Echo(self.bindings)
+        self._echo = _values(self.bindings)
         # agents' logins (credentials/logins.py): a token refresh to the profile's endpoint
         # gets the refresh token in its body, its answer's new tokens made placeholders
         self.refreshers: list[Any] = [b.refresh for b in self.bindings if b.refresh is not None]
@@ -167,7 +155,7 @@ class Swap:
             self.bindings = self.bindings + (b,)
             if b.refresh is not None and b.refresh not in self.refreshers:
                 self.refreshers.append(b.refresh)
-            self._echo = _Echo(self.bindings)
+            self._echo = _values(self.bindings)
 
     def terminates(self, name: str) -> bool:
         """Does a TLS connection to this name go through `relay`? Every named one once the
@@ -183,6 +171,19 @@ class Swap:
         except Refusal as r:
             return r.reason
         return None
+
+    def plain_body(self, head: http1.RequestHead, host: str, port: int) -> Callable[[bytes], str | None]:
+        """The search of a plain request's body, piece after piece in order: why the
+        piece may not go on (a placeholder in it, or ending in it), or None."""
+        scanner = self.body_scanner(head, host, port)
+
+        def check(data: bytes) -> str | None:
+            try:
+                scanner.scan(data)
+            except Refusal as r:
+                return r.reason
+            return None
+        return check
 
     # --- one request head ---
     def rewrite(self, head: http1.RequestHead, host: str, port: int, pid: int | str | None = None) -> bytes:
@@ -254,7 +255,7 @@ class Swap:
     def _value(self, b: Binding, host: str, port: int, head: http1.RequestHead, pid: int | str | None,
                header: str) -> str:
         path = _clean_path(head.target)
-        if not any(target_matches(t, host, port, head.method, path) for t in b.targets):
+        if not any(t.matches(host, port, head.method, path) for t in b.targets):
             raise self._disclosure(b, host, port, head, f"the header {header}")
         why = None
         if _CTL.search(b.value) or not b.value.isascii():
@@ -347,7 +348,10 @@ class Swap:
             # else: mid-response; the connection ends without close_notify, so the
             # client sees a cut, not a complete answer
         finally:
-            got = origin.obj.session
+            # a resumed session is good for the next connection too: taking it again
+            # would cost a copy (CPython copies a session through DER both ways, 0.2-0.4
+            # ms each, on this machine), so only a new one is kept
+            got = None if origin.obj.session_reused else origin.obj.session
             if got is not None:
                 with self._lock:
                     self._sessions[(host, port)] = got
@@ -358,7 +362,8 @@ class Swap:
     def _serve(self, agent: _End, origin: _End, requests: _Requests, counts: Counts, ev: dict[str, Any],
                idle: float, stop: threading.Event | None) -> None:
         client, upstream = agent.sock, origin.sock
-        echo = self._echo.scanner(self._log_echo, requests.host, requests.port)
+        host, port = requests.host, requests.port
+        echo = _Scanner(self._echo, lambda b, replaced: self._log_echo(b, host, port, replaced))
         poller = select.poll()
         poller.register(client.fileno(), select.POLLIN)
         poller.register(upstream.fileno(), select.POLLIN)
@@ -404,14 +409,24 @@ class Swap:
                 origin.write(out)
                 counts.up += len(out)
 
-    def _log_echo(self, b: Binding, host: str, port: int, what: str) -> None:
+    def _log_echo(self, b: Binding, host: str, port: int, replaced: bool) -> Refusal | None:
+        what = "replaced by the placeholder" if replaced else "ended"
         if self.emit is not None:
             try:
                 self.emit({"event": "credential_use", "name": b.name, "host": host, "port": port,
-                           "where": "a response", "decision": "deny" if what == "ended" else "allow",
+                           "where": "a response", "decision": "allow" if replaced else "deny",
                            "reason": f"the origin sent the value back: {what}"})
             except Exception:  # noqa: BLE001 - a failing log sink must not stop the relay
                 pass
+        return None if replaced else Refusal(f"the origin {host} sent the value of {b.name} back", 0)
+
+    def body_scanner(self, head: http1.RequestHead, host: str, port: int) -> _Scanner:
+        """The search of one request's body for every placeholder of the run (those a
+        refresh added too): a body never gets a value, so a placeholder in one is an
+        attempt to send it where the swap does not look."""
+        with self._lock:
+            needles = [(b, b.placeholder.encode("utf-8", "replace"), None) for b in self.bindings]
+        return _Scanner(needles, lambda b, _r: self._disclosure(b, host, port, head, "the body"))
 
     @staticmethod
     def _pump_origin(origin: _End, agent: _End, counts: Counts, echo: _Scanner,
@@ -447,6 +462,8 @@ class Swap:
                 break
             echo.scan(buf, n)
             agent.obj.write(view[:n])
+            if requests is not None:
+                requests.answered = True
             counts.down += n
         if end and requests is not None and requests.refreshing is not None:
             out = requests.refresh_answer(b"", True)
@@ -560,48 +577,60 @@ class _End:
         self.close_notify()
 
 
-class _Echo:
-    """The values to look for in responses (bytes), with their placeholders."""
-
-    def __init__(self, bindings: Sequence[Binding]) -> None:
-        self.pairs = [(b, b.value.encode("utf-8", "replace"), b.placeholder.encode("utf-8", "replace"))
-                      for b in bindings if b.value]
-        self.keep = max((len(v) for _, v, _ in self.pairs), default=1) - 1
-
-    def scanner(self, log: Callable[[Binding, str, int, str], None], host: str, port: int) -> _Scanner:
-        return _Scanner(self, log, host, port)
+def _values(bindings: Sequence[Binding]) -> list[tuple[Binding, bytes, bytes | None]]:
+    """What a response is searched for: each value, with its placeholder to put back."""
+    return [(b, b.value.encode("utf-8", "replace"), b.placeholder.encode("utf-8", "replace"))
+            for b in bindings if b.value]
 
 
 class _Scanner:
-    """One connection's response stream: each record searched for every value; the end
-    of the last record kept to find a value split across two records."""
+    """One stream searched for byte strings: the values in the origin's answers (put back
+    to their placeholders where the lengths agree), the placeholders in the agent's
+    request bodies (refused). The last (longest - 1) bytes seen are kept, so a string
+    split across pieces (TLS records, reads, the chunks of a chunked body, the chunk-size
+    line between them) is found in the piece where it ends, before that piece goes on:
+    the far side gets at most a part of one, never all of it.
 
-    def __init__(self, echo: _Echo, log: Callable[[Binding, str, int, str], None], host: str, port: int) -> None:
-        self.echo, self.log, self.host, self.port = echo, log, host, port
+    `needles`: (binding, the bytes to find, what to put in their place or None);
+    `hit(binding, replaced)`: logs a sighting and gives the Refusal to raise (None
+    when the bytes were replaced)."""
+
+    def __init__(self, needles: Sequence[tuple[Binding, bytes, bytes | None]],
+                 hit: Callable[[Binding, bool], Refusal | None]) -> None:
+        self.needles = [n for n in needles if n[1]]
+        self.hit = hit
+        self.keep = max((len(n) for _, n, _ in self.needles), default=1) - 1
         self.tail = b""
 
-    def scan(self, buf: bytearray, n: int) -> None:
-        e = self.echo
-        if not e.pairs:
+    def scan(self, buf: bytearray | bytes, n: int | None = None) -> None:
+        """Search `buf[:n]` (a bytearray is changed in place where a value is put back);
+        raises the Refusal of a sighting that is not replaced."""
+        if not self.needles:
             return
-        for b, value, ph in e.pairs:
-            if self.tail and value in self.tail + bytes(buf[:len(value) - 1]):
-                self.log(b, self.host, self.port, "ended")
-                raise Refusal(f"the origin {self.host} sent the value of {b.name} back (split across records)", 0)
-            i = buf.find(value, 0, n)
+        n = len(buf) if n is None else n
+        for b, needle, swap_to in self.needles:
+            if self.tail and needle in self.tail + bytes(buf[:min(n, len(needle) - 1)]):
+                self._raise(b)            # split: its start has gone on already
+            i = buf.find(needle, 0, n)
             while i >= 0:
-                if len(ph) != len(value):
-                    self.log(b, self.host, self.port, "ended")
-                    raise Refusal(f"the origin {self.host} sent the value of {b.name} back", 0)
-                buf[i:i + len(value)] = ph
-                self.log(b, self.host, self.port, "replaced by the placeholder")
-                i = buf.find(value, i + len(value), n)
-        self.tail = bytes(buf[max(0, n - e.keep):n])
+                if swap_to is None or len(swap_to) != len(needle) or not isinstance(buf, bytearray):
+                    self._raise(b)
+                buf[i:i + len(needle)] = swap_to
+                self.hit(b, True)
+                i = buf.find(needle, i + len(needle), n)
+        k = self.keep
+        self.tail = bytes(buf[n - k:n]) if n >= k else (self.tail + bytes(buf[:n]))[max(0, len(self.tail) + n - k):]
+
+    def _raise(self, b: Binding) -> NoReturn:
+        r = self.hit(b, False)
+        raise r if r is not None else Refusal(f"{b.name} seen", 0)
 
 
 class _Requests:
     """The agent's byte stream cut into requests: each head judged (`Swap.rewrite`),
-    each body passed on as it is, framed by Content-Length or chunked encoding."""
+    each body framed by Content-Length or chunked encoding and searched for the
+    placeholders (the decoded chunk data and the trailers, not the framing), passed on
+    unchanged where none is in it."""
 
     def __init__(self, swap: Swap, host: str, port: int, pid: int | None) -> None:
         self.swap, self.host, self.port, self.pid = swap, host, port, pid
@@ -613,6 +642,10 @@ class _Requests:
         self.refreshing: Any = None   # the Refresher whose answer is awaited
         self._refresh_head: http1.RequestHead | None = None
         self._answer = b""
+        self.body: _Scanner | None = None     # the current request's body search
+        # a byte of an answer went to the agent since the last head: a refusal now cannot
+        # be a 403 of its own (it would land inside that answer), the connection just ends
+        self.answered = False
 
     def feed(self, data: bytes) -> bytes:
         if self.state == "raw":
@@ -642,6 +675,8 @@ class _Requests:
                 out.append(self.swap.rewrite(head, self.host, self.port, self.pid))
                 self.buf = self.buf[end:]
                 self._body(head)
+                self.body = self.swap.body_scanner(head, self.host, self.port)
+                self.answered = False
             elif self.state == "refresh":
                 if len(self.buf) < self.left:
                     break
@@ -655,6 +690,7 @@ class _Requests:
                 self.buf = b""
             elif self.state in ("body", "data"):
                 take = self.buf[:self.left]
+                self._search(take)
                 out.append(take)
                 self.buf = self.buf[len(take):]
                 self.left -= len(take)
@@ -675,6 +711,8 @@ class _Requests:
                         raise Refusal("bad chunked encoding (line too long)", 400)
                     break
                 line = self.buf[:i]
+                if self.state == "trailer":
+                    self._search(self.buf[:i + 2])
                 out.append(self.buf[:i + 2])
                 self.buf = self.buf[i + 2:]
                 if self.state == "size":
@@ -691,6 +729,15 @@ class _Requests:
                     if not line:
                         self.state = "head"
         return b"".join(out)
+
+    def _search(self, data: bytes) -> None:
+        assert self.body is not None
+        try:
+            self.body.scan(data)
+        except Refusal as r:
+            if self.answered:
+                r.status = 0
+            raise
 
     def _refresh_start(self, r: Any, head: http1.RequestHead) -> None:
         from .logins import MAX_REFRESH_BODY
@@ -829,4 +876,4 @@ def _whole_response(buf: bytes, end: bool) -> tuple[int, list[tuple[str, str]], 
     return (int(parts[1]), headers, rest) if end else None
 
 
-__all__ = ["Decide", "Refusal", "Swap", "target_matches"]
+__all__ = ["Decide", "Refusal", "Swap"]

@@ -14,52 +14,22 @@ that sent it. The threats, and the answers:
 - a record of the use: one event per use (name, host, port, method, path,
   decision, process), never the value.
 
-Path prefixes are compared on the path without its query, after removing dot
-segments: `/api/../admin` is not under `/api/`.
+The matching (host, port, method, path prefix) is `Target.matches` (binding.py), the
+same the swap uses: a path with dot segments or escapes is under no prefix.
 """
 from __future__ import annotations
 
 import os
-import posixpath
 from collections.abc import Callable
 from typing import Any
 
-from .binding import Binding, Target
+from .binding import Binding
 
 Emit = Callable[[dict[str, object]], None]
 
 
-def host_matches(pattern: str, host: str) -> bool:
-    host = host.lower().rstrip(".")
-    if pattern.startswith("*."):
-        return host.endswith(pattern[1:])
-    return host == pattern
-
-
-def _clean_path(path: str) -> str:
-    p = path.split("?", 1)[0].split("#", 1)[0] or "/"
-    out = posixpath.normpath(p)
-    if out.startswith("//"):
-        out = "/" + out.lstrip("/")
-    return out + ("/" if p.endswith("/") and out != "/" else "")
-
-
-def path_matches(prefix: str, path: str) -> bool:
-    p = _clean_path(path)
-    if "%" in path.split("?", 1)[0]:
-        return False         # an escaped path could mean another one to the origin
-    return p.startswith(prefix) or (prefix.endswith("/") and p == prefix[:-1])
-
-
-def target_matches(t: Target, host: str, port: int | None, method: str, path: str) -> bool:
-    return (host_matches(t.host, host)
-            and (t.port is None or port is None or t.port == port)
-            and (not t.methods or method.upper() in t.methods)
-            and (not t.paths or any(path_matches(x, path) for x in t.paths)))
-
-
 def matches(b: Binding, host: str, port: int | None, method: str, path: str) -> bool:
-    return any(target_matches(t, host, port, method, path) for t in b.targets)
+    return any(t.matches(host, port, method, path) for t in b.targets)
 
 
 def describe(process: int | str | None) -> tuple[int | None, str, str]:

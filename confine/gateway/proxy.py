@@ -69,6 +69,8 @@ class Terminator(Protocol):
 
     def plain_refusal(self, head: http1.RequestHead, host: str, port: int) -> str | None: ...
 
+    def plain_body(self, head: http1.RequestHead, host: str, port: int) -> Callable[[bytes], str | None]: ...
+
 
 @dataclass(frozen=True)
 class Limits:
@@ -514,10 +516,10 @@ class Gateway:
             conn.ev["host"] = head.target[:200]
             raise Refused(str(e), e.status) from None
         name, addrs = self._addresses_for(conn, host, port)
-        self._plain(head, name, port, 403)
+        check = self._plain(head, name, port, 403, rest[:body])
         up = self._dial(conn, addrs, port)
         first = http1.origin_head(head, path) + rest[:body]
-        self._relay(conn, up, first, body - len(rest[:body]))
+        self._relay(conn, up, first, body - len(rest[:body]), check)
 
     @staticmethod
     def _check_sni(name: str, sni: str | None) -> None:
@@ -554,6 +556,8 @@ class Gateway:
             return
         first = self._recv(conn, deadline)
         limit: int | None = None
+        check: Callable[[bytes], str | None] | None = None
+        sent = b""
         head: http1.RequestHead | None = None
         if looks_like_tls(first):
             sni, first = self._read_hello(conn, first, deadline)
@@ -587,6 +591,7 @@ class Gateway:
                 raise Refused(f"Host {hhost[:100]!r} is not a host name", 0) from None
             first = http1.origin_head(head, path) + rest[:body]
             limit = body - len(rest[:body])
+            sent = rest[:body]
         conn.ev["host"] = name
         d = self.rules.decide(name, dst_port)
         if not d.allowed:
@@ -597,11 +602,11 @@ class Gateway:
         if why is not None:
             raise Refused(why, 0, d.rule)
         if head is not None:
-            self._plain(head, name, dst_port, 0)
+            check = self._plain(head, name, dst_port, 0, sent)
         conn.ev.update(decision="allow", rule=d.rule, resolved=sorted(str(a) for a in self.pins.addresses(name)))
         up = self._dial(conn, [dst], dst_port)
         if head is not None or not self._terminated(conn, name, dst_port, up, first):
-            self._relay(conn, up, first, limit)
+            self._relay(conn, up, first, limit, check)
 
     # --- the credential swap's hooks ---
     def _terminated(self, conn: _Conn, name: str, port: int, up: socket.socket, first: bytes) -> bool:
@@ -614,19 +619,28 @@ class Gateway:
                 handshake_timeout=self.limits.handshake_timeout, stop=self._stop)
         return True
 
-    def _plain(self, head: http1.RequestHead, name: str, port: int, status: int) -> None:
-        """Plain HTTP never carries a credential: a placeholder in it is refused (toward a
-        name; an address literal, like its TLS, is outside the swap and relayed as it is)."""
-        if self.credentials is not None and parse_address(name) is None:
-            why = self.credentials.plain_refusal(head, name, port)
-            if why is not None:
-                raise Refused(f"plain HTTP: {why}", status)
+    def _plain(self, head: http1.RequestHead, name: str, port: int, status: int,
+               body: bytes) -> Callable[[bytes], str | None] | None:
+        """Plain HTTP never carries a credential: a placeholder in its head or its body is
+        refused (toward a name; an address literal, like its TLS, is outside the swap and
+        relayed as it is). `body`: what of the body was read with the head; the search of
+        the rest (for `_relay`) is returned."""
+        if self.credentials is None or parse_address(name) is not None:
+            return None
+        why = self.credentials.plain_refusal(head, name, port)
+        check = self.credentials.plain_body(head, name, port)
+        why = why or check(body)
+        if why is not None:
+            raise Refused(f"plain HTTP: {why}", status)
+        return check
 
     # --- relaying ---
-    def _relay(self, conn: _Conn, up: socket.socket, first: bytes, up_limit: int | None) -> None:
+    def _relay(self, conn: _Conn, up: socket.socket, first: bytes, up_limit: int | None,
+               check: Callable[[bytes], str | None] | None = None) -> None:
         """Copy bytes both ways until both sides are done, a side errs, or nothing moves for
         idle_timeout. `up_limit`: client bytes still to forward after `first` (None: no limit;
-        beyond it client bytes are read and discarded).
+        beyond it client bytes are read and discarded). `check`: the swap's search of a
+        plain body (with `up_limit`): a piece it refuses, and all after it, never goes.
 
         A direction that has carried SPLICE_AFTER bytes switches to splice(2) through a pipe
         (no copy through Python); short connections never spend the two descriptors."""
@@ -701,6 +715,11 @@ class Gateway:
                         n = len(data)
                         if not data:
                             continue
+                        why = check(data) if check is not None else None
+                        if why is not None:
+                            # a 403 only where no answer has begun (it would land inside one)
+                            raise Refused(f"plain HTTP: {why}", 0 if conn.down else 403,
+                                          str(conn.ev.get("rule", NO_RULE)))
                     moved[fd] += n
                     if src is c:
                         conn.up += n

@@ -2,7 +2,9 @@
 network namespace (never on the host's network): a DNS upstream on
 10.53.0.53:53 that records every query, an HTTPS origin on 1.1.1.1:443 (a
 self-signed certificate for allowed.test; GET /, a git smart-HTTP ref
-advertisement, a PyPI simple index with one wheel), and listeners that only
+advertisement, a PyPI simple index with one wheel; a request is logged once its
+body (Content-Length or chunked) is whole, with the body's sha256), the same
+origin in plain HTTP on 1.1.1.1:80, and listeners that only
 count what reaches them (1.1.1.1:8443, 169.254.169.254:80/443, 10.9.9.9:443,
 UDP 1.1.1.1:9999). Every event is one JSON line in LOG.
 
@@ -102,14 +104,48 @@ def udp_counter(host: str, port: int) -> None:
         log(ev="udp", dst=f"{host}:{port}", peer=peer[0])
 
 
-def https() -> None:
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    ctx.load_cert_chain(CERT, KEY)
+def read_body(c: socket.socket, head: bytes, rest: bytes) -> bytes | None:
+    """The request's whole body (None: the client stopped first)."""
+    lines = [h.lower() for h in head.split(b"\r\n")[1:]]
+
+    def more() -> bytes:
+        d = c.recv(65536)
+        if not d:
+            raise EOFError
+        return d
+    try:
+        if b"transfer-encoding: chunked" in lines:
+            out = b""
+            while True:
+                while b"\r\n" not in rest:
+                    rest += more()
+                line, rest = rest.split(b"\r\n", 1)
+                n = int(line.split(b";")[0], 16)
+                if not n:
+                    while b"\r\n\r\n" not in b"\r\n" + rest:
+                        rest += more()
+                    return out
+                while len(rest) < n + 2:
+                    rest += more()
+                out, rest = out + rest[:n], rest[n + 2:]
+        n = next((int(h.split(b":", 1)[1]) for h in lines if h.startswith(b"content-length:")), 0)
+        while len(rest) < n:
+            rest += more()
+        return rest[:n]
+    except (EOFError, OSError, ValueError):
+        return None
+
+
+def https(port: int = 443) -> None:
+    ctx: ssl.SSLContext | None = None
     seen: dict[int, str | None] = {}
-    ctx.sni_callback = lambda sock, name, _c: seen.__setitem__(id(sock), name)
+    if port == 443:
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(CERT, KEY)
+        ctx.sni_callback = lambda sock, name, _c: seen.__setitem__(id(sock), name)
     s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    s.bind(("1.1.1.1", 443))
+    s.bind(("1.1.1.1", port))
     s.listen(64)
     advert = open(ADVERT, "rb").read()
     wheel = open(WHEEL, "rb").read()
@@ -119,7 +155,7 @@ def https() -> None:
     def one(raw: socket.socket) -> None:
         try:
             raw.settimeout(10)
-            c = ctx.wrap_socket(raw, server_side=True)
+            c = ctx.wrap_socket(raw, server_side=True) if ctx is not None else raw
             buf = b""
             while b"\r\n\r\n" not in buf:
                 d = c.recv(65536)
@@ -132,8 +168,13 @@ def https() -> None:
                     if h.lower().startswith(b"host:")]
             auth = [h.split(b":", 1)[1].strip().decode() for h in buf.split(b"\r\n")[1:]
                     if h.lower().startswith(b"authorization:")]
+            head, _, rest = buf.partition(b"\r\n\r\n")
+            got = read_body(c, head, rest)
+            if got is None:
+                return
             log(ev="request", sni=seen.get(id(c)), host=host[0] if host else None, path=path,
-                auth=auth[0] if auth else None)
+                auth=auth[0] if auth else None, port=port, method=line.split(" ")[0],
+                body=hashlib.sha256(got).hexdigest(), body_len=len(got))
             ctype = "text/plain"
             if path.startswith("/repo.git/info/refs"):
                 body, ctype = advert, "application/x-git-upload-pack-advertisement"
@@ -155,7 +196,7 @@ def https() -> None:
 
     while True:
         c, peer = s.accept()
-        log(ev="accept", dst="1.1.1.1:443", peer=peer[0])
+        log(ev="accept", dst=f"1.1.1.1:{port}", peer=peer[0])
         threading.Thread(target=one, args=(c,), daemon=True).start()
 
 
@@ -164,7 +205,7 @@ def main() -> None:
     tcp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     tcp.bind(("10.53.0.53", 53))
     tcp.listen(16)
-    targets = [(dns_udp, ()), (dns_tcp, (tcp,)), (https, ()),
+    targets = [(dns_udp, ()), (dns_tcp, (tcp,)), (https, ()), (https, (80,)),
                (counter, ("1.1.1.1", 8443)), (counter, ("169.254.169.254", 80)),
                (counter, ("169.254.169.254", 443)), (counter, ("10.9.9.9", 443)),
                (udp_counter, ("1.1.1.1", 9999))]

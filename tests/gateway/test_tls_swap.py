@@ -294,6 +294,21 @@ def test_plain_http_gets_no_swap(swap_stack, forge, http_origin, make_stack):
     assert all(VALUE.encode() not in q for q in http_origin.requests)
 
 
+def test_plain_http_body_with_the_placeholder_refused_by_the_proxy(swap_stack, forge, http_origin):
+    """Through the proxy (absolute-form), the body read with the head is searched before
+    anything is dialled; the part read later is searched as it is relayed (the
+    transparent case in tests/e2e/test_tls_swap.py)."""
+    st = swap_stack(allow=[f"allowed.test:{http_origin.port}"])
+    url = f"http://allowed.test:{http_origin.port}/up"
+    r = curl(st, url, "--data-binary", f"token={PLACEHOLDER}&a=1", "-i")
+    assert "403" in r.stdout and "plain HTTP: attempted disclosure" in r.stdout and "in the body" in r.stdout, r.stdout
+    assert http_origin.requests == [] and http_origin.accepted == 0
+    assert any(e.get("disclosure") and e.get("where") == "the body" for e in st.events), st.events
+    r = curl(st, url, "--data-binary", "token=something-else&a=1")     # control
+    assert "path=/up" in r.stdout, (r.stdout, r.stderr)
+    no_value_anywhere(st, r.stdout)
+
+
 def test_origin_that_does_not_verify_refused(swap_stack, forge):
     st = swap_stack(upstream_ca=False)
     r = curl(st, f"https://allowed.test:{forge.port}/", "-H", f"Authorization: Bearer {PLACEHOLDER}")

@@ -9,7 +9,8 @@ import base64
 import pytest
 
 from confine.credentials.binding import Binding, Target
-from confine.credentials.swap import Refusal, Swap, _Requests, target_matches
+from confine.credentials.swap import Refusal, Swap, _Requests, _Scanner, _values
+from confine.gateway import http1
 
 PH, VALUE = "confine-ph-aaaa1111", "real-value-bbbb2222"
 HOST = "forge.test"
@@ -37,7 +38,7 @@ def feed(s, data, chunks=1):
 def test_bodies_are_framed_and_the_next_head_is_judged(chunks):
     s = swap()
     body = b"x" * 300
-    hidden = head("GET /?" + PH + " HTTP/1.1")      # a request inside a body is body bytes
+    hidden = head("GET / HTTP/1.1", host="other.test")   # a request inside a body is body bytes
     chunked = b"%x\r\n" % len(hidden) + hidden + b"\r\n5;ext=1\r\nhello\r\n0\r\nTrailer: t\r\n\r\n"
     data = (head("POST /a HTTP/1.1", f"Content-Length: {len(body)}", f"Authorization: Bearer {PH}") + body
             + head("POST /b HTTP/1.1", "Transfer-Encoding: chunked") + chunked
@@ -46,9 +47,83 @@ def test_bodies_are_framed_and_the_next_head_is_judged(chunks):
     # the two Authorization headers swapped, the body (with its hidden head) as it was
     assert out.count(VALUE.encode()) == 2 and hidden in out
     assert out.replace(VALUE.encode(), PH.encode()) == data
-    # control: the same head outside a body is refused (the placeholder in the URL)
-    with pytest.raises(Refusal, match="in the URL"):
+    # control: the same head outside a body is refused (another host than the SNI's)
+    with pytest.raises(Refusal, match="not the connection's host"):
         feed(s, hidden)
+
+
+def pieces(s, data, step):
+    """Feed `data` in pieces of `step` bytes: (what went upstream, the Refusal or None)."""
+    r = _Requests(s, HOST, 443, None)
+    sent = b""
+    for i in range(0, len(data), step):
+        try:
+            sent += r.feed(data[i:i + step])
+        except Refusal as e:
+            return sent, e
+    return sent, None
+
+
+def chunked(*parts: bytes) -> bytes:
+    return b"".join(b"%x;ext=1\r\n%s\r\n" % (len(p), p) for p in parts) + b"0\r\n\r\n"
+
+
+LONG = b"y" * 70_000
+
+
+BODIES = {
+    "length": lambda p: (b"data=" + p + b"&x=1", "length"),
+    "read-boundary": lambda p: (LONG[:65530] + p + LONG, "length"),
+    "across-chunks": lambda p: (chunked(b"token=" + p[:7], p[7:] + b"&more"), "chunked"),
+    "trailer": lambda p: (chunked(b"a", b"b")[:-2] + b"X-Sig: " + p + b"\r\n\r\n", "chunked"),
+}
+
+
+@pytest.mark.parametrize("case, step", [(c, n) for c in BODIES for n in (1, 4096, 1 << 20)
+                                         if (c == "read-boundary") == (n == 4096) or n == 1 << 20])
+def test_a_placeholder_in_a_body_is_a_disclosure_the_origin_never_gets_whole(case, step):
+    def request(p):
+        body, framing = BODIES[case](p.encode())
+        frame = f"Content-Length: {len(body)}" if framing == "length" else "Transfer-Encoding: chunked"
+        return head("POST /up HTTP/1.1", frame, f"Authorization: Bearer {PH}") + body
+
+    s = swap()
+    sent, e = pieces(s, request(PH), step)
+    assert e is not None and "attempted disclosure" in e.reason and "in the body" in e.reason
+    assert e.status == 403 and PH.encode() not in sent
+    assert s.events[-1]["disclosure"] is True and s.events[-1]["where"] == "the body"
+    # control: the same body with another string of that length goes through unchanged
+    other = "confine-ph-zzzz9999"
+    assert len(other) == len(PH)
+    sent, e = pieces(swap(), request(other), step)
+    assert e is None and sent == request(other).replace(PH.encode(), VALUE.encode())
+
+
+def test_a_body_refusal_after_an_answer_began_just_ends_the_connection():
+    s = swap()
+    r = _Requests(s, HOST, 443, None)
+    r.feed(head("POST / HTTP/1.1", "Content-Length: 100") + b"abc")
+    r.answered = True          # the origin answered early (what _pump_origin marks)
+    with pytest.raises(Refusal) as e:
+        r.feed(PH.encode())
+    assert e.value.status == 0
+
+
+def test_a_placeholder_a_refresh_added_is_searched_too():
+    s = swap()
+    s.add_binding(Binding("NEW", "confine-ph-new-55555", "new-real-value-5555", (Target(HOST, 443),)))
+    with pytest.raises(Refusal, match="placeholder of NEW in the body"):
+        feed(s, head("PUT / HTTP/1.1", "Content-Length: 20") + b"confine-ph-new-55555")
+
+
+def test_plain_body_search_keeps_the_end_of_each_piece():
+    s = swap()
+    check = s.plain_body(http1.parse_head(head("POST / HTTP/1.1")), HOST, 80)
+    said = [check(bytes([c])) for c in b"aa" + PH.encode()]     # one byte a piece
+    assert said[:-1] == [None] * (len(PH) + 1) and "attempted disclosure" in (said[-1] or "")
+    # control: the same bytes without the placeholder's last one are not refused
+    check = s.plain_body(http1.parse_head(head("POST / HTTP/1.1")), HOST, 80)
+    assert [check(bytes([c])) for c in b"aa" + PH[:-1].encode() + b"!"] == [None] * (len(PH) + 2)
 
 
 @pytest.mark.parametrize("lines, status", [
@@ -119,7 +194,6 @@ def test_value_with_a_line_break_is_never_written():
 
 
 def test_plain_http_never_carries_a_placeholder():
-    from confine.gateway import http1
     s = swap()
     h = http1.parse_head(head("GET http://forge.test/ HTTP/1.1", f"Authorization: Bearer {PH}"))
     assert "attempted disclosure" in (s.plain_refusal(h, HOST, 80) or "")
@@ -138,6 +212,36 @@ def test_plain_http_never_carries_a_placeholder():
     (Target("forge.test", paths=("/api",)), "forge.test", 443, "GET", "/api/../admin", False),
     (Target("forge.test", paths=("/api",)), "forge.test", 443, "GET", "/api/%2e%2e/admin", False),
     (Target("forge.test", paths=("/api",)), "forge.test", 443, "GET", "/api\\..\\admin", False),
+    (Target("forge.test", paths=("/api",)), "forge.test", 443, "GET", "/api/./x", False),
+    (Target("forge.test", paths=("/api",)), "forge.test", 443, "GET", "/api/x%2fy", False),
+    (Target("forge.test", paths=("/api",)), "forge.test", 443, "GET", "/api?q=/..", True),
+    (Target("forge.test", paths=("/api/",)), "forge.test", 443, "GET", "/api", True),
+    (Target("forge.test", paths=("/api/",)), "forge.test", 443, "GET", "/apix/", False),
+    (Target("forge.test", paths=("/",)), "forge.test", 443, "GET", "/anything", True),
+    (Target("forge.test", 443), "FORGE.test.", 443, "GET", "/", True),
+    (Target("forge.test", 443), "forge.test", None, "GET", "/", False),   # a port not known
+    (Target("forge.test"), "forge.test", None, "GET", "/", True),
 ])
 def test_targets(t, host, port, method, path, ok):
-    assert target_matches(t, host, port, method, path) is ok
+    assert t.matches(host, port, method, path) is ok
+
+
+@pytest.mark.parametrize("step", [1, 3, 7])
+def test_a_value_echoed_across_many_small_records_is_cut(step):
+    """The response side's search (the same `_Scanner`): a value the origin sends back in
+    pieces smaller than it is still found where it ends (the kept end spans several
+    pieces), and the connection is cut; whole in one piece it is put back to its
+    placeholder (the control)."""
+    s = swap()
+    scanner = _Scanner(_values(s.bindings), lambda b, replaced: s._log_echo(b, HOST, 443, replaced))
+    data = b"echo: " + VALUE.encode() + b" end"
+    out = b""
+    with pytest.raises(Refusal, match="sent the value of TOKEN back"):
+        for i in range(0, len(data), step):
+            buf = bytearray(data[i:i + step])
+            scanner.scan(buf, len(buf))
+            out += bytes(buf)
+    assert VALUE.encode() not in out
+    whole = bytearray(data)
+    _Scanner(_values(s.bindings), lambda b, replaced: s._log_echo(b, HOST, 443, replaced)).scan(whole, len(whole))
+    assert bytes(whole) == data.replace(VALUE.encode(), PH.encode())

@@ -253,16 +253,18 @@ def test_refresh_through_the_gateway(agent_sandbox, origin):  # noqa: F811
     # the endpoint got the real refresh token (it answers 400 to anything else), the model
     # the new real access token (401 to anything else)
     assert "refresh 200" in p.stdout and "messages 200" in p.stdout, said
-    # the old refresh token's placeholder in a body toward the model is not swapped
     got = origin.requests()
     # the second refresh (new placeholder -> new real token) was answered, but encoded:
     # the agent got no answer, the control (the first) got one
     assert "unreadable 0" in p.stdout, said
     assert [r.get("kind") for r in got if r["path"].endswith("/oauth/token")] == ["refresh"] * 2
     assert any(r["headers"].get("Authorization") == f"Bearer {new_access}" for r in got)
-    # a refresh token's placeholder anywhere else (a body toward the model) is not swapped
+    # a refresh token's placeholder anywhere else (a body toward the model) is not swapped:
+    # refused as an attempted disclosure, the model got nothing of that request
+    assert "elsewhere 403" in p.stdout, said
     bodies = json.dumps([r.get("body") for r in got if r["path"].startswith("/v1/messages")])
-    assert login["claudeAiOauth"]["refreshToken"] not in bodies and "sk-ant-ort01-" in bodies
+    assert login["claudeAiOauth"]["refreshToken"] not in bodies and "sk-ant-ort01-" not in bodies
+    assert '"the body"' in logged and "attempted disclosure" in logged, logged[-2000:]
     with open(os.path.join(sb.workdir, "answer.json")) as f:
         answer = json.load(f)
     for k, v in (("access_token", new_access), ("refresh_token", new_refresh)):
