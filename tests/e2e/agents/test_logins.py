@@ -38,7 +38,9 @@ from .test_agent_clis import _argv, _fresh_home, agent_sandbox  # noqa: F401 - t
 
 NS_A, NS_B = "confine-logins-a", "confine-logins-b"
 ORIGIN = "1.1.1.1"            # on B's loopback: only this test's namespaces have it
-COMMAND = "cat ~/.claude/.credentials.json > seen.json; echo ok > proof.txt"
+# what the agent sees of its login and its environment, copied where the test reads them
+COMMAND = ("cat ~/.claude/.credentials.json > seen.json; env > env.txt; "
+           "cat ~/.codex/auth.json > seen-codex.json; echo ok > proof.txt")
 _ALNUM = string.ascii_letters + string.digits
 
 
@@ -279,3 +281,97 @@ def test_refresh_through_the_gateway(agent_sandbox, origin):  # noqa: F811
             for n in files:
                 with open(os.path.join(root, n), "rb") as f:
                     assert secret.encode() not in f.read(), n
+
+
+def _plant_claude(sb, login: dict) -> str:
+    """The agent's account signed in to Claude Code (its login file, 0600, and the
+    onboarding that asks Anthropic's servers, done); returns the real file's path."""
+    d = os.path.join(sb.home, ".claude")
+    os.makedirs(d, exist_ok=True)
+    os.chown(d, sb.agent.pw_uid, sb.agent.pw_gid)
+    write_owned(os.path.join(sb.home, ".claude.json"),
+                json.dumps({"hasCompletedOnboarding": True}), sb.agent, mode=0o600)
+    return write_owned(os.path.join(d, ".credentials.json"), json.dumps(login), sb.agent,
+                       mode=0o600)
+
+
+def _claude_turn(sb, agent_clis: str, origin: Origin) -> tuple[subprocess.CompletedProcess,
+                                                                 str, str]:
+    """One turn of the real Claude Code under its profile (trusting the test CA upstream):
+    (the process, what it said, the run's --log)."""
+    logdir = make_workdir(sb.agent)
+    log = os.path.join(logdir, "run.jsonl")
+    prof = write_owned(os.path.join(logdir, "claude-login.yaml"), textwrap.dedent(f"""
+        extends: claude-code
+        network:
+          upstream_ca: [{origin.ca}]
+        """), sb.pw)
+    try:
+        p = subprocess.run(["ip", "netns", "exec", NS_A] + sb.exec_cmd(
+            _argv(agent_clis, "claude"), "-p", prof, "--log", log), capture_output=True,
+            text=True, timeout=120, cwd=sb.workdir, stdin=subprocess.DEVNULL)
+        with open(log) as f:
+            return p, p.stdout + p.stderr, f.read()
+    finally:
+        shutil.rmtree(logdir, ignore_errors=True)
+
+
+def _nowhere(sb, secrets_: list[str], *texts: str) -> None:
+    """No real token in what confine and the agent said, the log, or any file the agent
+    wrote in the workdir (its view of the login, its environment)."""
+    for secret in secrets_:
+        for t in texts:
+            assert secret not in t
+        for root, _dirs, files in os.walk(sb.workdir):
+            for n in files:
+                with open(os.path.join(root, n), "rb") as f:
+                    assert secret.encode() not in f.read(), n
+
+
+def test_claude_refreshes_its_own_login(agent_sandbox, agent_clis, origin):  # noqa: F811
+    """The real Claude Code, its access token expired: it refreshes through the gateway
+    (the endpoint wants the real refresh token), the model (which wants the new real
+    access token) answers the turn, the real file holds the new real tokens with the rest
+    of it kept, the agent saw only placeholders; a second run starts from the refreshed
+    login (no refresh: the access token and its expiry came back)."""
+    sb = agent_sandbox
+    _fresh_home(sb.agent)
+    origin.clear()
+    old_access = _token("sk-ant-oat01-", 95)      # expired: the model no longer takes it
+    login = {"claudeAiOauth": {"accessToken": old_access,
+                               "refreshToken": origin.tokens["MOCK_REFRESH"],
+                               "expiresAt": int((time.time() - 60) * 1000),
+                               "scopes": ["user:inference", "user:profile"],
+                               "subscriptionType": "max"},
+             "other": {"kept": True}}
+    real = _plant_claude(sb, login)
+    p, said, logged = _claude_turn(sb, agent_clis, origin)
+    got = origin.requests()
+    kinds = [r.get("kind") for r in got]
+    new_access, new_refresh = origin.tokens["MOCK_NEW_ACCESS"], origin.tokens["MOCK_NEW_REFRESH"]
+    assert p.returncode == 0, (said, kinds)
+    assert "refresh" in kinds and "final" in kinds, (kinds, said)
+    assert os.path.exists(os.path.join(sb.workdir, "proof.txt")), said
+    with open(real) as f:
+        outside = json.load(f)          # the real store, read outside
+    o = outside["claudeAiOauth"]
+    assert (o["accessToken"], o["refreshToken"]) == (new_access, new_refresh)
+    assert outside["other"] == {"kept": True} and o["subscriptionType"] == "max"
+    assert o["expiresAt"] > time.time() * 1000, o     # the agent's new expiry, written back
+    st = os.stat(real)
+    assert (st.st_uid, st.st_mode & 0o777) == (sb.agent.pw_uid, 0o600)
+    with open(os.path.join(sb.workdir, "seen.json")) as f:
+        seen = json.load(f)["claudeAiOauth"]    # the agent's own file after its refresh
+    for k, v in (("accessToken", new_access), ("refreshToken", new_refresh)):
+        assert seen[k] != v and len(seen[k]) == len(v) and seen[k][:13] == v[:13], k
+    assert any(r["headers"].get("Authorization") == f"Bearer {new_access}" for r in got)
+    all_tokens = [*origin.tokens.values(), old_access]
+    _nowhere(sb, all_tokens, said, logged)
+    # the second run: the refreshed login, no refresh needed
+    origin.clear()
+    for n in ("proof.txt", "seen.json"):
+        os.unlink(os.path.join(sb.workdir, n))
+    p, said, logged = _claude_turn(sb, agent_clis, origin)
+    kinds = [r.get("kind") for r in origin.requests()]
+    assert p.returncode == 0 and "final" in kinds and "refresh" not in kinds, (kinds, said)
+    _nowhere(sb, all_tokens, said, logged)
