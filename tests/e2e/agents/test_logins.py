@@ -18,6 +18,7 @@ the agent-state work decides that name.)
 """
 from __future__ import annotations
 
+import base64
 import json
 import os
 import secrets
@@ -46,6 +47,21 @@ _ALNUM = string.ascii_letters + string.digits
 
 def _token(prefix: str, n: int) -> str:
     return prefix + "".join(secrets.choice(_ALNUM) for _ in range(n))
+
+
+def _jwt(claims: dict) -> str:
+    """A JWT of the shape Codex's OAuth issuer gives (its signature is random here)."""
+    def b64(d: dict) -> str:
+        return base64.urlsafe_b64encode(json.dumps(d).encode()).decode().rstrip("=")
+    return f"{b64({'alg': 'RS256', 'typ': 'JWT'})}.{b64(claims)}.{_token('', 86)}"
+
+
+# what Codex reads of its id_token: the account and plan of a ChatGPT sign-in
+ID_CLAIMS = {"email": "agent@example.test", "exp": 4102444800,
+             "https://api.openai.com/auth": {"chatgpt_plan_type": "pro",
+                                             "chatgpt_user_id": "user-confine",
+                                             "chatgpt_account_id": "acct-confine"}}
+HOSTS = ("api.anthropic.com", "platform.claude.com", "chatgpt.com", "auth.openai.com")
 
 
 def _sh(*argv: str) -> None:
@@ -98,16 +114,20 @@ def origin(agent_clis: str) -> Iterator[Origin]:
         subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
                         "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", key, "-out", ca,
                         "-days", "2", "-subj", "/CN=api.anthropic.com", "-addext",
-                        "subjectAltName=DNS:api.anthropic.com,DNS:platform.claude.com"],
+                        "subjectAltName=" + ",".join(f"DNS:{h}" for h in HOSTS)],
                        check=True, capture_output=True, timeout=30)
         os.chmod(ca, 0o644)
         log = os.path.join(d, "requests.jsonl")
         tokens = {"MOCK_BEARER": _token("sk-ant-oat01-", 95),
                   "MOCK_REFRESH": _token("sk-ant-ort01-", 95),
                   "MOCK_NEW_ACCESS": _token("sk-ant-oat01-", 95),
-                  "MOCK_NEW_REFRESH": _token("sk-ant-ort01-", 95)}
+                  "MOCK_NEW_REFRESH": _token("sk-ant-ort01-", 95),
+                  "MOCK_CODEX_REFRESH": _token("rt_", 60),
+                  "MOCK_CODEX_NEW_ACCESS": _jwt({"exp": int(time.time()) + 3600}),
+                  "MOCK_CODEX_NEW_REFRESH": _token("rt_", 60),
+                  "MOCK_CODEX_NEW_ID": _jwt(ID_CLAIMS)}
         env = {**os.environ, **tokens, "MOCK_TLS_CERT": ca, "MOCK_TLS_KEY": key,
-               "MOCK_DNS": f"api.anthropic.com={ORIGIN},platform.claude.com={ORIGIN}"}
+               "MOCK_DNS": ",".join(f"{h}={ORIGIN}" for h in HOSTS)}
         server = subprocess.Popen(["ip", "netns", "exec", NS_B, sys.executable,
                                    os.path.join(HERE, "mock_model.py"), ORIGIN, "443", log,
                                    COMMAND], env=env, stdout=subprocess.DEVNULL,
@@ -295,20 +315,34 @@ def _plant_claude(sb, login: dict) -> str:
                        mode=0o600)
 
 
-def _claude_turn(sb, agent_clis: str, origin: Origin) -> tuple[subprocess.CompletedProcess,
-                                                                 str, str]:
-    """One turn of the real Claude Code under its profile (trusting the test CA upstream):
+# one turn of each CLI signed in (no API key, no provider of the test's: its own hosts)
+TURN = {"claude": ["claude", "-p", "Run the command.", "--allowedTools", "Bash"],
+        # its own provider's ChatGPT backend first asks for workspace routing the mock
+        # does not know; a provider of the same URL that uses the sign-in does not
+        "codex": ["codex", "exec", "--skip-git-repo-check", "-s", "danger-full-access",
+                  "-m", "mock-model", "-c", "model_provider=chatgpt",
+                  "-c", 'model_providers.chatgpt={name="chatgpt", base_url='
+                        '"https://chatgpt.com/backend-api/codex", wire_api="responses", '
+                        'requires_openai_auth=true}',
+                  "Run the command."]}
+PROFILE = {"claude": "claude-code", "codex": "codex"}
+
+
+def _turn(sb, agent_clis: str, origin: Origin, cli: str = "claude"
+          ) -> tuple[subprocess.CompletedProcess, str, str]:
+    """One turn of the real CLI under its profile (trusting the test CA upstream):
     (the process, what it said, the run's --log)."""
     logdir = make_workdir(sb.agent)
     log = os.path.join(logdir, "run.jsonl")
-    prof = write_owned(os.path.join(logdir, "claude-login.yaml"), textwrap.dedent(f"""
-        extends: claude-code
+    prof = write_owned(os.path.join(logdir, "login.yaml"), textwrap.dedent(f"""
+        extends: {PROFILE[cli]}
         network:
           upstream_ca: [{origin.ca}]
         """), sb.pw)
+    argv = [os.path.join(agent_clis, TURN[cli][0]), *TURN[cli][1:]]
     try:
         p = subprocess.run(["ip", "netns", "exec", NS_A] + sb.exec_cmd(
-            _argv(agent_clis, "claude"), "-p", prof, "--log", log), capture_output=True,
+            argv, "-p", prof, "--log", log), capture_output=True,
             text=True, timeout=120, cwd=sb.workdir, stdin=subprocess.DEVNULL)
         with open(log) as f:
             return p, p.stdout + p.stderr, f.read()
@@ -345,7 +379,7 @@ def test_claude_refreshes_its_own_login(agent_sandbox, agent_clis, origin):  # n
                                "subscriptionType": "max"},
              "other": {"kept": True}}
     real = _plant_claude(sb, login)
-    p, said, logged = _claude_turn(sb, agent_clis, origin)
+    p, said, logged = _turn(sb, agent_clis, origin)
     got = origin.requests()
     kinds = [r.get("kind") for r in got]
     new_access, new_refresh = origin.tokens["MOCK_NEW_ACCESS"], origin.tokens["MOCK_NEW_REFRESH"]
@@ -371,7 +405,50 @@ def test_claude_refreshes_its_own_login(agent_sandbox, agent_clis, origin):  # n
     origin.clear()
     for n in ("proof.txt", "seen.json"):
         os.unlink(os.path.join(sb.workdir, n))
-    p, said, logged = _claude_turn(sb, agent_clis, origin)
+    p, said, logged = _turn(sb, agent_clis, origin)
     kinds = [r.get("kind") for r in origin.requests()]
     assert p.returncode == 0 and "final" in kinds and "refresh" not in kinds, (kinds, said)
     _nowhere(sb, all_tokens, said, logged)
+
+
+def test_codex_refreshes_its_own_login(agent_sandbox, agent_clis, origin):  # noqa: F811
+    """The real Codex signed in with ChatGPT, its login due for a refresh (access token
+    expired, last refresh long ago): it refreshes through the gateway (auth.openai.com
+    wants the real refresh token), the model on chatgpt.com wants the new real access
+    token; the real auth.json holds the new real tokens and a new last_refresh, the
+    agent saw placeholders (its JWTs' claims readable, their signatures not)."""
+    sb = agent_sandbox
+    _fresh_home(sb.agent)
+    origin.clear()
+    t = origin.tokens
+    old_access = _jwt({"exp": int(time.time()) - 3600})
+    old_id = _jwt(ID_CLAIMS)
+    login = {"OPENAI_API_KEY": None,
+             "tokens": {"id_token": old_id, "access_token": old_access,
+                        "refresh_token": t["MOCK_CODEX_REFRESH"], "account_id": "acct-confine"},
+             "last_refresh": "2026-01-01T00:00:00Z"}
+    d = os.path.join(sb.home, ".codex")
+    os.makedirs(d, exist_ok=True)
+    os.chown(d, sb.agent.pw_uid, sb.agent.pw_gid)
+    real = write_owned(os.path.join(d, "auth.json"), json.dumps(login), sb.agent, mode=0o600)
+    p, said, logged = _turn(sb, agent_clis, origin, "codex")
+    got = origin.requests()
+    kinds = [r.get("kind") for r in got]
+    assert p.returncode == 0, (said[-3000:], kinds)
+    assert "refresh" in kinds and "final" in kinds, (kinds, said[-3000:])
+    with open(real) as f:
+        outside = json.load(f)
+    new = {"access_token": t["MOCK_CODEX_NEW_ACCESS"], "refresh_token": t["MOCK_CODEX_NEW_REFRESH"],
+           "id_token": t["MOCK_CODEX_NEW_ID"]}
+    assert {k: outside["tokens"][k] for k in new} == new
+    assert outside["tokens"]["account_id"] == "acct-confine"
+    assert outside["last_refresh"] > "2026-01-02", outside["last_refresh"]
+    with open(os.path.join(sb.workdir, "seen-codex.json")) as f:
+        seen = json.load(f)["tokens"]
+    for k, v in new.items():
+        assert seen[k] != v and len(seen[k]) == len(v), k
+    assert seen["id_token"].rsplit(".", 1)[0] == new["id_token"].rsplit(".", 1)[0]
+    assert any({k.lower(): v for k, v in r["headers"].items()}.get("authorization")
+               == f"Bearer {new['access_token']}" for r in got if r.get("kind") == "final")
+    _nowhere(sb, [t["MOCK_CODEX_REFRESH"], *new.values(), old_access.rsplit(".", 1)[1],
+                  old_id.rsplit(".", 1)[1]], said, logged)
