@@ -237,6 +237,9 @@ class Refresher:
             if path == self.refresh.token:
                 self.value = v
                 self.placeholders.append(ph)
+        if not new:
+            # not a refresh (an error told with 200): nothing stamped, nothing written
+            raise RefreshError("the token endpoint's answer holds none of the login's tokens")
         out = json.dumps(obj).encode("utf-8")
         for v in new.values():
             if v.encode() in out:

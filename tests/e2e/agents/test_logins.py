@@ -32,7 +32,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from conftest import make_workdir, write_owned
+from conftest import Sandbox, make_workdir, write_owned
 
 from .conftest import HERE
 from .test_agent_clis import _argv, _fresh_home, agent_sandbox  # noqa: F401 - the fixture
@@ -401,6 +401,8 @@ def test_claude_refreshes_its_own_login(agent_sandbox, agent_clis, origin):  # n
     assert any(r["headers"].get("Authorization") == f"Bearer {new_access}" for r in got)
     all_tokens = [*origin.tokens.values(), old_access]
     _nowhere(sb, all_tokens, said, logged)
+    if sb.mode != "root":
+        return      # the second run once (time): the same start as the first, as root
     # the second run: the refreshed login, no refresh needed
     origin.clear()
     for n in ("proof.txt", "seen.json"):
@@ -452,3 +454,48 @@ def test_codex_refreshes_its_own_login(agent_sandbox, agent_clis, origin):  # no
                == f"Bearer {new['access_token']}" for r in got if r.get("kind") == "final")
     _nowhere(sb, [t["MOCK_CODEX_REFRESH"], *new.values(), old_access.rsplit(".", 1)[1],
                   old_id.rsplit(".", 1)[1]], said, logged)
+
+
+@pytest.fixture(params=["user"])
+def one_sandbox(request, confine_bin, agent_clis, agent_user):
+    """The unprivileged case only (the root --user one is covered by the tests above)."""
+    wd = make_workdir(agent_user)
+    yield Sandbox(request.param, agent_user, wd)
+    shutil.rmtree(wd, ignore_errors=True)
+
+
+def test_claude_refresh_refused(one_sandbox, agent_clis, origin):
+    """The token endpoint refuses the refresh (invalid_grant): Claude Code fails inside as
+    it does outside (the control: the same login, the same endpoint, unconfined), and the
+    real file is left exactly as it was."""
+    sb = one_sandbox
+    _fresh_home(sb.agent)
+    login = {"claudeAiOauth": {"accessToken": _token("sk-ant-oat01-", 95),
+                               "refreshToken": origin.tokens["MOCK_REFRESH"],
+                               "expiresAt": int((time.time() - 60) * 1000),
+                               "scopes": ["user:inference", "user:profile"]}}
+    real = _plant_claude(sb, login)
+    with open(real, "rb") as f:
+        before = f.read()
+    refuse = origin.log + ".refuse"
+    open(refuse, "w").close()
+    try:
+        outside = subprocess.run(["ip", "netns", "exec", NS_A] + sb.outside_cmd(
+            [os.path.join(agent_clis, TURN["claude"][0]), *TURN["claude"][1:]],
+            env_extra=[f"NODE_EXTRA_CA_CERTS={origin.ca}"]), capture_output=True, text=True,
+            timeout=120, cwd=sb.workdir, stdin=subprocess.DEVNULL)
+        origin.clear()
+        _fresh_home(sb.agent)       # nothing the outside run left (it marks a failed refresh)
+        _plant_claude(sb, login)
+        p, said, logged = _turn(sb, agent_clis, origin)
+    finally:
+        os.unlink(refuse)
+    kinds = [r.get("kind") for r in origin.requests()]
+    assert outside.returncode != 0, outside.stdout + outside.stderr
+    assert p.returncode == outside.returncode, (said, outside.stdout + outside.stderr)
+    assert "bad-refresh" in kinds and "final" not in kinds, kinds
+    assert not os.path.exists(os.path.join(sb.workdir, "proof.txt"))
+    with open(real, "rb") as f:
+        assert f.read() == before
+    assert '"refreshed"' not in logged
+    _nowhere(sb, [*origin.tokens.values(), login["claudeAiOauth"]["accessToken"]], said, logged)
