@@ -484,6 +484,7 @@ def test_claude_refresh_refused(one_sandbox, agent_clis, origin):
             [os.path.join(agent_clis, TURN["claude"][0]), *TURN["claude"][1:]],
             env_extra=[f"NODE_EXTRA_CA_CERTS={origin.ca}"]), capture_output=True, text=True,
             timeout=120, cwd=sb.workdir, stdin=subprocess.DEVNULL)
+        outside_kinds = [r.get("kind") for r in origin.requests()]
         origin.clear()
         _fresh_home(sb.agent)       # nothing the outside run left (it marks a failed refresh)
         _plant_claude(sb, login)
@@ -491,7 +492,8 @@ def test_claude_refresh_refused(one_sandbox, agent_clis, origin):
     finally:
         os.unlink(refuse)
     kinds = [r.get("kind") for r in origin.requests()]
-    assert outside.returncode != 0, outside.stdout + outside.stderr
+    assert outside.returncode != 0 and "bad-refresh" in outside_kinds, (
+        outside_kinds, outside.stdout + outside.stderr)
     assert p.returncode == outside.returncode, (said, outside.stdout + outside.stderr)
     assert "bad-refresh" in kinds and "final" not in kinds, kinds
     assert not os.path.exists(os.path.join(sb.workdir, "proof.txt"))
