@@ -12,9 +12,15 @@ The refresh (test_refresh_through_the_gateway): a client inside refreshes the lo
 way Claude Code does (POST platform.claude.com/v1/oauth/token, the refresh token from its
 copy in a JSON body; the mock's endpoint wants the real one) and calls the model with the
 access token it got back: the real file then holds the endpoint's new real tokens, the
-client new placeholders, and the model the new real access token. (Claude Code itself
-takes a lock, ~/.claude/.oauth_refresh.lock, which its profile does not let it create:
-the agent-state work decides that name.)
+client new placeholders, and the model the new real access token.
+
+The agents' own refresh (test_claude_refreshes_its_own_login,
+test_codex_refreshes_its_own_login): the real CLIs, their access tokens expired, refresh
+and save their logins themselves (a temporary file renamed over the bound copy) and finish
+the turn; the real file holds the new real tokens and the stamps (expiresAt,
+last_refresh), nothing the agent wrote or printed holds a real token, and a second Claude
+Code run needs no refresh. test_claude_refresh_refused: the endpoint refuses, the CLI
+fails inside as outside, the real file is untouched.
 """
 from __future__ import annotations
 
