@@ -507,3 +507,49 @@ def test_claude_refresh_refused(one_sandbox, agent_clis, origin):
         assert f.read() == before
     assert '"refreshed"' not in logged
     _nowhere(sb, [*origin.tokens.values(), login["claudeAiOauth"]["accessToken"]], said, logged)
+
+
+SAVE_PY = r"""
+import json, os, sys
+d = os.path.expanduser("~/.codex")
+auth = json.load(open(os.path.join(d, "auth.json")))
+auth["last_refresh"] = "2030-01-01T00:00:00Z"
+for name, target in (("auth.json", "saved"), ("config.toml", "protected")):
+    tmp = os.path.join(d, f".{name}.tmp")
+    with open(tmp, "w") as f:
+        f.write(json.dumps(auth) if name == "auth.json" else "model = 'x'\n")
+    try:
+        os.replace(tmp, os.path.join(d, name))
+        print(target, "ok")
+    except OSError as e:
+        print(target, e.errno)
+print("now", json.load(open(os.path.join(d, "auth.json")))["last_refresh"])
+"""
+
+
+def test_a_save_renamed_onto_the_copy(agent_sandbox, agent_clis):  # noqa: F811
+    """A save by a temporary file renamed over the login's bound copy (what Codex does)
+    works inside and changes the copy only; the same rename onto a protected file bound
+    read-only (config.toml) is still refused."""
+    sb = agent_sandbox
+    _fresh_home(sb.agent)
+    d = os.path.join(sb.home, ".codex")
+    os.makedirs(d)
+    os.chown(d, sb.agent.pw_uid, sb.agent.pw_gid)
+    login = {"OPENAI_API_KEY": None, "last_refresh": "2026-01-01T00:00:00Z",
+             "tokens": {"access_token": _jwt({"exp": 1}), "refresh_token": _token("rt_", 60)}}
+    real = write_owned(os.path.join(d, "auth.json"), json.dumps(login), sb.agent, mode=0o600)
+    write_owned(os.path.join(d, "config.toml"), "", sb.agent, mode=0o600)
+    with open(real, "rb") as f:
+        before = f.read()
+    p = subprocess.run(sb.exec_cmd(["python3", "-c", SAVE_PY], "-p", "codex"),
+                       capture_output=True, text=True, timeout=60, cwd=sb.workdir,
+                       stdin=subprocess.DEVNULL)
+    said = p.stdout + p.stderr
+    assert p.returncode == 0, said
+    assert "saved ok" in p.stdout and "now 2030-01-01T00:00:00Z" in p.stdout, said
+    assert "protected ok" not in p.stdout, said
+    with open(real, "rb") as f:
+        assert f.read() == before       # the agent's save reached its copy only
+    with open(os.path.join(d, "config.toml")) as f:
+        assert f.read() == ""
