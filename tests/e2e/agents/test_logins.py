@@ -449,8 +449,8 @@ def test_codex_refreshes_its_own_login(agent_sandbox, agent_clis, origin):  # no
     new = {"access_token": t["MOCK_CODEX_NEW_ACCESS"], "refresh_token": t["MOCK_CODEX_NEW_REFRESH"],
            "id_token": t["MOCK_CODEX_NEW_ID"]}
     assert {k: outside["tokens"][k] for k in new} == new
-    assert outside["tokens"]["account_id"] == "acct-confine"
-    assert outside["last_refresh"] > "2026-01-02", outside["last_refresh"]
+    assert outside["tokens"]["account_id"] == "acct-confine" and outside["OPENAI_API_KEY"] is None
+    assert outside["last_refresh"] > login["last_refresh"], outside["last_refresh"]
     with open(os.path.join(sb.workdir, "seen-codex.json")) as f:
         seen = json.load(f)["tokens"]
     for k, v in new.items():
