@@ -173,8 +173,9 @@ class RefreshError(Exception):
 class Refresher:
     """One login's token refresh, in the gateway: the refresh token's placeholder swapped
     into the body of a POST to the profile's endpoint, and in the answer each new token
-    replaced by a new placeholder, its real value written into the real file (atomic,
-    its mode and owner kept), so the agent's copy and the real file stay in step.
+    replaced by a new placeholder, its real value written into the real file (in place,
+    `_store`; with the profile's `stamps:`), so the agent's copy and the real file stay
+    in step.
     Threat: the new real tokens reaching the agent; anything that cannot be parsed or
     written is refused, never passed on."""
 
