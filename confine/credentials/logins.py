@@ -22,10 +22,12 @@ the claims are not secret, the signature is what makes it a credential.
 """
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import stat
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -171,8 +173,9 @@ class RefreshError(Exception):
 class Refresher:
     """One login's token refresh, in the gateway: the refresh token's placeholder swapped
     into the body of a POST to the profile's endpoint, and in the answer each new token
-    replaced by a new placeholder, its real value written into the real file (atomic,
-    its mode and owner kept), so the agent's copy and the real file stay in step.
+    replaced by a new placeholder, its real value written into the real file (in place,
+    `_store`; with the profile's `stamps:`), so the agent's copy and the real file stay
+    in step.
     Threat: the new real tokens reaching the agent; anything that cannot be parsed or
     written is refused, never passed on."""
 
@@ -235,31 +238,54 @@ class Refresher:
             if path == self.refresh.token:
                 self.value = v
                 self.placeholders.append(ph)
+        if not new:
+            # not a refresh (an error told with 200): nothing stamped, nothing written
+            raise RefreshError("the token endpoint's answer holds none of the login's tokens")
         out = json.dumps(obj).encode("utf-8")
         for v in new.values():
             if v.encode() in out:
                 raise RefreshError("a new token appears elsewhere in the answer")
-        self._store(new)
+        self._store(new, self._stamps(obj.get("expires_in")))
         if self.emit is not None:
             self.emit({"event": "login", "action": "refreshed", "name": self.login.name,
                        "tokens": [".".join(p) for p in new]})
         return out
 
-    def _store(self, new: dict[tuple[str, ...], str]) -> None:
-        """The real file with the new values: a temporary file beside it (opened below
-        the directory's descriptor, no link followed), its mode and owner, then a rename."""
+    def _stamps(self, expires_in: object) -> dict[tuple[str, ...], object]:
+        """The values of `refresh.stamps:` for a refresh answered now (an answer without
+        a numeric expires_in leaves its stamp as it was)."""
+        now = time.time()
+        out: dict[tuple[str, ...], object] = {}
+        for path, kind in self.refresh.stamps:
+            if kind == "now_rfc3339":
+                out[path] = datetime.datetime.fromtimestamp(now, datetime.timezone.utc) \
+                    .isoformat().replace("+00:00", "Z")
+            elif isinstance(expires_in, (int, float)) and not isinstance(expires_in, bool):
+                out[path] = int((now + expires_in) * 1000)
+        return out
+
+    def _store(self, new: dict[tuple[str, ...], str],
+               stamps: dict[tuple[str, ...], object] | None = None) -> None:
+        """The real file with the new values, written in place (opened below the
+        directory's descriptor, no link followed, the same inode, so its mode and owner
+        stay). Not a temporary file renamed over it: the agent's copy is bound over this
+        name, and a name replaced outside ends that bind in the agent's mount namespace
+        (the kernel detaches mounts on a name that goes), so the agent would then read
+        the real file; a temporary file beside it would be in the agent's state root."""
         path = self.login.file
         d, name = os.path.split(path)
         dfd = os.open(d, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
         try:
-            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
-            try:
-                st = os.fstat(fd)
-                if st.st_uid not in self.owners or not stat.S_ISREG(st.st_mode):
-                    raise RefreshError(f"{path} is no longer the login's file (owner, type)")
-                data = os.read(fd, sources.MAX_FILE + 1)
-            finally:
-                os.close(fd)
+            fd = os.open(name, os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                         dir_fd=dfd)
+        finally:
+            os.close(dfd)
+        try:
+            st = os.fstat(fd)
+            if st.st_uid not in self.owners or not stat.S_ISREG(st.st_mode) \
+                    or st.st_nlink != 1:
+                raise RefreshError(f"{path} is no longer the login's file (owner, type, links)")
+            data = os.read(fd, sources.MAX_FILE + 1)
             try:
                 obj = json.loads(data)
             except ValueError:
@@ -269,19 +295,15 @@ class Refresher:
                 if holder is None:
                     raise RefreshError(f"{path} no longer has {'.'.join(p)}")
                 holder[p[-1]] = v
-            tmp = f".{name}.confine-{os.getpid()}"
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                         st.st_mode & 0o7777, dir_fd=dfd)
-            try:
-                os.write(fd, (json.dumps(obj, indent=2) + "\n").encode("utf-8"))
-                os.fchown(fd, st.st_uid, st.st_gid)
-                os.fchmod(fd, st.st_mode & 0o7777)
-                os.fsync(fd)
-            except BaseException:
-                os.close(fd)
-                os.unlink(tmp, dir_fd=dfd)
-                raise
-            os.close(fd)
-            os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+            for p, sv in (stamps or {}).items():
+                parent = _lookup(obj, p[:-1])[1] if len(p) > 1 else obj
+                if isinstance(parent, dict):
+                    parent[p[-1]] = sv
+            out = (json.dumps(obj, indent=2) + "\n").encode("utf-8")
+            # the new text over the old, then cut to its length: a reader between the two
+            # sees a longer file, never an empty one
+            os.pwrite(fd, out, 0)
+            os.ftruncate(fd, len(out))
+            os.fsync(fd)
         finally:
-            os.close(dfd)
+            os.close(fd)

@@ -1344,7 +1344,11 @@ class FileBroker:
                 try:
                     check(libc.renameat2(opfd, obase + (b"/" if oslash else b""),
                                            npfd, nbase + (b"/" if nslash else b""), flags))
-                except OSError:
+                except OSError as e:
+                    if e.errno == errno.EBUSY and not flags & (RENAME_EXCHANGE | RENAME_WHITEOUT) \
+                            and not oslash and not nslash \
+                            and self._onto_bound_file(opfd, obase, npfd, nbase):
+                        return 0
                     for at in kept:
                         self._unkeep(*at)
                     raise
@@ -1353,6 +1357,46 @@ class FileBroker:
         finally:
             os.close(opfd)
         return 0
+
+    def _onto_bound_file(self, opfd: int, obase: bytes, npfd: int, nbase: bytes) -> bool:
+        """A file saved by a temporary name renamed onto a file bound over its name (an
+        agent's login file: its placeholder copy, credentials/logins.py), which the
+        kernel refuses (EBUSY): the content written into the bound file in place and
+        the temporary name removed, as the save meant. Only onto a regular file of the
+        agent's own that it may write here (a read-only bind of a protected file cannot
+        be opened for writing): nothing the agent could not do with open and write.
+        False: not such a case, the rename's EBUSY stands."""
+        try:
+            sfd = os.open(obase, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                          dir_fd=opfd)
+        except OSError:
+            return False
+        try:
+            sst = os.fstat(sfd)
+            if not stat.S_ISREG(sst.st_mode) or sst.st_size > CONFIG_CAP:
+                return False
+            data = os.read(sfd, CONFIG_CAP + 1)
+        finally:
+            os.close(sfd)
+        try:
+            dfd = os.open(nbase, os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                          dir_fd=npfd)
+        except OSError:
+            return False
+        try:
+            dst = os.fstat(dfd)
+            if not stat.S_ISREG(dst.st_mode) or dst.st_uid != os.geteuid() \
+                    or _ident(dst) == _ident(sst) or len(data) > CONFIG_CAP:
+                return False
+            try:
+                os.unlink(obase, dir_fd=opfd)      # itself a bound name: EBUSY, nothing written
+            except OSError:
+                return False
+            os.pwrite(dfd, data, 0)
+            os.ftruncate(dfd, len(data))
+        finally:
+            os.close(dfd)
+        return True
 
     def _vet_config(self, opfd: int, obase: bytes, npfd: int, nbase: bytes, flags: int,
                     src: str | None, dst: str | None, trusted: bytes | None = None,

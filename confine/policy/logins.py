@@ -27,9 +27,14 @@ there) is skipped. `hosts:` has the form of a credential's hosts
       token: claudeAiOauth.refreshToken         # its placeholder is swapped in the body
       response: {access_token: claudeAiOauth.accessToken,
                  refresh_token: claudeAiOauth.refreshToken}
+      stamps: {claudeAiOauth.expiresAt: expires_in_ms}   # set by confine in the real file
 
 The answer's fields named in `response:` get new placeholders for the agent, and
-their real values are written into the real file.
+their real values are written into the real file. `stamps:` names the file's fields
+the agent computes at a refresh (its own copy gets them, the real file must too, or
+the next run starts from an expired login): `expires_in_ms` is now plus the answer's
+`expires_in`, in milliseconds since the epoch; `now_rfc3339` is the time of the
+refresh. confine computes them itself: nothing the agent writes is copied back.
 """
 from __future__ import annotations
 
@@ -43,7 +48,8 @@ from ..record import dataclass
 from . import credentials as _creds
 
 KEYS = ("name", "file", "optional", "tokens", "refresh")
-REFRESH_KEYS = ("endpoints", "token", "response")
+REFRESH_KEYS = ("endpoints", "token", "response", "stamps")
+STAMPS = ("expires_in_ms", "now_rfc3339")
 TOKEN_KEYS = ("json", "hosts", "headers", "jwt")
 _LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 _JSON_KEY = re.compile(r"^[A-Za-z0-9_$-]{1,100}$")
@@ -62,6 +68,7 @@ class Refresh:
     endpoints: tuple[tuple[str, str], ...]          # (host, path), HTTPS on 443
     token: tuple[str, ...]                          # the refresh token's path in the file
     response: tuple[tuple[str, tuple[str, ...]], ...]   # answer field -> path in the file
+    stamps: tuple[tuple[tuple[str, ...], str], ...] = ()  # path in the file -> one of STAMPS
 
 
 @dataclass(frozen=True)
@@ -81,7 +88,8 @@ class Login:
                 "where": self.where,
                 **({"refresh": {"endpoints": [h + p for h, p in self.refresh.endpoints],
                                 "token": ".".join(self.refresh.token),
-                                "response": {k: ".".join(v) for k, v in self.refresh.response}}}
+                                "response": {k: ".".join(v) for k, v in self.refresh.response},
+                                "stamps": {".".join(k): v for k, v in self.refresh.stamps}}}
                    if self.refresh is not None else {})}
 
 
@@ -199,7 +207,7 @@ def _refresh(p: Any, node: Any, at: str, item: Callable[[object, str], Any],
              paths: set[str]) -> dict[str, Any]:
     import yaml
     raw = _mapping(p, node, at, REFRESH_KEYS)
-    for need in REFRESH_KEYS:
+    for need in REFRESH_KEYS[:3]:
         if need not in raw:
             p.fail(node, f"{at}: needs {need}:")
     en = raw["endpoints"]
@@ -229,7 +237,22 @@ def _refresh(p: Any, node: Any, at: str, item: Callable[[object, str], Any],
         if target not in paths:
             p.fail(v, f"{at}.response.{field_}: {target!r} is not one of this login's tokens: json")
         resp[field_] = item(target, p.where(v))
-    return {"endpoints": eps, "token": item(tok, p.where(raw["token"])), "response": resp}
+    stamps = {}
+    sn = raw.get("stamps")
+    if sn is not None and not isinstance(sn, yaml.MappingNode):
+        p.fail(sn, f"{at}.stamps: must map the file's dotted paths to one of {', '.join(STAMPS)}")
+    for k, v in sn.value if sn is not None else ():
+        path = p.scalar(k, f"{at}.stamps")
+        kind = p.scalar(v, f"{at}.stamps")
+        if not isinstance(path, str) or not all(_JSON_KEY.match(x) for x in path.split(".")):
+            p.fail(k, f"{at}.stamps: {path!r} is not a dotted path of keys")
+        if path in paths:
+            p.fail(k, f"{at}.stamps: {path} is one of this login's tokens")
+        if kind not in STAMPS:
+            p.fail(v, f"{at}.stamps.{path}: {kind!r} is not one of {', '.join(STAMPS)}")
+        stamps[path] = item(kind, p.where(v))
+    return {"endpoints": eps, "token": item(tok, p.where(raw["token"])), "response": resp,
+            "stamps": stamps}
 
 
 def records(raw: list[Any], *, expand: Callable[[str], str] = os.path.expanduser
@@ -250,7 +273,8 @@ def records(raw: list[Any], *, expand: Callable[[str], str] = os.path.expanduser
                 endpoints=tuple((str(x.value).split("/", 1)[0].lower(),
                                  "/" + str(x.value).split("/", 1)[1]) for x in r["endpoints"]),
                 token=tuple(str(r["token"].value).split(".")),
-                response=tuple((k, tuple(str(v.value).split("."))) for k, v in r["response"].items()))
+                response=tuple((k, tuple(str(v.value).split("."))) for k, v in r["response"].items()),
+                stamps=tuple((tuple(k.split(".")), str(v.value)) for k, v in r.get("stamps", {}).items()))
         lg = Login(name=str(e["name"].value), refresh=rf,
                    file=os.path.normpath(expand(str(e["file"].value))), tokens=toks,
                    optional=bool(e["optional"].value) if "optional" in e else False,

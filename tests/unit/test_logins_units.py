@@ -228,6 +228,48 @@ def test_refresh_swaps_the_body_and_stores_the_answer(tmp_path):
         rf.answer(b"<html>", bound.append)
 
 
+def test_refresh_writes_the_real_file_in_place_with_its_stamps(tmp_path):
+    """The real file keeps its inode: a rename would replace the name the agent's copy is
+    bound over, which ends that bind in the agent's namespace and shows it the real file.
+    expiresAt is stamped from the answer (else the next run starts expired); an answer
+    with none of the tokens writes nothing."""
+    f = tmp_path / "creds.json"
+    (lg,) = _load(tmp_path, REFRESH.format(file=f) + "      stamps: {claudeAiOauth.expiresAt: "
+                  "expires_in_ms, at: now_rfc3339}\n").logins
+    assert dict(lg.refresh.stamps) == {("claudeAiOauth", "expiresAt"): "expires_in_ms",
+                                       ("at",): "now_rfc3339"}
+    ref = "sk-ant-ort01-" + "Zy8" * 30
+    f.write_text(json.dumps({"claudeAiOauth": {"accessToken": "sk-ant-oat01-" + "Ab9" * 30,
+                                               "refreshToken": ref, "expiresAt": 5}}))
+    f.chmod(0o600)
+    before = f.stat().st_ino
+    rf = logins.make_copy(lg, f.read_text()).bindings[1].refresh
+    with pytest.raises(logins.RefreshError, match="none of the login's tokens"):
+        rf.answer(b'{"error": "invalid_grant"}', lambda b: None)
+    assert json.loads(f.read_text())["claudeAiOauth"]["expiresAt"] == 5
+    new_acc = "sk-ant-oat01-" + "Qw1" * 30
+    rf.answer(json.dumps({"access_token": new_acc, "expires_in": 3600}).encode(), lambda b: None)
+    real = json.loads(f.read_text())
+    assert f.stat().st_ino == before
+    assert real["claudeAiOauth"]["accessToken"] == new_acc
+    assert real["claudeAiOauth"]["refreshToken"] == ref
+    assert real["claudeAiOauth"]["expiresAt"] > 1_700_000_000_000
+    assert real["at"].endswith("Z") and real["at"][:2] == "20"
+    assert sorted(os.listdir(tmp_path)) == ["creds.json", "p.yaml"]
+
+
+@pytest.mark.parametrize("stamps,why", [
+    ("{b: now}", "not one of expires_in_ms"),
+    ("{a: expires_in_ms}", "one of this login's tokens"),
+    ("[x]", "must map"),
+])
+def test_bad_stamps_name_line_and_key(tmp_path, stamps, why):
+    errs = _errors(tmp_path, "logins:\n  - {name: x, file: /a, tokens: [{json: a}], refresh: "
+                             f"{{endpoints: [h.example/t], token: a, response: {{x: a}}, "
+                             f"stamps: {stamps}}}}}\n")
+    assert any(why in e and "p.yaml:2" in e for e in errs), errs
+
+
 def test_whole_response_framing():
     from confine.credentials.swap import Refusal, _whole_response
     head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"

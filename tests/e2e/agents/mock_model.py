@@ -14,7 +14,8 @@ usage: mock_model.py HOST PORT LOG COMMAND
 Optional, from the environment (the login tests, test_logins.py): MOCK_TLS_CERT and
 MOCK_TLS_KEY serve HTTPS instead of HTTP; MOCK_BEARER answers 401 to a request whose
 Authorization is not `Bearer MOCK_BEARER` (or MOCK_NEW_ACCESS); MOCK_REFRESH makes
-POST .../oauth/token a token endpoint (see `_token`); MOCK_DNS="name=addr,..." answers
+POST .../oauth/token a token endpoint (see `_token`; the file LOG.refuse makes it refuse
+every refresh); MOCK_DNS="name=addr,..." answers
 those names (A records) on HOST:53 over UDP, every other name NXDOMAIN.
 """
 from __future__ import annotations
@@ -146,22 +147,27 @@ class Handler(BaseHTTPRequestHandler):
     def _token(self, raw: bytes) -> None:
         """A token refresh: a real refresh token (MOCK_REFRESH, MOCK_NEW_REFRESH) in a JSON
         or form body gets MOCK_NEW_ACCESS and MOCK_NEW_REFRESH (gzipped, whatever was asked,
-        with X-Mock-Answer: gzip); anything else 400."""
+        with X-Mock-Answer: gzip); anything else 400. Toward auth.openai.com (Codex) the
+        same with MOCK_CODEX_REFRESH, answered MOCK_CODEX_NEW_ACCESS, _NEW_REFRESH, _NEW_ID."""
         try:
             body = json.loads(raw)
         except ValueError:
             from urllib.parse import parse_qs
             body = {k: v[0] for k, v in parse_qs(raw.decode()).items()}
-        ok = body.get("refresh_token") in (os.environ["MOCK_REFRESH"],
-                                           os.environ["MOCK_NEW_REFRESH"])
+        codex = (self.headers.get("Host") or "").split(":")[0] == "auth.openai.com"
+        env = "MOCK_CODEX_" if codex else "MOCK_"
+        ok = body.get("refresh_token") in (os.environ.get(env + "REFRESH"),
+                                           os.environ.get(env + "NEW_REFRESH")) \
+            and not os.path.exists(LOG + ".refuse")
         log(method="POST", path=self.path, kind="refresh" if ok else "bad-refresh",
-            headers=dict(self.headers))
+            headers=dict(self.headers), host=self.headers.get("Host"))
         if not ok:
             self._send(400, "application/json", b'{"error": "invalid_grant"}')
             return
         answer = json.dumps({
-            "access_token": os.environ["MOCK_NEW_ACCESS"], "token_type": "Bearer",
-            "refresh_token": os.environ["MOCK_NEW_REFRESH"], "expires_in": 3600,
+            "access_token": os.environ[env + "NEW_ACCESS"], "token_type": "Bearer",
+            "refresh_token": os.environ[env + "NEW_REFRESH"], "expires_in": 3600,
+            **({"id_token": os.environ[env + "NEW_ID"]} if codex else {}),
             "scope": "user:inference user:profile"}).encode()
         if self.headers.get("X-Mock-Answer") == "gzip":    # whatever the request asked for
             import gzip
@@ -188,7 +194,8 @@ class Handler(BaseHTTPRequestHandler):
         if path.endswith("/oauth/token") and os.environ.get("MOCK_REFRESH"):
             self._token(raw)
             return
-        want = [x for x in (os.environ.get("MOCK_BEARER"), os.environ.get("MOCK_NEW_ACCESS")) if x]
+        want = [os.environ[x] for x in ("MOCK_BEARER", "MOCK_NEW_ACCESS", "MOCK_CODEX_NEW_ACCESS")
+                if os.environ.get(x)]
         if want and self.headers.get("Authorization") not in [f"Bearer {w}" for w in want]:
             log(method="POST", path=self.path, kind="unauthorized", headers=dict(self.headers))
             self._send(401, "application/json", b'{"type": "error", "error": '

@@ -12,12 +12,19 @@ The refresh (test_refresh_through_the_gateway): a client inside refreshes the lo
 way Claude Code does (POST platform.claude.com/v1/oauth/token, the refresh token from its
 copy in a JSON body; the mock's endpoint wants the real one) and calls the model with the
 access token it got back: the real file then holds the endpoint's new real tokens, the
-client new placeholders, and the model the new real access token. (Claude Code itself
-takes a lock, ~/.claude/.oauth_refresh.lock, which its profile does not let it create:
-the agent-state work decides that name.)
+client new placeholders, and the model the new real access token.
+
+The agents' own refresh (test_claude_refreshes_its_own_login,
+test_codex_refreshes_its_own_login): the real CLIs, their access tokens expired, refresh
+and save their logins themselves (a temporary file renamed over the bound copy) and finish
+the turn; the real file holds the new real tokens and the stamps (expiresAt,
+last_refresh), nothing the agent wrote or printed holds a real token, and a second Claude
+Code run needs no refresh. test_claude_refresh_refused: the endpoint refuses, the CLI
+fails inside as outside, the real file is untouched.
 """
 from __future__ import annotations
 
+import base64
 import json
 import os
 import secrets
@@ -31,19 +38,36 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from conftest import make_workdir, write_owned
+from conftest import Sandbox, make_workdir, write_owned
 
 from .conftest import HERE
 from .test_agent_clis import _argv, _fresh_home, agent_sandbox  # noqa: F401 - the fixture
 
 NS_A, NS_B = "confine-logins-a", "confine-logins-b"
 ORIGIN = "1.1.1.1"            # on B's loopback: only this test's namespaces have it
-COMMAND = "cat ~/.claude/.credentials.json > seen.json; echo ok > proof.txt"
+# what the agent sees of its login and its environment, copied where the test reads them
+COMMAND = ("cat ~/.claude/.credentials.json > seen.json; env > env.txt; "
+           "cat ~/.codex/auth.json > seen-codex.json; echo ok > proof.txt")
 _ALNUM = string.ascii_letters + string.digits
 
 
 def _token(prefix: str, n: int) -> str:
     return prefix + "".join(secrets.choice(_ALNUM) for _ in range(n))
+
+
+def _jwt(claims: dict) -> str:
+    """A JWT of the shape Codex's OAuth issuer gives (its signature is random here)."""
+    def b64(d: dict) -> str:
+        return base64.urlsafe_b64encode(json.dumps(d).encode()).decode().rstrip("=")
+    return f"{b64({'alg': 'RS256', 'typ': 'JWT'})}.{b64(claims)}.{_token('', 86)}"
+
+
+# what Codex reads of its id_token: the account and plan of a ChatGPT sign-in
+ID_CLAIMS = {"email": "agent@example.test", "exp": 4102444800,
+             "https://api.openai.com/auth": {"chatgpt_plan_type": "pro",
+                                             "chatgpt_user_id": "user-confine",
+                                             "chatgpt_account_id": "acct-confine"}}
+HOSTS = ("api.anthropic.com", "platform.claude.com", "chatgpt.com", "auth.openai.com")
 
 
 def _sh(*argv: str) -> None:
@@ -96,16 +120,20 @@ def origin(agent_clis: str) -> Iterator[Origin]:
         subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
                         "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", key, "-out", ca,
                         "-days", "2", "-subj", "/CN=api.anthropic.com", "-addext",
-                        "subjectAltName=DNS:api.anthropic.com,DNS:platform.claude.com"],
+                        "subjectAltName=" + ",".join(f"DNS:{h}" for h in HOSTS)],
                        check=True, capture_output=True, timeout=30)
         os.chmod(ca, 0o644)
         log = os.path.join(d, "requests.jsonl")
         tokens = {"MOCK_BEARER": _token("sk-ant-oat01-", 95),
                   "MOCK_REFRESH": _token("sk-ant-ort01-", 95),
                   "MOCK_NEW_ACCESS": _token("sk-ant-oat01-", 95),
-                  "MOCK_NEW_REFRESH": _token("sk-ant-ort01-", 95)}
+                  "MOCK_NEW_REFRESH": _token("sk-ant-ort01-", 95),
+                  "MOCK_CODEX_REFRESH": _token("rt_", 60),
+                  "MOCK_CODEX_NEW_ACCESS": _jwt({"exp": int(time.time()) + 3600}),
+                  "MOCK_CODEX_NEW_REFRESH": _token("rt_", 60),
+                  "MOCK_CODEX_NEW_ID": _jwt(ID_CLAIMS)}
         env = {**os.environ, **tokens, "MOCK_TLS_CERT": ca, "MOCK_TLS_KEY": key,
-               "MOCK_DNS": f"api.anthropic.com={ORIGIN},platform.claude.com={ORIGIN}"}
+               "MOCK_DNS": ",".join(f"{h}={ORIGIN}" for h in HOSTS)}
         server = subprocess.Popen(["ip", "netns", "exec", NS_B, sys.executable,
                                    os.path.join(HERE, "mock_model.py"), ORIGIN, "443", log,
                                    COMMAND], env=env, stdout=subprocess.DEVNULL,
@@ -281,3 +309,249 @@ def test_refresh_through_the_gateway(agent_sandbox, origin):  # noqa: F811
             for n in files:
                 with open(os.path.join(root, n), "rb") as f:
                     assert secret.encode() not in f.read(), n
+
+
+def _plant_claude(sb, login: dict) -> str:
+    """The agent's account signed in to Claude Code (its login file, 0600, and the
+    onboarding that asks Anthropic's servers, done); returns the real file's path."""
+    d = os.path.join(sb.home, ".claude")
+    os.makedirs(d, exist_ok=True)
+    os.chown(d, sb.agent.pw_uid, sb.agent.pw_gid)
+    write_owned(os.path.join(sb.home, ".claude.json"),
+                json.dumps({"hasCompletedOnboarding": True}), sb.agent, mode=0o600)
+    return write_owned(os.path.join(d, ".credentials.json"), json.dumps(login), sb.agent,
+                       mode=0o600)
+
+
+# one turn of each CLI signed in (no API key, no provider of the test's: its own hosts)
+TURN = {"claude": ["claude", "-p", "Run the command.", "--allowedTools", "Bash"],
+        # its own provider's ChatGPT backend first asks for workspace routing the mock
+        # does not know; a provider of the same URL that uses the sign-in does not
+        "codex": ["codex", "exec", "--skip-git-repo-check", "-s", "danger-full-access",
+                  "-m", "mock-model", "-c", "model_provider=chatgpt",
+                  "-c", 'model_providers.chatgpt={name="chatgpt", base_url='
+                        '"https://chatgpt.com/backend-api/codex", wire_api="responses", '
+                        'requires_openai_auth=true}',
+                  "Run the command."]}
+PROFILE = {"claude": "claude-code", "codex": "codex"}
+
+
+def _turn(sb, agent_clis: str, origin: Origin, cli: str = "claude"
+          ) -> tuple[subprocess.CompletedProcess, str, str]:
+    """One turn of the real CLI under its profile (trusting the test CA upstream):
+    (the process, what it said, the run's --log)."""
+    logdir = make_workdir(sb.agent)
+    log = os.path.join(logdir, "run.jsonl")
+    prof = write_owned(os.path.join(logdir, "login.yaml"), textwrap.dedent(f"""
+        extends: {PROFILE[cli]}
+        network:
+          upstream_ca: [{origin.ca}]
+        """), sb.pw)
+    argv = [os.path.join(agent_clis, TURN[cli][0]), *TURN[cli][1:]]
+    try:
+        p = subprocess.run(["ip", "netns", "exec", NS_A] + sb.exec_cmd(
+            argv, "-p", prof, "--log", log), capture_output=True,
+            text=True, timeout=120, cwd=sb.workdir, stdin=subprocess.DEVNULL)
+        with open(log) as f:
+            return p, p.stdout + p.stderr, f.read()
+    finally:
+        shutil.rmtree(logdir, ignore_errors=True)
+
+
+def _nowhere(sb, secrets_: list[str], *texts: str) -> None:
+    """No real token in what confine and the agent said, the log, or any file the agent
+    wrote in the workdir (its view of the login, its environment)."""
+    for secret in secrets_:
+        for t in texts:
+            assert secret not in t
+        for root, _dirs, files in os.walk(sb.workdir):
+            for n in files:
+                with open(os.path.join(root, n), "rb") as f:
+                    assert secret.encode() not in f.read(), n
+
+
+def test_claude_refreshes_its_own_login(agent_sandbox, agent_clis, origin):  # noqa: F811
+    """The real Claude Code, its access token expired: it refreshes through the gateway
+    (the endpoint wants the real refresh token), the model (which wants the new real
+    access token) answers the turn, the real file holds the new real tokens with the rest
+    of it kept, the agent saw only placeholders; a second run starts from the refreshed
+    login (no refresh: the access token and its expiry came back)."""
+    sb = agent_sandbox
+    _fresh_home(sb.agent)
+    origin.clear()
+    old_access = _token("sk-ant-oat01-", 95)      # expired: the model no longer takes it
+    login = {"claudeAiOauth": {"accessToken": old_access,
+                               "refreshToken": origin.tokens["MOCK_REFRESH"],
+                               "expiresAt": int((time.time() - 60) * 1000),
+                               "scopes": ["user:inference", "user:profile"],
+                               "subscriptionType": "max"},
+             "other": {"kept": True}}
+    real = _plant_claude(sb, login)
+    p, said, logged = _turn(sb, agent_clis, origin)
+    got = origin.requests()
+    kinds = [r.get("kind") for r in got]
+    new_access, new_refresh = origin.tokens["MOCK_NEW_ACCESS"], origin.tokens["MOCK_NEW_REFRESH"]
+    assert p.returncode == 0, (said, kinds)
+    assert "refresh" in kinds and "final" in kinds, (kinds, said)
+    assert os.path.exists(os.path.join(sb.workdir, "proof.txt")), said
+    with open(real) as f:
+        outside = json.load(f)          # the real store, read outside
+    o = outside["claudeAiOauth"]
+    assert (o["accessToken"], o["refreshToken"]) == (new_access, new_refresh)
+    assert outside["other"] == {"kept": True} and o["subscriptionType"] == "max"
+    assert o["expiresAt"] > time.time() * 1000, o     # the agent's new expiry, written back
+    st = os.stat(real)
+    assert (st.st_uid, st.st_mode & 0o777) == (sb.agent.pw_uid, 0o600)
+    with open(os.path.join(sb.workdir, "seen.json")) as f:
+        seen = json.load(f)["claudeAiOauth"]    # the agent's own file after its refresh
+    for k, v in (("accessToken", new_access), ("refreshToken", new_refresh)):
+        assert seen[k] != v and len(seen[k]) == len(v) and seen[k][:13] == v[:13], k
+    assert any(r["headers"].get("Authorization") == f"Bearer {new_access}" for r in got)
+    all_tokens = [*origin.tokens.values(), old_access]
+    _nowhere(sb, all_tokens, said, logged)
+    if sb.mode != "root":
+        return      # the second run once (time): the same start as the first, as root
+    # the second run: the refreshed login, no refresh needed
+    origin.clear()
+    for n in ("proof.txt", "seen.json"):
+        os.unlink(os.path.join(sb.workdir, n))
+    p, said, logged = _turn(sb, agent_clis, origin)
+    kinds = [r.get("kind") for r in origin.requests()]
+    assert p.returncode == 0 and "final" in kinds and "refresh" not in kinds, (kinds, said)
+    _nowhere(sb, all_tokens, said, logged)
+
+
+def test_codex_refreshes_its_own_login(agent_sandbox, agent_clis, origin):  # noqa: F811
+    """The real Codex signed in with ChatGPT, its login due for a refresh (access token
+    expired, last refresh long ago): it refreshes through the gateway (auth.openai.com
+    wants the real refresh token), the model on chatgpt.com wants the new real access
+    token; the real auth.json holds the new real tokens and a new last_refresh, the
+    agent saw placeholders (its JWTs' claims readable, their signatures not)."""
+    sb = agent_sandbox
+    _fresh_home(sb.agent)
+    origin.clear()
+    t = origin.tokens
+    old_access = _jwt({"exp": int(time.time()) - 3600})
+    old_id = _jwt(ID_CLAIMS)
+    login = {"OPENAI_API_KEY": None,
+             "tokens": {"id_token": old_id, "access_token": old_access,
+                        "refresh_token": t["MOCK_CODEX_REFRESH"], "account_id": "acct-confine"},
+             "last_refresh": "2026-01-01T00:00:00Z"}
+    d = os.path.join(sb.home, ".codex")
+    os.makedirs(d, exist_ok=True)
+    os.chown(d, sb.agent.pw_uid, sb.agent.pw_gid)
+    real = write_owned(os.path.join(d, "auth.json"), json.dumps(login), sb.agent, mode=0o600)
+    p, said, logged = _turn(sb, agent_clis, origin, "codex")
+    got = origin.requests()
+    kinds = [r.get("kind") for r in got]
+    assert p.returncode == 0, (said[-3000:], kinds)
+    assert "refresh" in kinds and "final" in kinds, (kinds, said[-3000:])
+    with open(real) as f:
+        outside = json.load(f)
+    new = {"access_token": t["MOCK_CODEX_NEW_ACCESS"], "refresh_token": t["MOCK_CODEX_NEW_REFRESH"],
+           "id_token": t["MOCK_CODEX_NEW_ID"]}
+    assert {k: outside["tokens"][k] for k in new} == new
+    assert outside["tokens"]["account_id"] == "acct-confine" and outside["OPENAI_API_KEY"] is None
+    assert outside["last_refresh"] > login["last_refresh"], outside["last_refresh"]
+    with open(os.path.join(sb.workdir, "seen-codex.json")) as f:
+        seen = json.load(f)["tokens"]
+    for k, v in new.items():
+        assert seen[k] != v and len(seen[k]) == len(v), k
+    assert seen["id_token"].rsplit(".", 1)[0] == new["id_token"].rsplit(".", 1)[0]
+    assert any({k.lower(): v for k, v in r["headers"].items()}.get("authorization")
+               == f"Bearer {new['access_token']}" for r in got if r.get("kind") == "final")
+    _nowhere(sb, [t["MOCK_CODEX_REFRESH"], *new.values(), old_access.rsplit(".", 1)[1],
+                  old_id.rsplit(".", 1)[1]], said, logged)
+
+
+@pytest.fixture(params=["user"])
+def one_sandbox(request, confine_bin, agent_clis, agent_user):
+    """The unprivileged case only (the root --user one is covered by the tests above)."""
+    wd = make_workdir(agent_user)
+    yield Sandbox(request.param, agent_user, wd)
+    shutil.rmtree(wd, ignore_errors=True)
+
+
+def test_claude_refresh_refused(one_sandbox, agent_clis, origin):
+    """The token endpoint refuses the refresh (invalid_grant): Claude Code fails inside as
+    it does outside (the control: the same login, the same endpoint, unconfined), and the
+    real file is left exactly as it was."""
+    sb = one_sandbox
+    _fresh_home(sb.agent)
+    login = {"claudeAiOauth": {"accessToken": _token("sk-ant-oat01-", 95),
+                               "refreshToken": origin.tokens["MOCK_REFRESH"],
+                               "expiresAt": int((time.time() - 60) * 1000),
+                               "scopes": ["user:inference", "user:profile"]}}
+    real = _plant_claude(sb, login)
+    with open(real, "rb") as f:
+        before = f.read()
+    refuse = origin.log + ".refuse"
+    open(refuse, "w").close()
+    try:
+        outside = subprocess.run(["ip", "netns", "exec", NS_A] + sb.outside_cmd(
+            [os.path.join(agent_clis, TURN["claude"][0]), *TURN["claude"][1:]],
+            env_extra=[f"NODE_EXTRA_CA_CERTS={origin.ca}"]), capture_output=True, text=True,
+            timeout=120, cwd=sb.workdir, stdin=subprocess.DEVNULL)
+        outside_kinds = [r.get("kind") for r in origin.requests()]
+        origin.clear()
+        _fresh_home(sb.agent)       # nothing the outside run left (it marks a failed refresh)
+        _plant_claude(sb, login)
+        p, said, logged = _turn(sb, agent_clis, origin)
+    finally:
+        os.unlink(refuse)
+    kinds = [r.get("kind") for r in origin.requests()]
+    assert outside.returncode != 0 and "bad-refresh" in outside_kinds, (
+        outside_kinds, outside.stdout + outside.stderr)
+    assert p.returncode == outside.returncode, (said, outside.stdout + outside.stderr)
+    assert "bad-refresh" in kinds and "final" not in kinds, kinds
+    assert not os.path.exists(os.path.join(sb.workdir, "proof.txt"))
+    with open(real, "rb") as f:
+        assert f.read() == before
+    assert '"refreshed"' not in logged
+    _nowhere(sb, [*origin.tokens.values(), login["claudeAiOauth"]["accessToken"]], said, logged)
+
+
+SAVE_PY = r"""
+import json, os, sys
+d = os.path.expanduser("~/.codex")
+auth = json.load(open(os.path.join(d, "auth.json")))
+auth["last_refresh"] = "2030-01-01T00:00:00Z"
+for name, target in (("auth.json", "saved"), ("config.toml", "protected")):
+    tmp = os.path.join(d, f".{name}.tmp")
+    with open(tmp, "w") as f:
+        f.write(json.dumps(auth) if name == "auth.json" else "model = 'x'\n")
+    try:
+        os.replace(tmp, os.path.join(d, name))
+        print(target, "ok")
+    except OSError as e:
+        print(target, e.errno)
+print("now", json.load(open(os.path.join(d, "auth.json")))["last_refresh"])
+"""
+
+
+def test_a_save_renamed_onto_the_copy(agent_sandbox, agent_clis):  # noqa: F811
+    """A save by a temporary file renamed over the login's bound copy (what Codex does)
+    works inside and changes the copy only; the same rename onto a protected file bound
+    read-only (config.toml) is still refused."""
+    sb = agent_sandbox
+    _fresh_home(sb.agent)
+    d = os.path.join(sb.home, ".codex")
+    os.makedirs(d)
+    os.chown(d, sb.agent.pw_uid, sb.agent.pw_gid)
+    login = {"OPENAI_API_KEY": None, "last_refresh": "2026-01-01T00:00:00Z",
+             "tokens": {"access_token": _jwt({"exp": 1}), "refresh_token": _token("rt_", 60)}}
+    real = write_owned(os.path.join(d, "auth.json"), json.dumps(login), sb.agent, mode=0o600)
+    write_owned(os.path.join(d, "config.toml"), "", sb.agent, mode=0o600)
+    with open(real, "rb") as f:
+        before = f.read()
+    p = subprocess.run(sb.exec_cmd(["python3", "-c", SAVE_PY], "-p", "codex"),
+                       capture_output=True, text=True, timeout=60, cwd=sb.workdir,
+                       stdin=subprocess.DEVNULL)
+    said = p.stdout + p.stderr
+    assert p.returncode == 0, said
+    assert "saved ok" in p.stdout and "now 2030-01-01T00:00:00Z" in p.stdout, said
+    assert "protected ok" not in p.stdout, said
+    with open(real, "rb") as f:
+        assert f.read() == before       # the agent's save reached its copy only
+    with open(os.path.join(d, "config.toml")) as f:
+        assert f.read() == ""
