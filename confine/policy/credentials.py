@@ -35,6 +35,7 @@ from typing import Any
 from ..credentials.binding import Target
 from ..errors import ProfileError
 from ..record import dataclass
+from . import fields
 
 SOURCES = ("from_env", "from_file", "from_command", "mint")
 KEYS = ("name", *SOURCES, "revoke", "hosts", "headers", "decision", "optional")
@@ -43,9 +44,6 @@ DECISIONS = ("allow", "ask", "deny")
 DEFAULT_PORT = 443
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _METHOD = re.compile(r"^[A-Z]{1,20}$")
-_HEADER = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,100}$")     # an HTTP token
-# headers the swap owns or that carry no credential: naming them is a mistake
-_NOT_HEADERS = ("host", "content-length", "transfer-encoding", "connection", "cookie")
 
 
 @dataclass(frozen=True)
@@ -82,45 +80,13 @@ def target_text(t: Target) -> str:
 
 def parse(p: Any, node: Any, full: str, item: Callable[[object, str], Any]) -> list[Any]:
     """`credentials:` of one profile file. p: load._Parser (fail, scalar, where, errors)."""
-    import yaml  # type: ignore[import-untyped]  # already imported: this is a YAML parse
-    if isinstance(node, yaml.ScalarNode) and node.tag == "tag:yaml.org,2002:null":
-        return []
-    if not isinstance(node, yaml.SequenceNode):
-        p.fail(node, f"{full!r} must be a list of entries (- name: VAR ...)")
-    out: list[Any] = []
-    seen: set[str] = set()
-    for el in node.value:
-        try:
-            entry = _entry(p, el, full, item)
-        except ProfileError as e:
-            p.errors.append(str(e))
-            continue
-        name = str(entry["name"].value)
-        if name in seen:
-            p.errors.append(f"{p.where(el)}: {full}: {name} is bound twice in this file")
-            continue
-        seen.add(name)
-        out.append(entry)
-    return out
+    return fields.named_list(p, node, full, item, _entry, "- name: VAR ...", "bound")
 
 
 def _entry(p: Any, el: Any, full: str, item: Callable[[object, str], Any]) -> dict[str, Any]:
-    import yaml
-    if not isinstance(el, yaml.MappingNode):
-        p.fail(el, f"{full}: each entry is a mapping (name:, from_env: ..., hosts: [...])")
-    raw: dict[str, Any] = {}
-    knodes: dict[str, Any] = {}
-    for k, v in el.value:
-        key = p.scalar(k, full)
-        if key not in KEYS:
-            import difflib
-            near = difflib.get_close_matches(str(key), KEYS, n=1, cutoff=0.5)
-            hint = f" (did you mean {near[0]!r}?)" if near else f" (valid keys: {', '.join(KEYS)})"
-            p.fail(k, f"unknown key {full}.{key}{hint}")
-        if key in raw:
-            p.fail(k, f"duplicate key {full}.{key}")
-        knodes[key] = k
-        raw[key] = v
+    import yaml  # type: ignore[import-untyped]  # already imported: this is a YAML parse
+    raw = fields.mapping(p, el, full, KEYS,
+                         "each entry is a mapping (name:, from_env: ..., hosts: [...])")
     if "name" not in raw:
         p.fail(el, f"{full}: an entry needs name: (the variable the agent sees)")
     name = p.scalar(raw["name"], f"{full}.name")
@@ -139,16 +105,12 @@ def _entry(p: Any, el: Any, full: str, item: Callable[[object, str], Any]) -> di
             p.fail(raw[src], f"{at}.from_env: {v!r} is not an environment variable name")
         out[src] = item(v, p.where(raw[src]))
     elif src == "from_file":
-        v = p.scalar(raw[src], f"{at}.{src}")
-        if not isinstance(v, str) or not v.startswith(("/", "~/")):
-            p.fail(raw[src], f"{at}.from_file: {v!r} must be absolute or start with ~/ (your "
-                             "home: the file is read by you, outside the sandbox)")
-        out[src] = item(v, p.where(raw[src]))
+        out[src] = fields.own_file(p, raw[src], f"{at}.from_file", item)
     else:
         out[src] = _argv(p, raw[src], f"{at}.{src}", item)
     if "revoke" in raw:
         if src != "mint":
-            p.fail(knodes["revoke"], f"{at}.revoke: only a minted credential (mint:) is revoked")
+            p.fail(_key_node(el, "revoke"), f"{at}.revoke: only a minted credential (mint:) is revoked")
         out["revoke"] = _argv(p, raw["revoke"], f"{at}.revoke", item)
     if "hosts" not in raw:
         p.fail(el, f"{at}: hosts: is required (where the real value may be sent)")
@@ -156,29 +118,20 @@ def _entry(p: Any, el: Any, full: str, item: Callable[[object, str], Any]) -> di
         p.fail(raw["hosts"], f"{at}.hosts: must be a non-empty list")
     out["hosts"] = [_target(p, h, f"{at}.hosts", item) for h in raw["hosts"].value]
     if "headers" in raw:
-        hn = raw["headers"]
-        if not isinstance(hn, yaml.SequenceNode):
-            p.fail(hn, f"{at}.headers: must be a list of header names")
-        hs = []
-        for h in hn.value:
-            v = p.scalar(h, f"{at}.headers")
-            if not isinstance(v, str) or not _HEADER.match(v) or v.lower() in _NOT_HEADERS \
-                    or v.lower() == "authorization":
-                p.fail(h, f"{at}.headers: {v!r} is not a custom header name (Authorization is "
-                          "always looked at; Host, Cookie and framing headers never)")
-            hs.append(item(v.lower(), p.where(h)))
-        out["headers"] = hs
+        out["headers"] = fields.header_names(p, raw["headers"], f"{at}.headers", item)
     if "decision" in raw:
         v = p.scalar(raw["decision"], f"{at}.decision")
         if v not in DECISIONS:
             p.fail(raw["decision"], f"{at}.decision: {v!r} is not one of {', '.join(DECISIONS)}")
         out["decision"] = item(v, p.where(raw["decision"]))
     if "optional" in raw:
-        v = p.scalar(raw["optional"], f"{at}.optional")
-        if not isinstance(v, bool):
-            p.fail(raw["optional"], f"{at}.optional: must be true or false")
-        out["optional"] = item(v, p.where(raw["optional"]))
+        out["optional"] = fields.flag(p, raw["optional"], f"{at}.optional", item)
     return out
+
+
+def _key_node(mapping: Any, key: str) -> Any:
+    """The node of a mapping's key (an error about the key itself points at its line)."""
+    return next(k for k, _ in mapping.value if getattr(k, "value", None) == key)
 
 
 def _argv(p: Any, node: Any, full: str, item: Callable[[object, str], Any]) -> list[Any]:
@@ -200,12 +153,7 @@ def _argv(p: Any, node: Any, full: str, item: Callable[[object, str], Any]) -> l
 def _target(p: Any, node: Any, full: str, item: Callable[[object, str], Any]) -> Any:
     import yaml
     if isinstance(node, yaml.MappingNode):
-        got: dict[str, Any] = {}
-        for k, v in node.value:
-            key = p.scalar(k, full)
-            if key not in TARGET_KEYS:
-                p.fail(k, f"unknown key {full}.{key} (valid keys: {', '.join(TARGET_KEYS)})")
-            got[key] = v
+        got = fields.mapping(p, node, full, TARGET_KEYS, "a host, or a mapping with host:")
         if "host" not in got:
             p.fail(node, f"{full}: an entry as a mapping needs host:")
         out: dict[str, Any] = {"host": _host(p, got["host"], full, item)}

@@ -46,6 +46,7 @@ from typing import Any
 from ..credentials.binding import Target
 from ..record import dataclass
 from . import credentials as _creds
+from . import fields
 
 KEYS = ("name", "file", "optional", "tokens", "refresh")
 REFRESH_KEYS = ("endpoints", "token", "response", "stamps")
@@ -95,48 +96,16 @@ class Login:
 
 def parse(p: Any, node: Any, full: str, item: Callable[[object, str], Any]) -> list[Any]:
     """`logins:` of one profile file. p: load._Parser (fail, scalar, where, errors)."""
-    import yaml  # type: ignore[import-untyped]  # already imported: this is a YAML parse
-    if isinstance(node, yaml.ScalarNode) and node.tag == "tag:yaml.org,2002:null":
-        return []
-    if not isinstance(node, yaml.SequenceNode):
-        p.fail(node, f"{full!r} must be a list of entries (- name: LABEL, file: PATH, tokens: ...)")
-    out: list[Any] = []
-    seen: set[str] = set()
-    for el in node.value:
-        try:
-            entry = _entry(p, el, full, item)
-        except Exception as e:  # noqa: BLE001 - ProfileError: collected with the others
-            from ..errors import ProfileError
-            if not isinstance(e, ProfileError):
-                raise
-            p.errors.append(str(e))
-            continue
-        name = str(entry["name"].value)
-        if name in seen:
-            p.errors.append(f"{p.where(el)}: {full}: {name} is named twice in this file")
-            continue
-        seen.add(name)
-        out.append(entry)
-    return out
+    return fields.named_list(p, node, full, item, _entry,
+                             "- name: LABEL, file: PATH, tokens: ...", "named")
 
 
 def _mapping(p: Any, node: Any, full: str, keys: tuple[str, ...]) -> dict[str, Any]:
-    import yaml
-    if not isinstance(node, yaml.MappingNode):
-        p.fail(node, f"{full}: must be a mapping ({', '.join(keys)})")
-    raw: dict[str, Any] = {}
-    for k, v in node.value:
-        key = p.scalar(k, full)
-        if key not in keys:
-            p.fail(k, f"unknown key {full}.{key} (valid keys: {', '.join(keys)})")
-        if key in raw:
-            p.fail(k, f"duplicate key {full}.{key}")
-        raw[key] = v
-    return raw
+    return fields.mapping(p, node, full, keys, f"must be a mapping ({', '.join(keys)})")
 
 
 def _entry(p: Any, el: Any, full: str, item: Callable[[object, str], Any]) -> dict[str, Any]:
-    import yaml
+    import yaml  # type: ignore[import-untyped]  # already imported: this is a YAML parse
     raw = _mapping(p, el, full, KEYS)
     for need in ("name", "file", "tokens"):
         if need not in raw:
@@ -146,16 +115,9 @@ def _entry(p: Any, el: Any, full: str, item: Callable[[object, str], Any]) -> di
         p.fail(raw["name"], f"{full}.name: {name!r} is not a label (letters, digits, . _ -)")
     at = f"{full}[{name}]"
     out: dict[str, Any] = {"name": item(name, p.where(raw["name"]))}
-    f = p.scalar(raw["file"], f"{at}.file")
-    if not isinstance(f, str) or not f.startswith(("/", "~/")):
-        p.fail(raw["file"], f"{at}.file: {f!r} must be absolute or start with ~/ (your home: "
-                            "the file is read by you, outside the sandbox)")
-    out["file"] = item(f, p.where(raw["file"]))
+    out["file"] = fields.own_file(p, raw["file"], f"{at}.file", item)
     if "optional" in raw:
-        v = p.scalar(raw["optional"], f"{at}.optional")
-        if not isinstance(v, bool):
-            p.fail(raw["optional"], f"{at}.optional: must be true or false")
-        out["optional"] = item(v, p.where(raw["optional"]))
+        out["optional"] = fields.flag(p, raw["optional"], f"{at}.optional", item)
     tn = raw["tokens"]
     if not isinstance(tn, yaml.SequenceNode) or not tn.value:
         p.fail(tn, f"{at}.tokens: must be a non-empty list of {{json: PATH, hosts: [...]}}")
@@ -180,22 +142,10 @@ def _entry(p: Any, el: Any, full: str, item: Callable[[object, str], Any]) -> di
             tok["hosts"] = [_creds._target(p, h, f"{at}.tokens[{path}].hosts", item)
                             for h in hn.value]
         if "headers" in traw:
-            hn = traw["headers"]
-            if not isinstance(hn, yaml.SequenceNode):
-                p.fail(hn, f"{at}.tokens[{path}].headers: must be a list of header names")
-            hs = []
-            for h in hn.value:
-                v = p.scalar(h, f"{at}.tokens[{path}].headers")
-                if not isinstance(v, str) or not _creds._HEADER.match(v) \
-                        or v.lower() in (*_creds._NOT_HEADERS, "authorization"):
-                    p.fail(h, f"{at}.tokens[{path}].headers: {v!r} is not a custom header name")
-                hs.append(item(v.lower(), p.where(h)))
-            tok["headers"] = hs
+            tok["headers"] = fields.header_names(p, traw["headers"], f"{at}.tokens[{path}].headers",
+                                                 item)
         if "jwt" in traw:
-            v = p.scalar(traw["jwt"], f"{at}.tokens[{path}].jwt")
-            if not isinstance(v, bool):
-                p.fail(traw["jwt"], f"{at}.tokens[{path}].jwt: must be true or false")
-            tok["jwt"] = item(v, p.where(traw["jwt"]))
+            tok["jwt"] = fields.flag(p, traw["jwt"], f"{at}.tokens[{path}].jwt", item)
         tokens.append(tok)
     out["tokens"] = tokens
     if "refresh" in raw:

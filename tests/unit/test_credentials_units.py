@@ -83,6 +83,11 @@ BAD = [
     ("- {name: A, from_file: relative/t, hosts: [a.example]}", "must be absolute"),
     ("- {name: A, from_file: '{workdir}/t', hosts: [a.example]}", "must be absolute"),
     ("- {name: A, from_env: A, hosts: ['*.com']}", "public suffix"),
+    ("- {name: A, from_env: A, hosts: [{host: a.example, host: b.example}]}",
+     "duplicate key credentials[A].hosts.host"),
+    ("- {name: A, from_env: A, hosts: [{host: a.example, path: [/a/]}]}",
+     "unknown key credentials[A].hosts.path (did you mean 'paths'?)"),
+    ("- {name: A, from_env: A, hosts: [a.example], optional: 'yes'}", "credentials[A].optional: must be true or false"),
 ]
 
 

@@ -1,0 +1,98 @@
+"""Field shapes that `credentials:` and `logins:` share (policy/credentials.py,
+policy/logins.py), parsed once so both name the same mistake the same way: a list
+of named entries (each entry's errors collected, a name given twice refused), a
+mapping with known keys, true/false, a file of the person's own, custom header names.
+`p` is load._Parser (fail, scalar, where, errors); `item` makes load.Item."""
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Callable
+from typing import Any
+
+from ..errors import ProfileError
+
+Item = Callable[[object, str], Any]
+
+HEADER = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,100}$")     # an HTTP token
+# headers the swap owns or that carry no credential: naming them is a mistake
+# (Authorization is always looked at, so it is never named either)
+NOT_HEADERS = ("host", "content-length", "transfer-encoding", "connection", "cookie",
+               "authorization")
+
+
+def named_list(p: Any, node: Any, full: str, item: Item, entry: Callable[..., dict[str, Any]],
+               shape: str, twice: str) -> list[dict[str, Any]]:
+    """The YAML list under `full`, each element parsed by `entry(p, el, full, item)` into
+    a dict with a "name" Item; every entry's error is collected (load.py reports them
+    together), and a name seen twice is refused (`twice`: "bound", "named")."""
+    import yaml  # type: ignore[import-untyped]  # already imported: this is a YAML parse
+    if isinstance(node, yaml.ScalarNode) and node.tag == "tag:yaml.org,2002:null":
+        return []
+    if not isinstance(node, yaml.SequenceNode):
+        p.fail(node, f"{full!r} must be a list of entries ({shape})")
+    out: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    for el in node.value:
+        try:
+            got = entry(p, el, full, item)
+        except ProfileError as e:
+            p.errors.append(str(e))
+            continue
+        name = str(got["name"].value)
+        if name in seen:
+            p.errors.append(f"{p.where(el)}: {full}: {name} is {twice} twice in this file")
+            continue
+        seen.add(name)
+        out.append(got)
+    return out
+
+
+def mapping(p: Any, node: Any, full: str, keys: tuple[str, ...], shape: str) -> dict[str, Any]:
+    """{key: value node} of a mapping whose keys must be among `keys` (a near miss is
+    named: "did you mean"), each once."""
+    import yaml
+    if not isinstance(node, yaml.MappingNode):
+        p.fail(node, f"{full}: {shape}")
+    raw: dict[str, Any] = {}
+    for k, v in node.value:
+        key = p.scalar(k, full)
+        if key not in keys:
+            near = difflib.get_close_matches(str(key), keys, n=1, cutoff=0.5)
+            hint = f" (did you mean {near[0]!r}?)" if near else f" (valid keys: {', '.join(keys)})"
+            p.fail(k, f"unknown key {full}.{key}{hint}")
+        if key in raw:
+            p.fail(k, f"duplicate key {full}.{key}")
+        raw[key] = v
+    return raw
+
+
+def flag(p: Any, node: Any, full: str, item: Item) -> Any:
+    v = p.scalar(node, full)
+    if not isinstance(v, bool):
+        p.fail(node, f"{full}: must be true or false")
+    return item(v, p.where(node))
+
+
+def own_file(p: Any, node: Any, full: str, item: Item) -> Any:
+    """A file the person reads outside the sandbox: absolute or under ~/."""
+    v = p.scalar(node, full)
+    if not isinstance(v, str) or not v.startswith(("/", "~/")):
+        p.fail(node, f"{full}: {v!r} must be absolute or start with ~/ (your home: the file "
+                     "is read by you, outside the sandbox)")
+    return item(v, p.where(node))
+
+
+def header_names(p: Any, node: Any, full: str, item: Item) -> list[Any]:
+    """Custom header names a value may be put in, lower-cased."""
+    import yaml
+    if not isinstance(node, yaml.SequenceNode):
+        p.fail(node, f"{full}: must be a list of header names")
+    out = []
+    for h in node.value:
+        v = p.scalar(h, full)
+        if not isinstance(v, str) or not HEADER.match(v) or v.lower() in NOT_HEADERS:
+            p.fail(h, f"{full}: {v!r} is not a custom header name (Authorization is always "
+                      "looked at; Host, Cookie and framing headers never)")
+        out.append(item(v.lower(), p.where(h)))
+    return out
