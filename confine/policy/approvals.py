@@ -17,6 +17,7 @@ import re
 from typing import Any
 
 from ..record import dataclass
+from . import fields
 
 # the key in the profile -> the event kind the engine sees
 KINDS = {"network": "network", "unix_sockets": "unix_socket", "protected_writes": "protected_write",
@@ -141,20 +142,8 @@ class _Nodes:
         return self.p.scalar(node, full)
 
     def mapping(self, node: Any, full: str, keys: tuple[str, ...]) -> dict[str, tuple[Any, Any]]:
-        if getattr(node, "id", "") != "mapping":
-            self.fail(node, f"{full!r} must be a mapping with keys {', '.join(keys)}")
-        out: dict[str, tuple[Any, Any]] = {}
-        for k, v in node.value:
-            name = self.scalar(k, full)
-            if name not in keys:
-                import difflib
-                near = difflib.get_close_matches(str(name), keys, n=1, cutoff=0.5)
-                hint = f" (did you mean {near[0]!r}?)" if near else f" (valid keys: {', '.join(keys)})"
-                self.fail(k, f"unknown key {full + '.' + str(name)!r}{hint}")
-            if name in out:
-                self.fail(k, f"duplicate key {full + '.' + str(name)!r}")
-            out[name] = (k, v)
-        return out
+        return fields.keyed(self.p, node, full, keys,
+                            f"{full!r} must be a mapping with keys {', '.join(keys)}")
 
     def seq(self, node: Any, full: str) -> list[Any]:
         if getattr(node, "id", "") == "scalar" and node.value in ("", "~", "null"):

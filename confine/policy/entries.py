@@ -40,7 +40,7 @@ def parse(p: Loader, node: Any, full: str, *, yaml: Any, item: Callable[[object,
             if key not in keys:
                 p.fail(k, f"unknown key {full + '.' + str(key)!r} (valid keys: {shown})")
             if key in entry:
-                p.fail(k, f"duplicate key {full}.{key}")
+                p.fail(k, f"duplicate key {full + '.' + str(key)!r}")
             if key == "path":
                 s = p.scalar(v, f"{full}.path")
                 why = path_error(s) if isinstance(s, str) else f"{s!r} is not a path"

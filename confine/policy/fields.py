@@ -5,9 +5,8 @@ mapping with known keys, true/false, a file of the person's own, custom header n
 `p` is load._Parser (fail, scalar, where, errors); `item` makes load.Item."""
 from __future__ import annotations
 
-import difflib
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..errors import ProfileError
@@ -48,23 +47,35 @@ def named_list(p: Any, node: Any, full: str, item: Item, entry: Callable[..., di
     return out
 
 
-def mapping(p: Any, node: Any, full: str, keys: tuple[str, ...], shape: str) -> dict[str, Any]:
-    """{key: value node} of a mapping whose keys must be among `keys` (a near miss is
-    named: "did you mean"), each once."""
+def suggest(key: str, valid: Iterable[str]) -> str:
+    """The end of an unknown-key message: the nearest valid key, or all of them."""
+    import difflib  # only for this message: not on every start
+    valid = list(valid)
+    near = difflib.get_close_matches(str(key), valid, n=1, cutoff=0.5)
+    return f" (did you mean {near[0]!r}?)" if near else f" (valid keys: {', '.join(valid)})"
+
+
+def keyed(p: Any, node: Any, full: str, keys: tuple[str, ...],
+          not_mapping: str) -> dict[str, tuple[Any, Any]]:
+    """{key: (key node, value node)} of a mapping whose keys must be among `keys`, each
+    once; `not_mapping` is the whole message when `node` is not a mapping."""
     import yaml
     if not isinstance(node, yaml.MappingNode):
-        p.fail(node, f"{full}: {shape}")
-    raw: dict[str, Any] = {}
+        p.fail(node, not_mapping)
+    out: dict[str, tuple[Any, Any]] = {}
     for k, v in node.value:
         key = p.scalar(k, full)
         if key not in keys:
-            near = difflib.get_close_matches(str(key), keys, n=1, cutoff=0.5)
-            hint = f" (did you mean {near[0]!r}?)" if near else f" (valid keys: {', '.join(keys)})"
-            p.fail(k, f"unknown key {full}.{key}{hint}")
-        if key in raw:
-            p.fail(k, f"duplicate key {full}.{key}")
-        raw[key] = v
-    return raw
+            p.fail(k, f"unknown key {full + '.' + str(key)!r}{suggest(key, keys)}")
+        if key in out:
+            p.fail(k, f"duplicate key {full + '.' + str(key)!r}")
+        out[key] = (k, v)
+    return out
+
+
+def mapping(p: Any, node: Any, full: str, keys: tuple[str, ...], shape: str) -> dict[str, Any]:
+    """{key: value node}; `shape`: what `full` must be, for the error."""
+    return {k: v for k, (_, v) in keyed(p, node, full, keys, f"{full}: {shape}").items()}
 
 
 def flag(p: Any, node: Any, full: str, item: Item) -> Any:

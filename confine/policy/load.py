@@ -16,7 +16,7 @@ from typing import Any, NoReturn
 from ..errors import ProfileError
 from ..paths import is_under
 from ..record import dataclass
-from . import approvals, copied, privatetmp, realpaths, runlater, secrets, ssh_agent, stateroots, workdir_mode
+from . import approvals, copied, fields, privatetmp, realpaths, runlater, secrets, ssh_agent, stateroots, workdir_mode
 from . import credentials as _creds
 from . import logins as _logins
 from .model import Env, Limits, Network, PathGrant, Policy, Scope, Seccomp
@@ -137,12 +137,6 @@ def find_profile(ref: str, relative_to: Path | None = None) -> Path:
     raise ProfileError(f"unknown profile {ref!r}{hint}; built-in profiles: {', '.join(known)}")
 
 
-def _suggest(key: str, valid: Iterable[str]) -> str:
-    import difflib
-    near = difflib.get_close_matches(key, list(valid), n=1, cutoff=0.5)
-    return f" (did you mean {near[0]!r}?)" if near else f" (valid keys: {', '.join(valid)})"
-
-
 class _Parser:
     def __init__(self, path: Path):
         self.path = path
@@ -204,7 +198,7 @@ class _Parser:
         key = knode.value
         full = f"{prefix}{key}"
         if key not in schema:
-            self.fail(knode, f"unknown key {full!r}{_suggest(key, schema)}")
+            self.fail(knode, f"unknown key {full!r}{fields.suggest(key, schema)}")
         if key in out:
             self.fail(knode, f"duplicate key {full!r}")
         kind = schema[key]

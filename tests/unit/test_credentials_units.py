@@ -73,7 +73,7 @@ BAD = [
     ("- {name: A, from_env: A, hosts: [10.0.0.1]}", "bound to host names, not addresses"),
     ("- {name: A, from_env: A, hosts: []}", "credentials[A].hosts: must be a non-empty list"),
     ("- {name: A, from_env: A}", "hosts: is required"),
-    ("- {name: A, from_env: A, hostz: [a.example]}", "unknown key credentials.hostz (did you mean 'hosts'?)"),
+    ("- {name: A, from_env: A, hostz: [a.example]}", "unknown key 'credentials.hostz' (did you mean 'hosts'?)"),
     ("- {name: A, from_env: A, hosts: [a.example], decision: maybe}", "'maybe' is not one of allow, ask, deny"),
     ("- {name: A, from_env: A, hosts: [a.example], revoke: [x]}", "only a minted credential"),
     ("- {name: A, from_env: A, hosts: [{host: a.example, methods: [get]}]}", "'get' is not an HTTP method"),
@@ -84,9 +84,9 @@ BAD = [
     ("- {name: A, from_file: '{workdir}/t', hosts: [a.example]}", "must be absolute"),
     ("- {name: A, from_env: A, hosts: ['*.com']}", "public suffix"),
     ("- {name: A, from_env: A, hosts: [{host: a.example, host: b.example}]}",
-     "duplicate key credentials[A].hosts.host"),
+     "duplicate key 'credentials[A].hosts.host'"),
     ("- {name: A, from_env: A, hosts: [{host: a.example, path: [/a/]}]}",
-     "unknown key credentials[A].hosts.path (did you mean 'paths'?)"),
+     "unknown key 'credentials[A].hosts.path' (did you mean 'paths'?)"),
     ("- {name: A, from_env: A, hosts: [a.example], optional: 'yes'}", "credentials[A].optional: must be true or false"),
 ]
 

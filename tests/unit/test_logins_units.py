@@ -60,7 +60,7 @@ def test_section_loads(tmp_path):
 
 
 @pytest.mark.parametrize("entry,why", [
-    ("{name: x, file: /a, tokens: [{json: a}], color: red}", "unknown key logins.color"),
+    ("{name: x, file: /a, tokens: [{json: a}], color: red}", "unknown key 'logins.color'"),
     ("{name: x, file: rel/a, tokens: [{json: a}]}", "must be absolute"),
     ("{name: x, file: /a, tokens: []}", "tokens: must be a non-empty list"),
     ("{name: x, file: /a, tokens: [{json: 'a..b'}]}", "not a dotted path"),

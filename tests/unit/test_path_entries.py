@@ -26,7 +26,7 @@ def _load(tmp_path, section: str, body: str) -> str:
     ("    path: x\n", "p.yaml:4: 'filesystem.{s}' must be a list of mappings with keys path, {l}"),
     ("    - ?~/.x\n", "p.yaml:4: filesystem.{s}: each entry is a mapping with keys path, {l}"),
     ("    - path: ?~/.x\n      other: [a]\n", "p.yaml:5: unknown key 'filesystem.{s}.other'"),
-    ("    - path: ?~/.x\n      path: ?~/.y\n", "p.yaml:5: duplicate key filesystem.{s}.path"),
+    ("    - path: ?~/.x\n      path: ?~/.y\n", "p.yaml:5: duplicate key 'filesystem.{s}.path'"),
     ("    - {l}: [{g}]\n", "p.yaml:4: filesystem.{s}: an entry without 'path'"),
     ("    - path: [a]\n", "p.yaml:4"),
     ("    - path: ?~/.x\n      {l}: {g}\n", "p.yaml:5: filesystem.{s}.{l} must be a list of"),
