@@ -113,3 +113,39 @@ def test_asks_and_verdict_round_trip():
     assert wire.VerdictRequest.unpack(v.pack()) == v
     long = wire.VerdictRequest(0, 1, True, "x" * 10000)
     assert len(wire.VerdictRequest.unpack(long.pack()).reason) == wire.REASON_CAP
+
+
+def test_forwarded_notifications_round_trip_and_are_told_from_replies():
+    """A notification the broker hands on (wire.Forwarded) is never taken for a
+    reply to a request (its id is FORWARDED), keeps its arguments, and a
+    datagram too short to hold one is dropped rather than misread."""
+    args = (1, 2 ** 64 - 1, 0, 7, 8, 9)
+    f = wire.Forwarded(2 ** 63 + 5, 257, args)
+    data = f.pack()
+    assert wire.decode_reply(data)[0] == wire.FORWARDED
+    assert wire.Forwarded.unpack(data) == f
+    said = wire.Forwarded(3, 83, args, Reply(-1, 13, "held .envrc: naïve \udcff"))
+    assert wire.Forwarded.unpack(said.pack()) == said
+    assert wire.Forwarded.unpack(data[:-1]) is None
+    assert len(said.pack()) <= wire.REPLY_MAX
+    assert wire.ListenerRequest.unpack(wire.ListenerRequest(0, True).pack()).receive is True
+    assert wire.ListenerRequest.unpack(wire.ListenerRequest(0).pack()).receive is False
+
+
+def test_the_in_flight_record_names_what_the_broker_holds():
+    """inflight.py: a held id is named until dropped, and the ids just above
+    the newest one received (a call received but not yet written down) too."""
+    from confine.mediation import inflight
+    fd = inflight.create()
+    try:
+        broker, supervisor_side = inflight.Table(fd), inflight.Table(fd)
+    finally:
+        os.close(fd)
+    assert supervisor_side.held() == set()
+    a = broker.hold(100)
+    b = broker.hold(2 ** 64 - 1)
+    held = supervisor_side.held()
+    assert {100, 2 ** 64 - 1, 0, 5} <= held and 99 not in held
+    broker.drop(a)
+    broker.drop(b)
+    assert 100 not in supervisor_side.held() and 2 ** 64 - 1 in supervisor_side.held()
