@@ -112,10 +112,12 @@ started = threading.Barrier(P["threads"] + 1)
 def hammer(t):
     got = results.setdefault(t, {})
     started.wait()
+    key = "x%d" % t
     for i in range(100000):
-        attempt("x", lambda: opened("t%d-%d" % (t, i % 50), os.O_WRONLY | os.O_CREAT))
-        got[R["x"]] = got.get(R["x"], 0) + 1
-        if R["x"] != "ok":
+        attempt(key, lambda: opened("t%d-%d" % (t, i % 50), os.O_WRONLY | os.O_CREAT))
+        v = R.pop(key)
+        got[v] = got.get(v, 0) + 1
+        if v != "ok":
             return
 ts = [threading.Thread(target=hammer, args=(t,), daemon=True) for t in range(P["threads"])]
 [t.start() for t in ts]
