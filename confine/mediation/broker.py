@@ -194,7 +194,9 @@ def broker_main(sock: socket.socket, guard: Guard | None = None,
                     try:
                         own[0] = inflight.Table(fds[1])
                     except (OSError, ValueError):
-                        pass    # the supervisor receives: it never hears from here
+                        # the supervisor now waits for this side to receive: dying
+                        # makes it receive (and fail every call, said once)
+                        os._exit(0)
                 _close(fds[1:])
             else:
                 _close(fds)
