@@ -7,6 +7,13 @@ the notifying one, and is not dumpable (the agent can neither ptrace it nor
 steal its descriptors). Socket calls are performed here on the supervisor's
 copies of the agent's socket, address and data; file calls are judged by the
 name guard and performed in files.py.
+
+It also receives the agent's notifications itself (wire.ListenerRequest.receive):
+a file call it reads, judges, performs and answers here, one hop fewer; every
+other kind, and any file call it cannot finish inline, goes to the supervisor
+as it came (wire.Forwarded). What it holds is written to the in-flight record
+(inflight.py), so that its death fails those calls instead of leaving them
+waiting.
 """
 from __future__ import annotations
 

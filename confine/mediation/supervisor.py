@@ -1,4 +1,8 @@
-"""The supervisor's side: answers every notification of the agent's filter.
+"""The supervisor's side: answers the notifications of the agent's filter that
+the broker hands on (wire.Forwarded: every kind but the file calls the broker
+reads and performs itself, docs/security-model.md "Who receives the agent's
+calls"), or all of them where it receives them itself (the broker gone,
+CONFINE_TEST_TWO_HOPS).
 
 Nothing the agent asked for is ever resumed with CONTINUE: between a check and
 the kernel re-reading the agent's memory another thread could swap the
