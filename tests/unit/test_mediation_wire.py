@@ -1,4 +1,5 @@
 """The broker protocol and the supervisor's report sink, without a sandbox."""
+import errno
 import os
 import socket
 
@@ -149,3 +150,34 @@ def test_the_in_flight_record_names_what_the_broker_holds():
     broker.drop(a)
     broker.drop(b)
     assert 100 not in supervisor_side.held() and 2 ** 64 - 1 in supervisor_side.held()
+
+
+def test_a_forwarded_call_is_judged_for_the_thread_its_pidfd_names():
+    """A broker that lies about a forwarded call: the supervisor takes the
+    thread from the pidfd alone (the message carries no pid), answers EIO for
+    a thread that is gone without judging anything, and drops a datagram that
+    is not a Forwarded (no id to answer)."""
+    from confine.kernel import notify
+    m = _mediator(files=True)
+    answered, handled = [], []
+    m._respond = lambda nid, val=0, error=0: answered.append((nid, error))
+    m._handle = lambda n: handled.append((n.id, n.pid, n.data.nr, list(n.data.args)))
+    f = wire.Forwarded(77, 42, (1, 2, 3, 4, 5, 6))
+    m._forwarded(f.pack()[:-3], [])
+    assert answered == handled == []
+    me = notify.pidfd_open(os.getpid())
+    try:
+        m._forwarded(f.pack(), [me])
+    finally:
+        os.close(me)
+    assert handled == [(77, os.getpid(), 42, [1, 2, 3, 4, 5, 6])] and answered == []
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    gone = notify.pidfd_open(pid)
+    os.waitpid(pid, 0)
+    try:
+        m._forwarded(f.pack(), [gone])
+    finally:
+        os.close(gone)
+    assert answered == [(77, errno.EIO)] and len(handled) == 1
