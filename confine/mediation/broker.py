@@ -281,7 +281,8 @@ def broker_main(sock: socket.socket, guard: Guard | None = None,
     own: list[inflight.Table | None] = [None]
     tasks = Tasks()
 
-    def forward(n: notify.Notif, slot: int, answer: Reply | None = None) -> None:
+    def forward(n: notify.Notif, slot: int, answer: Reply | None = None,
+                cloexec: bool = False) -> None:
         """Hand n to the supervisor with a pidfd for its thread (answer: the
         call was performed here, the supervisor says why and answers)."""
         table = own[0]
@@ -298,7 +299,7 @@ def broker_main(sock: socket.socket, guard: Guard | None = None,
                     except OSError:
                         pass    # gone: nothing waits
                 return
-            msg = Forwarded(n.id, n.data.nr, tuple(n.data.args), answer).pack()
+            msg = Forwarded(n.id, n.data.nr, tuple(n.data.args), answer, cloexec).pack()
             fds = [pidfd] + ([answer.fd] if answer is not None and answer.fd is not None else [])
             with lock:
                 try:
@@ -345,7 +346,7 @@ def broker_main(sock: socket.socket, guard: Guard | None = None,
             left = _answer(listener[0], req, answer)
             if left is None:
                 return table.drop(slot)
-            forward(n, slot, left)
+            forward(n, slot, left, bool(req.answer & ANSWER_CLOEXEC))
         finally:
             _close(got.fds + ([answer.fd] if answer is not None and answer.fd is not None
                               else []))

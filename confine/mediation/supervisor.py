@@ -639,7 +639,6 @@ class Mediator:
                 self._respond(n.id, error=errno.EPERM)
             return
         what: tuple | None = None
-        cloexec = False
         decode = FILE_NR.get(fwd.nr)
         if decode is not None:
             try:
@@ -649,8 +648,8 @@ class Mediator:
             if got is not None:
                 for f in got.fds:
                     os.close(f)
-                what, cloexec = got.what, got.cloexec
-        self._give(fwd.reply, _Pending(n.id, cloexec, errno.EIO, what, pid=n.pid), fds[1:])
+                what = got.what
+        self._give(fwd.reply, _Pending(n.id, fwd.cloexec, errno.EIO, what, pid=n.pid), fds[1:])
 
     def _broker_reply(self) -> bool:
         """Handle one reply; False when the broker has hung up."""

@@ -79,8 +79,8 @@ _META = struct.Struct("<QBiiIIIiiIII")         # id, op, at-flags, fd index, mod
 _WRITABLE = struct.Struct("<QBII")             # id, op, writable roots, holes
 _LISTENER = struct.Struct("<QB")               # id, op
 _REPLY = struct.Struct("<Qqi")                 # id, return value, errno
-_FORWARD = struct.Struct("<QQi6Q?qi")          # FORWARDED, notification id, syscall nr, args,
-                                               # reply follows, its return value, errno
+_FORWARD = struct.Struct("<QQi6QBqi")          # FORWARDED, notification id, syscall nr, args,
+                                               # 1: reply follows, 2: O_CLOEXEC; ret, errno
 FORWARDED = 0xFFFFFFFFFFFFFFFF                 # a reply's id: a Forwarded, not a reply
 REPLY_MAX = _REPLY.size + 4096                 # the supervisor's receive buffer
 _U64 = 0xFFFFFFFFFFFFFFFF
@@ -270,10 +270,12 @@ class Forwarded(NamedTuple):
     nr: int
     args: tuple[int, ...]
     reply: Reply | None = None
+    cloexec: bool = False       # the file in the reply goes in with O_CLOEXEC
 
     def pack(self) -> bytes:
         r = self.reply
-        head = _FORWARD.pack(FORWARDED, self.nid, self.nr, *self.args, r is not None,
+        bits = (1 if r is not None else 0) | (2 if self.cloexec else 0)
+        head = _FORWARD.pack(FORWARDED, self.nid, self.nr, *self.args, bits,
                              r.ret if r else 0, r.err if r else 0)
         return head + (Reply(0, 0, r.reason).encode(0)[_REPLY.size:] if r else b"")
 
@@ -282,10 +284,10 @@ class Forwarded(NamedTuple):
         if len(data) < _FORWARD.size:
             return None
         _, nid, nr, *rest = _FORWARD.unpack_from(data)
-        args, said, ret, err = tuple(rest[:6]), rest[6], rest[7], rest[8]
+        args, bits, ret, err = tuple(rest[:6]), rest[6], rest[7], rest[8]
         reply = Reply(ret, err, data[_FORWARD.size:].decode("utf-8", "surrogateescape")) \
-            if said else None
-        return cls(nid, nr, args, reply)
+            if bits & 1 else None
+        return cls(nid, nr, args, reply, bool(bits & 2))
 
 
 class MetaRequest(NamedTuple):

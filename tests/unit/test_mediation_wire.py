@@ -125,7 +125,7 @@ def test_forwarded_notifications_round_trip_and_are_told_from_replies():
     data = f.pack()
     assert wire.decode_reply(data)[0] == wire.FORWARDED
     assert wire.Forwarded.unpack(data) == f
-    said = wire.Forwarded(3, 83, args, Reply(-1, 13, "held .envrc: naïve \udcff"))
+    said = wire.Forwarded(3, 83, args, Reply(3, 0, "held .envrc: naïve \udcff"), True)
     assert wire.Forwarded.unpack(said.pack()) == said
     assert wire.Forwarded.unpack(data[:-1]) is None
     assert len(said.pack()) <= wire.REPLY_MAX
