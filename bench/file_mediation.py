@@ -3,6 +3,7 @@
 
 Run by hand (as root or a user), from a directory you own:
     python3 bench/file_mediation.py [N]
+    python3 bench/file_mediation.py --ab [N [ROUNDS]]   # one hop (now) against two (before)
 Inside `confine exec`, every open for writing, creat, mkdir, rename, link,
 symlink, mknod, truncate, unlink and rmdir is a seccomp notification the
 supervisor hands to the broker (confine/mediation/files.py); read-only opens
@@ -147,7 +148,44 @@ def measure(n=2000, confine=None, user=None, parent=None, git=True):
         shutil.rmtree(wd, ignore_errors=True)
 
 
+def ab(n=2000, rounds=3, user="confine-test", parent=None):
+    """The broker receiving the notifications (this change) against the
+    supervisor receiving them (CONFINE_TEST_TWO_HOPS=1, the path before it),
+    rounds interleaved in one process: {"one hop" | "two hops": [{kind: us}]}."""
+    confine = default_confine()
+    wd = _workdir(parent, user)
+    who = ["--user", user] if os.geteuid() == 0 else []
+    out = {"one hop": [], "two hops": []}
+    try:
+        script = os.path.join(wd, "inner.py")
+        with open(script, "w") as f:
+            f.write(INNER)
+        os.chmod(script, 0o644)
+        for _ in range(rounds):
+            for name, env in (("two hops", {"CONFINE_TEST_TWO_HOPS": "1"}), ("one hop", {})):
+                p = subprocess.run([confine, "exec", "-w", wd, *who, "--", PY, script, str(n)],
+                                   cwd=wd, capture_output=True, text=True,
+                                   env={**os.environ, **env})
+                if p.returncode:
+                    raise RuntimeError(f"failed: {p.stderr.strip()}")
+                out[name].append(json.loads(p.stdout.splitlines()[-1]))
+        return out
+    finally:
+        shutil.rmtree(wd, ignore_errors=True)
+
+
 def main():
+    if sys.argv[1:2] == ["--ab"]:
+        n = int(sys.argv[2]) if len(sys.argv) > 2 else 2000
+        rounds = int(sys.argv[3]) if len(sys.argv) > 3 else 3
+        r = ab(n, rounds)
+        print(f"per call, {n} calls each, {rounds} rounds interleaved (us, min / median):"
+              " two hops (before), one hop (now)")
+        for k in r["one hop"][0]:
+            a = sorted(x[k] for x in r["two hops"])
+            b = sorted(x[k] for x in r["one hop"])
+            print(f"  {k:42s} {a[0]:7.1f} / {a[len(a) // 2]:7.1f}   {b[0]:7.1f} / {b[len(b) // 2]:7.1f}")
+        return
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 2000
     try:
         r = measure(n)

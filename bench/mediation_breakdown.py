@@ -5,8 +5,9 @@ Run as root:  python3 bench/mediation_breakdown.py [N] [USER]
 (BREAKDOWN_DIR=DIR: make the workdir under DIR, e.g. a tmpfs; CONFINE: which confine)
 Copies the installed confine package (the one `confine` runs) to a temporary
 directory, adds time stamps (CLOCK_MONOTONIC, the same clock in every
-process) to the supervisor's file path (mediation/supervisor.py) and the
-broker's receiving thread (mediation/broker.py), runs N creates of a new file
+process) to the broker's receiving of a file call (mediation/broker.py,
+`receive`: since issue 26 the broker receives the notification itself; the
+two-hop path's figures are in docs/benchmarks.md), runs N creates of a new file
 (`openat(O_CREAT|O_EXCL)`, then unlink, which is not mediated) in a confined
 agent with that copy on PYTHONPATH, and prints the median of each step. The
 stamps cost a few us themselves; read the shares. A patch that no longer
@@ -34,86 +35,45 @@ for i in range(n + 50):
 json.dump(st, open("agent.json", "w"))
 """
 
-SUP = [
-    ("import threading\n", "import threading\nimport time as _T\nimport json as _J\n_LOG = []\n_ST = {}\n"),
-    ("""                    try:
-                        n = notify.recv(self.fd)""", """                    _ST['a'] = _T.perf_counter_ns()
-                    try:
-                        n = notify.recv(self.fd)
-                        _ST['b'] = _T.perf_counter_ns()"""),
-    ("""        strs = [notify.read_cstr(pid, addr) for _, addr in call.paths]""",
-     """        strs = [notify.read_cstr(pid, addr) for _, addr in call.paths]
-        _ST['c'] = _T.perf_counter_ns()"""),
-    ("""        if later:
-            umask = UMASK_READ
-""", """        if later:
-            umask = UMASK_READ
-        _ST['d'] = _T.perf_counter_ns()
-"""),
-    ("""        try:
-            if not notify.id_valid(self.fd, nid):
-                return
-            # the name a call makes""", """        _ST['e'] = _T.perf_counter_ns()
-        try:
-            if not notify.id_valid(self.fd, nid):
-                return
-            _ST['f'] = _T.perf_counter_ns()
-            # the name a call makes"""),
-    ("""                retry=functools.partial(self._file, decode, n) if later else None)
-        finally:""", """                retry=functools.partial(self._file, decode, n) if later else None)
-            _LOG.append((self.next_id - 1, *(_ST[k] for k in 'abcdefg'), _T.perf_counter_ns()))
-        finally:"""),
-    ("""                socket.send_fds(self.broker, [msg], fds)
-        except OSError:""", """                socket.send_fds(self.broker, [msg], fds)
-            _ST['g'] = _T.perf_counter_ns()
-        except OSError:"""),
-    ("""            self.tasks.clear()      # a process running many sandboxes keeps no descriptors""",
-     """            self.tasks.clear()      # a process running many sandboxes keeps no descriptors
-            with open(os.environ['BREAKDOWN_OUT'], 'w') as _f:
-                _J.dump(_LOG, _f)"""),
-]
 BRK = [
-    ("import threading\n", "import threading\nimport time as _T\nimport json as _J\n_BL = []\n_R = [0]\n"),
-    ("""                req = FileRequest.unpack(body)
-                answer = files.handle(req, fds)
-            except Deferred:""", """                req = FileRequest.unpack(body)
-                _t2 = _T.perf_counter_ns()
-                answer = files.handle(req, fds)
-                _t3 = _T.perf_counter_ns()
-            except Deferred:"""),
-    ("""                    reply(rid, answer, req)
-                finally:
-                    _close(fds + ([answer.fd] if answer.fd is not None else []))
-                return True
-        leading""", """                    reply(rid, answer, req)
-                    _BL.append((rid, _R[0], _t2, _t3, _T.perf_counter_ns()))
-                    if len(_BL) % 100 == 0 and files.guard is not None:
-                        with open(files.guard.workdir + '/broker.json', 'w') as _f:
-                            _J.dump(_BL, _f)
-                finally:
-                    _close(fds + ([answer.fd] if answer.fd is not None else []))
-                return True
-        leading"""),
-    ("""                body, fds = _receive(sock, inbox)
-            except OSError:""", """                body, fds = _receive(sock, inbox)
-                _R[0] = _T.perf_counter_ns()
-            except OSError:"""),
+    ("import threading\n", "import threading\nimport time as _T\nimport json as _J\n_BL = []\n"),
+    ("""        try:
+            n = notify.recv(listener[0])
+        except OSError:""", """        _a = _T.perf_counter_ns()
+        try:
+            n = notify.recv(listener[0])
+            _b = _T.perf_counter_ns()
+        except OSError:"""),
+    ("""        if got is None:
+            return forward(n, slot)
+        answer = None""", """        _c = _T.perf_counter_ns()
+        if got is None:
+            return forward(n, slot)
+        answer = None"""),
+    ("""            req = got.request(0)
+            try:
+                answer = files.handle(req, got.fds)""", """            req = got.request(0)
+            _d = _T.perf_counter_ns()
+            try:
+                answer = files.handle(req, got.fds)
+                _e = _T.perf_counter_ns()"""),
+    ("""            left = _answer(listener[0], req, answer)""",
+     """            left = _answer(listener[0], req, answer)
+            if req.op == Op.OPEN:
+                _BL.append((_a, _b, _c, _d, _e, _T.perf_counter_ns()))
+                if len(_BL) % 100 == 0 and files.guard is not None:
+                    with open(files.guard.workdir + '/broker.json', 'w') as _f:
+                        _J.dump(_BL, _f)"""),
 ]
 # confine's launcher, with the patched copy first on sys.path (PYTHONPATH)
 LAUNCH = "import sys; from confine.cli import console; sys.argv[0] = 'confine'; sys.exit(console())"
 STEPS = (
-    "agent's syscall -> supervisor's poll() returns",
+    "agent's syscall -> the broker's poll() returns",
     "NOTIF_RECV",
-    "decode arguments, copy the path (process_vm_readv)",
-    "the thread's umask (if the supervisor reads it) and ids",
-    "take the directory (/proc/TID/cwd or pidfd_getfd)",
-    "ID_VALID",
-    "pack + send_fds to the broker",
-    "supervisor's bookkeeping after the send",
-    "hop: send_fds -> the broker's recvmsg returns",
-    "broker: request head + unpack",
-    "broker: files.handle (walk, guard, the create itself)",
-    "broker's ADDFD|SEND -> the agent's syscall returns (its wake-up)",
+    "copy the path, the ids, the directory (gather_file)",
+    "ID_VALID + the request",
+    "files.handle (walk, guard, the create itself)",
+    "ADDFD|SEND -> the agent's syscall returns (its wake-up)",
     "(the broker's ADDFD ioctl returns: after the agent ran, not waited for)",
     "total, as the agent sees it",
 )
@@ -140,7 +100,6 @@ def measure(n=2000, user="nobody", confine=None):
     tmp = tempfile.mkdtemp(prefix="confine-breakdown-", dir=os.environ.get("BREAKDOWN_DIR"))
     try:
         shutil.copytree(pkg, os.path.join(tmp, "lib", "confine"))
-        _patch(os.path.join(tmp, "lib", "confine", "mediation", "supervisor.py"), SUP)
         _patch(os.path.join(tmp, "lib", "confine", "mediation", "broker.py"), BRK)
         wd = os.path.join(tmp, "wd")
         os.mkdir(wd)
@@ -150,25 +109,19 @@ def measure(n=2000, user="nobody", confine=None):
         import pwd
         pw = pwd.getpwnam(user)
         os.chown(wd, pw.pw_uid, pw.pw_gid)
-        env = dict(os.environ, PYTHONPATH=os.path.join(tmp, "lib"),
-                   BREAKDOWN_OUT=os.path.join(tmp, "supervisor.json"))
+        env = dict(os.environ, PYTHONPATH=os.path.join(tmp, "lib"))
+        env.pop("CONFINE_TEST_TWO_HOPS", None)
         p = subprocess.run([python, "-c", LAUNCH, "exec", "-w", wd, "--user", user, "--", "/usr/bin/python3",
                             "agent.py", str(n)], cwd=wd, env=env, capture_output=True, text=True)
         if p.returncode:
             sys.exit(f"confine failed: {p.stderr.strip()}")
         with open(os.path.join(wd, "agent.json")) as f:
             agent = json.load(f)
-        with open(os.path.join(tmp, "supervisor.json")) as f:
-            sup = json.load(f)
         with open(os.path.join(wd, "broker.json")) as f:
-            brk = {r[0]: r for r in json.load(f)}
+            brk = json.load(f)
         rows = []
-        for (t0, t1), (rid, a, b, c, d, e, f_, g, h) in zip(agent, sup, strict=False):
-            if rid not in brk:
-                continue
-            _, r0, r2, r3, r4 = brk[rid]
-            rows.append((a - t0, b - a, c - b, d - c, e - d, f_ - e, g - f_, h - g, r0 - g,
-                         r2 - r0, r3 - r2, t1 - r3, r4 - r3, t1 - t0))
+        for (t0, t1), (a, b, c, d, e, f_) in zip(agent, brk, strict=False):
+            rows.append((a - t0, b - a, c - b, d - c, e - d, t1 - e, f_ - e, t1 - t0))
         rows = rows[50:]
         return {k: statistics.median(r[i] for r in rows) / 1000 for i, k in enumerate(STEPS)}
     finally:

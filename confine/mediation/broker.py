@@ -7,6 +7,13 @@ the notifying one, and is not dumpable (the agent can neither ptrace it nor
 steal its descriptors). Socket calls are performed here on the supervisor's
 copies of the agent's socket, address and data; file calls are judged by the
 name guard and performed in files.py.
+
+It also receives the agent's notifications itself (wire.ListenerRequest.receive):
+a file call it reads, judges, performs and answers here, one hop fewer; every
+other kind, and any file call it cannot finish inline, goes to the supervisor
+as it came (wire.Forwarded). What it holds is written to the in-flight record
+(inflight.py), so that its death fails those calls instead of leaving them
+waiting.
 """
 from __future__ import annotations
 
@@ -25,8 +32,9 @@ from confine.kernel import notify
 from confine.kernel.libc import libc
 from confine.undo.client import KeepClient
 
-from . import sockfd
+from . import inflight, sockfd
 from .files import AskFirst, Deferred, FileBroker, Refused, Task
+from .supervisor import FILE_NR, Tasks, gather_file
 from .wire import (
     ANSWER,
     ANSWER_CLOEXEC,
@@ -41,6 +49,8 @@ from .wire import (
     UMASK_UNREAD,
     AsksRequest,
     FileRequest,
+    Forwarded,
+    ListenerRequest,
     MetaRequest,
     MsgHdr,
     Op,
@@ -185,8 +195,16 @@ def broker_main(sock: socket.socket, guard: Guard | None = None,
         """The run's configuration, sent once before any call (so received
         in order by the first leader); False: op is a call."""
         if op == Op.LISTENER:
-            if listener[0] < 0 and len(fds) == 1:
+            if listener[0] < 0 and fds:
                 listener[0] = files.umasks.listener = fds[0]
+                if ListenerRequest.unpack(body).receive and len(fds) == 2:
+                    try:
+                        own[0] = inflight.Table(fds[1])
+                    except (OSError, ValueError):
+                        # the supervisor now waits for this side to receive: dying
+                        # makes it receive (and fail every call, said once)
+                        os._exit(0)
+                _close(fds[1:])
             else:
                 _close(fds)
         elif op == Op.ROOTS:
@@ -256,12 +274,105 @@ def broker_main(sock: socket.socket, guard: Guard | None = None,
             reply(rid, Reply(-1, errno.EIO))
         return leading
 
+    # Receiving the agent's notifications here (wire.ListenerRequest.receive):
+    # the leader also waits on the listener and performs there, inline, the
+    # file calls that read and finish without waiting; everything else goes to
+    # the supervisor as it came (wire.Forwarded).
+    own: list[inflight.Table | None] = [None]
+    tasks = Tasks()
+
+    def forward(n: notify.Notif, slot: int, answer: Reply | None = None,
+                cloexec: bool = False) -> None:
+        """Hand n to the supervisor with a pidfd for its thread (answer: the
+        call was performed here, the supervisor says why and answers)."""
+        table = own[0]
+        try:
+            pidfd = notify.pidfd_open(n.pid, notify.PIDFD_THREAD)
+        except OSError:
+            pidfd = -1
+        try:
+            # ID_VALID after the pidfd: the thread still waited, so the pidfd is its
+            if pidfd < 0 or not notify.id_valid(listener[0], n.id):
+                if answer is None or answer.fd is None:
+                    try:
+                        notify.respond(listener[0], n.id, error=errno.EPERM)
+                    except OSError:
+                        pass    # gone: nothing waits
+                return
+            msg = Forwarded(n.id, n.data.nr, tuple(n.data.args), answer, cloexec).pack()
+            fds = [pidfd] + ([answer.fd] if answer is not None and answer.fd is not None else [])
+            with lock:
+                try:
+                    socket.send_fds(sock, [msg], fds)
+                except OSError:
+                    os._exit(0)
+        finally:
+            if pidfd >= 0:
+                os.close(pidfd)
+            if table is not None:
+                table.drop(slot)
+
+    def receive(table: inflight.Table) -> None:
+        """One notification, received and performed here or handed on."""
+        try:
+            n = notify.recv(listener[0])
+        except OSError:
+            return      # the call was interrupted between poll and recv
+        slot = table.hold(n.id)
+        decode = FILE_NR.get(n.data.nr) if guard is not None and slot else None
+        if decode is None:
+            return forward(n, slot)
+        try:
+            got = gather_file(decode, n, tasks, _take, False)
+        except Exception:  # noqa: BLE001 - unreadable here: the supervisor's view decides
+            got = None
+        if got is None:
+            return forward(n, slot)
+        answer = None
+        try:
+            if not notify.id_valid(listener[0], n.id):
+                return table.drop(slot)
+            req = got.request(0)
+            try:
+                answer = files.handle(req, got.fds)
+            except Deferred:
+                # stopped before changing anything: the supervisor sends it back
+                # as a request, performed on a thread that may wait (serve)
+                return forward(n, slot)
+            except Exception:  # noqa: BLE001 - answer rather than leave the agent waiting
+                answer = Reply(-1, errno.EIO)
+            if answer.ret < 0 and answer.err == UMASK_UNREAD:
+                return forward(n, slot)         # nothing made: the umask is read there
+            left = _answer(listener[0], req, answer)
+            if left is None:
+                return table.drop(slot)
+            forward(n, slot, left, bool(req.answer & ANSWER_CLOEXEC))
+        finally:
+            _close(got.fds + ([answer.fd] if answer is not None and answer.fd is not None
+                              else []))
+
     def lead() -> None:
         # One buffer per thread for every request: socket.recv_fds would map
         # (and unmap) a fresh REQUEST_MAX buffer per call.
         inbox = bytearray(REQUEST_MAX)
+        both: select.poll | None = None
         while True:
             files.inline = threading.get_ident()
+            table = own[0]
+            if table is not None:
+                if both is None:
+                    both = select.poll()
+                    both.register(sock, select.POLLIN)
+                    both.register(listener[0], select.POLLIN)
+                ready = dict(both.poll())
+                ev = ready.get(listener[0], 0)
+                if ev & select.POLLIN and not ready.get(sock.fileno(), 0) & select.POLLIN:
+                    receive(table)
+                    continue
+                if ev & (select.POLLHUP | select.POLLERR) and not ev & select.POLLIN:
+                    own[0] = None   # no agent process left: requests only, until the end
+                if not ready.get(sock.fileno()):
+                    continue
             try:
                 body, fds = _receive(sock, inbox)
             except OSError:
@@ -417,6 +528,23 @@ def _answer(listener: int, req: FileRequest | SocketRequest, answer: Reply) -> R
         if e.errno != errno.ENOENT:
             return Reply(-1, errno.EIO)
     return None
+
+
+def _take(pid: int, fd: int, pidfd: int) -> int:
+    """The agent's descriptor `fd` (a directory a file call names): pidfd_getfd,
+    or /proc/TID/fd/N opened O_PATH where that is refused (the same file; the
+    caller proves with ID_VALID that the thread still waits)."""
+    if fd < 0:
+        raise OSError(errno.EBADF, "bad descriptor")
+    try:
+        return notify.pidfd_getfd(pidfd, fd)
+    except OSError as e:
+        if e.errno not in (errno.EPERM, errno.ENOSYS, errno.EACCES):
+            raise
+    try:
+        return os.open(f"/proc/{pid}/fd/{fd}", os.O_PATH | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise OSError(errno.EBADF, "bad descriptor") from None
 
 
 _ANC = socket.CMSG_SPACE(MAX_FDS * 4)

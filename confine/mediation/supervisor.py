@@ -1,4 +1,8 @@
-"""The supervisor's side: answers every notification of the agent's filter.
+"""The supervisor's side: answers the notifications of the agent's filter that
+the broker hands on (wire.Forwarded: every kind but the file calls the broker
+reads and performs itself, docs/security-model.md "Who receives the agent's
+calls"), or all of them where it receives them itself (the broker gone,
+CONFINE_TEST_TWO_HOPS).
 
 Nothing the agent asked for is ever resumed with CONTINUE: between a check and
 the kernel re-reading the agent's memory another thread could swap the
@@ -56,7 +60,7 @@ from confine.kernel.seccomp import (
 )
 
 from ..record import NamedTuple
-from . import inet, sockfd
+from . import inet, inflight, sockfd
 from .signals import CALLS as _SIGNAL_CALLS
 from .wire import (
     ANSWER,
@@ -66,6 +70,7 @@ from .wire import (
     ASK_UNIX,
     ASK_WRITE,
     DATA_CAP,
+    FORWARDED,
     IOVEC,
     MSGHDR_SIZE,
     REPLY_MAX,
@@ -75,6 +80,7 @@ from .wire import (
     XATTR_SIZE_MAX,
     AsksRequest,
     FileRequest,
+    Forwarded,
     ListenerRequest,
     MetaRequest,
     MsgHdr,
@@ -100,6 +106,10 @@ AT_EMPTY_PATH = 0x1000
 AT_REMOVEDIR = 0x200
 O_PATH_FLAG = 0o10000000
 U32 = 0xFFFFFFFF
+# The broker receives the agent's notifications itself (one hop fewer per file
+# call). CONFINE_TEST_TWO_HOPS=1: the supervisor does, as before this change,
+# for bench/file_mediation.py's A/B only; it takes no protection away.
+RECEIVE = os.environ.get("CONFINE_TEST_TWO_HOPS") != "1"
 
 
 class _Pending(NamedTuple):
@@ -197,6 +207,9 @@ class Mediator:
     first_exec: str | None = None
     caller = 0              # the thread whose notification is being handled
     broker_gone = False     # the broker's socket hung up: every call sent to it fails
+    # the broker receives the notifications (inflight.py: what it holds), or None:
+    # this side does
+    table: inflight.Table | None = None
     said_gone = False       # that loss was reported (once)
 
     def __init__(self, notify_fd: int, broker: socket.socket, roots: Sequence[str],
@@ -238,7 +251,7 @@ class Mediator:
         self.getfd = True          # pidfd_getfd works here (False once the host refused it)
         self.umask_here = False    # the broker cannot read umasks (wire.UMASK_UNREAD)
         self.made = sockfd.Made()  # without pidfd_getfd: sockets made for the agent, kept
-        self.tasks = _Tasks()      # per-thread facts and pidfds of file and socket calls
+        self.tasks = Tasks()      # per-thread facts and pidfds of file and socket calls
         self.warn = warn
         self.events = events
         self.thread = threading.Thread(target=self._loop, name="confine-mediator", daemon=True)
@@ -249,7 +262,7 @@ class Mediator:
             nr: functools.partial(fn, self) for nr, fn in _SOCKET_NR.items()}
         if files:
             self.handlers.update({nr: functools.partial(Mediator._file, self, decode)
-                                  for nr, decode in _FILE_NR.items()})
+                                  for nr, decode in FILE_NR.items()})
         if meta is not None:
             self.handlers.update({nr: functools.partial(Mediator._meta, self, decode)
                                   for nr, decode in _META_NR.items()})
@@ -368,11 +381,27 @@ class Mediator:
     def _send_listener(self) -> None:
         """The listener, so that the broker answers file and socket calls
         itself: the agent waits for one hop fewer, and the file the broker
-        opened goes into it without coming here first (wire.ListenerRequest)."""
+        opened goes into it without coming here first (wire.ListenerRequest).
+        With it, unless the old path is asked for (a benchmark's A/B), the
+        broker receives every notification itself and hands on what it does
+        not own (docs/security-model.md, "Who receives the agent's calls");
+        the in-flight record (inflight.py) lets this side answer what it held
+        should it die."""
+        fds = [self.fd]
+        if RECEIVE:
+            try:
+                fds.append(inflight.create())
+                self.table = inflight.Table(fds[1])
+            except OSError:
+                self.table = None    # no record: this side receives, as before
         try:
-            socket.send_fds(self.broker, [ListenerRequest(0).pack()], [self.fd])
+            socket.send_fds(self.broker, [ListenerRequest(0, self.table is not None).pack()],
+                            fds)
         except OSError:
-            pass       # no broker: every mediated call fails anyway
+            self.table = None      # no broker: every mediated call fails anyway
+        finally:
+            for f in fds[1:]:
+                os.close(f)
 
     def _send_asks(self, files: bool) -> None:
         """Tell the broker which refusals to ask about first (wire.AsksRequest):
@@ -434,7 +463,7 @@ class Mediator:
         """A descriptor for the agent's fd: pidfd_getfd, or where the host refuses
         it, /proc/TID/fd/N opened O_PATH (the same file; the caller proves with
         id_valid that the thread still waits). EBADF for no such descriptor.
-        pidfd: the thread's, from _Tasks (kept open there), else one is opened."""
+        pidfd: the thread's, from Tasks (kept open there), else one is opened."""
         if fd < 0:
             raise OSError(errno.EBADF, "bad descriptor")
         if self.getfd:
@@ -503,7 +532,9 @@ class Mediator:
 
     def _serve(self) -> None:
         poller = select.poll()
-        poller.register(self.fd, select.POLLIN)
+        # While the broker receives, this side hears of the listener only its
+        # hang-up (the last agent process gone): no wake-up per call.
+        poller.register(self.fd, select.POLLIN if self.table is None else 0)
         poller.register(self.broker.fileno(), select.POLLIN)
         while True:
             for fd, ev in poller.poll():
@@ -534,6 +565,10 @@ class Mediator:
                         for p in self.pending.values():
                             self._lose(p.nid, p.lost, p.pid)
                         self.pending.clear()
+                        if self.table is not None:
+                            self._lose_held(self.table)
+                            self.table = None
+                            poller.modify(self.fd, select.POLLIN)
 
     def _handle(self, n: notify.Notif) -> None:
         handler = self.handlers.get(n.data.nr)
@@ -569,10 +604,57 @@ class Mediator:
             self.warn("the broker is gone (killed?): from now on every mediated "
                       "call fails (opens for writing, creates, renames, unix connects)")
 
+    def _lose_held(self, table: inflight.Table) -> None:
+        """The broker died holding notifications it received itself: fail each
+        call still waiting (inflight.py), then receive here (every call then
+        fails for want of a broker, _send)."""
+        for nid in table.held():
+            if notify.id_valid(self.fd, nid):
+                self._respond(nid, error=errno.EIO)
+
+    def _forwarded(self, data: bytes, fds: list[int]) -> None:
+        """A notification the broker received and handed on: handled here as if
+        received here, in this side's view (the thread's pid from the pidfd
+        that came with it; every handler proves with ID_VALID that the thread
+        still waits, so the pid is still that thread's). With a reply: the
+        broker performed the call, this side says why and answers."""
+        fwd = Forwarded.unpack(data)
+        if fwd is None:
+            return      # no id to answer: never sent by the broker (wire.Forwarded)
+        n = notify.Notif()
+        n.id = fwd.nid
+        n.pid = _pidfd_pid(fds[0]) if fds else 0
+        n.data.nr = fwd.nr
+        for i, a in enumerate(fwd.args):
+            n.data.args[i] = a
+        if n.pid <= 0:
+            return self._respond(n.id, error=errno.EIO)    # gone: most likely nothing waits
+        self.caller = n.pid
+        if fwd.reply is None:
+            try:
+                self._handle(n)
+            except OSError as e:
+                self._respond(n.id, error=e.errno or errno.EPERM)
+            except Exception:  # noqa: BLE001 - never let a bug resume the agent unchecked
+                self._respond(n.id, error=errno.EPERM)
+            return
+        what: tuple | None = None
+        decode = FILE_NR.get(fwd.nr)
+        if decode is not None:
+            try:
+                got = gather_file(decode, n, self.tasks, self._take, True)
+            except Exception:  # noqa: BLE001 - the message only, never the answer
+                got = None
+            if got is not None:
+                for f in got.fds:
+                    os.close(f)
+                what = got.what
+        self._give(fwd.reply, _Pending(n.id, fwd.cloexec, errno.EIO, what, pid=n.pid), fds[1:])
+
     def _broker_reply(self) -> bool:
         """Handle one reply; False when the broker has hung up."""
         try:
-            data, fds, _, _ = socket.recv_fds(self.broker, REPLY_MAX, 1)
+            data, fds, _, _ = socket.recv_fds(self.broker, REPLY_MAX, 2)
         except OSError:
             return False
         try:
@@ -582,6 +664,9 @@ class Mediator:
             if decoded is None:
                 return True
             rid, rep = decoded
+            if rid == FORWARDED:
+                self._forwarded(data, fds)
+                return True
             got = self.pending.pop(rid, None)
             if got is None:
                 return True
@@ -606,26 +691,31 @@ class Mediator:
                 except Exception:  # noqa: BLE001 - never leave the agent waiting, never pass
                     self._respond(got.nid, error=errno.EPERM)
                 return True
-            self._said(rep, got)
-            if got.then is not None:
-                try:
-                    got.then(rep, fds)
-                except Exception:  # noqa: BLE001 - never leave the agent waiting, never pass
-                    self._respond(got.nid, error=errno.EPERM)
-                return True
-            if fds and rep.ret >= 0:
-                try:
-                    notify.addfd_send(self.fd, got.nid, fds[0], got.cloexec)
-                except OSError as e:
-                    if e.errno != errno.ENOENT:     # ENOENT: the call was interrupted
-                        self._respond(got.nid, error=e.errno or errno.EIO)
-                return True
-            self._respond(got.nid, val=rep.ret if rep.ret >= 0 else 0,
-                          error=rep.err if rep.ret < 0 else 0)
+            self._give(rep, got, fds)
             return True
         finally:
             for f in fds:
                 os.close(f)
+
+    def _give(self, rep: Reply, got: _Pending, fds: list[int]) -> None:
+        """Say what the reply tells and answer the agent with it (fds: the file
+        the broker opened for it, closed by the caller)."""
+        self._said(rep, got)
+        if got.then is not None:
+            try:
+                got.then(rep, fds)
+            except Exception:  # noqa: BLE001 - never leave the agent waiting, never pass
+                self._respond(got.nid, error=errno.EPERM)
+            return
+        if fds and rep.ret >= 0:
+            try:
+                notify.addfd_send(self.fd, got.nid, fds[0], got.cloexec)
+            except OSError as e:
+                if e.errno != errno.ENOENT:     # ENOENT: the call was interrupted
+                    self._respond(got.nid, error=e.errno or errno.EIO)
+            return
+        self._respond(got.nid, val=rep.ret if rep.ret >= 0 else 0,
+                      error=rep.err if rep.ret < 0 else 0)
 
     def _said(self, rep: Reply, got: _Pending) -> None:
         """What a reply tells the user: the guard's reason, or Landlock's or a
@@ -1085,64 +1175,18 @@ class Mediator:
     def _file(self, decode: Callable[[list[int], int], _FileCall | None], n: notify.Notif) -> None:
         """A file-system call: copy its strings, take the agent's directories,
         and let the broker judge and perform it (files.py)."""
-        pid, nid = n.pid, n.id
-        call = decode([int(x) for x in n.data.args], pid)
-        if call is None:
+        nid = n.id
+        got = gather_file(decode, n, self.tasks, self._take, self.umask_here)
+        if got is None:
             return self._respond(nid, error=errno.EINVAL)
-        strs = [notify.read_cstr(pid, addr) for _, addr in call.paths]
-        # The umask where a name may be made; the broker reads it itself for a
-        # mkdir or a plain O_CREAT (mostly of names that exist), if it makes one.
-        needs = call.op in (Op.MKDIR, Op.MKNOD) or (
-            call.op == Op.OPEN and bool(call.flags & (os.O_CREAT | _O_TMPFILE)))
-        later = needs and not self.umask_here and (call.op == Op.MKDIR or (
-            call.op == Op.OPEN and call.flags & (os.O_EXCL | _O_TMPFILE) == 0))
-        umask, tgid, tid, pidfd = self.tasks.facts(pid, needs and not later)
-        if later:
-            umask = UMASK_READ
-        fds: list[int] = []
-        index: list[int] = []
-        cwd = -1        # one cwd for both names of a rename or link (as one lookup would see)
-        try:
-            for (dfd, _), path in zip(call.paths, strs, strict=True):
-                if path.startswith(b"/"):
-                    index.append(-1)
-                    continue
-                dfd = _i32(dfd)
-                if dfd == AT_FDCWD and cwd >= 0:
-                    index.append(cwd)
-                    continue
-                if dfd == AT_FDCWD:
-                    fds.append(os.open(f"/proc/{pid}/cwd", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC))
-                    cwd = len(fds) - 1
-                else:
-                    fds.append(self._take(pid, dfd, pidfd))
-                index.append(len(fds) - 1)
-        except OSError:
-            for f in fds:
-                os.close(f)
-            raise
         try:
             if not notify.id_valid(self.fd, nid):
                 return
-            # the name a call makes (a rename's or link's destination), or writes
-            made = 1 if call.op in (Op.RENAME, Op.LINK) else 0
-            creates = (call.op not in (Op.OPEN, Op.TRUNCATE)
-                       or (call.op == Op.OPEN and bool(call.flags & os.O_CREAT)))
-            what = (pid, _i32(call.paths[made][0]), strs[made], creates,
-                    (_i32(call.paths[0][0]), strs[0]) if call.op == Op.RENAME else None)
-            index += [-1] * (2 - len(index))
-            strs += [b""] * (2 - len(strs))
-            cloexec = call.op == Op.OPEN and bool(call.flags & os.O_CLOEXEC)
-            self._send(nid, lambda rid: FileRequest(
-                rid, call.op, call.flags, call.mode & 0xFFFFFFFF, call.arg, umask, tgid, tid,
-                (index[0], index[1]), (strs[0], strs[1]), call.target, nid,
-                ANSWER | (ANSWER_CLOEXEC if cloexec else 0)).pack(),
-                fds, cloexec, errno.EIO, what, direct=True,
-                retry=functools.partial(self._file, decode, n) if later else None)
+            self._send(nid, lambda rid: got.request(rid).pack(), got.fds, got.cloexec, errno.EIO, got.what, direct=True,
+                       retry=functools.partial(self._file, decode, n) if got.later else None)
         finally:
-            for f in fds:
+            for f in got.fds:
                 os.close(f)
-
 
     # -- metadata calls (no mount namespace)
 
@@ -1205,6 +1249,77 @@ class Mediator:
         finally:
             for f in fds:
                 os.close(f)
+
+
+class Gathered(NamedTuple):
+    """A file call read out of the agent: the request (request(rid)), the
+    descriptors it names (the caller closes them), the message facts (see
+    _Pending.what), and whether its umask is left to the broker (later)."""
+    request: Callable[[int], FileRequest]
+    fds: list[int]
+    what: tuple
+    cloexec: bool
+    later: bool
+
+
+def gather_file(decode: Callable[[list[int], int], _FileCall | None], n: notify.Notif,
+                tasks: Tasks, take: Callable[[int, int, int], int],
+                umask_here: bool) -> Gathered | None:
+    """Copy a file call's paths and take its directories (the agent's cwd, or
+    the descriptor it named), in the view of whoever calls it: the
+    supervisor, or the broker receiving the call itself (broker.py). None:
+    the arguments are invalid (EINVAL). The caller checks ID_VALID after."""
+    pid, nid = n.pid, n.id
+    call = decode([int(x) for x in n.data.args], pid)
+    if call is None:
+        return None
+    strs = [notify.read_cstr(pid, addr) for _, addr in call.paths]
+    # The umask where a name may be made; the broker reads it itself for a
+    # mkdir or a plain O_CREAT (mostly of names that exist), if it makes one.
+    needs = call.op in (Op.MKDIR, Op.MKNOD) or (
+        call.op == Op.OPEN and bool(call.flags & (os.O_CREAT | _O_TMPFILE)))
+    later = needs and not umask_here and (call.op == Op.MKDIR or (
+        call.op == Op.OPEN and call.flags & (os.O_EXCL | _O_TMPFILE) == 0))
+    umask, tgid, tid, pidfd = tasks.facts(pid, needs and not later)
+    if later:
+        umask = UMASK_READ
+    fds: list[int] = []
+    index: list[int] = []
+    cwd = -1        # one cwd for both names of a rename or link (as one lookup would see)
+    try:
+        for (dfd, _), path in zip(call.paths, strs, strict=True):
+            if path.startswith(b"/"):
+                index.append(-1)
+                continue
+            dfd = _i32(dfd)
+            if dfd == AT_FDCWD and cwd >= 0:
+                index.append(cwd)
+                continue
+            if dfd == AT_FDCWD:
+                fds.append(os.open(f"/proc/{pid}/cwd", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC))
+                cwd = len(fds) - 1
+            else:
+                fds.append(take(pid, dfd, pidfd))
+            index.append(len(fds) - 1)
+    except OSError:
+        for f in fds:
+            os.close(f)
+        raise
+    # the name a call makes (a rename's or link's destination), or writes
+    made = 1 if call.op in (Op.RENAME, Op.LINK) else 0
+    creates = (call.op not in (Op.OPEN, Op.TRUNCATE)
+               or (call.op == Op.OPEN and bool(call.flags & os.O_CREAT)))
+    what = (pid, _i32(call.paths[made][0]), strs[made], creates,
+            (_i32(call.paths[0][0]), strs[0]) if call.op == Op.RENAME else None)
+    index += [-1] * (2 - len(index))
+    strs += [b""] * (2 - len(strs))
+    cloexec = call.op == Op.OPEN and bool(call.flags & os.O_CLOEXEC)
+
+    def request(rid: int) -> FileRequest:
+        return FileRequest(rid, call.op, call.flags, call.mode & 0xFFFFFFFF, call.arg, umask,
+                           tgid, tid, (index[0], index[1]), (strs[0], strs[1]), call.target,
+                           nid, ANSWER | (ANSWER_CLOEXEC if cloexec else 0))
+    return Gathered(request, fds, what, cloexec, later)
 
 
 def _fd_flags(pid: int, fd: int) -> int:
@@ -1310,6 +1425,19 @@ def _inet_port(raw: bytes) -> int:
     return 0
 
 
+def _pidfd_pid(pidfd: int) -> int:
+    """The pid, in this side's view, of the thread a pidfd refers to (its
+    fdinfo); 0 if gone or unknown."""
+    try:
+        with open(f"/proc/self/fdinfo/{pidfd}", "rb") as f:
+            for line in f:
+                if line.startswith(b"Pid:"):
+                    return max(int(line.split()[1]), 0)
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
 def _pidfd(tid: int) -> int:
     """A pidfd for the notifying thread (PIDFD_THREAD, Linux 6.9) or, on older
     kernels, for its thread group; id_valid() later proves it was not reused."""
@@ -1363,7 +1491,7 @@ def _status_ids(raw: bytes, tid: int) -> tuple[int, int]:
     return tgid, nstid
 
 
-class _Tasks:
+class Tasks:
     """_task_facts without parsing /proc/TID/status on every call: a thread's
     ids in its pid namespace never change while it lives, but its host tid is
     reused once it is reaped. So each entry keeps the thread's status file
@@ -1563,5 +1691,5 @@ def _numbers(table: dict) -> dict:
 
 
 _SOCKET_NR: dict[int, Callable[[Mediator, notify.Notif], None]] = _numbers(_SOCKET_HANDLERS)
-_FILE_NR: dict[int, Callable[[list[int], int], _FileCall | None]] = _numbers(_FILE_DECODERS)
+FILE_NR: dict[int, Callable[[list[int], int], _FileCall | None]] = _numbers(_FILE_DECODERS)
 _META_NR: dict[int, Callable[[list[int], int], _MetaCall | None]] = _numbers(_META_DECODERS)

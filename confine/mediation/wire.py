@@ -79,6 +79,9 @@ _META = struct.Struct("<QBiiIIIiiIII")         # id, op, at-flags, fd index, mod
 _WRITABLE = struct.Struct("<QBII")             # id, op, writable roots, holes
 _LISTENER = struct.Struct("<QB")               # id, op
 _REPLY = struct.Struct("<Qqi")                 # id, return value, errno
+_FORWARD = struct.Struct("<QQi6QBqi")          # FORWARDED, notification id, syscall nr, args,
+                                               # 1: reply follows, 2: O_CLOEXEC; ret, errno
+FORWARDED = 0xFFFFFFFFFFFFFFFF                 # a reply's id: a Forwarded, not a reply
 REPLY_MAX = _REPLY.size + 4096                 # the supervisor's receive buffer
 _U64 = 0xFFFFFFFFFFFFFFFF
 
@@ -240,11 +243,51 @@ class ListenerRequest(NamedTuple):
     """The agent's seccomp listener, sent once with SCM_RIGHTS before any file
     or socket call: the broker answers those on it (FileRequest.answer,
     SocketRequest.answer); it replies to the supervisor only when the
-    supervisor is to answer (and say why)."""
+    supervisor is to answer (and say why). receive: the broker also receives
+    every notification itself (docs/security-model.md, "Who receives the
+    agent's calls"); a second descriptor, the in-flight record
+    (mediation/inflight.py), travels with it."""
     rid: int
+    receive: bool = False
 
     def pack(self) -> bytes:
-        return _LISTENER.pack(self.rid, Op.LISTENER)
+        return _LISTENER.pack(self.rid, Op.LISTENER) + (b"\1" if self.receive else b"")
+
+    @classmethod
+    def unpack(cls, body: bytes) -> "ListenerRequest":
+        rid, _ = _LISTENER.unpack_from(body)
+        return cls(rid, body[_LISTENER.size:_LISTENER.size + 1] == b"\1")
+
+
+class Forwarded(NamedTuple):
+    """A notification the broker received and hands to the supervisor (a kind
+    it does not own, or a file call it could not read or finish inline), with
+    a descriptor for the calling thread (a pidfd: the supervisor's view of its
+    pid). reply: set when the broker already performed the call and the
+    supervisor is to say why and answer (held, refused); its file, if any,
+    travels after the pidfd."""
+    nid: int
+    nr: int
+    args: tuple[int, ...]
+    reply: Reply | None = None
+    cloexec: bool = False       # the file in the reply goes in with O_CLOEXEC
+
+    def pack(self) -> bytes:
+        r = self.reply
+        bits = (1 if r is not None else 0) | (2 if self.cloexec else 0)
+        head = _FORWARD.pack(FORWARDED, self.nid, self.nr, *self.args, bits,
+                             r.ret if r else 0, r.err if r else 0)
+        return head + (Reply(0, 0, r.reason).encode(0)[_REPLY.size:] if r else b"")
+
+    @classmethod
+    def unpack(cls, data: bytes) -> "Forwarded | None":
+        if len(data) < _FORWARD.size:
+            return None
+        _, nid, nr, *rest = _FORWARD.unpack_from(data)
+        args, bits, ret, err = tuple(rest[:6]), rest[6], rest[7], rest[8]
+        reply = Reply(ret, err, data[_FORWARD.size:].decode("utf-8", "surrogateescape")) \
+            if bits & 1 else None
+        return cls(nid, nr, args, reply, bool(bits & 2))
 
 
 class MetaRequest(NamedTuple):

@@ -1,4 +1,4 @@
-"""The supervisor's per-thread cache of /proc/TID/status facts (supervisor._Tasks):
+"""The supervisor's per-thread cache of /proc/TID/status facts (supervisor.Tasks):
 the umask is read afresh on every call, a thread that is gone is never answered
 from the cache, and the cache's descriptors stay bounded."""
 from __future__ import annotations
@@ -17,7 +17,7 @@ def _open_fds() -> int:
 
 
 def test_facts_match_the_full_parse_and_the_umask_is_never_cached():
-    tasks = supervisor._Tasks()
+    tasks = supervisor.Tasks()
     me = threading.get_native_id()
     old = os.umask(0o027)
     try:
@@ -37,7 +37,7 @@ def test_facts_match_the_full_parse_and_the_umask_is_never_cached():
 def test_a_thread_that_is_gone_is_not_answered_from_the_cache(umask):
     """umask: proved by the read through the status file; else by the thread's
     pidfd (readable once the thread is gone)."""
-    tasks = supervisor._Tasks()
+    tasks = supervisor.Tasks()
     got: dict[str, object] = {}
     go = threading.Event()
 
@@ -66,16 +66,16 @@ def test_a_thread_that_is_gone_is_not_answered_from_the_cache(umask):
 
 
 def test_the_cache_is_bounded_and_closes_what_it_drops():
-    tasks = supervisor._Tasks()
+    tasks = supervisor.Tasks()
     before = _open_fds()
-    ready = threading.Barrier(supervisor._Tasks.CAP + 11)
+    ready = threading.Barrier(supervisor.Tasks.CAP + 11)
     done = threading.Event()
 
     def body() -> None:
         ready.wait(10)
         done.wait(10)
 
-    ts = [threading.Thread(target=body) for _ in range(supervisor._Tasks.CAP + 10)]
+    ts = [threading.Thread(target=body) for _ in range(supervisor.Tasks.CAP + 10)]
     for t in ts:
         t.start()
     ready.wait(10)
@@ -83,14 +83,14 @@ def test_the_cache_is_bounded_and_closes_what_it_drops():
         for t in ts:
             assert t.native_id is not None
             tasks.facts(t.native_id)
-        assert len(tasks.by_tid) == supervisor._Tasks.CAP
-        assert _open_fds() - before <= 2 * supervisor._Tasks.CAP
+        assert len(tasks.by_tid) == supervisor.Tasks.CAP
+        assert _open_fds() - before <= 2 * supervisor.Tasks.CAP
     finally:
         done.set()
         for t in ts:
             t.join()
     held = [fd for e in tasks.by_tid.values() for fd in e[:2]]
-    assert len(held) == 2 * supervisor._Tasks.CAP
+    assert len(held) == 2 * supervisor.Tasks.CAP
     tasks.clear()                   # what the mediator does when its run ends
     assert not tasks.by_tid
     for fd in held:                 # nothing else opened a descriptor meanwhile

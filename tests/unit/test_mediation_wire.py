@@ -1,4 +1,5 @@
 """The broker protocol and the supervisor's report sink, without a sandbox."""
+import errno
 import os
 import socket
 
@@ -113,3 +114,70 @@ def test_asks_and_verdict_round_trip():
     assert wire.VerdictRequest.unpack(v.pack()) == v
     long = wire.VerdictRequest(0, 1, True, "x" * 10000)
     assert len(wire.VerdictRequest.unpack(long.pack()).reason) == wire.REASON_CAP
+
+
+def test_forwarded_notifications_round_trip_and_are_told_from_replies():
+    """A notification the broker hands on (wire.Forwarded) is never taken for a
+    reply to a request (its id is FORWARDED), keeps its arguments, and a
+    datagram too short to hold one is dropped rather than misread."""
+    args = (1, 2 ** 64 - 1, 0, 7, 8, 9)
+    f = wire.Forwarded(2 ** 63 + 5, 257, args)
+    data = f.pack()
+    assert wire.decode_reply(data)[0] == wire.FORWARDED
+    assert wire.Forwarded.unpack(data) == f
+    said = wire.Forwarded(3, 83, args, Reply(3, 0, "held .envrc: naïve \udcff"), True)
+    assert wire.Forwarded.unpack(said.pack()) == said
+    assert wire.Forwarded.unpack(data[:-1]) is None
+    assert len(said.pack()) <= wire.REPLY_MAX
+    assert wire.ListenerRequest.unpack(wire.ListenerRequest(0, True).pack()).receive is True
+    assert wire.ListenerRequest.unpack(wire.ListenerRequest(0).pack()).receive is False
+
+
+def test_the_in_flight_record_names_what_the_broker_holds():
+    """inflight.py: a held id is named until dropped, and the ids just above
+    the newest one received (a call received but not yet written down) too."""
+    from confine.mediation import inflight
+    fd = inflight.create()
+    try:
+        broker, supervisor_side = inflight.Table(fd), inflight.Table(fd)
+    finally:
+        os.close(fd)
+    assert supervisor_side.held() == set()
+    a = broker.hold(100)
+    b = broker.hold(2 ** 64 - 1)
+    held = supervisor_side.held()
+    assert {100, 2 ** 64 - 1, 0, 5} <= held and 99 not in held
+    broker.drop(a)
+    broker.drop(b)
+    assert 100 not in supervisor_side.held() and 2 ** 64 - 1 in supervisor_side.held()
+
+
+def test_a_forwarded_call_is_judged_for_the_thread_its_pidfd_names():
+    """A broker that lies about a forwarded call: the supervisor takes the
+    thread from the pidfd alone (the message carries no pid), answers EIO for
+    a thread that is gone without judging anything, and drops a datagram that
+    is not a Forwarded (no id to answer)."""
+    from confine.kernel import notify
+    m = _mediator(files=True)
+    answered, handled = [], []
+    m._respond = lambda nid, val=0, error=0: answered.append((nid, error))
+    m._handle = lambda n: handled.append((n.id, n.pid, n.data.nr, list(n.data.args)))
+    f = wire.Forwarded(77, 42, (1, 2, 3, 4, 5, 6))
+    m._forwarded(f.pack()[:-3], [])
+    assert answered == handled == []
+    me = notify.pidfd_open(os.getpid())
+    try:
+        m._forwarded(f.pack(), [me])
+    finally:
+        os.close(me)
+    assert handled == [(77, os.getpid(), 42, [1, 2, 3, 4, 5, 6])] and answered == []
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    gone = notify.pidfd_open(pid)
+    os.waitpid(pid, 0)
+    try:
+        m._forwarded(f.pack(), [gone])
+    finally:
+        os.close(gone)
+    assert answered == [(77, errno.EIO)] and len(handled) == 1
