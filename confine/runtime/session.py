@@ -772,12 +772,16 @@ class Session:
         """The run's approval engine (confine/approval/): the gateway and the
         mediator ask through it, its verdicts go to the run's events."""
         from .. import approval
-        from .egress import _validate_profile
         assert self.snapshot is not None
+
+        def validate(path: str) -> None:
+            # imported when asked: runtime/egress.py brings the gateway, which a run
+            # without network (most exclusive CI runs) never starts
+            from .egress import _validate_profile
+            _validate_profile(path, pol)
         self.events.approval = approval.build(
             pol, command=self.req.approver, socket_path=self.req.approver_socket,
-            events=self.events.emit, run=self.snapshot.run_id,
-            validate=lambda path: _validate_profile(path, pol))
+            events=self.events.emit, run=self.snapshot.run_id, validate=validate)
 
     def _stop_egress(self) -> None:
         eg, self.egress = self.egress, None
