@@ -529,6 +529,8 @@ class _Names:
             n = len(fc)
             if comps[:n] == fc and (len(comps) == n or tree):
                 return rel
+        if not self.wild and self.first.keys().isdisjoint(comps):
+            return None         # no pattern starts at any of its names (most paths)
         for i, c in enumerate(comps):
             for pc, tree, anchored, text in self.first.get(c, []) + self.wild:
                 if anchored and i:
@@ -573,10 +575,10 @@ class _Pack:
         lo = self.fan[sha[0] - 1] if sha[0] else 0
         hi = self.fan[sha[0]]
         base = 8 + 1024
-        first = lo
+        bucket = lo, hi
         while lo < hi:
             mid = (lo + hi) // 2
-            cur = self._id_at(first, self.fan[sha[0]], mid)
+            cur = self._id_at(*bucket, mid)
             if cur == sha:
                 off_at = base + self.n * (self.hl + 4) + mid * 4
                 off = struct.unpack(">I", os.pread(self.idx, 4, off_at))[0]
