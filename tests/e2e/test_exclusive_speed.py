@@ -24,7 +24,6 @@ import shutil
 import subprocess
 import tempfile
 
-import pytest
 from conftest import write_owned
 from test_held import GIT_ENV, NOTED, ORDINARY, cleanup  # noqa: F401 - cleanup: fixture
 
