@@ -1213,6 +1213,15 @@ def snapshot(workdir: str, patterns: Iterable[str] | Sequence[Pattern] | None = 
                          changes)
 
 
+def _has_subdirectory(fd: int) -> bool:
+    """The directory fd holds a directory (or cannot be listed: then assume so)."""
+    try:
+        with os.scandir(fd) as it:
+            return any(e.is_dir(follow_symlinks=False) for e in it)
+    except OSError:
+        return True
+
+
 def _snapshot(workdir: str, pats: tuple[Pattern, ...], home: str | None,
               git_configs: Sequence[str] | None, run_id: str | None, guarded: bool,
               index_dir: str | None, t0: float, kept: Any) -> Snapshot:
@@ -1231,6 +1240,11 @@ def _snapshot(workdir: str, pats: tuple[Pattern, ...], home: str | None,
             if sc.cached is not None and len(sc.cached) < _changes.WORTH_DIRS:
                 changes_note = (f"{len(sc.cached)} directories at the last run: their "
                                 "stamps cost less than the reports")
+            elif sc.cached is None and not _has_subdirectory(sc.fs.fd):
+                # a fresh checkout's or a CI job's workdir: one stamp at exit, where the
+                # reports would be parsed name by name (a clone's thousands) for nothing
+                changes_note = ("no directory in the workdir at the start: one stamp costs "
+                                "less than the reports")
             elif kept is not None and kept.restart(sc.fs.fd):
                 changes, changes_note = kept, ""
             else:

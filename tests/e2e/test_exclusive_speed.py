@@ -126,3 +126,39 @@ def test_a_state_root_refuses_exclusive_mode_by_name(sandbox):
         shutil.rmtree(base, ignore_errors=True)
         if os.path.exists(prof):
             os.unlink(prof)
+
+
+# Made below directories that did not exist at the start, in every way a name arrives:
+# created, renamed in with its directory, hard-linked, symlinked, and a new repository's
+# hook. A workdir with no directory at the start gets no kernel reports (one stamp of
+# the top at exit, which lists the new directories); each must still be found.
+PLANTS = r'''
+set -e
+mkdir -p a/b x stage h s deep
+echo 'export A=1' > a/b/.envrc
+echo plain > a/b/plain.txt
+mkdir x/.vscode && echo '{}' > x/.vscode/settings.json
+echo 'export S=1' > stage/.envrc && mv stage deep/moved
+echo 'export H=1' > h/source && ln h/source h/.envrc
+ln -s /etc/hostname s/.envrc
+git init -q r && printf '#!/bin/sh\ntouch SENTINEL\n' > r/.git/hooks/post-checkout
+chmod +x r/.git/hooks/post-checkout
+'''
+GONE = ["a/b/.envrc", "x/.vscode", "deep/moved/.envrc", "h/.envrc", "s/.envrc",
+        "r/.git/hooks/post-checkout"]
+
+
+def test_new_protected_names_in_a_workdir_without_directories_are_found(sandbox, cleanup):  # noqa: F811
+    wd = sandbox.workdir
+    write_owned(os.path.join(wd, "notes.txt"), "a file, no directory\n", sandbox.agent)
+    p = sandbox.run(["/bin/sh", "-c", PLANTS], EXCLUSIVE)
+    m = re.search(r"confine held show (\S+)`", p.stderr)
+    if m:
+        cleanup.append((sandbox, m.group(1)))
+    assert p.returncode == NOTED, p.stderr
+    for rel in GONE:
+        assert not os.path.lexists(os.path.join(wd, rel)), (rel, p.stderr)
+        assert rel in p.stderr, (rel, p.stderr)
+    # control: what is not protected stays where the agent made it
+    for rel in ("a/b/plain.txt", "h/source", "deep/moved", "r/.git/config"):
+        assert os.path.lexists(os.path.join(wd, rel)), (rel, p.stderr)
