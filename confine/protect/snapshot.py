@@ -751,9 +751,11 @@ class _Scan:
             self._add_gitdir(rel, fd)
         subdirs = []
         alldirs = []
+        # once per entry of every directory (a tar's 50,000): nothing looked up or
+        # joined for a name no pattern starts with
+        first, wild, roots = self.first, self.wild_first, self.roots
         for e in ents:
             name = e.name
-            child = _join(rel, name)
             try:
                 isdir = e.is_dir(follow_symlinks=False)
             except OSError:
@@ -762,12 +764,13 @@ class _Scan:
             if name == ".git":
                 plain = False
                 if not isdir:
-                    self._pointer(child, rel)
-            for p in self.first.get(name, ()):
-                plain = False
-                if not (p.anchored and rel):
-                    self._match(rel, p)
-            for p in self.wild_first:
+                    self._pointer(_join(rel, name), rel)
+            if name in first:
+                for p in first[name]:
+                    plain = False
+                    if not (p.anchored and rel):
+                        self._match(rel, p)
+            for p in wild:
                 if fnmatch.fnmatchcase(name, p.comps[0]):
                     plain = False
                     if not (p.anchored and rel):
@@ -775,7 +778,7 @@ class _Scan:
             if not isdir:
                 continue
             alldirs.append(name)
-            r = self.roots.get(child)
+            r = roots.get(_join(rel, name)) if roots else None
             if r is not None and r.tree:
                 continue
             subdirs.append(name)
