@@ -14,7 +14,9 @@ those directories, and only they, and what the start's index says needs a look
 every time, are listed again.
 
 A workdir whose last index held fewer than WORTH_DIRS directories gets no mark:
-its stamps cost less than the group's teardown.
+its stamps cost less than the group's teardown. Nor does one with no stored index
+and no directory in it at the start (snapshot.py): the stamp of its top lists every
+directory made during the run, where a `tar x` made reports by the ten thousand.
 Anything this cannot vouch for gives None from `changed` (the exit check then
 takes a stamp of every directory as before): no mark (not root, a kernel or
 filesystem without directory file handles, a btrfs subvolume), a queue that

@@ -529,6 +529,8 @@ class _Names:
             n = len(fc)
             if comps[:n] == fc and (len(comps) == n or tree):
                 return rel
+        if not self.wild and self.first.keys().isdisjoint(comps):
+            return None         # no pattern starts at any of its names (most paths)
         for i, c in enumerate(comps):
             for pc, tree, anchored, text in self.first.get(c, []) + self.wild:
                 if anchored and i:
@@ -554,14 +556,29 @@ class _Pack:
         if any(a > b for a, b in zip(self.fan, self.fan[1:], strict=False)):
             raise CannotDecide("pack index with a non-monotonic fan-out table")
         self.n = self.fan[255]
+        self.buckets: dict[int, tuple[int, bytes]] = {}
+
+    def _id_at(self, lo: int, hi: int, mid: int) -> bytes:
+        """The id at position mid of the fan-out bucket lo..hi: the bucket is read
+        once (one pread, not one per step of each search), unless it is too large
+        to hold, as only a crafted index's is."""
+        got = self.buckets.get(lo)
+        if got is None and (hi - lo) * self.hl <= _BUCKET_CAP:
+            got = self.buckets[lo] = (hi, os.pread(self.idx, (hi - lo) * self.hl,
+                                                   8 + 1024 + lo * self.hl))
+        if got is None or got[0] != hi:
+            return os.pread(self.idx, self.hl, 8 + 1024 + mid * self.hl)
+        i = (mid - lo) * self.hl
+        return got[1][i:i + self.hl]     # short (as a pread past the end) where the file is
 
     def find(self, sha: bytes) -> int | None:
         lo = self.fan[sha[0] - 1] if sha[0] else 0
         hi = self.fan[sha[0]]
         base = 8 + 1024
+        bucket = lo, hi
         while lo < hi:
             mid = (lo + hi) // 2
-            cur = os.pread(self.idx, self.hl, base + mid * self.hl)
+            cur = self._id_at(*bucket, mid)
             if cur == sha:
                 off_at = base + self.n * (self.hl + 4) + mid * 4
                 off = struct.unpack(">I", os.pread(self.idx, 4, off_at))[0]
@@ -581,14 +598,17 @@ class _Pack:
 
 
 _TYPES = {1: "commit", 2: "tree", 3: "blob", 4: "tag"}
+_BUCKET_CAP = 1 << 20          # bytes of ids of one fan-out bucket held in memory
 
 
 def _inflate_fd(fd: int, off: int, cap: int) -> bytes:
     d = zlib.decompressobj()
     out = []
     total = 0
+    size = 1 << 12      # most objects (trees, commits, deltas) are small: grow only as needed
     while not d.eof:
-        chunk = os.pread(fd, 1 << 16, off)
+        chunk = os.pread(fd, size, off)
+        size = min(size * 4, 1 << 16)
         if not chunk:
             raise CannotDecide("object truncated")
         off += len(chunk)
@@ -666,6 +686,30 @@ class _Objects:
         self.sc, self.dir, self.hl, self.budget = sc, objdir, hashlen, budget
         self.packs: list[_Pack] | None = None
         self.depth = 0
+        self.listed = False
+        self.top: set[str] | None = None
+        self.fans: dict[str, set[str] | None] = {}
+
+    def _maybe_loose(self, hexsha: str) -> bool:
+        """False only where the listings show no loose copy of hexsha (no name like it in
+        its fan-out directory, or no such directory): a fresh clone keeps every object
+        in packs, and three path walks per object were most of this check's time. The
+        names are compared casefolded (a casefold directory opens `AB` as `ab`); where a
+        listing cannot be had, or a name is like it, the caller looks it up as ever."""
+        if not self.listed:
+            self.listed = True
+            got = _listdir(self.sc, self.dir)
+            self.top = None if got is None else {n.casefold() for n, _ in got}
+        if self.top is None:
+            return True
+        fan = hexsha[:2]
+        if fan not in self.top:
+            return False
+        if fan not in self.fans:
+            got = _listdir(self.sc, _j(self.dir, fan))
+            self.fans[fan] = None if got is None else {n.casefold() for n, _ in got}
+        names = self.fans[fan]
+        return names is None or hexsha[2:] in names
 
     def _not_followed(self, rel: str, want: int) -> None:
         """CannotDecide if rel exists but is not of type `want` (a symlink git would
@@ -731,25 +775,26 @@ class _Objects:
                 raise CannotDecide(f"object {hexsha} in a pack is corrupt") from None
             self._verify(hexsha, kind, body, "in a pack")
             found = found or (kind, body)
-        fan = _j(self.dir, hexsha[:2])
-        rel = _j(fan, hexsha[2:])
-        fd = _open_file(self.sc, rel)
-        if fd is None:
-            self._not_followed(fan, stat.S_IFDIR)
-            self._not_followed(rel, stat.S_IFREG)
-        else:
-            try:
-                raw = _inflate_fd(fd, 0, OBJECT_CAP + 64)
-            except zlib.error:
-                raise CannotDecide(f"object {hexsha} is corrupt") from None
-            finally:
-                os.close(fd)
-            head, _, body = raw.partition(b"\0")
-            kind, _, size = head.decode("latin-1").partition(" ")
-            if not size.isdigit() or int(size) != len(body):
-                raise CannotDecide(f"object {hexsha} is corrupt")
-            self._verify(hexsha, kind, body, "in the loose store")
-            found = found or (kind, body)
+        if self._maybe_loose(hexsha):
+            fan = _j(self.dir, hexsha[:2])
+            rel = _j(fan, hexsha[2:])
+            fd = _open_file(self.sc, rel)
+            if fd is None:
+                self._not_followed(fan, stat.S_IFDIR)
+                self._not_followed(rel, stat.S_IFREG)
+            else:
+                try:
+                    raw = _inflate_fd(fd, 0, OBJECT_CAP + 64)
+                except zlib.error:
+                    raise CannotDecide(f"object {hexsha} is corrupt") from None
+                finally:
+                    os.close(fd)
+                head, _, body = raw.partition(b"\0")
+                kind, _, size = head.decode("latin-1").partition(" ")
+                if not size.isdigit() or int(size) != len(body):
+                    raise CannotDecide(f"object {hexsha} is corrupt")
+                self._verify(hexsha, kind, body, "in the loose store")
+                found = found or (kind, body)
         if found is None:
             raise CannotDecide(f"object {hexsha} not found (alternates, a partial clone or a "
                                "pack this check does not read)")

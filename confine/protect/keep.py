@@ -215,10 +215,11 @@ def _forget(bfd: int, keep: set[str]) -> None:
                 pass
 
 
-def runs(bfd: int, fresh: str | None = None) -> list[Run]:
+def runs(bfd: int, fresh: str | None = None, workdirs: bool = True) -> list[Run]:
     """The runs in a store (names like a run id only), oldest first. A run's size is
     measured once and recorded (SIZE_DIR); `fresh` (the run just ended, and its write
-    grants' RUN.rootN) is measured again."""
+    grants' RUN.rootN) is measured again. workdirs=False: each Run's workdir is ""
+    (reading every run's manifest at the end of every run cost more than the rest)."""
     out = []
     names = os.listdir(bfd)
     _forget(bfd, set(names))
@@ -236,7 +237,7 @@ def runs(bfd: int, fresh: str | None = None) -> list[Run]:
                 _record(bfd, n, size)
         except OSError:
             continue
-        out.append(Run(n, _workdir(bfd, n), size, t, mtime))
+        out.append(Run(n, _workdir(bfd, n) if workdirs else "", size, t, mtime))
     out.sort(key=lambda r: (r.when, r.mtime, r.run))
     return out
 
@@ -257,7 +258,7 @@ def bound(base: str, what: str, keep: str | None, say: Callable[[str], None], *,
     try:
         if os.fstat(bfd).st_uid != os.geteuid():
             return []
-        every = runs(bfd, fresh=keep)
+        every = runs(bfd, fresh=keep, workdirs=False)   # read for the lines of dropped ones
         total = sum(r.size for r in every)
         oldest = (time.time() if now is None else now) - lim.days * 86400
         def current(r: Run) -> bool:
@@ -276,6 +277,7 @@ def bound(base: str, what: str, keep: str | None, say: Callable[[str], None], *,
                 why = f"over the {max_runs} runs kept"
             else:
                 continue
+            r.workdir = _workdir(bfd, r.run)
             try:
                 remove_at(bfd, r.run)
             except OSError as e:

@@ -751,9 +751,11 @@ class _Scan:
             self._add_gitdir(rel, fd)
         subdirs = []
         alldirs = []
+        # once per entry of every directory (a tar's 50,000): nothing looked up or
+        # joined for a name no pattern starts with
+        first, wild, roots = self.first, self.wild_first, self.roots
         for e in ents:
             name = e.name
-            child = _join(rel, name)
             try:
                 isdir = e.is_dir(follow_symlinks=False)
             except OSError:
@@ -762,12 +764,13 @@ class _Scan:
             if name == ".git":
                 plain = False
                 if not isdir:
-                    self._pointer(child, rel)
-            for p in self.first.get(name, ()):
-                plain = False
-                if not (p.anchored and rel):
-                    self._match(rel, p)
-            for p in self.wild_first:
+                    self._pointer(_join(rel, name), rel)
+            if name in first:
+                for p in first[name]:
+                    plain = False
+                    if not (p.anchored and rel):
+                        self._match(rel, p)
+            for p in wild:
                 if fnmatch.fnmatchcase(name, p.comps[0]):
                     plain = False
                     if not (p.anchored and rel):
@@ -775,7 +778,7 @@ class _Scan:
             if not isdir:
                 continue
             alldirs.append(name)
-            r = self.roots.get(child)
+            r = roots.get(_join(rel, name)) if roots else None
             if r is not None and r.tree:
                 continue
             subdirs.append(name)
@@ -1213,6 +1216,15 @@ def snapshot(workdir: str, patterns: Iterable[str] | Sequence[Pattern] | None = 
                          changes)
 
 
+def _has_subdirectory(fd: int) -> bool:
+    """The directory fd holds a directory (or cannot be listed: then assume so)."""
+    try:
+        with os.scandir(fd) as it:
+            return any(e.is_dir(follow_symlinks=False) for e in it)
+    except OSError:
+        return True
+
+
 def _snapshot(workdir: str, pats: tuple[Pattern, ...], home: str | None,
               git_configs: Sequence[str] | None, run_id: str | None, guarded: bool,
               index_dir: str | None, t0: float, kept: Any) -> Snapshot:
@@ -1231,6 +1243,11 @@ def _snapshot(workdir: str, pats: tuple[Pattern, ...], home: str | None,
             if sc.cached is not None and len(sc.cached) < _changes.WORTH_DIRS:
                 changes_note = (f"{len(sc.cached)} directories at the last run: their "
                                 "stamps cost less than the reports")
+            elif sc.cached is None and not _has_subdirectory(sc.fs.fd):
+                # a fresh checkout's or a CI job's workdir: one stamp at exit, where the
+                # reports would be parsed name by name (a clone's thousands) for nothing
+                changes_note = ("no directory in the workdir at the start: one stamp costs "
+                                "less than the reports")
             elif kept is not None and kept.restart(sc.fs.fd):
                 changes, changes_note = kept, ""
             else:

@@ -373,13 +373,17 @@ class Session:
         self.roots = roots_of(policy)
         if self.exclusive and len(self.roots) > 1:
             # only the workdir is declared unused from outside: new names in another
-            # root must be judged at the call, which mediates every file call
+            # root must be judged at the call, and the seccomp filter sees no paths, so
+            # it cannot mediate that root's calls and leave the workdir's unmediated
             r = self.roots[1]
-            raise ConfineError(f"exclusive workdir ({workdir_mode.FLAG}): the write grant "
-                               f"{printable(r.path)} ({r.source}) is a protected root others "
-                               "may use while the agent runs, which only mediated file calls "
+            state = any(r.path == sr.path for sr in policy.state_roots)
+            raise ConfineError(f"exclusive workdir ({workdir_mode.FLAG}): the "
+                               + ("state root" if state else "write grant")
+                               + f" {printable(r.path)} ({r.source}) is a protected root others "
+                               + ("(your own agent's CLI) " if state else "")
+                               + "may use while the agent runs, which only mediated file calls "
                                "keep free of new protected names: refusing to run (drop the "
-                               "grant, or run without exclusive mode)")
+                               "grant, or run without exclusive mode; docs/exclusive.md)")
         if self.exclusive:
             from ..kernel.mounts import casefolded
             try:
@@ -704,8 +708,13 @@ class Session:
         creds = plan.policy.credentials
         if plan.policy.logins:
             plan = self._start_logins(plan, say)
-        if not creds and not os.path.isdir(state_dir("credentials")):
-            return plan         # nothing minted here, ever: no import, no look
+        if not creds:
+            try:
+                idle = not os.listdir(state_dir("credentials"))
+            except OSError:
+                idle = True
+            if idle:
+                return plan     # no revoke left pending here: no import, no look
         from ..credentials import run as _credrun
         _credrun.recover(say, self.events.emit)
         if not creds:
@@ -772,12 +781,16 @@ class Session:
         """The run's approval engine (confine/approval/): the gateway and the
         mediator ask through it, its verdicts go to the run's events."""
         from .. import approval
-        from .egress import _validate_profile
         assert self.snapshot is not None
+
+        def validate(path: str) -> None:
+            # imported when asked: runtime/egress.py brings the gateway, which a run
+            # without network (most exclusive CI runs) never starts
+            from .egress import _validate_profile
+            _validate_profile(path, pol)
         self.events.approval = approval.build(
             pol, command=self.req.approver, socket_path=self.req.approver_socket,
-            events=self.events.emit, run=self.snapshot.run_id,
-            validate=lambda path: _validate_profile(path, pol))
+            events=self.events.emit, run=self.snapshot.run_id, validate=validate)
 
     def _stop_egress(self) -> None:
         eg, self.egress = self.egress, None
