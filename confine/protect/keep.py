@@ -170,7 +170,8 @@ def _workdir(bfd: int, name: str) -> str:
 # finished run only shrinks (held apply/discard), so the recorded size never counts less
 # than is there: the bound holds, at worst a little early. The index is trusted as the
 # store is: a regular file of ours that nobody else may write; anything else is ignored
-# and every run measured again.
+# and every run measured again. The directory's mtime (the order within one second) is
+# the one recorded with the size: no stat per kept run either.
 INDEX = ".confine-index"
 SIZE_DIR = ".confine-sizes"     # the per-run records before INDEX: read once, to migrate
 
