@@ -161,16 +161,72 @@ def _workdir(bfd: int, name: str) -> str:
         os.close(dfd)
 
 
-# A run's size, measured once, kept beside the runs (SIZE_DIR/RUN in the store, never
-# inside a run: a run's top level holds what was taken from the agent's workdir, under
-# the names the agent chose). Walking every kept run's tree at the end of every run
-# cost about 0.4 s per run with a full quarantine (100 runs, 90k entries). A finished
-# run only shrinks (held apply/discard), so the recorded size never counts less than is
-# there: the bound holds, at worst a little early.
-SIZE_DIR = ".confine-sizes"
+# A run's size, measured once, kept beside the runs in one index file of the store
+# (INDEX, never inside a run: a run's top level holds what was taken from the agent's
+# workdir, under the names the agent chose). Walking every kept run's tree at the end of
+# every run cost about 0.4 s per run with a full quarantine (100 runs, 90k entries); then
+# one record file per run still cost an open, a read and a close per kept run (~25 ms at
+# the end of every run with 940 quarantined runs), hence one file for the store. A
+# finished run only shrinks (held apply/discard), so the recorded size never counts less
+# than is there: the bound holds, at worst a little early. The index is trusted as the
+# store is: a regular file of ours that nobody else may write; anything else is ignored
+# and every run measured again. The directory's mtime (the order within one second) is
+# the one recorded with the size: no stat per kept run either.
+INDEX = ".confine-index"
+SIZE_DIR = ".confine-sizes"     # the per-run records before INDEX: read once, to migrate
+
+
+def _read_index(bfd: int) -> dict[str, tuple[int, int]]:
+    """run -> (size, mtime_ns) as recorded; {} where there is no index we can trust."""
+    try:
+        fd = os.open(INDEX, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK,
+                     dir_fd=bfd)   # non-blocking: a FIFO planted there must not hang the exit
+    except OSError:
+        return {}
+    try:
+        st = os.fstat(fd)
+        if (not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid()
+                or st.st_mode & 0o022):
+            return {}
+        chunks = []
+        while chunk := os.read(fd, 1 << 16):
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+    out = {}
+    for line in b"".join(chunks).decode("utf-8", "surrogateescape").splitlines():
+        name, _, nums = line.rpartition("\t")
+        size, _, mtime = nums.partition(" ")
+        if name and size.isdigit() and mtime.isdigit():
+            out[name] = (int(size), int(mtime))
+    return out
+
+
+def _write_index(bfd: int, got: dict[str, tuple[int, int]]) -> None:
+    """Replace the index at once (a rename): a run that ends at the same time loses its
+    entries at worst, which are then measured again."""
+    tmp = f"{INDEX}.{os.getpid()}"
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     0o600, dir_fd=bfd)
+    except OSError:
+        return                      # measured again next time
+    try:
+        try:
+            os.write(fd, "".join(f"{n}\t{s} {m}\n" for n, (s, m) in got.items())
+                     .encode("utf-8", "surrogateescape"))
+        finally:
+            os.close(fd)
+        os.rename(tmp, INDEX, src_dir_fd=bfd, dst_dir_fd=bfd)
+    except OSError:
+        try:
+            os.unlink(tmp, dir_fd=bfd)
+        except OSError:
+            pass
 
 
 def _recorded(bfd: int, name: str) -> int | None:
+    """A size recorded in SIZE_DIR by a confine from before INDEX."""
     try:
         fd = os.open(f"{SIZE_DIR}/{name}", os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC,
                      dir_fd=bfd)
@@ -183,61 +239,35 @@ def _recorded(bfd: int, name: str) -> int | None:
     return int(raw) if raw.isdigit() else None
 
 
-def _record(bfd: int, name: str, size: int) -> None:
-    try:
-        os.mkdir(SIZE_DIR, 0o700, dir_fd=bfd)
-    except FileExistsError:
-        pass
-    except OSError:
-        return                      # measured again next time
-    try:
-        fd = os.open(f"{SIZE_DIR}/{name}", os.O_WRONLY | os.O_CREAT | os.O_TRUNC
-                     | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=bfd)
-    except OSError:
-        return
-    try:
-        os.write(fd, str(size).encode())
-    finally:
-        os.close(fd)
-
-
-def _forget(bfd: int, keep: set[str]) -> None:
-    """Drop the records of runs no longer in the store (dropped, discarded)."""
-    try:
-        names = os.listdir(f"/proc/self/fd/{bfd}/{SIZE_DIR}")
-    except OSError:
-        return
-    for n in names:
-        if n not in keep:
-            try:
-                os.unlink(f"{SIZE_DIR}/{n}", dir_fd=bfd)
-            except OSError:
-                pass
-
-
 def runs(bfd: int, fresh: str | None = None, workdirs: bool = True) -> list[Run]:
     """The runs in a store (names like a run id only), oldest first. A run's size is
-    measured once and recorded (SIZE_DIR); `fresh` (the run just ended, and its write
+    measured once and recorded (INDEX); `fresh` (the run just ended, and its write
     grants' RUN.rootN) is measured again. workdirs=False: each Run's workdir is ""
     (reading every run's manifest at the end of every run cost more than the rest)."""
     out = []
-    names = os.listdir(bfd)
-    _forget(bfd, set(names))
-    for n in names:
+    index = _read_index(bfd)
+    got: dict[str, tuple[int, int]] = {}
+    migrate = None
+    for n in os.listdir(bfd):
         m = _RUN_ID.fullmatch(n)
         t = _run_time(m.group(1)) if m else None
         if t is None:
             continue
-        try:
-            mtime = os.stat(n, dir_fd=bfd, follow_symlinks=False).st_mtime_ns
-            mine = fresh is not None and (n == fresh or n.startswith(fresh + "."))
-            size = None if mine else _recorded(bfd, n)
-            if size is None:
-                size = tree_size(bfd, n)
-                _record(bfd, n, size)
-        except OSError:
-            continue
-        out.append(Run(n, _workdir(bfd, n) if workdirs else "", size, t, mtime))
+        mine = fresh is not None and (n == fresh or n.startswith(fresh + "."))
+        known = None if mine else index.get(n)
+        if known is None:
+            try:
+                mtime = os.stat(n, dir_fd=bfd, follow_symlinks=False).st_mtime_ns
+                if migrate is None:
+                    migrate = os.path.isdir(f"/proc/self/fd/{bfd}/{SIZE_DIR}")
+                size = None if mine or not migrate else _recorded(bfd, n)
+                known = (tree_size(bfd, n) if size is None else size, mtime)
+            except OSError:
+                continue
+        got[n] = known
+        out.append(Run(n, _workdir(bfd, n) if workdirs else "", known[0], t, known[1]))
+    if got != index:
+        _write_index(bfd, got)
     out.sort(key=lambda r: (r.when, r.mtime, r.run))
     return out
 

@@ -33,8 +33,8 @@ def test_defaults(monkeypatch):
 
 
 def _runs_in(base) -> list[str]:
-    """The store's entries but the size records (keep.SIZE_DIR)."""
-    return [n for n in os.listdir(base) if n != keep.SIZE_DIR]
+    """The store's entries but the size records (keep.INDEX)."""
+    return [n for n in os.listdir(base) if n != keep.INDEX]
 
 
 def _run(base, hours_ago: float, size: int) -> str:
@@ -96,39 +96,88 @@ def test_the_current_runs_write_grants_stay_with_it(tmp_path):
     assert sorted(_runs_in(tmp_path)) == [cur, grant] and "alone holds" in said[0], said
 
 
+def _index(base) -> dict[str, int]:
+    with open(base / keep.INDEX) as f:
+        return {n: int(v.split()[0]) for n, v in (line.rsplit("\t", 1) for line in f)}
+
+
+def _set_index(base, sizes: dict[str, int], mode: int = 0o600) -> None:
+    with open(base / keep.INDEX, "w") as f:
+        f.writelines(f"{n}\t{s} 0\n" for n, s in sizes.items())
+    os.chmod(base / keep.INDEX, mode)
+
+
 def test_a_finished_runs_size_is_measured_once(tmp_path):
-    """A kept run's size is recorded beside it (keep.SIZE_DIR, never inside a run,
-    whose top level holds names the agent chose) and read back, not walked at the end
-    of every later run; the run just ended is measured afresh."""
+    """A kept run's size is recorded in the store's one index (keep.INDEX, never inside
+    a run, whose top level holds names the agent chose) and read back, not walked at the
+    end of every later run; the run just ended is measured afresh."""
     old = _run(tmp_path, 2, 300 << 10)
     cur = _run(tmp_path, 0, 100 << 10)
     bfd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
     try:
         first = {r.run: r.size for r in keep.runs(bfd, fresh=cur)}
         assert first[old] >= 300 << 10
-        assert os.path.exists(tmp_path / keep.SIZE_DIR / old)
-        assert not os.path.exists(tmp_path / old / keep.SIZE_DIR)
+        assert _index(tmp_path) == first
+        assert sorted(os.listdir(tmp_path)) == sorted([keep.INDEX, old, cur])
         # the record is what counts for a finished run (never walked again) ...
-        with open(tmp_path / keep.SIZE_DIR / old, "w") as f:
-            f.write("12345")
+        _set_index(tmp_path, {old: 12345, cur: 1})
         with open(tmp_path / cur / "more", "wb") as f:
             f.write(os.urandom(200 << 10))
         again = {r.run: r.size for r in keep.runs(bfd, fresh=cur)}
         assert again[old] == 12345
-        # ... the current run's is measured afresh
+        # ... the current run's is measured afresh (its stale entry is not used)
         assert again[cur] >= first[cur] + (200 << 10)
+        assert _index(tmp_path)[cur] == again[cur]
         # a record that is not a number is measured again
-        with open(tmp_path / keep.SIZE_DIR / old, "w") as f:
-            f.write("x")
+        with open(tmp_path / keep.INDEX, "w") as f:
+            f.write(f"{old}\tx 0\n")
         assert {r.run: r.size for r in keep.runs(bfd)}[old] >= 300 << 10
         # the record of a run that is gone goes with it
         import shutil
         shutil.rmtree(tmp_path / old)
         keep.runs(bfd)
-        assert not os.path.exists(tmp_path / keep.SIZE_DIR / old)
+        assert old not in _index(tmp_path)
         # a name the agent chose at a quarantined run's top level is never taken for one
-        with open(tmp_path / cur / keep.SIZE_DIR, "w") as f:
-            f.write("1")
+        with open(tmp_path / cur / keep.INDEX, "w") as f:
+            f.write(f"{cur}\t1 0\n")
+        os.unlink(tmp_path / keep.INDEX)
         assert {r.run: r.size for r in keep.runs(bfd)}[cur] > 1
+    finally:
+        os.close(bfd)
+
+
+def test_an_index_others_may_write_is_not_used(tmp_path):
+    """A planted index (writable by others, or not a regular file of ours) is ignored:
+    every run is measured again, so a run cannot be made to count for less."""
+    old = _run(tmp_path, 2, 300 << 10)
+    bfd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        _set_index(tmp_path, {old: 1}, mode=0o666)
+        assert {r.run: r.size for r in keep.runs(bfd)}[old] >= 300 << 10
+        os.unlink(tmp_path / keep.INDEX)
+        os.mkfifo(tmp_path / keep.INDEX)
+        assert {r.run: r.size for r in keep.runs(bfd)}[old] >= 300 << 10
+        os.unlink(tmp_path / keep.INDEX)
+        (tmp_path / "elsewhere").write_text(f"{old}\t1 0\n")
+        os.symlink(tmp_path / "elsewhere", tmp_path / keep.INDEX)
+        assert {r.run: r.size for r in keep.runs(bfd)}[old] >= 300 << 10
+        # control: the same entry in an index of ours is used
+        os.unlink(tmp_path / keep.INDEX)
+        _set_index(tmp_path, {old: 1})
+        assert {r.run: r.size for r in keep.runs(bfd)}[old] == 1
+    finally:
+        os.close(bfd)
+
+
+def test_sizes_recorded_before_the_index_are_read_once(tmp_path):
+    """The per-run records of an older confine (keep.SIZE_DIR) are taken over into the
+    index rather than every kept run walked again."""
+    old = _run(tmp_path, 2, 300 << 10)
+    os.mkdir(tmp_path / keep.SIZE_DIR)
+    (tmp_path / keep.SIZE_DIR / old).write_text("777")
+    bfd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        assert {r.run: r.size for r in keep.runs(bfd)}[old] == 777
+        assert _index(tmp_path) == {old: 777}
     finally:
         os.close(bfd)
