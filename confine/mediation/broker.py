@@ -20,6 +20,7 @@ from __future__ import annotations
 import array
 import ctypes
 import errno
+import fcntl
 import os
 import queue
 import select
@@ -267,6 +268,26 @@ def broker_main(sock: socket.socket, guard: Guard | None = None,
                 finally:
                     _close(fds + ([answer.fd] if answer.fd is not None else []))
                 return True
+        if op in SOCKET_OPS and _cannot_wait(op, fds):
+            # Performed right here, as an inline file call is: no other thread
+            # woken (that hand-over was most of what the one-hop change added
+            # to a unix connect). A walk off the local file systems or a
+            # question to the supervisor raises Deferred before anything is
+            # done: then on a thread that may wait, as any other socket call.
+            sreq = None
+            try:
+                sreq = SocketRequest.unpack(body)
+                answer = _socket_call(files, sreq, fds, _defer)
+            except Deferred:
+                answer = None
+            except Exception:  # noqa: BLE001 - answer rather than leave the agent waiting
+                answer = Reply(-1, errno.EIO)
+            if answer is not None:
+                try:
+                    reply(rid, answer, sreq)
+                finally:
+                    _close(fds)
+                return True
         leading = not hand_over()
         try:
             handle(body, fds)
@@ -286,10 +307,7 @@ def broker_main(sock: socket.socket, guard: Guard | None = None,
         """Hand n to the supervisor with a pidfd for its thread (answer: the
         call was performed here, the supervisor says why and answers)."""
         table = own[0]
-        try:
-            pidfd = notify.pidfd_open(n.pid, notify.PIDFD_THREAD)
-        except OSError:
-            pidfd = -1
+        pidfd, owned = _thread_pidfd(tasks, n.pid)
         try:
             # ID_VALID after the pidfd: the thread still waited, so the pidfd is its
             if pidfd < 0 or not notify.id_valid(listener[0], n.id):
@@ -307,7 +325,7 @@ def broker_main(sock: socket.socket, guard: Guard | None = None,
                 except OSError:
                     os._exit(0)
         finally:
-            if pidfd >= 0:
+            if owned:
                 os.close(pidfd)
             if table is not None:
                 table.drop(slot)
@@ -464,6 +482,34 @@ def _socket_call(files: FileBroker, req: SocketRequest, fds: list[int],
             os.close(opath)
 
 
+def _cannot_wait(op: int, fds: list[int]) -> bool:
+    """Whether a socket request can be performed without waiting on anyone:
+    listen(), a call on a non-blocking socket, a datagram socket's connect()
+    (the kernel only records the peer). A blocking stream connect waits while
+    the listener's backlog is full, a blocking send while the buffer is."""
+    if op == Op.LISTEN:
+        return True
+    if op not in (Op.CONNECT, Op.SENDTO, Op.SENDMSG) or not fds:
+        return False
+    try:
+        if fcntl.fcntl(fds[0], fcntl.F_GETFL) & os.O_NONBLOCK:
+            return True
+        if op != Op.CONNECT:
+            return False
+        sock = socket.socket(fileno=fds[0])     # only asked: the descriptor stays the caller's
+        try:
+            return sock.type == socket.SOCK_DGRAM
+        finally:
+            sock.detach()
+    except OSError:
+        return False
+
+
+def _defer(question: str) -> tuple[bool, str]:
+    """On the receiving thread nobody can be asked (the verdict comes to it)."""
+    raise Deferred()
+
+
 def _asked(r: AskFirst, ask: Callable[[str], tuple[bool, str]] | None, kind: str,
            path: bytes) -> int | Reply:
     """The file judged (r.fd) if the supervisor's engine allows it, else the
@@ -528,6 +574,25 @@ def _answer(listener: int, req: FileRequest | SocketRequest, answer: Reply) -> R
         if e.errno != errno.ENOENT:
             return Reply(-1, errno.EIO)
     return None
+
+
+def _thread_pidfd(tasks: Tasks, tid: int) -> tuple[int, bool]:
+    """A pidfd of thread `tid` (this side's view) and whether the caller owns
+    it: the one Tasks keeps (no pidfd_open and close per forwarded call; Tasks
+    proves it is still the thread that holds `tid`, the caller's ID_VALID
+    afterwards that this thread is the one that waits), else a new one; -1
+    where the kernel has no thread pidfds (PIDFD_THREAD, Linux 6.9)."""
+    try:
+        tasks.facts(tid, umask=False)
+        entry = tasks.by_tid.get(tid)
+        if entry is not None and entry[4] is not None:
+            return entry[1], False
+    except OSError:
+        pass
+    try:
+        return notify.pidfd_open(tid, notify.PIDFD_THREAD), True
+    except OSError:
+        return -1, False
 
 
 def _take(pid: int, fd: int, pidfd: int) -> int:
