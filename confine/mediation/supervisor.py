@@ -61,6 +61,7 @@ from confine.kernel.seccomp import (
 
 from ..record import NamedTuple
 from . import inet, inflight, sockfd
+from .files import _fstype
 from .signals import CALLS as _SIGNAL_CALLS
 from .wire import (
     ANSWER,
@@ -1439,6 +1440,9 @@ def _pidfd_pid(pidfd: int) -> int:
     return 0
 
 
+PIDFS_MAGIC = 0x50494446
+
+
 class PidfdPids:
     """_pidfd_pid without parsing fdinfo for every forwarded call (about 15 us
     of the unix connect's cost): on pidfs (Linux 6.9) a pidfd's inode number
@@ -1458,10 +1462,8 @@ class PidfdPids:
 
     def pid(self, pidfd: int) -> int:
         if self.unique is None:
-            try:
-                self.unique = not os.readlink(f"/proc/self/fd/{pidfd}").startswith("anon_inode:")
-            except OSError:
-                return 0
+            # not readlink: a pidfs pidfd still reads "anon_inode:[pidfd]"
+            self.unique = _fstype(pidfd) == PIDFS_MAGIC
         if not self.unique:
             return _pidfd_pid(pidfd)
         try:
