@@ -25,8 +25,9 @@ def accept():
     while True:
         c, _ = srv.accept(); c.close()
 threading.Thread(target=accept, daemon=True).start()
+blocking = sys.argv[2:3] != ["nonblocking"]   # Node's and Go's sockets are not
 def once():
-    s = socket.socket(socket.AF_UNIX); s.connect(path); s.close()
+    s = socket.socket(socket.AF_UNIX); s.setblocking(blocking); s.connect(path); s.close()
 for _ in range(50): once()
 t = time.perf_counter()
 for _ in range(n): once()
@@ -94,19 +95,22 @@ def ab(n=2000, rounds=5, user="confine-test", parent=None):
     confine = default_confine()
     wd = _workdir(parent, user)
     who = ["--user", user] if os.geteuid() == 0 else []
-    out = {"one hop": [], "two hops": []}
+    out: dict = {}
     try:
         script = os.path.join(wd, "inner.py")
         with open(script, "w") as f:
             f.write(INNER)
         os.chmod(script, 0o644)
         for _ in range(rounds):
-            for name, env in (("two hops", {"CONFINE_TEST_TWO_HOPS": "1"}), ("one hop", {})):
-                p = subprocess.run([confine, "exec", "-w", wd, *who, "--", PY, script, str(n)],
-                                   cwd=wd, capture_output=True, text=True, env={**os.environ, **env})
-                if p.returncode:
-                    raise RuntimeError(f"failed: {p.stderr.strip()}")
-                out[name].append(json.loads(p.stdout.splitlines()[-1])["per_call_us"])
+            for kind in ("blocking", "nonblocking"):
+                for hops, env in (("two hops", {"CONFINE_TEST_TWO_HOPS": "1"}), ("one hop", {})):
+                    p = subprocess.run([confine, "exec", "-w", wd, *who, "--", PY, script, str(n), kind],
+                                       cwd=wd, capture_output=True, text=True,
+                                       env={**os.environ, **env})
+                    if p.returncode:
+                        raise RuntimeError(f"failed: {p.stderr.strip()}")
+                    out.setdefault(f"{hops}, {kind}", []).append(
+                        json.loads(p.stdout.splitlines()[-1])["per_call_us"])
         return out
     finally:
         shutil.rmtree(wd, ignore_errors=True)
@@ -118,9 +122,9 @@ def main():
         rounds = int(sys.argv[3]) if len(sys.argv) > 3 else 5
         r = ab(n, rounds)
         print(f"unix connect(), {n} calls each, {rounds} rounds interleaved (us, min / median / max)")
-        for k in ("two hops", "one hop"):
-            v = sorted(r[k])
-            print(f"  {k:9s} {v[0]:7.1f} / {v[len(v) // 2]:7.1f} / {v[-1]:7.1f}")
+        for k, v in r.items():
+            v = sorted(v)
+            print(f"  {k:24s} {v[0]:7.1f} / {v[len(v) // 2]:7.1f} / {v[-1]:7.1f}")
         return
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 2000
     try:
