@@ -35,7 +35,7 @@ from confine.undo.client import KeepClient
 
 from . import inflight, sockfd
 from .files import AskFirst, Deferred, FileBroker, Refused, Task
-from .supervisor import FILE_NR, Tasks, gather_file
+from .supervisor import CONNECT_NR, FILE_NR, MAX_ADDR, U32, Tasks, _pathname, gather_file
 from .wire import (
     ANSWER,
     ANSWER_CLOEXEC,
@@ -337,6 +337,8 @@ def broker_main(sock: socket.socket, guard: Guard | None = None,
         except OSError:
             return      # the call was interrupted between poll and recv
         slot = table.hold(n.id)
+        if n.data.nr == CONNECT_NR and slot and unix_connect(n, slot, table):
+            return None
         decode = FILE_NR.get(n.data.nr) if guard is not None and slot else None
         if decode is None:
             return forward(n, slot)
@@ -368,6 +370,55 @@ def broker_main(sock: socket.socket, guard: Guard | None = None,
         finally:
             _close(got.fds + ([answer.fd] if answer is not None and answer.fd is not None
                               else []))
+
+    def unix_connect(n: notify.Notif, slot: int, table: inflight.Table) -> bool:
+        """A connect() to a pathname unix address that cannot wait, read and
+        performed here as the supervisor's request would have it (its reading,
+        files.unix_target's judging): no hop through the supervisor, which
+        decides nothing for such an address. False: nothing was done, the
+        supervisor handles it (another family, an abstract or unnamed
+        address, a socket that may wait, pidfd_getfd refused, a question
+        for the person, a memory that cannot be read here)."""
+        a = n.data.args
+        addrlen = a[2] & U32
+        if not 2 < addrlen <= MAX_ADDR:
+            return False
+        fds: list[int] = []
+        try:
+            raw = notify.read_mem(n.pid, a[1], addrlen)
+            if not _pathname(raw):
+                return False
+            _, tgid, tid, pidfd = tasks.facts(n.pid, umask=False)
+            fds.append(notify.pidfd_getfd(pidfd, a[0] & U32))
+            sock = socket.socket(fileno=fds[0])     # only asked: the descriptor stays in fds
+            family = sock.family
+            sock.detach()
+            if family != socket.AF_UNIX or not _cannot_wait(Op.CONNECT, fds):
+                return False
+            if raw[2] != ord("/"):
+                # the agent's cwd by its thread id (not a name it chose), as the supervisor takes it
+                fds.append(os.open(f"/proc/{n.pid}/cwd", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC))
+            # everything above was read from the agent: its thread still waits
+            if not notify.id_valid(listener[0], n.id):
+                table.drop(slot)
+                return True
+            req = SocketRequest(0, Op.CONNECT, 0, True, raw, b"", 0, tgid, tid, n.id, ANSWER)
+            try:
+                answer = _socket_call(files, req, fds, _defer)
+            except Deferred:
+                return False        # nothing done yet: the supervisor asks, on the old path
+            except Exception:  # noqa: BLE001 - answer rather than leave the agent waiting
+                answer = Reply(-1, errno.EIO)
+            left = _answer(listener[0], req, answer)
+            if left is None:
+                table.drop(slot)
+            else:
+                forward(n, slot, left)      # a refusal to say: the supervisor says it and answers
+            return True
+        except OSError:
+            return False
+        finally:
+            _close(fds)
 
     def lead() -> None:
         # One buffer per thread for every request: socket.recv_fds would map

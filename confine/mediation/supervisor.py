@@ -1741,4 +1741,5 @@ def _numbers(table: dict) -> dict:
 
 _SOCKET_NR: dict[int, Callable[[Mediator, notify.Notif], None]] = _numbers(_SOCKET_HANDLERS)
 FILE_NR: dict[int, Callable[[list[int], int], _FileCall | None]] = _numbers(_FILE_DECODERS)
+CONNECT_NR = syscall_number("connect")
 _META_NR: dict[int, Callable[[list[int], int], _MetaCall | None]] = _numbers(_META_DECODERS)
