@@ -381,7 +381,7 @@ def broker_main(sock: socket.socket, guard: Guard | None = None,
                               else []))
 
     def unix_connect(n: notify.Notif, slot: int, table: inflight.Table) -> bool | None:
-        """A connect() to a pathname unix address, read and
+        """A connect() to a pathname unix address, read, judged and
         performed here as the supervisor's request would have it (its reading,
         files.unix_target's judging): no hop through the supervisor, which
         decides nothing for such an address. None: nothing was done, the
@@ -405,15 +405,22 @@ def broker_main(sock: socket.socket, guard: Guard | None = None,
             family = sock.family
             sock.detach()
             if family != socket.AF_UNIX:
+                _close(fds)
                 return None
             if raw[2] != ord("/"):
                 # the agent's cwd by its thread id (not a name it chose), as the supervisor takes it
                 fds.append(os.open(f"/proc/{n.pid}/cwd", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC))
             # everything above was read from the agent: its thread still waits
             if not notify.id_valid(listener[0], n.id):
+                _close(fds)
                 table.drop(slot)
                 return True
-            # From here this thread may not be the receiving one: no `tasks`.
+        except Exception:  # noqa: BLE001 - unreadable here: the supervisor's view decides
+            _close(fds)
+            return None
+        try:
+            # From here this thread may not be the receiving one (no `tasks`),
+            # and the call is answered whatever happens.
             leading = _cannot_wait(Op.CONNECT, fds) or not hand_over()
             table.lose_as(slot, errno.ECONNREFUSED)     # never EIO for a connect
             req = SocketRequest(0, Op.CONNECT, 0, True, raw, b"", 0, tgid, tid, n.id, ANSWER)
@@ -431,8 +438,6 @@ def broker_main(sock: socket.socket, guard: Guard | None = None,
             else:   # a refusal to say: the supervisor says it and answers
                 forward(n, slot, left, leading=leading)
             return leading
-        except OSError:
-            return None
         finally:
             _close(fds)
 
