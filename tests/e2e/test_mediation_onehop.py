@@ -350,3 +350,53 @@ def test_socket_calls_that_cannot_wait_are_performed_where_received(sandbox):
     finally:
         out.close()
         out_dgram.close()
+
+
+NONBLOCKING_CONNECTS = """
+import socket, json, sys
+res = []
+for p in json.loads(sys.argv[1]):
+    s = socket.socket(socket.AF_UNIX)
+    s.setblocking(False)
+    try:
+        s.connect(p); res.append("C")
+    except OSError as e:
+        res.append(e.errno)
+    finally:
+        s.close()
+print(json.dumps(res))
+"""
+
+
+def test_a_connect_the_person_is_asked_about_is_asked_from_any_thread(sandbox):
+    """A non-blocking connect the receiving thread would perform, but which
+    approvals.unix_sockets puts to the person: the verdict comes to the
+    receiving thread, so it is handed on (Deferred), asked, and the answer
+    holds: allowed once, then denied with the reason. Control: the same
+    socket reachable unconfined."""
+    import errno
+    import json
+    import tempfile
+
+    from test_approvals import ASK_PROFILE, Decider
+    from test_unix_sockets import Listener
+    a = Listener()
+    d = Decider(["once", "deny"])
+    prof = tempfile.NamedTemporaryFile("w", suffix=".yaml", dir="/tmp", delete=False)
+    try:
+        prof.write(ASK_PROFILE)
+        prof.close()
+        os.chmod(prof.name, 0o644)
+        ctl = sandbox.outside([PY, "-c", NONBLOCKING_CONNECTS, json.dumps([a.path])])
+        assert json.loads(ctl.stdout.splitlines()[-1]) == ["C"], ctl.stderr
+        p = sandbox.run([PY, "-c", NONBLOCKING_CONNECTS, json.dumps([a.path, a.path])],
+                        "-p", prof.name, "--approver-socket", d.path, timeout=60)
+        lines = [ln for ln in p.stdout.splitlines() if ln.startswith("[")]
+        assert p.returncode == 0 and lines, p.stderr
+        assert json.loads(lines[-1]) == ["C", errno.EACCES], p.stderr
+        assert [q["subject"]["path"] for q in d.questions] == [a.path, a.path]
+        assert "scripted deny" in p.stderr
+    finally:
+        d.close()
+        a.close()
+        os.unlink(prof.name)
