@@ -9,9 +9,11 @@ copies of the agent's socket, address and data; file calls are judged by the
 name guard and performed in files.py.
 
 It also receives the agent's notifications itself (wire.ListenerRequest.receive):
-a file call it reads, judges, performs and answers here, one hop fewer; every
-other kind, and any file call it cannot finish inline, goes to the supervisor
-as it came (wire.Forwarded). What it holds is written to the in-flight record
+a file call, and a connect() to a pathname unix address (the supervisor
+decides nothing for one: files.unix_target judges it here either way), it
+reads, judges, performs and answers here, one hop fewer; every other kind, and
+any such call it cannot finish here, goes to the supervisor as it came
+(wire.Forwarded). What it holds is written to the in-flight record
 (inflight.py), so that its death fails those calls instead of leaving them
 waiting.
 """
