@@ -3,6 +3,7 @@
 
 Run by hand (as root or a user), from a directory you own:
     python3 bench/connect_mediation.py [N]
+    python3 bench/connect_mediation.py --ab [N [ROUNDS]]  # one hop (now) against two (before)
 It times N connect() calls to a socket in the workdir, once unconfined and once
 inside `confine exec` (where each connect is a seccomp notification handled by
 the supervisor and performed by the broker), and prints the per-call cost.
@@ -24,8 +25,9 @@ def accept():
     while True:
         c, _ = srv.accept(); c.close()
 threading.Thread(target=accept, daemon=True).start()
+blocking = sys.argv[2:3] != ["nonblocking"]   # Node's and Go's sockets are not
 def once():
-    s = socket.socket(socket.AF_UNIX); s.connect(path); s.close()
+    s = socket.socket(socket.AF_UNIX); s.setblocking(blocking); s.connect(path); s.close()
 for _ in range(50): once()
 t = time.perf_counter()
 for _ in range(n): once()
@@ -86,7 +88,44 @@ def measure(n=2000, confine=None, user=None, parent=None):
         shutil.rmtree(wd, ignore_errors=True)
 
 
+def ab(n=2000, rounds=5, user="confine-test", parent=None):
+    """The broker receiving the notifications against the supervisor receiving
+    them (CONFINE_TEST_TWO_HOPS=1, the path before issue 26), rounds
+    interleaved in one process: {"one hop" | "two hops": [us per connect]}."""
+    confine = default_confine()
+    wd = _workdir(parent, user)
+    who = ["--user", user] if os.geteuid() == 0 else []
+    out: dict = {}
+    try:
+        script = os.path.join(wd, "inner.py")
+        with open(script, "w") as f:
+            f.write(INNER)
+        os.chmod(script, 0o644)
+        for _ in range(rounds):
+            for kind in ("blocking", "nonblocking"):
+                for hops, env in (("two hops", {"CONFINE_TEST_TWO_HOPS": "1"}), ("one hop", {})):
+                    p = subprocess.run([confine, "exec", "-w", wd, *who, "--", PY, script, str(n), kind],
+                                       cwd=wd, capture_output=True, text=True,
+                                       env={**os.environ, **env})
+                    if p.returncode:
+                        raise RuntimeError(f"failed: {p.stderr.strip()}")
+                    out.setdefault(f"{hops}, {kind}", []).append(
+                        json.loads(p.stdout.splitlines()[-1])["per_call_us"])
+        return out
+    finally:
+        shutil.rmtree(wd, ignore_errors=True)
+
+
 def main():
+    if sys.argv[1:2] == ["--ab"]:
+        n = int(sys.argv[2]) if len(sys.argv) > 2 else 2000
+        rounds = int(sys.argv[3]) if len(sys.argv) > 3 else 5
+        r = ab(n, rounds)
+        print(f"unix connect(), {n} calls each, {rounds} rounds interleaved (us, min / median / max)")
+        for k, v in r.items():
+            v = sorted(v)
+            print(f"  {k:24s} {v[0]:7.1f} / {v[len(v) // 2]:7.1f} / {v[-1]:7.1f}")
+        return
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 2000
     try:
         r = measure(n)

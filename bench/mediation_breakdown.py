@@ -36,13 +36,14 @@ json.dump(st, open("agent.json", "w"))
 """
 
 BRK = [
-    ("import threading\n", "import threading\nimport time as _T\nimport json as _J\n_BL = []\n"),
+    ("import threading\n", "import threading\nimport time as _T\nimport json as _J\n_BL = []\n_AB = [0, 0]\n"),
+    # receive() hands a file call to received_file_call(): the first stamps travel in _AB
     ("""        try:
             n = notify.recv(listener[0])
         except OSError:""", """        _a = _T.perf_counter_ns()
         try:
             n = notify.recv(listener[0])
-            _b = _T.perf_counter_ns()
+            _AB[:] = [_a, _T.perf_counter_ns()]
         except OSError:"""),
     ("""        if got is None:
             return forward(n, slot)
@@ -60,7 +61,7 @@ BRK = [
     ("""            left = _answer(listener[0], req, answer)""",
      """            left = _answer(listener[0], req, answer)
             if req.op == Op.OPEN:
-                _BL.append((_a, _b, _c, _d, _e, _T.perf_counter_ns()))
+                _BL.append((_AB[0], _AB[1], _c, _d, _e, _T.perf_counter_ns()))
                 if len(_BL) % 100 == 0 and files.guard is not None:
                     with open(files.guard.workdir + '/broker.json', 'w') as _f:
                         _J.dump(_BL, _f)"""),

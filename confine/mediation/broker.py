@@ -9,9 +9,11 @@ copies of the agent's socket, address and data; file calls are judged by the
 name guard and performed in files.py.
 
 It also receives the agent's notifications itself (wire.ListenerRequest.receive):
-a file call it reads, judges, performs and answers here, one hop fewer; every
-other kind, and any file call it cannot finish inline, goes to the supervisor
-as it came (wire.Forwarded). What it holds is written to the in-flight record
+a file call, and a connect() to a pathname unix address (the supervisor
+decides nothing for one: files.unix_target judges it here either way), it
+reads, judges, performs and answers here, one hop fewer; every other kind, and
+any such call it cannot finish here, goes to the supervisor as it came
+(wire.Forwarded). What it holds is written to the in-flight record
 (inflight.py), so that its death fails those calls instead of leaving them
 waiting.
 """
@@ -20,6 +22,7 @@ from __future__ import annotations
 import array
 import ctypes
 import errno
+import fcntl
 import os
 import queue
 import select
@@ -34,7 +37,7 @@ from confine.undo.client import KeepClient
 
 from . import inflight, sockfd
 from .files import AskFirst, Deferred, FileBroker, Refused, Task
-from .supervisor import FILE_NR, Tasks, gather_file
+from .supervisor import CONNECT_NR, FILE_NR, MAX_ADDR, U32, Tasks, _pathname, gather_file
 from .wire import (
     ANSWER,
     ANSWER_CLOEXEC,
@@ -267,6 +270,26 @@ def broker_main(sock: socket.socket, guard: Guard | None = None,
                 finally:
                     _close(fds + ([answer.fd] if answer.fd is not None else []))
                 return True
+        if op in SOCKET_OPS and _cannot_wait(op, fds):
+            # Performed right here, as an inline file call is: no other thread
+            # woken (that hand-over was most of what the one-hop change added
+            # to a unix connect). A walk off the local file systems or a
+            # question to the supervisor raises Deferred before anything is
+            # done: then on a thread that may wait, as any other socket call.
+            sreq = None
+            try:
+                sreq = SocketRequest.unpack(body)
+                answer = _socket_call(files, sreq, fds, _defer)
+            except Deferred:
+                answer = None
+            except Exception:  # noqa: BLE001 - answer rather than leave the agent waiting
+                answer = Reply(-1, errno.EIO)
+            if answer is not None:
+                try:
+                    reply(rid, answer, sreq)
+                finally:
+                    _close(fds)
+                return True
         leading = not hand_over()
         try:
             handle(body, fds)
@@ -282,14 +305,12 @@ def broker_main(sock: socket.socket, guard: Guard | None = None,
     tasks = Tasks()
 
     def forward(n: notify.Notif, slot: int, answer: Reply | None = None,
-                cloexec: bool = False) -> None:
+                cloexec: bool = False, leading: bool = True) -> None:
         """Hand n to the supervisor with a pidfd for its thread (answer: the
-        call was performed here, the supervisor says why and answers)."""
+        call was performed here, the supervisor says why and answers).
+        leading: called by the receiving thread, the only one that uses `tasks`."""
         table = own[0]
-        try:
-            pidfd = notify.pidfd_open(n.pid, notify.PIDFD_THREAD)
-        except OSError:
-            pidfd = -1
+        pidfd, owned = _thread_pidfd(tasks if leading else None, n.pid)
         try:
             # ID_VALID after the pidfd: the thread still waited, so the pidfd is its
             if pidfd < 0 or not notify.id_valid(listener[0], n.id):
@@ -307,18 +328,28 @@ def broker_main(sock: socket.socket, guard: Guard | None = None,
                 except OSError:
                     os._exit(0)
         finally:
-            if pidfd >= 0:
+            if owned:
                 os.close(pidfd)
             if table is not None:
                 table.drop(slot)
 
-    def receive(table: inflight.Table) -> None:
-        """One notification, received and performed here or handed on."""
+    def receive(table: inflight.Table) -> bool:
+        """One notification, received and performed here or handed on; False
+        once the receiving was handed to another thread."""
         try:
             n = notify.recv(listener[0])
         except OSError:
-            return      # the call was interrupted between poll and recv
+            return True     # the call was interrupted between poll and recv
         slot = table.hold(n.id)
+        if n.data.nr == CONNECT_NR and slot:
+            done = unix_connect(n, slot, table)
+            if done is not None:
+                return done
+        received_file_call(n, slot, table)
+        return True
+
+    def received_file_call(n: notify.Notif, slot: int, table: inflight.Table) -> None:
+        """A file call performed here, or handed on as it came."""
         decode = FILE_NR.get(n.data.nr) if guard is not None and slot else None
         if decode is None:
             return forward(n, slot)
@@ -351,6 +382,67 @@ def broker_main(sock: socket.socket, guard: Guard | None = None,
             _close(got.fds + ([answer.fd] if answer is not None and answer.fd is not None
                               else []))
 
+    def unix_connect(n: notify.Notif, slot: int, table: inflight.Table) -> bool | None:
+        """A connect() to a pathname unix address, read, judged and
+        performed here as the supervisor's request would have it (its reading,
+        files.unix_target's judging): no hop through the supervisor, which
+        decides nothing for such an address. None: nothing was done, the
+        supervisor handles it (another family, an abstract or unnamed
+        address, a socket that may wait, pidfd_getfd refused, a question
+        for the person, a memory that cannot be read here). A call that may
+        wait (a blocking stream socket) is performed after handing the
+        receiving to another thread, as serve does: then False."""
+        a = n.data.args
+        addrlen = a[2] & U32
+        if not 2 < addrlen <= MAX_ADDR:
+            return None
+        fds: list[int] = []
+        try:
+            raw = notify.read_mem(n.pid, a[1], addrlen)
+            if not _pathname(raw):
+                return None
+            _, tgid, tid, pidfd = tasks.facts(n.pid, umask=False)
+            fds.append(notify.pidfd_getfd(pidfd, a[0] & U32))
+            sock = socket.socket(fileno=fds[0])     # only asked: the descriptor stays in fds
+            family = sock.family
+            sock.detach()
+            if family != socket.AF_UNIX:
+                _close(fds)
+                return None
+            if raw[2] != ord("/"):
+                # the agent's cwd by its thread id (not a name it chose), as the supervisor takes it
+                fds.append(os.open(f"/proc/{n.pid}/cwd", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC))
+            # everything above was read from the agent: its thread still waits
+            if not notify.id_valid(listener[0], n.id):
+                _close(fds)
+                table.drop(slot)
+                return True
+        except Exception:  # noqa: BLE001 - unreadable here: the supervisor's view decides
+            _close(fds)
+            return None
+        try:
+            # From here this thread may not be the receiving one (no `tasks`),
+            # and the call is answered whatever happens.
+            leading = _cannot_wait(Op.CONNECT, fds) or not hand_over()
+            table.lose_as(slot, errno.ECONNREFUSED)     # never EIO for a connect
+            req = SocketRequest(0, Op.CONNECT, 0, True, raw, b"", 0, tgid, tid, n.id, ANSWER)
+            try:
+                answer = _socket_call(files, req, fds, _defer)
+            except Deferred:
+                # nothing done yet: the supervisor asks (or walks), on the old path
+                forward(n, slot, leading=leading)
+                return leading
+            except Exception:  # noqa: BLE001 - answer rather than leave the agent waiting
+                answer = Reply(-1, errno.EIO)
+            left = _answer(listener[0], req, answer)
+            if left is None:
+                table.drop(slot)
+            else:   # a refusal to say: the supervisor says it and answers
+                forward(n, slot, left, leading=leading)
+            return leading
+        finally:
+            _close(fds)
+
     def lead() -> None:
         # One buffer per thread for every request: socket.recv_fds would map
         # (and unmap) a fresh REQUEST_MAX buffer per call.
@@ -367,7 +459,8 @@ def broker_main(sock: socket.socket, guard: Guard | None = None,
                 ready = dict(both.poll())
                 ev = ready.get(listener[0], 0)
                 if ev & select.POLLIN and not ready.get(sock.fileno(), 0) & select.POLLIN:
-                    receive(table)
+                    if not receive(table):
+                        follow()
                     continue
                 if ev & (select.POLLHUP | select.POLLERR) and not ev & select.POLLIN:
                     own[0] = None   # no agent process left: requests only, until the end
@@ -464,6 +557,34 @@ def _socket_call(files: FileBroker, req: SocketRequest, fds: list[int],
             os.close(opath)
 
 
+def _cannot_wait(op: int, fds: list[int]) -> bool:
+    """Whether a socket request can be performed without waiting on anyone:
+    listen(), a call on a non-blocking socket, a datagram socket's connect()
+    (the kernel only records the peer). A blocking stream connect waits while
+    the listener's backlog is full, a blocking send while the buffer is."""
+    if op == Op.LISTEN:
+        return True
+    if op not in (Op.CONNECT, Op.SENDTO, Op.SENDMSG) or not fds:
+        return False
+    try:
+        if fcntl.fcntl(fds[0], fcntl.F_GETFL) & os.O_NONBLOCK:
+            return True
+        if op != Op.CONNECT:
+            return False
+        sock = socket.socket(fileno=fds[0])     # only asked: the descriptor stays the caller's
+        try:
+            return sock.type == socket.SOCK_DGRAM
+        finally:
+            sock.detach()
+    except OSError:
+        return False
+
+
+def _defer(question: str) -> tuple[bool, str]:
+    """On the receiving thread nobody can be asked (the verdict comes to it)."""
+    raise Deferred()
+
+
 def _asked(r: AskFirst, ask: Callable[[str], tuple[bool, str]] | None, kind: str,
            path: bytes) -> int | Reply:
     """The file judged (r.fd) if the supervisor's engine allows it, else the
@@ -528,6 +649,26 @@ def _answer(listener: int, req: FileRequest | SocketRequest, answer: Reply) -> R
         if e.errno != errno.ENOENT:
             return Reply(-1, errno.EIO)
     return None
+
+
+def _thread_pidfd(tasks: Tasks | None, tid: int) -> tuple[int, bool]:
+    """A pidfd of thread `tid` (this side's view) and whether the caller owns
+    it: the one Tasks keeps (no pidfd_open and close per forwarded call; Tasks
+    proves it is still the thread that holds `tid`, the caller's ID_VALID
+    afterwards that this thread is the one that waits), else a new one; -1
+    where the kernel has no thread pidfds (PIDFD_THREAD, Linux 6.9)."""
+    try:
+        if tasks is not None:
+            tasks.facts(tid, umask=False)
+            entry = tasks.by_tid.get(tid)
+            if entry is not None and entry[4] is not None:
+                return entry[1], False
+    except OSError:
+        pass
+    try:
+        return notify.pidfd_open(tid, notify.PIDFD_THREAD), True
+    except OSError:
+        return -1, False
 
 
 def _take(pid: int, fd: int, pidfd: int) -> int:

@@ -22,13 +22,15 @@ that was not waiting (refused by the kernel) or fail one with an error.
 from __future__ import annotations
 
 import ctypes
+import errno
 import mmap
 import os
 import threading
 
 SLOTS = 256         # calls the broker holds at once; past it, it hands calls on
 AHEAD = 64          # ids above the high-water mark checked at the broker's death
-_SIZE = 8 * (SLOTS + 1)
+# slot 0 the mark, 1..SLOTS the ids, then per slot the errno its call gets (0: EIO)
+_SIZE = 8 * (2 * SLOTS + 1)
 
 
 def create() -> int:
@@ -48,7 +50,7 @@ class Table:
 
     def __init__(self, fd: int) -> None:
         self.map = mmap.mmap(fd, _SIZE)
-        self.words = (ctypes.c_uint64 * (SLOTS + 1)).from_buffer(self.map)
+        self.words = (ctypes.c_uint64 * (2 * SLOTS + 1)).from_buffer(self.map)
         self.free = list(range(SLOTS, 0, -1))
         self.lock = threading.Lock()
 
@@ -66,20 +68,34 @@ class Table:
         words[slot] = nid
         return slot
 
+    def lose_as(self, slot: int, err: int) -> None:
+        """The errno the call in `slot` gets should the broker die (a unix
+        connect waiting for an accept: ECONNREFUSED, as the supervisor's own
+        requests give; every other call EIO)."""
+        if slot:
+            self.words[SLOTS + slot] = err
+
     def drop(self, slot: int) -> None:
         """The call in `slot` was answered (or handed on)."""
         if slot:
             self.words[slot] = 0
+            self.words[SLOTS + slot] = 0
             with self.lock:
                 self.free.append(slot)
 
     # -- the supervisor's side
 
-    def held(self) -> set[int]:
-        """Every id the broker may hold: the slots, and the ids just above the mark."""
+    def held(self) -> dict[int, int]:
+        """Every id the broker may hold, with the errno its call gets: the
+        slots, and the ids just above the mark (EIO). Only ECONNREFUSED is
+        taken from the broker's side, anything else is EIO."""
         words = self.words
-        ids = {words[i] for i in range(1, SLOTS + 1) if words[i]}
+        ids: dict[int, int] = {}
         mark = words[0]
         if mark:
-            ids.update((mark + k) & 0xFFFFFFFFFFFFFFFF for k in range(AHEAD + 1))
+            ids.update(((mark + k) & 0xFFFFFFFFFFFFFFFF, errno.EIO) for k in range(AHEAD + 1))
+        for i in range(1, SLOTS + 1):
+            if words[i]:
+                ids[words[i]] = errno.ECONNREFUSED if words[SLOTS + i] == errno.ECONNREFUSED \
+                    else errno.EIO
         return ids

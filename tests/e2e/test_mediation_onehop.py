@@ -12,6 +12,7 @@ script outside confine.
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import time
 
@@ -93,7 +94,8 @@ def test_file_calls_no_longer_pass_through_the_supervisor(root_sandbox):
     assert one_hop * 4 < two_hops, (one_hop, two_hops)
 
 
-KILL_WHILE_HELD = r'''
+# The broker: the agent's pid namespace's other child of its pid 1.
+FIND_BROKER = r'''
 import signal, threading, time
 me = os.getpid()
 broker = None
@@ -106,6 +108,9 @@ for pid in os.listdir("/proc"):
         except OSError:
             pass
 R["found"] = broker is not None
+'''
+
+KILL_WHILE_HELD = FIND_BROKER + r'''
 attempt("before", lambda: opened("b0", os.O_WRONLY | os.O_CREAT))
 results = {}
 started = threading.Barrier(P["threads"] + 1)
@@ -152,19 +157,7 @@ def test_a_broker_killed_holding_calls_fails_them_all(user_sandbox):
     assert "broker is gone" in p.stderr, p.stderr
 
 
-KILL_DURING_KEEP = r'''
-import signal, threading, time
-me = os.getpid()
-broker = None
-for pid in os.listdir("/proc"):
-    if pid.isdigit() and int(pid) not in (1, me):
-        try:
-            if open("/proc/%s/status" % pid).read().find("Tgid:\t%s\n" % pid) >= 0 and \
-                    int(open("/proc/%s/stat" % pid).read().rsplit(")", 1)[1].split()[1]) == 1:
-                broker = int(pid)
-        except OSError:
-            pass
-R["found"] = broker is not None
+KILL_DURING_KEEP = FIND_BROKER + r'''
 tid = []
 def trunc():
     tid.append(threading.get_native_id())
@@ -286,3 +279,124 @@ def test_an_exit_with_calls_in_flight_ends_the_run(root_sandbox):
     assert p.returncode == 7, p.stderr
     assert time.monotonic() - t < 15
     assert "broker is gone" not in p.stderr, p.stderr
+
+
+CANNOT_WAIT = FIND_BROKER + r'''
+import errno, socket
+def switches():
+    """Each broker thread's voluntary context switches: a thread woken counts."""
+    out = {}
+    for t in os.listdir("/proc/%d/task" % broker):
+        for line in open("/proc/%d/task/%s/status" % (broker, t)):
+            if line.startswith("voluntary_ctxt_switches:"):
+                out[t] = int(line.split()[1])
+    return out
+def woken(before):
+    after = switches()
+    return sum(1 for t, v in after.items() if before.get(t) != v)
+def conn(path, kind=socket.SOCK_STREAM, blocking=False):
+    s = socket.socket(socket.AF_UNIX, kind)
+    s.setblocking(blocking)
+    try:
+        s.connect(path)
+        return "ok"
+    except OSError as e:
+        return errno.errorcode.get(e.errno, e.errno)
+    finally:
+        s.close()
+srv = socket.socket(socket.AF_UNIX); srv.bind("in.sock"); srv.listen(128)
+dg = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM); dg.bind("in.dgram")
+before = switches()
+R["inside"] = sorted({conn("in.sock") for _ in range(20)}
+                     | {conn("in.dgram", socket.SOCK_DGRAM, True) for _ in range(20)})
+R["threads woken"] = woken(before)
+R["outside"] = conn(P["out"])
+R["outside dgram"] = conn(P["out_dgram"], socket.SOCK_DGRAM, True)
+# the control: a blocking stream connect (it may wait) is handed to another thread
+before = switches()
+R["blocking inside"] = sorted({conn("in.sock", blocking=True) for _ in range(5)})
+R["threads woken by blocking connects"] = woken(before)
+'''
+
+
+def test_socket_calls_that_cannot_wait_are_performed_where_received(sandbox):
+    """A non-blocking unix connect, and a datagram socket's connect, are judged
+    and performed by the broker's receiving thread (no other thread woken: the
+    hand-over was most of the unix connect's cost after the one-hop change),
+    and judged there as anywhere: the socket outside the workdir is refused and
+    its listener sees nothing. Controls: the same connect unconfined reaches
+    it; blocking stream connects (which may wait) are handed to another
+    thread, and the count of broker threads woken does see that."""
+    from test_unix_sockets import Listener
+    out, out_dgram = Listener(), Listener(socket.SOCK_DGRAM)
+    try:
+        ctl = sandbox.outside([PY, "-c", "import socket,sys; s=socket.socket(socket.AF_UNIX); "
+                               "s.setblocking(False); s.connect(sys.argv[1]); print('ok')",
+                               out.path])
+        assert ctl.returncode == 0, ctl.stderr
+        time.sleep(0.3)
+        before = out.hits
+        assert before >= 1
+        p, r = sandbox.probe(CANNOT_WAIT, {"out": out.path, "out_dgram": out_dgram.path})
+        assert r is not None and r["found"] is True, p.stderr
+        assert r["inside"] == ["ok"], r
+        assert r["outside"] == "EACCES" and r["outside dgram"] == "EACCES", r
+        # 0 when each next call was already there as the last was answered
+        assert r["threads woken"] <= 1, r
+        assert r["blocking inside"] == ["ok"] and r["threads woken by blocking connects"] >= 2, r
+        time.sleep(0.3)
+        assert out.hits == before, "the forbidden listener accepted a connection"
+        assert "denied: connect to unix socket" in p.stderr, p.stderr
+    finally:
+        out.close()
+        out_dgram.close()
+
+
+NONBLOCKING_CONNECTS = """
+import socket, json, sys
+res = []
+for p in json.loads(sys.argv[1]):
+    s = socket.socket(socket.AF_UNIX)
+    s.setblocking(False)
+    try:
+        s.connect(p); res.append("C")
+    except OSError as e:
+        res.append(e.errno)
+    finally:
+        s.close()
+print(json.dumps(res))
+"""
+
+
+def test_a_connect_the_person_is_asked_about_is_asked_from_any_thread(sandbox):
+    """A non-blocking connect the receiving thread would perform, but which
+    approvals.unix_sockets puts to the person: the verdict comes to the
+    receiving thread, so it is handed on (Deferred), asked, and the answer
+    holds: allowed once, then denied with the reason. Control: the same
+    socket reachable unconfined."""
+    import errno
+    import json
+    import tempfile
+
+    from test_approvals import ASK_PROFILE, Decider
+    from test_unix_sockets import Listener
+    a = Listener()
+    d = Decider(["once", "deny"])
+    prof = tempfile.NamedTemporaryFile("w", suffix=".yaml", dir="/tmp", delete=False)
+    try:
+        prof.write(ASK_PROFILE)
+        prof.close()
+        os.chmod(prof.name, 0o644)
+        ctl = sandbox.outside([PY, "-c", NONBLOCKING_CONNECTS, json.dumps([a.path])])
+        assert json.loads(ctl.stdout.splitlines()[-1]) == ["C"], ctl.stderr
+        p = sandbox.run([PY, "-c", NONBLOCKING_CONNECTS, json.dumps([a.path, a.path])],
+                        "-p", prof.name, "--approver-socket", d.path, timeout=60)
+        lines = [ln for ln in p.stdout.splitlines() if ln.startswith("[")]
+        assert p.returncode == 0 and lines, p.stderr
+        assert json.loads(lines[-1]) == ["C", errno.EACCES], p.stderr
+        assert [q["subject"]["path"] for q in d.questions] == [a.path, a.path]
+        assert "scripted deny" in p.stderr
+    finally:
+        d.close()
+        a.close()
+        os.unlink(prof.name)

@@ -105,3 +105,38 @@ def test_status_parsing():
     assert supervisor._status_ids(raw, 11) == (3, 4)
     assert supervisor._status_umask(b"Name:\tx\n") == 0o022       # as _task_facts: absent
     assert supervisor._status_ids(b"Name:\tx\n", 11) == (11, 11)
+
+
+def test_pidfd_pids_names_the_pidfds_thread_and_never_a_gone_one():
+    """supervisor.PidfdPids: the pid behind a forwarded call's pidfd, cached by
+    the pidfd's inode (its struct pid). Another thread's pidfd names that
+    thread, not a cached one; a thread gone since it was cached gives 0 (its
+    pid may be reused), as fdinfo would; a new pidfd of the same thread is
+    the same entry (the cache is not keyed by the descriptor)."""
+    from confine.kernel import notify
+    pids = supervisor.PidfdPids()
+    me = threading.get_native_id()
+    mine = notify.pidfd_open(me, notify.PIDFD_THREAD)
+    go, tid = threading.Event(), []
+    t = threading.Thread(target=lambda: (tid.append(threading.get_native_id()), go.wait()))
+    t.start()
+    while not tid:
+        time.sleep(0.001)
+    theirs = notify.pidfd_open(tid[0], notify.PIDFD_THREAD)
+    again = notify.pidfd_open(me, notify.PIDFD_THREAD)
+    try:
+        assert pids.pid(mine) == me and pids.pid(mine) == me          # read, then cached
+        assert pids.pid(theirs) == tid[0] != me
+        assert pids.pid(again) == me and len(pids.by_ino) == 2
+        go.set()
+        t.join()
+        for _ in range(1000):       # reaped a moment after join() returns
+            if supervisor._pidfd_pid(theirs) <= 0:
+                break
+            time.sleep(0.001)
+        assert supervisor._pidfd_pid(theirs) <= 0
+        assert pids.pid(theirs) == 0 and pids.pid(mine) == me
+    finally:
+        go.set()
+        for fd in (mine, theirs, again):
+            os.close(fd)

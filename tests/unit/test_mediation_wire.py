@@ -135,21 +135,31 @@ def test_forwarded_notifications_round_trip_and_are_told_from_replies():
 
 def test_the_in_flight_record_names_what_the_broker_holds():
     """inflight.py: a held id is named until dropped, and the ids just above
-    the newest one received (a call received but not yet written down) too."""
+    the newest one received (a call received but not yet written down) too;
+    each with the errno its call gets (a unix connect ECONNREFUSED, as the
+    supervisor's own requests give, anything else the broker writes EIO)."""
+    import errno
+
     from confine.mediation import inflight
     fd = inflight.create()
     try:
         broker, supervisor_side = inflight.Table(fd), inflight.Table(fd)
     finally:
         os.close(fd)
-    assert supervisor_side.held() == set()
+    assert supervisor_side.held() == {}
+    c = broker.hold(7)
     a = broker.hold(100)
     b = broker.hold(2 ** 64 - 1)
+    broker.lose_as(a, errno.ECONNREFUSED)
+    broker.lose_as(c, errno.EPERM)          # not the broker's to choose: EIO
     held = supervisor_side.held()
-    assert {100, 2 ** 64 - 1, 0, 5} <= held and 99 not in held
+    assert {100, 2 ** 64 - 1, 0, 5} <= held.keys() and 99 not in held
+    assert held[100] == errno.ECONNREFUSED and held[2 ** 64 - 1] == held[7] == errno.EIO
     broker.drop(a)
     broker.drop(b)
     assert 100 not in supervisor_side.held() and 2 ** 64 - 1 in supervisor_side.held()
+    a = broker.hold(100)                    # a slot used again starts at EIO
+    assert supervisor_side.held()[100] == errno.EIO
 
 
 def test_a_forwarded_call_is_judged_for_the_thread_its_pidfd_names():
