@@ -4,6 +4,7 @@ and the linked policy (read with sesearch) gives confine_agent_t what the
 Policy grants and nothing of the secrets, capabilities or network."""
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 
@@ -86,59 +87,125 @@ def linked(tmp_path_factory, refpolicy):
     return d / "policy.bin"
 
 
-def allowed(policy_bin, src, tgt, cls):
+# sesearch is setools' command line: each call loads the whole expanded policy and scans
+# all its rules again (1-1.5 s), so the queries go to one setools process that loads it
+# once and indexes the allow rules of each source type it is asked about in one pass,
+# attributes expanded on both sides: what sesearch -A -s -t -c answers (the control below
+# checks that).
+_QUERIES = r"""
+import json, sys
+import setools
+policy = setools.SELinuxPolicy(sys.argv[1])
+by_source = {}   # source type -> {(target type, class): perms}, one pass over the rules each
+
+
+def index(src):
+    out = {}
+    for rule in policy.terules():
+        if rule.ruletype != setools.TERuletype.allow or src not in {
+                str(t) for t in rule.source.expand()}:
+            continue
+        for t in rule.target.expand():
+            out.setdefault((str(t), str(rule.tclass)), set()).update(rule.perms)
+    return out
+
+
+print("ready", flush=True)
+for line in sys.stdin:
+    src, tgt, cls = json.loads(line)
+    if src not in by_source:
+        by_source[src] = index(src)
+    print(json.dumps(sorted(by_source[src].get((tgt, cls), ()))), flush=True)
+"""
+
+
+class Rules:
+    """The expanded policy, asked one (source, target, class) at a time."""
+
+    def __init__(self, policy_bin):
+        python = open(need("sesearch")).readline()[2:].strip()   # setools' own interpreter
+        self.proc = subprocess.Popen([python, "-c", _QUERIES, str(policy_bin)], text=True,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        assert self.proc.stdout.readline().strip() == "ready"
+
+    def allowed(self, src, tgt, cls):
+        self.proc.stdin.write(json.dumps([src, tgt, cls]) + "\n")
+        self.proc.stdin.flush()
+        return set(json.loads(self.proc.stdout.readline()))
+
+    def close(self):
+        self.proc.stdin.close()
+        self.proc.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def rules(linked):
+    r = Rules(linked)
+    yield r
+    r.close()
+
+
+def allowed(rules, src, tgt, cls):
     """Permissions src has on tgt:cls in the expanded policy (through attributes too)."""
-    r = subprocess.run([need("sesearch"), "-A", "-s", src, "-t", tgt, "-c", cls, str(policy_bin)],
-                       capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
-    perms = set()
-    for line in r.stdout.splitlines():
-        body = line.split(":", 1)[1].split(None, 1)[1] if ":" in line else ""
-        perms |= set(body.strip(" ;{}").split())
-    return perms
+    return rules.allowed(src, tgt, cls)
 
 
-def test_linked_policy_grants_the_profile(linked):
+def test_sesearch_and_the_query_process_agree(linked, rules):
+    """Control for the shared query process: the command line says the same."""
+    for q in (("confine_agent_t", "confine_agent_work_t", "file"),
+              ("confine_agent_t", "shadow_t", "file"),
+              ("unconfined_t", "confine_agent_t", "process")):
+        r = subprocess.run([need("sesearch"), "-A", "-s", q[0], "-t", q[1], "-c", q[2],
+                            str(linked)], capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        perms = set()
+        for line in r.stdout.splitlines():
+            body = line.split(":", 1)[1].split(None, 1)[1] if ":" in line else ""
+            perms |= set(body.strip(" ;{}").split())
+        assert perms == rules.allowed(*q), q
+
+
+def test_linked_policy_grants_the_profile(rules):
     a = "confine_agent_t"
     for t in ("bin_t", "lib_t", "usr_t", "etc_t"):
-        assert {"read", "open", "execute"} <= allowed(linked, a, t, "file"), t
-    assert {"create", "write", "unlink", "rename"} <= allowed(linked, a, "confine_agent_work_t", "file")
-    assert {"create", "rmdir", "add_name"} <= allowed(linked, a, "confine_agent_work_t", "dir")
-    assert {"read", "open"} <= allowed(linked, a, "confine_agent_home_t", "file")
-    assert "write" not in allowed(linked, a, "confine_agent_home_t", "file")
-    assert {"read", "write"} <= allowed(linked, a, "null_device_t", "chr_file")
+        assert {"read", "open", "execute"} <= allowed(rules, a, t, "file"), t
+    assert {"create", "write", "unlink", "rename"} <= allowed(rules, a, "confine_agent_work_t", "file")
+    assert {"create", "rmdir", "add_name"} <= allowed(rules, a, "confine_agent_work_t", "dir")
+    assert {"read", "open"} <= allowed(rules, a, "confine_agent_home_t", "file")
+    assert "write" not in allowed(rules, a, "confine_agent_home_t", "file")
+    assert {"read", "write"} <= allowed(rules, a, "null_device_t", "chr_file")
     # Types from optional blocks are switched on by the base policy's modules.
-    assert "read" in allowed(linked, a, "cert_t", "file")
-    assert "create" in allowed(linked, a, "user_tmp_t", "file")
+    assert "read" in allowed(rules, a, "cert_t", "file")
+    assert "create" in allowed(rules, a, "user_tmp_t", "file")
 
 
-def test_linked_policy_denies_the_rest(linked):
+def test_linked_policy_denies_the_rest(rules):
     a = "confine_agent_t"
     for t in ("shadow_t", "user_home_t", "ssh_home_t", "etc_t", "bin_t", "usr_t", "proc_t"):
-        got = allowed(linked, a, t, "file")
+        got = allowed(rules, a, t, "file")
         if t in ("shadow_t", "user_home_t", "ssh_home_t"):
             assert not (got & {"read", "open", "write"}), (t, got)
         else:
             assert not (got & {"write", "create", "unlink", "append"}), (t, got)
-    assert not allowed(linked, a, a, "capability")
-    assert not allowed(linked, a, a, "capability2")
-    assert not allowed(linked, a, a, "tcp_socket")  # the default profile grants no port
-    assert not allowed(linked, a, a, "udp_socket")
-    assert not allowed(linked, a, a, "rawip_socket")
-    assert not allowed(linked, a, a, "packet_socket")
-    assert not allowed(linked, a, "fixed_disk_device_t", "blk_file")
-    assert "ptrace" not in allowed(linked, a, "unconfined_t", "process")
-    assert "signal" not in allowed(linked, a, "unconfined_t", "process")
+    assert not allowed(rules, a, a, "capability")
+    assert not allowed(rules, a, a, "capability2")
+    assert not allowed(rules, a, a, "tcp_socket")  # the default profile grants no port
+    assert not allowed(rules, a, a, "udp_socket")
+    assert not allowed(rules, a, a, "rawip_socket")
+    assert not allowed(rules, a, a, "packet_socket")
+    assert not allowed(rules, a, "fixed_disk_device_t", "blk_file")
+    assert "ptrace" not in allowed(rules, a, "unconfined_t", "process")
+    assert "signal" not in allowed(rules, a, "unconfined_t", "process")
 
 
-def test_linked_policy_lets_the_launcher_enter_the_domain(linked):
+def test_linked_policy_lets_the_launcher_enter_the_domain(rules):
     """setexeccon from unconfined_t, also after no_new_privs."""
-    assert "setexec" in allowed(linked, "unconfined_t", "unconfined_t", "process")
-    assert "transition" in allowed(linked, "unconfined_t", "confine_agent_t", "process")
-    assert {"nnp_transition", "nosuid_transition"} <= allowed(linked, "unconfined_t",
+    assert "setexec" in allowed(rules, "unconfined_t", "unconfined_t", "process")
+    assert "transition" in allowed(rules, "unconfined_t", "confine_agent_t", "process")
+    assert {"nnp_transition", "nosuid_transition"} <= allowed(rules, "unconfined_t",
                                                               "confine_agent_t", "process2")
-    assert "entrypoint" in allowed(linked, "confine_agent_t", "bin_t", "file")
-    assert "entrypoint" in allowed(linked, "confine_agent_t", "confine_agent_work_t", "file")
+    assert "entrypoint" in allowed(rules, "confine_agent_t", "bin_t", "file")
+    assert "entrypoint" in allowed(rules, "confine_agent_t", "confine_agent_work_t", "file")
 
 
 def test_network_profile_gets_tcp_and_dns_only(policies):
