@@ -108,23 +108,11 @@ def _glob(comp: str) -> str:
             out.append(c)
             i += 1
             continue
-        if c == "[":
-            # where fnmatch ends the class: "!" negates, a "]" right after is literal
-            j = i + 1
-            if j < n and comp[j] == "!":
-                j += 1
-            if j < n and comp[j] == "]":
-                j += 1
-            while j < n and comp[j] != "]":
-                j += 1
-            if j < n:
-                body = comp[i + 1:j]
-                neg = body.startswith("!")
-                body = body[1:] if neg else body
-                out.append("[" + ("^" if neg else "")
-                           + "".join("\\" + ch if ch in '\\[]^"' else ch for ch in body) + "]")
-                i = j + 1
-                continue
+        if c == "[" and (cls := source.bracket(comp, i)) is not None:
+            body, neg, i = cls
+            out.append("[" + ("^" if neg else "")
+                       + "".join("\\" + ch if ch in '\\[]^"' else ch for ch in body) + "]")
+            continue
         out.append("\\" + c if c in _AARE_SPECIAL else c)
         i += 1
     return "".join(out)

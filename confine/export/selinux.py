@@ -327,24 +327,14 @@ def _fc_glob(comp: str) -> str:
             out.append("[^/]*")
         elif c == "?":
             out.append("[^/]")
-        elif c == "[":
-            # where fnmatch ends the class: "!" negates, a "]" right after is literal
-            j = i + 1
-            if j < n and comp[j] == "!":
-                j += 1
-            if j < n and comp[j] == "]":
-                j += 1
-            while j < n and comp[j] != "]":
-                j += 1
-            if j < n:
-                body = comp[i + 1:j]
-                neg = body.startswith("!")
-                body = body[1:] if neg else body
-                out.append("[" + ("^/" if neg else "") + body.replace("\\", "\\\\") + "]")
-                i = j + 1
-                continue
-            out.append(_fc_regex(c))   # no closing "]": fnmatch takes it literally
-        else:
+        elif c == "[" and (cls := source.bracket(comp, i)) is not None:
+            body, neg, i = cls
+            # members escaped: a "]" or a leading "^" is a member to fnmatch, not the
+            # class's end or its negation as in a regex
+            out.append("[" + ("^/" if neg else "")
+                       + "".join("\\" + ch if ch in "\\]^[" else ch for ch in body) + "]")
+            continue
+        else:   # a "[" without its "]" too: fnmatch takes it literally
             out.append(_fc_regex(c))
         i += 1
     return "".join(out)

@@ -244,3 +244,21 @@ def _entry_port(entry: str) -> int | None:
     if spec == "*":
         return None
     return int(spec) if spec.isdigit() else 443
+
+
+def bracket(comp: str, i: int) -> tuple[str, bool, int] | None:
+    """The fnmatch character class that opens at comp[i] ("["), as (its members, negated,
+    the index after its "]"), or None where fnmatch takes the "[" as a literal (no
+    closing "]"). A "!" right after "[" negates; a "]" right after that is a member."""
+    j = i + 1
+    if j < len(comp) and comp[j] == "!":
+        j += 1
+    if j < len(comp) and comp[j] == "]":
+        j += 1
+    while j < len(comp) and comp[j] != "]":
+        j += 1
+    if j >= len(comp):
+        return None
+    body = comp[i + 1:j]
+    return (body[1:], True, j + 1) if body.startswith("!") else (body, False, j + 1)
+
