@@ -10,9 +10,13 @@ The threats, and the answer to each:
   queue cannot take: deny, with the reason;
 - an agent flooding the person: one question at a time, of every kind (a
   single worker thread: the gateway's, the credential swap's, the
-  ssh-agent's and the mediator's questions share one queue, in order), the
-  same question asked once while it waits (concurrent callers share the
-  answer), at most MAX_PENDING waiting (more are denied at once), every
+  ssh-agent's and the mediator's questions share one worker), the same
+  question asked once while it waits (concurrent callers share the answer),
+  at most MAX_PENDING waiting (more are denied at once);
+- a flood of one kind starving the others (endless DNS names while a
+  credential's use waits): at most MAX_PENDING_KIND of the waiting are of one
+  kind, and the kinds take turns (each kind's own questions in the order
+  asked), so a question of another kind is next, not 31st; every
   answer but "once" remembered for the run, denials included, by the same
   rule for every kind (Event.key), and what is remembered bounded
   (MAX_REMEMBERED);
@@ -35,6 +39,7 @@ import os
 import signal
 import threading
 import time
+from collections import deque
 from typing import Any, Callable, Mapping
 
 from ..errors import ConfineError, printable
@@ -49,6 +54,7 @@ ALLOW = ("once", "run", "profile")
 ANSWERS = (*ALLOW, "deny")
 MAX_REMEMBERED = 4096     # answers remembered for the run (the agent chooses the subjects)
 MAX_PENDING = 32          # questions waiting for the person; more are denied at once
+MAX_PENDING_KIND = 16     # ... of which of one kind: the rest stays open to the others
 ONCE_HOLD = 60.0          # an "once" nobody was waiting for any more (a DNS retry) is kept this long
 # What an answer is remembered by, beyond the field rules match (policy FIELD):
 # a destination is a host and a port, a credential's use its name and host, a
@@ -178,7 +184,9 @@ class Engine:
         self._denied: set[Key] = set()
         self._once: dict[Key, float] = {}      # key -> until (monotonic): an "once" held
         self._pending: dict[Key, _Pending] = {}
-        self._queue: list[_Pending] = []
+        self._queues: dict[str, deque[_Pending]] = {}   # kind -> its questions, in order
+        self._turns: deque[str] = deque()                # kinds with a question, next first
+        self._asking: str | None = None                  # the kind being asked: back in line after
         self._wake = threading.Condition(self._lock)
         self._worker: threading.Thread | None = None
         # protected writes the engine allowed, as made: workdir-relative path ->
@@ -250,10 +258,17 @@ class Engine:
                 p = self._pending.get(key)
                 if p is None and len(self._pending) >= MAX_PENDING:
                     hit = Verdict("deny", f"{MAX_PENDING} questions are already waiting", self.name)
+                elif p is None and sum(q.event.kind == ev.kind for q in self._pending.values()) \
+                        >= MAX_PENDING_KIND:
+                    hit = Verdict("deny", f"{MAX_PENDING_KIND} questions of kind {ev.kind} are "
+                                  "already waiting", self.name)
                 elif p is None:
                     p = _Pending(ev, asked_at=time.monotonic())
                     self._pending[key] = p
-                    self._queue.append(p)
+                    q = self._queues.setdefault(ev.kind, deque())
+                    if not q and ev.kind != self._asking:
+                        self._turns.append(ev.kind)
+                    q.append(p)
                     self._start_worker()
                     self._wake.notify()
                 if p is not None:
@@ -310,11 +325,16 @@ class Engine:
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTTIN, signal.SIGTTOU})
         while True:
             with self._lock:
-                while not self._queue:
+                while not self._turns:
                     self._wake.wait()
-                p = self._queue.pop(0)
+                kind = self._asking = self._turns.popleft()
+                p = self._queues[kind].popleft()
             v = self._ask(p.event)
             with self._lock:
+                # its next question after those of the kinds that waited meanwhile
+                self._asking = None
+                if self._queues[kind]:
+                    self._turns.append(kind)
                 self._pending.pop(p.event.key, None)
                 self._remember(p.event, v, p.waiting)
                 callbacks = list(p.callbacks)

@@ -174,7 +174,8 @@ def test_one_question_at_a_time_and_flood_bounded():
     from confine.policy.approvals import KindSpec
     e = Engine(Approvals((("unix_socket", KindSpec("ask")),)), slow, "slow")
     out = []
-    for i in range(engine_mod.MAX_PENDING + 5):
+    n = engine_mod.MAX_PENDING_KIND + 5
+    for i in range(n):
         e.submit(_sock(f"/s{i}"), out.append)
     time.sleep(0.2)
     assert len(seen) == 1                                # one question at a time
@@ -182,9 +183,50 @@ def test_one_question_at_a_time_and_flood_bounded():
     assert len(denied) == 5 and "already waiting" in denied[0].reason
     gate.set()
     end = time.monotonic() + 5
-    while len(out) < engine_mod.MAX_PENDING + 5 and time.monotonic() < end:
+    while len(out) < n and time.monotonic() < end:
         time.sleep(0.01)
-    assert sum(v.allowed for v in out) == engine_mod.MAX_PENDING
+    assert sum(v.allowed for v in out) == engine_mod.MAX_PENDING_KIND
+
+
+def test_a_flood_of_one_kind_leaves_room_and_the_next_turn_to_another():
+    """Endless questions of one kind (an agent asking name after name) neither fill
+    the queue for the others nor put them at its end: a credential's use asked
+    during the flood is asked next. Control: the flooding kind's own questions
+    still come in the order asked, and the total bound holds across kinds."""
+    gates = [threading.Event() for _ in range(64)]
+    seen = []
+
+    def slow(ev, offered):
+        seen.append((ev.kind, ev.subject.get("path") or ev.subject.get("name")))
+        gates[len(seen) - 1].wait(5)
+        return "once", ""
+    from confine.policy.approvals import KindSpec
+    e = Engine(Approvals((("unix_socket", KindSpec("ask")),)), slow, "slow")
+    out = {}
+    for i in range(engine_mod.MAX_PENDING_KIND + 3):
+        e.submit(_sock(f"/s{i}"), lambda v, i=i: out.__setitem__(f"/s{i}", v))
+    cred = Event("credential", {"name": "FORGE", "host": "forge.test"}, {"pid": 1})
+    e.submit(cred, lambda v: out.__setitem__("cred", v), ask=True)
+    time.sleep(0.2)
+    assert seen == [("unix_socket", "/s0")]
+    # the kind's share is full: its next question is refused, another kind's is not
+    assert [k for k, v in out.items() if v.decision == "deny"] == \
+        [f"/s{i}" for i in range(engine_mod.MAX_PENDING_KIND, engine_mod.MAX_PENDING_KIND + 3)]
+    assert "cred" not in out
+    gates[0].set()
+    end = time.monotonic() + 5
+    while len(seen) < 2 and time.monotonic() < end:
+        time.sleep(0.01)
+    assert seen[1] == ("credential", "FORGE")            # its turn came before /s1's
+    for g in gates:
+        g.set()
+    end = time.monotonic() + 5
+    while len(out) < engine_mod.MAX_PENDING_KIND + 4 and time.monotonic() < end:
+        time.sleep(0.01)
+    assert out["cred"].allowed
+    assert [p for _, p in seen[2:]] == [f"/s{i}" for i in range(1, engine_mod.MAX_PENDING_KIND)]
+    # across kinds the total bound holds: MAX_PENDING waiting, of at most two kinds here
+    assert engine_mod.MAX_PENDING_KIND * 2 == engine_mod.MAX_PENDING
 
 
 def test_one_memory_by_kind_and_the_callers_ask():
