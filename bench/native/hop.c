@@ -229,7 +229,8 @@ static int decode(const struct seccomp_notif *req, struct call *c, uint64_t *add
 
 /* Copy the NUL-terminated path from the agent's memory. process_vm_readv
  * stops at the first unreadable page, so read up to each page end rather
- * than PATH_MAX at once (a short path near the end of a mapping is common). */
+ * than PATH_MAX at once (a short path near the end of a mapping is common).
+ * 4096 divides every page size Linux uses, so no chunk crosses a page. */
 static int read_path(pid_t pid, uint64_t addr, char *out)
 {
     size_t got = 0, page = 4096;
@@ -416,12 +417,12 @@ static void supervise(int listener, pid_t agent, int broker_sock)
                  * the directory is looked up again for each call. */
                 pidfd = (int)syscall(SYS_pidfd_open, (pid_t)req->pid, 0);
                 dirfd = pidfd < 0 ? -1 : agent_dir((pid_t)req->pid, c.dirfd_arg);
+                /* Every mediated name is judged, as confine's guard does: writing
+                 * or removing a protected file is as much a change as making one. */
                 if (dirfd < 0)
                     res = -EACCES;   /* what cannot be located is refused */
-                else if ((c.op == OP_OPEN && (c.flags & O_CREAT)) || c.op == OP_MKDIR)
-                    res = protected_name(c.path) ? -EPERM : 0;
                 else
-                    res = 0;
+                    res = protected_name(c.path) ? -EPERM : 0;
             } else {
                 dirfd = c.dirfd_arg == AT_FDCWD ? cwd : agent_dir((pid_t)req->pid, c.dirfd_arg);
                 res = dirfd < 0 ? -EACCES : 0;
