@@ -81,7 +81,7 @@ COLD_GOAL_X_PYTHON = 3.0
 # name: (quick, full)
 SIZES = {
     "cold_runs": (5, 20), "warm_rounds": (8, 30), "warm_warmup": (2, 5),
-    "mediation_calls": (300, 2000), "reps": (1, 3), "native_rounds": (2, 5),
+    "mediation_calls": (300, 2000), "reps": (1, 3), "native_rounds": (3, 7),
     "tree_pkgs": ((500, 3000), (5000, 30000)),   # 13 entries per package: 6.5k/39k, 65k/390k
     "tar_pkgs": (500, 5000),                     # 10 files, 3 dirs per package: 5k / 50k files
     "git_files": (500, 2700), "npm_pkgs": (12, 48), "npm_files": (20, 40),
