@@ -7,6 +7,7 @@
 
 Sections (names for --only): cold (cold start of /bin/true), workdir (start+exit with a
 large workdir), warm (spawns from the Python API), file and connect (per mediated call),
+native (the same file calls through a compiled prototype of the mediator, bench/native_hop.py),
 gateway (the egress gateway vs direct), tls (TLS terminated for the credential swap vs
 direct TLS and the plain tunnel, bench/tls_swap.py), tar, clone, npm, make, venv (real
 work as the unprivileged account, bare vs confined, on tmpfs and on disk); `work` selects the five real-work rows.
@@ -54,6 +55,7 @@ sys.path.insert(0, HERE)
 import connect_mediation  # noqa: E402
 import file_mediation  # noqa: E402
 import gateway as gateway_bench  # noqa: E402
+import native_hop  # noqa: E402
 import tls_swap as tls_bench  # noqa: E402
 
 CACHE = os.environ.get("CONFINE_BENCH_CACHE", "/var/tmp/confine-bench")
@@ -62,7 +64,7 @@ PY = "/usr/bin/python3" if os.access("/usr/bin/python3", os.X_OK) else shutil.wh
 PATH = "/usr/local/bin:/usr/bin:/bin"
 MARK_START, MARK_END = "<!-- bench:start -->", "<!-- bench:end -->"
 WORK = ("tar", "clone", "npm", "make", "venv")
-SECTIONS = ("cold", "workdir", "warm", "file", "connect", "gateway", "tls", *WORK)
+SECTIONS = ("cold", "workdir", "warm", "file", "connect", "native", "gateway", "tls", *WORK)
 NOT_INSTALLED = "not installed"
 CONFINE_COLD = "confine exec -w small -- /bin/true"
 
@@ -71,13 +73,15 @@ WORK_GOAL = {"npm": 1.3, "clone": 1.5, "tar": 3.0, "make": 1.05, "venv": 1.2}
 # Issue 26's goals for an exclusive workdir (--exclusive-workdir): exclusive wall / bare wall.
 EXCLUSIVE_GOAL = {"tar": {"tmpfs": 1.5}, "clone": {"tmpfs": 1.5, "disk": 1.5}, "npm": {"disk": 1.15}}
 MEDIATION_GOAL_US = 80.0
+# Issue 26 item 2: per mediated file call, one hop.
+ONE_HOP_GOAL_US = 40.0
 WORKDIR_GOAL_MS = 50.0
 COLD_GOAL_X_PYTHON = 3.0
 
 # name: (quick, full)
 SIZES = {
     "cold_runs": (5, 20), "warm_rounds": (8, 30), "warm_warmup": (2, 5),
-    "mediation_calls": (300, 2000), "reps": (1, 3),
+    "mediation_calls": (300, 2000), "reps": (1, 3), "native_rounds": (3, 7),
     "tree_pkgs": ((500, 3000), (5000, 30000)),   # 13 entries per package: 6.5k/39k, 65k/390k
     "tar_pkgs": (500, 5000),                     # 10 files, 3 dirs per package: 5k / 50k files
     "git_files": (500, 2700), "npm_pkgs": (12, 48), "npm_files": (20, 40),
@@ -681,6 +685,11 @@ def section_connect(t, base, quick):
     return connect_mediation.measure(size("mediation_calls", quick), confine=t["confine"], user=USER, parent=base)
 
 
+def section_native(base, quick):
+    """bench/native/hop.c's modes, interleaved, as the account (no confine involved)."""
+    return native_hop.measure(size("mediation_calls", quick), size("native_rounds", quick), user=USER, parent=base)
+
+
 def section_gateway(t, quick, bench=gateway_bench):
     """The egress gateway against a direct connection on loopback (bench/gateway.py), run by
     the Python of the confine install (it imports confine.gateway); `bench`: the module
@@ -871,6 +880,23 @@ def goals(R):
     c = R.get("connect")
     if isinstance(c, dict):
         g.append(("4. per mediated unix connect", "<= +80 us", f"+{c['added']:.0f} us", c["added"] / MEDIATION_GOAL_US))
+    nat = R.get("native")
+    if isinstance(nat, dict) and "summary" in nat:
+        # the same kinds of call on both sides: Python's one hop against the compiled floor
+        kinds = [k for k, v in nat["summary"].items() if v["mediated"]]
+        if isinstance(f, dict):
+            py = [(f["calls"][k]["per_mediated_call"], k) for k in kinds if k in f["calls"]]
+            if py:
+                worst = max(py)
+                g.append(("issue 26: per mediated file call, confine (Python, one hop; the prototype's kinds)",
+                          f"<= +{ONE_HOP_GOAL_US:.0f} us", f"+{worst[0]:.0f} us ({worst[1]})",
+                          max(worst[0], 0.0) / ONE_HOP_GOAL_US))
+        for mode, what in (("hop1", "compiled one-hop prototype"),
+                           ("hop1steps", "compiled one-hop prototype + confine's per-call steps")):
+            worst = max((nat["summary"][k][mode]["median"], k) for k in kinds)
+            g.append((f"issue 26: per mediated file call, {what}", f"<= +{ONE_HOP_GOAL_US:.0f} us",
+                      f"+{worst[0]:.0f} us ({worst[1]}; median of {nat['rounds']} rounds)",
+                      max(worst[0], 0.0) / ONE_HOP_GOAL_US))
     gws = R.get("gateway")
     if isinstance(gws, dict):
         # issue 14's goals: throughput through the gateway, added connect latency; over a
@@ -999,6 +1025,32 @@ def render(R, M, V, quick, markdown, only=None):
         elif "connect" in R:
             rows.append(("connect()", R["connect"], "", "", ""))
         table(["call", "bare", "confined", "added", "per mediated call"], rows)
+    if "native" in R:
+        nat = R["native"]
+        title("Per mediated call: confine (Python, one hop) vs a compiled prototype (bench/native/hop.c), us")
+        rows = []
+        if isinstance(nat, dict) and "summary" in nat:
+            calls = R["file"]["calls"] if isinstance(R.get("file"), dict) else {}
+            for k, v in nat["summary"].items():
+                if not v["mediated"]:
+                    continue
+                py = calls.get(k)
+                rows.append((k, (f"{py['bare']:.1f} / " if py else "- / ") + f"{v['bare']:.1f}",
+                             f"+{py['per_mediated_call']:.0f}" if py else "- (no file section)",
+                             *(native_hop.cell(v.get(m)) for m in ("hop1", "hop2", "hop1steps"))))
+        else:
+            msg = nat.get("skipped", str(nat)) if isinstance(nat, dict) else str(nat)
+            rows.append(("file calls", msg, "", "", "", ""))
+        table(["call", "bare (Python / C, per op)", "confine added", "C hop1 added", "C hop2 added",
+               "C hop1+steps added"], rows)
+        if isinstance(nat, dict) and "rounds" in nat:
+            L.append("Added per mediated call. confine: the per-call table above (`bench/file_mediation.py`). "
+                     f"C (`bench/native_hop.py`, as confine-test): median (min..max) of {nat['rounds']} "
+                     f"interleaved rounds of {nat['n']} calls, each against bare C in the same round; hop1: the "
+                     "listener's owner performs the call and answers with ADDFD; hop2: through a broker process "
+                     "(confine's path before issue 26); steps: a pidfd, the agent's cwd opened per call and a "
+                     "protected-name check.")
+            L.append("")
     if "gateway" in R:
         gws = R["gateway"]
         if not isinstance(gws, dict):
@@ -1157,11 +1209,12 @@ def main(argv=None):
     step("cold", lambda: section_cold(t, small, a.quick))
     step("workdir", lambda: section_workdir(t, small, pw, a.quick))
     step("warm", lambda: section_warm(t, small, a.quick))
-    if only & {"file", "connect", *WORK}:
+    if only & {"file", "connect", "native", *WORK}:
         tmpfs = tmpfs_root()
     med_base = mkdir_for(os.path.join(tmpfs, "mediation"), pw) if tmpfs else None
     step("file", lambda: section_file(t, med_base, a.quick))
     step("connect", lambda: section_connect(t, med_base, a.quick))
+    step("native", lambda: section_native(med_base, a.quick))
     step("gateway", lambda: section_gateway(t, a.quick))
     step("tls", lambda: section_gateway(t, a.quick, tls_bench))
     if only & set(WORK):

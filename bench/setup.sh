@@ -1,6 +1,7 @@
 #!/bin/sh
 # bench/setup.sh: install what bench/run.py compares against, as root.
-#   - bubblewrap and firejail from Debian's packages (apt-get);
+#   - bubblewrap and firejail from Debian's packages (apt-get), and gcc + libc6-dev where
+#     there is no cc (bench/native_hop.py compiles bench/native/hop.c);
 #   - sandlock from PyPI into a scratch venv ($CACHE/sandlock), if PyPI has it;
 #   - the test account confine-test (as tests/ create it);
 #   - this checkout's confine, installed the way install.sh does it, into $CACHE/confine
@@ -21,6 +22,8 @@ if command -v apt-get >/dev/null; then
     missing=""
     command -v bwrap >/dev/null || missing="$missing bubblewrap"
     command -v firejail >/dev/null || missing="$missing firejail"
+    # bench/native_hop.py builds its prototype (bench/native/hop.c) with cc
+    command -v cc >/dev/null || missing="$missing gcc libc6-dev"
     if [ -n "$missing" ]; then
         apt-get update -qq
         for p in $missing; do
