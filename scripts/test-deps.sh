@@ -2,7 +2,8 @@
 # System packages and accounts the tests need (root only; Debian/Ubuntu).
 set -eu
 pkgs=""
-for p in git python3-venv libseccomp2 tmux curl openssh-client openssh-server; do
+# gcc + libc6-dev: tests/e2e/test_native_hop.py builds bench/native/hop.c
+for p in git python3-venv libseccomp2 tmux curl openssh-client openssh-server gcc libc6-dev; do
     dpkg -s "$p" >/dev/null 2>&1 || pkgs="$pkgs $p"
 done
 if [ -n "$pkgs" ] && command -v apt-get >/dev/null; then
