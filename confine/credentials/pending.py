@@ -137,7 +137,8 @@ def recover(revoke: Callable[[str, tuple[str, ...], str], None], warn: Warn,
         return                                    # nothing was ever minted here
     for n in names:
         path = os.path.join(d, n)
-        fd = open_record(path, warn, "pending revoke", "not run")
+        fd = open_record(path, warn, "pending revoke", "not run", emit,
+                         {"event": "credential", "action": "revoke_refused", "record": path})
         if fd is None:
             continue
         try:
@@ -146,24 +147,28 @@ def recover(revoke: Callable[[str, tuple[str, ...], str], None], warn: Warn,
             os.close(fd)                          # releases the lock
 
 
-def open_record(path: str, warn: Warn, what: str, refused: str) -> int | None:
+def open_record(path: str, warn: Warn, what: str, refused: str,
+                emit: Callable[[dict[str, object]], None], event: dict[str, object]
+                ) -> int | None:
     """A record left in the directory, opened (no link followed) and locked, if it is
     a private file of ours that no other start is working on and none has finished
     (the caller closes it, which releases the lock); None otherwise. A record that is
-    not ours is said (`what`, `refused`: how its refusal reads) and left: someone
-    else could have placed it there."""
+    not ours is said (`what`, `refused`: how its refusal reads; `event` with its
+    reason) and left: someone else could have placed it there."""
+    def refuse(why: str) -> None:
+        emit({**event, "reason": why})
+        warn(f"{what} {printable(path)}{why}: {refused}, left (remove it once you have "
+             "looked at it)")
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
     except OSError as e:
         if e.errno != errno.ENOENT:
-            warn(f"{what} {printable(path)}: cannot open ({e.strerror}): {refused}, left "
-                 "(remove it once you have looked at it)")
+            refuse(f": cannot open ({e.strerror})")
         return None
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
         os.close(fd)
-        warn(f"{what} {printable(path)} is not a private file of yours: {refused}, left "
-             "(remove it once you have looked at it)")
+        refuse(" is not a private file of yours")
         return None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)   # another start (or its run) has it

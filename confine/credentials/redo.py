@@ -119,7 +119,9 @@ def recover(login: str, file: str, owners: tuple[int, ...], warn: Warn, emit: Em
         return                                    # no run ever wrote a record here
     for n in names:
         path = os.path.join(d, n)
-        fd = pending.open_record(path, warn, f"login {login}: recovery record", "not applied")
+        fd = pending.open_record(path, warn, f"login {login}: recovery record", "not applied",
+                                 emit, {"event": "login", "action": "recovery_refused",
+                                        "name": login, "file": file, "record": path})
         if fd is None:
             continue
         try:
