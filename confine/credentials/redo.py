@@ -92,7 +92,7 @@ class Record:
         rec = {"version": 1, "login": login, "file": file, "text": text.decode("utf-8"),
                "before": hashlib.sha256(before).hexdigest(), "pid": os.getpid(),
                "written": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-        # time first: several records of one file are applied in the order written
+        # the time first: the newest of several records of one file is found first
         self.path, self.fd = pending.create(
             d, f"{_prefix(file)}-{time.time_ns():020d}-{os.getpid()}{SUFFIX}",
             json.dumps(rec).encode())
@@ -110,13 +110,16 @@ class Record:
 
 
 def recover(login: str, file: str, owners: tuple[int, ...], warn: Warn, emit: Emit) -> None:
-    """Apply what runs that died left for `file` (before it is read for this run)."""
+    """Apply what runs that died left for `file` (before it is read for this run): the
+    newest record of ours that applies; older ones of ours it supersedes are removed."""
     d = pending.directory()
     pre = _prefix(file)
     try:
-        names = sorted(n for n in os.listdir(d) if n.startswith(pre) and n.endswith(SUFFIX))
+        names = sorted((n for n in os.listdir(d) if n.startswith(pre) and n.endswith(SUFFIX)),
+                       reverse=True)
     except OSError:
         return                                    # no run ever wrote a record here
+    done = False
     for n in names:
         path = os.path.join(d, n)
         fd = pending.open_record(path, warn, f"login {login}: recovery record", "not applied",
@@ -125,7 +128,7 @@ def recover(login: str, file: str, owners: tuple[int, ...], warn: Warn, emit: Em
         if fd is None:
             continue
         try:
-            _apply(fd, path, login, file, owners, warn, emit)
+            done = _apply(fd, path, login, file, owners, warn, emit, superseded=done) or done
         finally:
             os.close(fd)
 
@@ -135,7 +138,9 @@ class _Refused(Exception):
 
 
 def _apply(fd: int, path: str, login: str, file: str, owners: tuple[int, ...], warn: Warn,
-           emit: Emit) -> None:
+           emit: Emit, superseded: bool) -> bool:
+    """Did the file get (or already have) the record's text? `superseded`: a newer
+    record was applied, so this one (once known to be ours) is only removed."""
     where = f"login {login}: recovery record {printable(path)}"
     try:
         try:
@@ -149,6 +154,11 @@ def _apply(fd: int, path: str, login: str, file: str, owners: tuple[int, ...], w
             raise _Refused(f"{where}: not a record confine can read") from None
         if rec.get("file") != file:
             raise _Refused(f"{where}: names another file ({printable(str(rec.get('file')))})")
+        if superseded:
+            pending.remove(path)
+            emit({"event": "login", "action": "superseded", "name": login, "file": file,
+                  "record": path, "written": rec.get("written")})
+            return False
         try:
             lfd = open_login(file, owners, _Refused)
         except _Refused as e:
@@ -177,14 +187,15 @@ def _apply(fd: int, path: str, login: str, file: str, owners: tuple[int, ...], w
         emit({"event": "login", "action": "recovery_refused", "name": login, "file": file,
               "record": path, "reason": str(e)})
         warn(f"{e}: not applied, left")
-        return
+        return False
     pending.remove(path)
     if now == new:
         emit({"event": "login", "action": "recovered", "name": login, "file": file,
               "pid": rec.get("pid"), "written": rec.get("written"), "applied": False})
-        return
+        return True
     emit({"event": "login", "action": "recovered", "name": login, "file": file,
           "pid": rec.get("pid"), "written": rec.get("written"), "applied": True})
     warn(f"login {login}: {printable(file)} restored from the tokens a refresh got at "
          f"{printable(str(rec.get('written')))} (run pid {rec.get('pid')}, which ended "
          "before it finished writing them)")
+    return True

@@ -439,3 +439,21 @@ def test_a_record_that_is_not_ours_is_refused_and_left(tmp_path, records, case):
     redo.Record(lg.name, str(f), new, before).close()
     _copies, said, _events = _start(lg, tmp_path)
     assert f.read_bytes() == new and os.listdir(records) == [] and "restored" in said[0]
+
+
+def test_the_newest_record_wins_and_supersedes_older_ones(tmp_path, records):
+    """Two records of one file (one left behind, then another crash): the newest is
+    applied and the older one removed (its refresh token was spent by the newer refresh);
+    applied oldest first, the stale tokens would have won."""
+    from confine.credentials import redo
+    f, lg, _rf = _padded_login(tmp_path)
+    before = f.read_bytes()
+    older = before.replace(b"Zy8" * 30, b"Aa1" * 30)
+    newer = before.replace(b"Zy8" * 30, b"Er2" * 30)
+    redo.Record(lg.name, str(f), older, before).close()
+    redo.Record(lg.name, str(f), newer, before).close()
+    assert len(os.listdir(records)) == 2
+    _c, said, events = _start(lg, tmp_path)
+    assert f.read_bytes() == newer and os.listdir(records) == []
+    assert [e["action"] for e in events if e.get("action") in ("recovered", "superseded")] \
+        == ["recovered", "superseded"]
