@@ -27,7 +27,7 @@ import json
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..errors import ConfineError, printable
@@ -112,9 +112,13 @@ def make_copy(login: Login, text: str) -> Copy:
 
 
 def start(logins: tuple[Login, ...], *, uid: int, gid: int, tmp: str, mount_ns: bool,
-          warn: Warn, emit: Emit) -> list[Copy]:
+          warn: Warn, emit: Emit, grants: Iterable[tuple[str, str]],
+          denied: Iterable[str]) -> list[Copy]:
     """Each login file read and its copy made, to be written (`write`) at its `path`
-    in `tmp` once the TMPDIR is what the agent will see (its tmpfs mounted)."""
+    in `tmp` once the TMPDIR is what the agent will see (its tmpfs mounted).
+    `grants` (path, source) and `denied`: the profile's, where a refresh's redo record
+    must not be (redo.py)."""
+    grants, denied = tuple(grants), tuple(denied)
     out: list[Copy] = []
     for lg in logins:
         try:
@@ -141,7 +145,7 @@ def start(logins: tuple[Login, ...], *, uid: int, gid: int, tmp: str, mount_ns: 
             if isinstance(b.refresh, Refresher):
                 b.refresh.owners = owners
                 # where a refresh keeps its record (redo.py): refused now, not mid-refresh
-                redo.private_dir()
+                redo.check(lg.name, grants, denied)
         c.path = os.path.join(tmp, DIR, lg.name + ".json")
         out.append(c)
         emit({"event": "login", "action": "bound", "name": lg.name, "file": lg.file,

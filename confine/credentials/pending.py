@@ -55,9 +55,12 @@ def _private_dir(path: str, purpose: str = "pending revokes",
     return path
 
 
-def exposed_by(grants: Iterable[tuple[str, str]]) -> str | None:
-    """The first grant (path, source) that covers the records' directory, if any."""
+def exposed_by(grants: Iterable[tuple[str, str]], denied: Iterable[str] = ()) -> str | None:
+    """The first grant (path, source) that covers the records' directory, if any
+    (none where `denied`, paths carved out of every grant, covers it)."""
     d = os.path.realpath(directory())
+    if any(is_under(d, p) for p in denied):
+        return None
     for path, source in grants:
         if is_under(d, path):
             return f"{path} ({source})"

@@ -30,9 +30,9 @@ import json
 import os
 import stat
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
-from ..errors import printable
+from ..errors import ConfineError, printable
 from . import pending
 
 SUFFIX = ".login-redo"
@@ -80,6 +80,18 @@ def private_dir() -> str:
     not a private directory of the person's."""
     return pending._private_dir(pending.directory(), "login recovery records",
                                 "refusing to bind a login that refreshes")
+
+
+def check(login: str, grants: Iterable[tuple[str, str]], denied: Iterable[str]) -> None:
+    """Before a run whose refresh may write a record: the directory is private and out
+    of the agent's reach (a grant of the profile covering it would show the agent the
+    real tokens a record holds): ConfineError otherwise."""
+    private_dir()
+    why = pending.exposed_by(grants, denied)
+    if why is not None:
+        raise ConfineError(f"login {login}: a refresh keeps the new tokens in "
+                           f"{pending.directory()} until they are written, readable by the "
+                           f"agent through {why}: refusing (narrow that grant)")
 
 
 class Record:

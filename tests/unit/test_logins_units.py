@@ -156,7 +156,7 @@ def test_start_skips_an_absent_optional_file_and_refuses_without_mount_ns(tmp_pa
     pol = _load(tmp_path, CLAUDE.format(file=f).replace("tokens:", "optional: true\n        tokens:"))
     events: list[dict] = []
     kw = dict(uid=os.getuid(), gid=os.getgid(), tmp=str(tmp_path), warn=lambda s: None,
-              emit=events.append)
+              emit=events.append, grants=(), denied=())
     assert logins.start(pol.logins, mount_ns=True, **kw) == []
     assert events[-1]["action"] == "skipped"
     f.write_text(json.dumps({"claudeAiOauth": {"accessToken": "sk-ant-oat01-" + "Ab9" * 30}}))
@@ -305,7 +305,7 @@ def test_a_login_file_that_is_a_link_or_someone_else_s_is_refused(tmp_path):
     other.write_text(json.dumps({"claudeAiOauth": {"accessToken": "sk-ant-oat01-" + "Ab9" * 30},
                                  "private": "of root"}))
     kw = dict(uid=os.getuid(), gid=os.getgid(), tmp=str(tmp_path), mount_ns=True,
-              warn=lambda s: None, emit=lambda e: None)
+              warn=lambda s: None, emit=lambda e: None, grants=(), denied=())
     f.symlink_to(other)
     with pytest.raises(sources.SourceError):
         logins.start((lg,), **kw)
@@ -349,11 +349,12 @@ def _killed_between_write_and_truncate(rf) -> None:
     assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL, status
 
 
-def _start(lg, tmp_path):
+def _start(lg, tmp_path, grants=()):
     said: list[str] = []
     events: list[dict] = []
     out = logins.start((lg,), uid=os.getuid(), gid=os.getgid(), tmp=str(tmp_path),
-                       mount_ns=True, warn=said.append, emit=events.append)
+                       mount_ns=True, warn=said.append, emit=events.append, grants=grants,
+                       denied=())
     return out, said, events
 
 
@@ -457,3 +458,19 @@ def test_the_newest_record_wins_and_supersedes_older_ones(tmp_path, records):
     assert f.read_bytes() == newer and os.listdir(records) == []
     assert [e["action"] for e in events if e.get("action") in ("recovered", "superseded")] \
         == ["recovered", "superseded"]
+
+
+def test_a_refreshing_login_is_refused_where_the_agent_could_read_its_records(tmp_path,
+                                                                               records):
+    """A record holds the real new tokens while it exists: a grant of the profile that
+    covers the records' directory refuses the run before the start (unless a deny carves
+    it out), as minting does; the control: a grant elsewhere."""
+    from confine.errors import ConfineError
+    _f, lg, _rf = _padded_login(tmp_path)
+    with pytest.raises(ConfineError, match="readable by the agent through"):
+        _start(lg, tmp_path, grants=[(str(records.parent), "--read")])
+    assert len(_start(lg, tmp_path, grants=[("/usr", "default.yaml:3")])[0]) == 1
+    assert len(logins.start((lg,), uid=os.getuid(), gid=os.getgid(), tmp=str(tmp_path),
+                            mount_ns=True, warn=print, emit=print,
+                            grants=[(str(records.parent), "--read")],
+                            denied=[str(records)])) == 1
