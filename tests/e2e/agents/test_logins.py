@@ -573,6 +573,8 @@ def test_a_login_write_cut_by_a_crash_is_redone_at_the_next_start(agent_sandbox)
     the record in confine's state holds the new tokens. The next run restores the real
     file from it before the start, and the agent still reads placeholders only. The
     control: before that run, the file is the broken one."""
+    from confine.credentials import redo
+    from confine.paths import state_dir
     sb = agent_sandbox
     _fresh_home(sb.agent)
     old = {"claudeAiOauth": {"accessToken": _token("sk-ant-oat01-", 95),
@@ -587,21 +589,32 @@ def test_a_login_write_cut_by_a_crash_is_redone_at_the_next_start(agent_sandbox)
     with open(real, "w") as f:
         f.write(json.dumps(old, indent=4))     # longer than the new text: a tail is left
     launcher = sb._as(sb.pw) + sb._env(sb.pw) if sb.mode == "user" else []
-    subprocess.run([*launcher, sys.executable, "-c", PLANT_PY, real], input=new_text,
-                   check=True, capture_output=True, timeout=30)
-    fd = os.open(real, os.O_WRONLY)
+    records = state_dir("credentials", euid=sb.pw.pw_uid if sb.mode == "user" else 0,
+                        home=sb.pw.pw_dir)
+
+    def left() -> list[str]:
+        return [n for n in os.listdir(records) if n.startswith(redo._prefix(real))]
     try:
-        os.pwrite(fd, new_text, 0)             # the write the crash cut before its truncate
+        subprocess.run([*launcher, sys.executable, "-c", PLANT_PY, real], input=new_text,
+                       check=True, capture_output=True, timeout=30)
+        fd = os.open(real, os.O_WRONLY)
+        try:
+            os.pwrite(fd, new_text, 0)         # the write the crash cut before its truncate
+        finally:
+            os.close(fd)
+        with open(real) as f, pytest.raises(ValueError):
+            json.load(f)
+        assert len(left()) == 1
+        p = subprocess.run(sb.exec_cmd(["sh", "-c", "cat ~/.claude/.credentials.json > seen.json"],
+                                       "-p", "claude-code"), capture_output=True, text=True,
+                           timeout=60, cwd=sb.workdir, stdin=subprocess.DEVNULL)
+        said = p.stdout + p.stderr
+        assert p.returncode == 0, said
+        assert "restored from the tokens a refresh got" in said, said
+        assert left() == []
     finally:
-        os.close(fd)
-    with open(real) as f, pytest.raises(ValueError):
-        json.load(f)
-    p = subprocess.run(sb.exec_cmd(["sh", "-c", "cat ~/.claude/.credentials.json > seen.json"],
-                                   "-p", "claude-code"), capture_output=True, text=True,
-                       timeout=60, cwd=sb.workdir, stdin=subprocess.DEVNULL)
-    said = p.stdout + p.stderr
-    assert p.returncode == 0, said
-    assert "restored from the tokens a refresh got" in said, said
+        for n in left():                       # a failed run's, kept from the other tests
+            os.unlink(os.path.join(records, n))
     with open(real, "rb") as f:
         assert f.read() == new_text            # the real file, read outside
     st = os.stat(real)
@@ -611,8 +624,3 @@ def test_a_login_write_cut_by_a_crash_is_redone_at_the_next_start(agent_sandbox)
     for k, v in zip(("accessToken", "refreshToken"), tokens):
         assert seen[k] != v and len(seen[k]) == len(v) and seen[k][:13] == v[:13], k
     _nowhere(sb, [*tokens, old["claudeAiOauth"]["refreshToken"]], said)
-    from confine.credentials import redo
-    from confine.paths import state_dir
-    d = state_dir("credentials", euid=sb.pw.pw_uid if sb.mode == "user" else 0,
-                  home=sb.pw.pw_dir)
-    assert not [n for n in os.listdir(d) if n.startswith(redo._prefix(real))]
