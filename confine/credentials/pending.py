@@ -17,6 +17,9 @@ whose run is still going is left alone). That is a secret at rest, so:
   checks `exposed_by`) and Landlock keeps it out of reach otherwise;
 - a record that is not the person's own file, or not 0600, is not run (someone
   else could have placed a command there): it is reported and left.
+
+The same directory, and `create` / `open_record`, keep the redo records of a login's
+in-place write (redo.py): one place and one set of checks for what a dead run left.
 """
 from __future__ import annotations
 
