@@ -474,3 +474,27 @@ def test_a_refreshing_login_is_refused_where_the_agent_could_read_its_records(tm
                             mount_ns=True, warn=print, emit=print,
                             grants=[(str(records.parent), "--read")],
                             denied=[str(records)])) == 1
+
+
+def test_a_record_that_cannot_be_kept_does_not_lose_the_refresh(tmp_path, records):
+    """The records' directory no longer private mid-run (or a full disk): the new tokens
+    are got and the old refresh token spent, so the file is written without a record
+    (never a record in a directory others may read) and the event says so; the control:
+    the same refresh with the directory private leaves no record either, and no event."""
+    f, lg, _rf = _padded_login(tmp_path)
+    (c,), _said, _events = _start(lg, tmp_path)
+    rf = c.bindings[1].refresh
+    events: list = []
+    rf.emit = events.append
+    os.chmod(records, 0o755)
+    try:
+        rf.answer(json.dumps({"refresh_token": NEW_REF}).encode(), lambda b: None)
+    finally:
+        os.chmod(records, 0o700)
+    assert json.loads(f.read_text())["claudeAiOauth"]["refreshToken"] == NEW_REF
+    assert os.listdir(records) == []
+    assert [e["action"] for e in events] == ["unrecorded", "refreshed"], events
+    events.clear()
+    rf.answer(json.dumps({"refresh_token": "sk-ant-ort01-" + "Pq4" * 30}).encode(),
+              lambda b: None)
+    assert [e["action"] for e in events] == ["refreshed"] and os.listdir(records) == []
