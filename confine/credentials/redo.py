@@ -31,6 +31,7 @@ import os
 import stat
 import time
 from collections.abc import Callable, Iterable
+from typing import Any
 
 from ..errors import ConfineError, printable
 from . import pending
@@ -154,60 +155,65 @@ def _apply(fd: int, path: str, login: str, file: str, owners: tuple[int, ...], w
     """Did the file get (or already have) the record's text? `superseded`: a newer
     record was applied, so this one (once known to be ours) is only removed."""
     where = f"login {login}: recovery record {printable(path)}"
+    ev: dict[str, object] = {"event": "login", "name": login, "file": file, "record": path}
     try:
-        try:
-            rec = json.loads(os.read(fd, MAX_RECORD + 1))
-            text, before = rec["text"], rec["before"]
-            if not (isinstance(rec, dict) and rec.get("version") == 1
-                    and isinstance(text, str) and isinstance(before, str)
-                    and isinstance(json.loads(text), dict)):
-                raise ValueError
-        except (ValueError, KeyError, TypeError, OSError):
-            raise _Refused(f"{where}: not a record confine can read") from None
-        if rec.get("file") != file:
-            raise _Refused(f"{where}: names another file ({printable(str(rec.get('file')))})")
+        rec = _read(fd, where, file)
         if superseded:
             pending.remove(path)
-            emit({"event": "login", "action": "superseded", "name": login, "file": file,
-                  "record": path, "written": rec.get("written")})
+            emit({**ev, "action": "superseded", "written": rec.get("written")})
             return False
-        try:
-            lfd = open_login(file, owners, _Refused)
-        except _Refused as e:
-            raise _Refused(f"{where}: the login file {e}") from None
-        try:
-            now = os.read(lfd, MAX_RECORD + 1)
-            new = text.encode("utf-8")
-            if now != new:
-                try:
-                    json.loads(now)
-                    cut = False
-                except ValueError:
-                    cut = True
-                if not cut and hashlib.sha256(now).hexdigest() != before:
-                    raise _Refused(f"{where}: {printable(file)} changed since that run read "
-                                   "it (signed in again?); remove the record if the login "
-                                   "works")
-                try:
-                    write_in_place(lfd, new)
-                except OSError as e:
-                    raise _Refused(f"{where}: cannot write {printable(file)} "
-                                   f"({e.strerror})") from None
-        finally:
-            os.close(lfd)
+        wrote = _redo(file, owners, rec["text"].encode("utf-8"), rec["before"], where)
     except _Refused as e:
-        emit({"event": "login", "action": "recovery_refused", "name": login, "file": file,
-              "record": path, "reason": str(e)})
+        emit({**ev, "action": "recovery_refused", "reason": str(e)})
         warn(f"{e}: not applied, left")
         return False
     pending.remove(path)
-    if now == new:
-        emit({"event": "login", "action": "recovered", "name": login, "file": file,
-              "pid": rec.get("pid"), "written": rec.get("written"), "applied": False})
-        return True
-    emit({"event": "login", "action": "recovered", "name": login, "file": file,
-          "pid": rec.get("pid"), "written": rec.get("written"), "applied": True})
-    warn(f"login {login}: {printable(file)} restored from the tokens a refresh got at "
-         f"{printable(str(rec.get('written')))} (run pid {rec.get('pid')}, which ended "
-         "before it finished writing them)")
+    emit({**ev, "action": "recovered", "applied": wrote, "pid": rec.get("pid"),
+          "written": rec.get("written")})
+    if wrote:
+        warn(f"login {login}: {printable(file)} restored from the tokens a refresh got at "
+             f"{printable(str(rec.get('written')))} (run pid {rec.get('pid')}, which ended "
+             "before it finished writing them)")
     return True
+
+
+def _read(fd: int, where: str, file: str) -> dict[str, Any]:
+    """The record, if confine wrote it for this file (else _Refused)."""
+    try:
+        rec = json.loads(os.read(fd, MAX_RECORD + 1))
+        if not (isinstance(rec, dict) and rec.get("version") == 1
+                and isinstance(rec.get("text"), str) and isinstance(rec.get("before"), str)
+                and isinstance(json.loads(rec["text"]), dict)):
+            raise ValueError
+    except (ValueError, OSError):
+        raise _Refused(f"{where}: not a record confine can read") from None
+    if rec.get("file") != file:
+        raise _Refused(f"{where}: names another file ({printable(str(rec.get('file')))})")
+    return rec
+
+
+def _redo(file: str, owners: tuple[int, ...], new: bytes, before: str, where: str) -> bool:
+    """The login file given `new` in place, where it is still what the dead run read
+    (`before`, its digest) or no longer JSON; False if it already was `new`."""
+    try:
+        fd = open_login(file, owners, _Refused)
+    except _Refused as e:
+        raise _Refused(f"{where}: the login file {e}") from None
+    try:
+        now = os.read(fd, MAX_RECORD + 1)
+        if now == new:
+            return False
+        try:
+            json.loads(now)
+        except ValueError:
+            pass                                  # the write was cut: the record's to mend
+        else:
+            if hashlib.sha256(now).hexdigest() != before:
+                raise _Refused(f"{where}: {printable(file)} changed since that run read it "
+                               "(signed in again?); remove the record if the login works")
+        write_in_place(fd, new)
+        return True
+    except OSError as e:
+        raise _Refused(f"{where}: cannot rewrite {printable(file)} ({e.strerror})") from None
+    finally:
+        os.close(fd)
