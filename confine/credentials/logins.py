@@ -25,16 +25,15 @@ from __future__ import annotations
 import datetime
 import json
 import os
-import stat
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..errors import ConfineError, printable
 from ..policy.logins import Login, LoginToken
 from ..record import dataclass, field
-from . import sources
+from . import redo, sources
 from .binding import Binding
 
 DIR = ".confine-logins"           # in the run's TMPDIR
@@ -113,14 +112,20 @@ def make_copy(login: Login, text: str) -> Copy:
 
 
 def start(logins: tuple[Login, ...], *, uid: int, gid: int, tmp: str, mount_ns: bool,
-          warn: Warn, emit: Emit) -> list[Copy]:
+          warn: Warn, emit: Emit, grants: Iterable[tuple[str, str]],
+          denied: Iterable[str]) -> list[Copy]:
     """Each login file read and its copy made, to be written (`write`) at its `path`
-    in `tmp` once the TMPDIR is what the agent will see (its tmpfs mounted)."""
+    in `tmp` once the TMPDIR is what the agent will see (its tmpfs mounted).
+    `grants` (path, source) and `denied`: the profile's, where a refresh's redo record
+    must not be (redo.py)."""
+    grants, denied = tuple(grants), tuple(denied)
     out: list[Copy] = []
     for lg in logins:
         try:
             # the agent's account's login (or, unprivileged, the person's own)
             owners = (uid,) if os.geteuid() in (0, uid) else (uid, os.geteuid())
+            # a refresh a run that died did not finish writing (before the file is read)
+            redo.recover(lg.name, lg.file, owners, warn, emit)
             text, notes = sources.read_file(f"login {lg.name}", lg.file, only=owners)
         except sources.SourceError:
             if lg.optional and not os.path.lexists(lg.file):
@@ -139,6 +144,8 @@ def start(logins: tuple[Login, ...], *, uid: int, gid: int, tmp: str, mount_ns: 
         for b in c.bindings:
             if isinstance(b.refresh, Refresher):
                 b.refresh.owners = owners
+                # where a refresh keeps its record (redo.py): refused now, not mid-refresh
+                redo.check(lg.name, grants, denied)
         c.path = os.path.join(tmp, DIR, lg.name + ".json")
         out.append(c)
         emit({"event": "login", "action": "bound", "name": lg.name, "file": lg.file,
@@ -271,20 +278,11 @@ class Refresher:
         stay). Not a temporary file renamed over it: the agent's copy is bound over this
         name, and a name replaced outside ends that bind in the agent's mount namespace
         (the kernel detaches mounts on a name that goes), so the agent would then read
-        the real file; a temporary file beside it would be in the agent's state root."""
+        the real file; a temporary file beside it would be in the agent's state root.
+        The new text is first kept in a redo record (redo.py), removed once written."""
         path = self.login.file
-        d, name = os.path.split(path)
-        dfd = os.open(d, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = redo.open_login(path, self.owners, RefreshError)
         try:
-            fd = os.open(name, os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
-                         dir_fd=dfd)
-        finally:
-            os.close(dfd)
-        try:
-            st = os.fstat(fd)
-            if st.st_uid not in self.owners or not stat.S_ISREG(st.st_mode) \
-                    or st.st_nlink != 1:
-                raise RefreshError(f"{path} is no longer the login's file (owner, type, links)")
             data = os.read(fd, sources.MAX_FILE + 1)
             try:
                 obj = json.loads(data)
@@ -300,10 +298,24 @@ class Refresher:
                 if isinstance(parent, dict):
                     parent[p[-1]] = sv
             out = (json.dumps(obj, indent=2) + "\n").encode("utf-8")
-            # the new text over the old, then cut to its length: a reader between the two
-            # sees a longer file, never an empty one
-            os.pwrite(fd, out, 0)
-            os.ftruncate(fd, len(out))
-            os.fsync(fd)
+            # the new tokens are the only working ones now (the old refresh token is
+            # spent): kept in confine's own state first, so a supervisor that dies in
+            # the write below leaves them for the next start (redo.py)
+            try:
+                rec: redo.Record | None = redo.Record(self.login.name, path, out, data)
+            except (OSError, ConfineError) as e:
+                # the tokens are got already: written without a record rather than lost
+                rec = None
+                if self.emit is not None:
+                    self.emit({"event": "login", "action": "unrecorded",
+                               "name": self.login.name,
+                               "reason": getattr(e, "strerror", None) or str(e)})
+            try:
+                redo.write_in_place(fd, out)
+                if rec is not None:
+                    rec.done()
+            finally:
+                if rec is not None:
+                    rec.close()
         finally:
             os.close(fd)

@@ -17,6 +17,9 @@ whose run is still going is left alone). That is a secret at rest, so:
   checks `exposed_by`) and Landlock keeps it out of reach otherwise;
 - a record that is not the person's own file, or not 0600, is not run (someone
   else could have placed a command there): it is reported and left.
+
+The same directory, and `create` / `open_record`, keep the redo records of a login's
+in-place write (redo.py): one place and one set of checks for what a dead run left.
 """
 from __future__ import annotations
 
@@ -41,22 +44,26 @@ def directory() -> str:
     return state_dir("credentials")
 
 
-def _private_dir(path: str) -> str:
+def _private_dir(path: str, purpose: str = "pending revokes",
+                 refusing: str = "refusing to mint credentials") -> str:
     """The directory, made if missing (0700), and refused unless it is ours and closed."""
     try:
         os.makedirs(path, mode=0o700, exist_ok=True)
         st = os.lstat(path)
     except OSError as e:
-        raise ConfineError(f"cannot make {path} for pending revokes: {e.strerror}") from None
+        raise ConfineError(f"cannot make {path} for {purpose}: {e.strerror}") from None
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
-        raise ConfineError(f"{path} (pending revokes) is not a private directory of yours "
-                           "(it must be yours, mode 0700): refusing to mint credentials")
+        raise ConfineError(f"{path} ({purpose}) is not a private directory of yours "
+                           f"(it must be yours, mode 0700): {refusing}")
     return path
 
 
-def exposed_by(grants: Iterable[tuple[str, str]]) -> str | None:
-    """The first grant (path, source) that covers the records' directory, if any."""
+def exposed_by(grants: Iterable[tuple[str, str]], denied: Iterable[str] = ()) -> str | None:
+    """The first grant (path, source) that covers the records' directory, if any
+    (none where `denied`, paths carved out of every grant, covers it)."""
     d = os.path.realpath(directory())
+    if any(is_under(d, p) for p in denied):
+        return None
     for path, source in grants:
         if is_under(d, path):
             return f"{path} ({source})"
@@ -74,14 +81,28 @@ def write(name: str, revoke: tuple[str, ...], value: str, expires: str | None) -
     rec = {"version": 1, "name": name, "revoke": list(revoke), "value": value,
            "expires": expires, "minted": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
            "pid": os.getpid(), "start": me.start if me else None, "boot": _boot_id()}
-    path = os.path.join(d, f"{os.getpid()}-{name}-{secrets.token_hex(4)}{SUFFIX}")
+    path, fd = create(d, f"{os.getpid()}-{name}-{secrets.token_hex(4)}{SUFFIX}",
+                      json.dumps(rec).encode())
+    os.close(fd)
+    return path
+
+
+def create(d: str, name: str, data: bytes) -> tuple[str, int]:
+    """A record NAME in the private directory D: created exclusively (0600, no link
+    followed), locked, written, synced with its directory; (its path, the locked
+    descriptor: the record's lock is held until the caller closes it)."""
+    path = os.path.join(d, name)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
                  0o600)
     try:
-        os.write(fd, json.dumps(rec).encode())
+        # held while the record is in use, so `open_record` of another start leaves it
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        os.write(fd, data)
         os.fsync(fd)
-    finally:
+    except BaseException:
         os.close(fd)
+        remove(path)
+        raise
     try:
         dfd = os.open(d, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
@@ -90,7 +111,7 @@ def write(name: str, revoke: tuple[str, ...], value: str, expires: str | None) -
             os.close(dfd)
     except OSError:
         pass
-    return path
+    return path, fd
 
 
 def remove(path: str) -> None:
@@ -122,11 +143,9 @@ def recover(revoke: Callable[[str, tuple[str, ...], str], None], warn: Warn,
         return                                    # nothing was ever minted here
     for n in names:
         path = os.path.join(d, n)
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
-        except OSError as e:
-            if e.errno != errno.ENOENT:
-                warn(f"pending revoke {printable(path)}: cannot open ({e.strerror}): left")
+        fd = open_record(path, warn, "pending revoke", "not run", emit,
+                         {"event": "credential", "action": "revoke_refused", "record": path})
+        if fd is None:
             continue
         try:
             _recover_one(fd, path, revoke, warn, emit)
@@ -134,19 +153,42 @@ def recover(revoke: Callable[[str, tuple[str, ...], str], None], warn: Warn,
             os.close(fd)                          # releases the lock
 
 
-def _recover_one(fd: int, path: str, revoke: Callable[[str, tuple[str, ...], str], None],
-                 warn: Warn, emit: Callable[[dict[str, object]], None]) -> None:
+def open_record(path: str, warn: Warn, what: str, refused: str,
+                emit: Callable[[dict[str, object]], None], event: dict[str, object]
+                ) -> int | None:
+    """A record left in the directory, opened (no link followed) and locked, if it is
+    a private file of ours that no other start is working on and none has finished
+    (the caller closes it, which releases the lock); None otherwise. A record that is
+    not ours is said (`what`, `refused`: how its refusal reads; `event` with its
+    reason) and left: someone else could have placed it there."""
+    def refuse(why: str) -> None:
+        emit({**event, "reason": why})
+        warn(f"{what} {printable(path)}{why}: {refused}, left (remove it once you have "
+             "looked at it)")
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError as e:
+        if e.errno != errno.ENOENT:
+            refuse(f": cannot open ({e.strerror})")
+        return None
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
-        warn(f"pending revoke {printable(path)} is not a private file of yours: not run, left "
-             "(remove it once you have looked at it)")
-        return
+        os.close(fd)
+        refuse(" is not a private file of yours")
+        return None
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)   # another start is recovering it
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)   # another start (or its run) has it
     except OSError:
-        return
+        os.close(fd)
+        return None
     if os.fstat(fd).st_nlink == 0:
-        return                                    # that other start finished it
+        os.close(fd)
+        return None                               # that other start finished it
+    return fd
+
+
+def _recover_one(fd: int, path: str, revoke: Callable[[str, tuple[str, ...], str], None],
+                 warn: Warn, emit: Callable[[dict[str, object]], None]) -> None:
     try:
         rec = json.loads(os.read(fd, 1 << 20))
         name, argv, value = rec["name"], tuple(rec["revoke"]), rec["value"]

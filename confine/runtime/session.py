@@ -745,7 +745,10 @@ class Session:
         assert self.tmp is not None
         ident = plan.identity
         copies = _logins.start(plan.policy.logins, uid=ident.uid, gid=ident.gid, tmp=self.tmp,
-                               mount_ns=plan.mount_ns, warn=say, emit=self.events.emit)
+                               mount_ns=plan.mount_ns, warn=say, emit=self.events.emit,
+                               grants=[(g.path, g.source) for g in plan.policy.read
+                                       + plan.policy.write],
+                               denied=[d.path for d in plan.policy.deny])
         self.creds = _credrun.RunCredentials(logins=tuple(b for c in copies for b in c.bindings))
         self._login_copies, self._login_ident = copies, ident
         if not copies:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import signal
 import textwrap
 
 import pytest
@@ -27,6 +28,16 @@ CLAUDE = """
           - {{json: claudeAiOauth.accessToken, hosts: [api.anthropic.com]}}
           - {{json: claudeAiOauth.refreshToken}}
     """
+
+
+@pytest.fixture(autouse=True)
+def records(tmp_path_factory, monkeypatch):
+    """confine's private state for the refreshes' redo records (credentials/redo.py):
+    a directory of the test's, also as root (whose state is /var/lib/confine)."""
+    from confine.credentials import pending
+    d = tmp_path_factory.mktemp("records") / "credentials"
+    monkeypatch.setattr(pending, "directory", lambda: str(d))
+    return d
 
 
 def _load(tmp_path, text: str):
@@ -145,7 +156,7 @@ def test_start_skips_an_absent_optional_file_and_refuses_without_mount_ns(tmp_pa
     pol = _load(tmp_path, CLAUDE.format(file=f).replace("tokens:", "optional: true\n        tokens:"))
     events: list[dict] = []
     kw = dict(uid=os.getuid(), gid=os.getgid(), tmp=str(tmp_path), warn=lambda s: None,
-              emit=events.append)
+              emit=events.append, grants=(), denied=())
     assert logins.start(pol.logins, mount_ns=True, **kw) == []
     assert events[-1]["action"] == "skipped"
     f.write_text(json.dumps({"claudeAiOauth": {"accessToken": "sk-ant-oat01-" + "Ab9" * 30}}))
@@ -294,7 +305,7 @@ def test_a_login_file_that_is_a_link_or_someone_else_s_is_refused(tmp_path):
     other.write_text(json.dumps({"claudeAiOauth": {"accessToken": "sk-ant-oat01-" + "Ab9" * 30},
                                  "private": "of root"}))
     kw = dict(uid=os.getuid(), gid=os.getgid(), tmp=str(tmp_path), mount_ns=True,
-              warn=lambda s: None, emit=lambda e: None)
+              warn=lambda s: None, emit=lambda e: None, grants=(), denied=())
     f.symlink_to(other)
     with pytest.raises(sources.SourceError):
         logins.start((lg,), **kw)
@@ -305,3 +316,185 @@ def test_a_login_file_that_is_a_link_or_someone_else_s_is_refused(tmp_path):
         os.chown(f, 54321, 54321)
         with pytest.raises(sources.SourceError, match="belongs to uid 54321"):
             logins.start((lg,), **kw)
+
+
+# --- a refresh's write cut by a crash (credentials/redo.py) ---
+
+NEW_ACC, NEW_REF = "sk-ant-oat01-" + "Qw1" * 30, "sk-ant-ort01-" + "Er2" * 30
+
+
+def _padded_login(tmp_path):
+    """A login whose new text (indent 2) is shorter than its old one (indent 4): a write
+    cut before its truncate leaves the old tail after the new text."""
+    f, lg, _c, acc, ref = _refresh_copy(tmp_path)
+    f.write_text(json.dumps({"claudeAiOauth": {"accessToken": acc, "refreshToken": ref,
+                                               "expiresAt": 5}, "other": {"kept": True}},
+                            indent=4))
+    f.chmod(0o600)
+    return f, lg, logins.make_copy(lg, f.read_text()).bindings[1].refresh
+
+
+def _killed_between_write_and_truncate(rf) -> None:
+    """The supervisor's refresh, in a child killed (SIGKILL) right after the new text
+    is written over the old and before the file is cut to its length."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.ftruncate = lambda fd, n: os.kill(os.getpid(), signal.SIGKILL)
+            rf.answer(json.dumps({"access_token": NEW_ACC, "refresh_token": NEW_REF,
+                                  "expires_in": 3600}).encode(), lambda b: None)
+        finally:
+            os._exit(3)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL, status
+
+
+def _start(lg, tmp_path, grants=()):
+    said: list[str] = []
+    events: list[dict] = []
+    out = logins.start((lg,), uid=os.getuid(), gid=os.getgid(), tmp=str(tmp_path),
+                       mount_ns=True, warn=said.append, emit=events.append, grants=grants,
+                       denied=())
+    return out, said, events
+
+
+def test_a_refresh_cut_by_a_crash_is_redone_at_the_next_start(tmp_path, records):
+    """With token rotation the old refresh token is spent once the answer arrives, so a
+    supervisor killed mid-write must not lose the new tokens: the next start rewrites the
+    half-written file (not JSON: the new text, then the old tail) from the record, in
+    place, and the agent's copy is made from the new tokens."""
+    f, lg, rf = _padded_login(tmp_path)
+    ino = f.stat().st_ino
+    _killed_between_write_and_truncate(rf)
+    with pytest.raises(ValueError):
+        json.loads(f.read_text())               # what the crash left: not JSON
+    (rec,) = os.listdir(records)
+    assert os.stat(records / rec).st_mode & 0o777 == 0o600
+    (c,), said, events = _start(lg, tmp_path)
+    real = json.loads(f.read_text())
+    assert (real["claudeAiOauth"]["accessToken"], real["claudeAiOauth"]["refreshToken"]) == (
+        NEW_ACC, NEW_REF)
+    assert real["other"] == {"kept": True}
+    assert f.stat().st_ino == ino and f.stat().st_mode & 0o777 == 0o600
+    assert os.listdir(records) == []
+    assert [b.value for b in c.bindings] == [NEW_ACC, NEW_REF]
+    assert NEW_ACC not in c.text and NEW_REF not in c.text
+    assert len(said) == 1 and "restored" in said[0], said
+    assert any(e.get("action") == "recovered" and e.get("applied") for e in events), events
+    assert NEW_REF not in json.dumps(events) + " ".join(said)
+    # a refresh that is not cut leaves no record behind
+    rf2 = c.bindings[1].refresh
+    rf2.answer(json.dumps({"access_token": "sk-ant-oat01-" + "Zx3" * 30}).encode(),
+               lambda b: None)
+    assert os.listdir(records) == []
+    assert json.loads(f.read_text())["claudeAiOauth"]["refreshToken"] == NEW_REF
+
+
+def _tamper(case: str, rec, f, records, tmp_path) -> None:
+    if case == "bad JSON":
+        rec.write_text('{"version": 1, "text": ')
+    elif case == "group-readable":
+        rec.chmod(0o640)
+    elif case == "symlink":
+        aside = tmp_path / "aside.json"
+        os.rename(rec, aside)
+        rec.symlink_to(aside)
+    elif case == "another file":
+        d = json.loads(rec.read_text())
+        rec.write_text(json.dumps({**d, "file": str(tmp_path / "other.json")}))
+    elif case == "another owner":
+        os.chown(rec, 54321, 54321)
+    elif case == "signed in again":
+        d = json.loads(f.read_text())
+        d["claudeAiOauth"]["accessToken"] = "sk-ant-oat01-" + "Nn7" * 30
+        f.write_text(json.dumps(d))
+
+
+@pytest.mark.parametrize("case", ["bad JSON", "group-readable", "symlink", "another file",
+                                  "another owner", "signed in again"])
+def test_a_record_that_is_not_ours_is_refused_and_left(tmp_path, records, case):
+    """A record someone else placed (or one confine cannot read) would choose the tokens
+    the person's login carries: refused with a line, left, the login file untouched. A
+    record older than the file (signed in again since) is not applied either. The
+    control: the same record untampered is applied."""
+    from confine.credentials import redo
+    if case == "another owner" and os.geteuid() != 0:
+        pytest.skip("needs root to give the record another owner")
+    f, lg, rf = _padded_login(tmp_path)
+    before = f.read_bytes()
+    new = before.replace(b"Zy8" * 30, b"Er2" * 30)
+    redo.Record(lg.name, str(f), new, before).close()     # killed before its write
+    (name,) = os.listdir(records)
+    rec = records / name
+    _tamper(case, rec, f, records, tmp_path)
+    was = f.read_bytes()
+    _copies, said, events = _start(lg, tmp_path)
+    assert f.read_bytes() == was
+    assert os.path.lexists(rec)
+    assert len(said) == 1 and "not applied, left" in said[0], said
+    assert [e["action"] for e in events if e.get("action", "").startswith("recover")] == [
+        "recovery_refused"], events
+    # the control: the record as the crash left it is applied
+    os.unlink(rec)
+    f.write_bytes(before)
+    redo.Record(lg.name, str(f), new, before).close()
+    _copies, said, _events = _start(lg, tmp_path)
+    assert f.read_bytes() == new and os.listdir(records) == [] and "restored" in said[0]
+
+
+def test_the_newest_record_wins_and_supersedes_older_ones(tmp_path, records):
+    """Two records of one file (one left behind, then another crash): the newest is
+    applied and the older one removed (its refresh token was spent by the newer refresh);
+    applied oldest first, the stale tokens would have won."""
+    from confine.credentials import redo
+    f, lg, _rf = _padded_login(tmp_path)
+    before = f.read_bytes()
+    older = before.replace(b"Zy8" * 30, b"Aa1" * 30)
+    newer = before.replace(b"Zy8" * 30, b"Er2" * 30)
+    redo.Record(lg.name, str(f), older, before).close()
+    redo.Record(lg.name, str(f), newer, before).close()
+    assert len(os.listdir(records)) == 2
+    _c, said, events = _start(lg, tmp_path)
+    assert f.read_bytes() == newer and os.listdir(records) == []
+    assert [e["action"] for e in events if e.get("action") in ("recovered", "superseded")] \
+        == ["recovered", "superseded"]
+
+
+def test_a_refreshing_login_is_refused_where_the_agent_could_read_its_records(tmp_path,
+                                                                               records):
+    """A record holds the real new tokens while it exists: a grant of the profile that
+    covers the records' directory refuses the run before the start (unless a deny carves
+    it out), as minting does; the control: a grant elsewhere."""
+    from confine.errors import ConfineError
+    _f, lg, _rf = _padded_login(tmp_path)
+    with pytest.raises(ConfineError, match="readable by the agent through"):
+        _start(lg, tmp_path, grants=[(str(records.parent), "--read")])
+    assert len(_start(lg, tmp_path, grants=[("/usr", "default.yaml:3")])[0]) == 1
+    assert len(logins.start((lg,), uid=os.getuid(), gid=os.getgid(), tmp=str(tmp_path),
+                            mount_ns=True, warn=print, emit=print,
+                            grants=[(str(records.parent), "--read")],
+                            denied=[str(records)])) == 1
+
+
+def test_a_record_that_cannot_be_kept_does_not_lose_the_refresh(tmp_path, records):
+    """The records' directory no longer private mid-run (or a full disk): the new tokens
+    are got and the old refresh token spent, so the file is written without a record
+    (never a record in a directory others may read) and the event says so; the control:
+    the same refresh with the directory private leaves no record either, and no event."""
+    f, lg, _rf = _padded_login(tmp_path)
+    (c,), _said, _events = _start(lg, tmp_path)
+    rf = c.bindings[1].refresh
+    events: list = []
+    rf.emit = events.append
+    os.chmod(records, 0o755)
+    try:
+        rf.answer(json.dumps({"refresh_token": NEW_REF}).encode(), lambda b: None)
+    finally:
+        os.chmod(records, 0o700)
+    assert json.loads(f.read_text())["claudeAiOauth"]["refreshToken"] == NEW_REF
+    assert os.listdir(records) == []
+    assert [e["action"] for e in events] == ["unrecorded", "refreshed"], events
+    events.clear()
+    rf.answer(json.dumps({"refresh_token": "sk-ant-ort01-" + "Pq4" * 30}).encode(),
+              lambda b: None)
+    assert [e["action"] for e in events] == ["refreshed"] and os.listdir(records) == []

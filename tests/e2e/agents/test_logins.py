@@ -555,3 +555,72 @@ def test_a_save_renamed_onto_the_copy(agent_sandbox, agent_clis):  # noqa: F811
         assert f.read() == before       # the agent's save reached its copy only
     with open(os.path.join(d, "config.toml")) as f:
         assert f.read() == ""
+
+
+# a refresh's record as a supervisor killed in its in-place write leaves it
+# (credentials/redo.py), written by the launching account with confine's own code
+PLANT_PY = r"""
+import sys
+from confine.credentials import redo
+with open(sys.argv[1], "rb") as f:
+    redo.Record("claude-code", sys.argv[1], sys.stdin.buffer.read(), f.read()).close()
+"""
+
+
+def test_a_login_write_cut_by_a_crash_is_redone_at_the_next_start(agent_sandbox):  # noqa: F811
+    """The supervisor died between writing a refreshed login over the old one and cutting
+    it to its length (the refresh token it replaced is spent): the real file is not JSON,
+    the record in confine's state holds the new tokens. The next run restores the real
+    file from it before the start, and the agent still reads placeholders only. The
+    control: before that run, the file is the broken one."""
+    from confine.credentials import redo
+    from confine.paths import state_dir
+    sb = agent_sandbox
+    _fresh_home(sb.agent)
+    old = {"claudeAiOauth": {"accessToken": _token("sk-ant-oat01-", 95),
+                             "refreshToken": _token("sk-ant-ort01-", 95),
+                             "expiresAt": 1, "scopes": ["user:inference"]},
+           "other": {"kept": True}}
+    new = json.loads(json.dumps(old))
+    tokens = (_token("sk-ant-oat01-", 95), _token("sk-ant-ort01-", 95))
+    new["claudeAiOauth"]["accessToken"], new["claudeAiOauth"]["refreshToken"] = tokens
+    new_text = (json.dumps(new, indent=2) + "\n").encode()
+    real = _plant_claude(sb, old)
+    with open(real, "w") as f:
+        f.write(json.dumps(old, indent=4))     # longer than the new text: a tail is left
+    launcher = sb._as(sb.pw) + sb._env(sb.pw) if sb.mode == "user" else []
+    records = state_dir("credentials", euid=sb.pw.pw_uid if sb.mode == "user" else 0,
+                        home=sb.pw.pw_dir)
+
+    def left() -> list[str]:
+        return [n for n in os.listdir(records) if n.startswith(redo._prefix(real))]
+    try:
+        subprocess.run([*launcher, sys.executable, "-c", PLANT_PY, real], input=new_text,
+                       check=True, capture_output=True, timeout=30)
+        fd = os.open(real, os.O_WRONLY)
+        try:
+            os.pwrite(fd, new_text, 0)         # the write the crash cut before its truncate
+        finally:
+            os.close(fd)
+        with open(real) as f, pytest.raises(ValueError):
+            json.load(f)
+        assert len(left()) == 1
+        p = subprocess.run(sb.exec_cmd(["sh", "-c", "cat ~/.claude/.credentials.json > seen.json"],
+                                       "-p", "claude-code"), capture_output=True, text=True,
+                           timeout=60, cwd=sb.workdir, stdin=subprocess.DEVNULL)
+        said = p.stdout + p.stderr
+        assert p.returncode == 0, said
+        assert "restored from the tokens a refresh got" in said, said
+        assert left() == []
+    finally:
+        for n in left():                       # a failed run's, kept from the other tests
+            os.unlink(os.path.join(records, n))
+    with open(real, "rb") as f:
+        assert f.read() == new_text            # the real file, read outside
+    st = os.stat(real)
+    assert (st.st_uid, st.st_mode & 0o777) == (sb.agent.pw_uid, 0o600)
+    with open(os.path.join(sb.workdir, "seen.json")) as f:
+        seen = json.load(f)["claudeAiOauth"]
+    for k, v in zip(("accessToken", "refreshToken"), tokens):
+        assert seen[k] != v and len(seen[k]) == len(v) and seen[k][:13] == v[:13], k
+    _nowhere(sb, [*tokens, old["claudeAiOauth"]["refreshToken"]], said)
