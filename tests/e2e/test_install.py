@@ -2,28 +2,71 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from pathlib import Path
+from typing import NamedTuple
+
+import pytest
 
 REPO = Path(__file__).resolve().parents[2]
+# A shebang line holds at most 127 bytes: this prefix's launcher cannot carry "-IS".
+LONG = "p" * 100
 
 
-def test_install_then_uninstall(tmp_path):
-    prefix = tmp_path / "venv"
-    env = dict(os.environ, CONFINE_PREFIX=str(prefix), CONFINE_NO_LINK="1")
-    p = subprocess.run([str(REPO / "install.sh")], env=env, capture_output=True, text=True,
-                       timeout=300)
-    assert p.returncode == 0, p.stderr
+class Install(NamedTuple):
+    src: Path
+    prefix: Path
+    env: dict[str, str]
+    proc: subprocess.Popen
+    log: Path
+
+    def wait(self) -> str:
+        """install.sh's exit checked; its stderr."""
+        rc = self.proc.wait(timeout=300)
+        err = (self.log / "stderr").read_text()
+        assert rc == 0, err
+        return err
+
+
+@pytest.fixture(scope="module")
+def installs(tmp_path_factory):
+    """Both tests' installs, started at once: each is a venv and two pip runs, about 20 s
+    of one core, and the two need not wait for each other. Each runs from a copy of the
+    checkout of its own, because pip builds a local project in its source tree (build/,
+    *.egg-info) and two builds in one tree could mix their files."""
+    ignore = shutil.ignore_patterns(".git", "build", "*.egg-info", ".venv", "__pycache__")
+    out = {}
+    for name, rel in (("short", "venv"), ("long", f"{LONG}/venv")):
+        base = tmp_path_factory.mktemp(f"install-{name}")
+        src = base / "src"
+        shutil.copytree(REPO, src, ignore=ignore, symlinks=True)
+        prefix = base / rel
+        env = dict(os.environ, CONFINE_PREFIX=str(prefix), CONFINE_NO_LINK="1")
+        with open(base / "stdout", "w") as o, open(base / "stderr", "w") as e:
+            proc = subprocess.Popen([str(src / "install.sh")], env=env, stdout=o, stderr=e)
+        out[name] = Install(src, prefix, env, proc, base)
+    yield out
+    for i in out.values():
+        if i.proc.poll() is None:
+            i.proc.kill()
+            i.proc.wait()
+
+
+def test_install_then_uninstall(installs, tmp_path):
+    inst = installs["short"]
+    inst.wait()
+    prefix, env = inst.prefix, inst.env
     assert (prefix / "bin" / "confine").exists()
     v = subprocess.run([str(prefix / "bin" / "confine"), "--version"], capture_output=True,
                        text=True)
     assert v.returncode == 0 and "confine" in v.stdout
     _launcher_is_isolated(prefix, tmp_path)
-    p = subprocess.run([str(REPO / "install.sh"), "--uninstall"], env=env, capture_output=True,
-                       text=True, timeout=60)
+    p = subprocess.run([str(inst.src / "install.sh"), "--uninstall"], env=env,
+                       capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, p.stderr
     assert not prefix.exists()
-    again = subprocess.run([str(REPO / "install.sh"), "--uninstall"], env=env,
+    again = subprocess.run([str(inst.src / "install.sh"), "--uninstall"], env=env,
                            capture_output=True, text=True, timeout=60)
     assert again.returncode == 1 and "no confine installation" in again.stderr
 
@@ -46,13 +89,11 @@ def _launcher_is_isolated(prefix: Path, tmp_path: Path) -> None:
     assert "profile:  default" in dry.stdout and "fake" not in dry.stderr
 
 
-def test_a_prefix_too_long_for_a_shebang_keeps_pips_launcher(tmp_path):
-    prefix = tmp_path / ("p" * 100) / "venv"
-    env = dict(os.environ, CONFINE_PREFIX=str(prefix), CONFINE_NO_LINK="1")
-    p = subprocess.run([str(REPO / "install.sh")], env=env, capture_output=True, text=True,
-                       timeout=300)
-    assert p.returncode == 0, p.stderr
-    script = prefix / "bin" / "confine"
+def test_a_prefix_too_long_for_a_shebang_keeps_pips_launcher(installs):
+    inst = installs["long"]
+    inst.wait()
+    script = inst.prefix / "bin" / "confine"
+    assert len(f"#!{inst.prefix}/bin/python -IS") > 127
     assert "-IS" not in script.read_text().splitlines()[0]
     v = subprocess.run([str(script), "--version"], capture_output=True, text=True)
     assert v.returncode == 0 and "confine" in v.stdout
