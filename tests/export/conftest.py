@@ -13,8 +13,6 @@ import pytest
 from confine.export import source
 from confine.policy import load as _load
 
-from . import selinux_link
-
 REPO = Path(__file__).resolve().parents[2]
 BUILTIN = tuple(_load.builtin_names())
 REFPOLICY = Path(os.environ.get("CONFINE_REFPOLICY_DIR",
@@ -47,18 +45,6 @@ def refpolicy() -> Path:
     if not (REFPOLICY / "base.pp").is_file():
         need(str(REFPOLICY / "base.pp"))
     return REFPOLICY
-
-
-def pytest_collection_finish(session):
-    """The linked SELinux policy is started now, in the background, where a selected
-    test needs it (tests/export/selinux_link.py says why)."""
-    if any("linked" in getattr(item, "fixturenames", ()) for item in session.items) \
-            and selinux_link.can_start(REFPOLICY):
-        selinux_link.start(REPO, REFPOLICY)
-
-
-def pytest_sessionfinish(session):
-    selinux_link.stop()
 
 
 @pytest.fixture

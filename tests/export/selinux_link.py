@@ -3,8 +3,9 @@ expanded to a kernel policy (test_selinux.py's `linked`), made in the background
 
 semodule_link and semodule_expand take some 16 s of one core and wait for nothing else;
 the suite's own processes leave the second core mostly idle. So the work starts when
-collection ends (tests/export/conftest.py) where test_selinux's linked tests are selected
-and the tools are there, and the fixture waits for its result: the same commands on the
+collection ends (test_selinux.start_early, called by tests/conftest.py) where
+test_selinux's linked tests are selected and the tools are there, and the fixture waits
+for its result: the same commands on the
 same inputs, done by the time tests/export runs. Where it was not started (tools missing:
 the fixture's need() skips or fails first), `result` runs it then.
 """

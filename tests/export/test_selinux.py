@@ -13,7 +13,7 @@ import pytest
 from confine.export import selinux
 
 from . import selinux_link
-from .conftest import BUILTIN, REPO, need
+from .conftest import BUILTIN, REFPOLICY, REPO, need
 
 MAKEFILE = selinux_link.MAKEFILE
 M = selinux.MODULE
@@ -69,11 +69,23 @@ def test_a_broken_module_is_rejected(tmp_path, policies):
 
 # --- linked against a real base policy ------------------------------------------------------
 
+def start_early(items) -> None:
+    """At the end of collection (tests/conftest.py), where a selected test uses the
+    linked policy and the tools are there: it is made in the background from then."""
+    if any("linked" in getattr(i, "fixturenames", ()) for i in items) \
+            and selinux_link.can_start(REFPOLICY):
+        selinux_link.start(REPO, REFPOLICY)
+
+
+def stop_early() -> None:
+    selinux_link.stop()
+
+
 @pytest.fixture(scope="module")
 def linked(refpolicy):
     """The shipped module linked with every module of Debian's reference policy and
     expanded to a kernel policy: requires resolve, optional blocks switch on. Made in
-    the background since collection ended (selinux_link.py)."""
+    the background since collection ended (start_early, selinux_link.py)."""
     need(MAKEFILE), need("semodule_link"), need("semodule_expand")
     yield selinux_link.result(REPO, refpolicy)
     selinux_link.stop()
