@@ -535,10 +535,10 @@ def _modules(items) -> dict:
 
 
 def pytest_collection_finish(session):
-    """A test module's `start_early(items)` (its selected items) starts an expensive
-    setup that waits for nothing (install.sh's installs, the linked SELinux policy) in
-    the background, while the tests collected before it run: they leave the second
-    core mostly idle. Its fixture waits for the result; `stop_early()` ends it."""
+    """A test module's `start_early(items)` (its selected items) submits an expensive
+    setup that waits for nothing (install.sh's installs, the linked SELinux policy) to
+    tests/background.py, which runs them one at a time while the tests collected before
+    them run. Its fixture waits for the result; `stop_early()` ends it."""
     if session.config.option.collectonly:
         return
     for mod, items in _modules(session.items).items():

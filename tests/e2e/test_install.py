@@ -3,12 +3,12 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
 import tempfile
 from pathlib import Path
 from typing import NamedTuple
 
+import background
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
@@ -20,12 +20,12 @@ class Install(NamedTuple):
     src: Path
     prefix: Path
     env: dict[str, str]
-    proc: subprocess.Popen
+    job: background.Job
     log: Path
 
     def wait(self) -> str:
         """install.sh's exit checked; its stderr."""
-        rc = self.proc.wait(timeout=300)
+        rc = self.job.wait(timeout=300)
         err = (self.log / "stderr").read_text()
         assert rc == 0, err
         return err
@@ -53,17 +53,19 @@ def _start(test: str) -> Install:
         ".git", "build", "*.egg-info", ".venv", "__pycache__"))
     prefix = base / rel
     env = dict(os.environ, CONFINE_PREFIX=str(prefix), CONFINE_NO_LINK="1")
-    with open(base / "stdout", "w") as o, open(base / "stderr", "w") as e:
-        proc = subprocess.Popen([str(src / "install.sh")], env=env, stdout=o, stderr=e,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
-    _installs[name] = Install(src, prefix, env, proc, base)
+
+    def start() -> subprocess.Popen:
+        with open(base / "stdout", "w") as o, open(base / "stderr", "w") as e:
+            return subprocess.Popen([str(src / "install.sh")], env=env, stdout=o, stderr=e,
+                                    stdin=subprocess.DEVNULL, start_new_session=True)
+    _installs[name] = Install(src, prefix, env, background.submit(background.Job(start)), base)
     return _installs[name]
 
 
 def start_early(items) -> None:
-    """The selected tests' installs, started at the end of collection (tests/conftest.py)
-    and at once: each is a venv and two pip runs, about 20 s of one core, and nothing
-    needs them before these tests."""
+    """The selected tests' installs, submitted at the end of collection (tests/conftest.py)
+    to run in the background (tests/background.py): each is a venv and two pip runs,
+    about 20 s of one core, and nothing needs them before these tests."""
     for item in items:
         if item.originalname in PREFIXES:
             _start(item.originalname)
@@ -71,9 +73,7 @@ def start_early(items) -> None:
 
 def stop_early() -> None:
     for i in _installs.values():
-        if i.proc.poll() is None:
-            os.killpg(i.proc.pid, signal.SIGKILL)
-            i.proc.wait()
+        background.drop(i.job)
     _installs.clear()
     for top in _top:
         shutil.rmtree(top, ignore_errors=True)

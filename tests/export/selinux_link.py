@@ -1,9 +1,9 @@
 """The shipped SELinux module linked with every module of Debian's reference policy and
-expanded to a kernel policy (test_selinux.py's `linked`), made in the background.
+expanded to a kernel policy (test_selinux.py's `linked`), made in the background
+(tests/background.py).
 
-semodule_link and semodule_expand take some 16 s of one core and wait for nothing else;
-the suite's own processes leave the second core mostly idle. So the work starts when
-collection ends (test_selinux.start_early, called by tests/conftest.py) where
+semodule_link and semodule_expand take some 16 s of one core and wait for nothing else.
+So the work is submitted when collection ends (test_selinux.start_early, called by tests/conftest.py) where
 test_selinux's linked tests are selected and the tools are there, and the fixture waits
 for its result: the same commands on the
 same inputs, done by the time tests/export runs. Where it was not started (tools missing:
@@ -16,6 +16,8 @@ import shutil
 import subprocess
 import tempfile
 from pathlib import Path
+
+import background
 
 from confine.export.selinux import MODULE
 
@@ -47,12 +49,15 @@ class Linking:
             q = ["sesearch", "-A", "-s", src_t, "-t", tgt_t, "-c", cls, str(out / "policy.bin")]
             script += f"echo '+ sesearch'\n{shlex.join(q)} > {shlex.quote(str(out / f'q{i}'))}\n"
         self.log = out / "log"
-        with open(self.log, "w") as log:
-            self.proc = subprocess.Popen(["sh", "-c", script], stdout=log, stderr=log,
-                                         stdin=subprocess.DEVNULL)
+
+        def start() -> subprocess.Popen:
+            with open(self.log, "w") as log:
+                return subprocess.Popen(["sh", "-c", script], stdout=log, stderr=log,
+                                        stdin=subprocess.DEVNULL, start_new_session=True)
+        self.job = background.submit(background.Job(start))
 
     def wait(self) -> Path:
-        rc = self.proc.wait(timeout=600)
+        rc = self.job.wait(timeout=600)
         assert rc == 0, self.log.read_text()[-3000:]
         return self.dir / "policy.bin"
 
@@ -62,9 +67,7 @@ class Linking:
         return [(self.dir / f"q{i}").read_text() for i in range(len(SESEARCH))]
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
+        background.drop(self.job)
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
