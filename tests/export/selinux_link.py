@@ -2,12 +2,13 @@
 expanded to a kernel policy (test_selinux.py's `linked`), made in the background
 (tests/background.py).
 
-semodule_link and semodule_expand take some 16 s of one core and wait for nothing else.
-So the work is submitted when collection ends (test_selinux.start_early, called by tests/conftest.py) where
-test_selinux's linked tests are selected and the tools are there, and the fixture waits
-for its result: the same commands on the
-same inputs, done by the time tests/export runs. Where it was not started (tools missing:
-the fixture's need() skips or fails first), `result` runs it then.
+make, semodule_link and semodule_expand (and the three sesearch calls of the control)
+take some 20 s of one core and wait for nothing else. So they are submitted when
+collection ends (test_selinux.start_early, called by tests/conftest.py), where a selected
+test uses the linked policy and the tools are there, and the fixture waits for the
+result: the same commands on the same inputs, done by the time tests/export runs. Where
+they were not submitted (tools missing: the fixture's need() skips or fails first),
+`result` runs them then.
 """
 from __future__ import annotations
 
