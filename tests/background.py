@@ -4,8 +4,10 @@ Some setups wait for nothing but take a core for many seconds (install.sh's venv
 runs, the SELinux policy linked with the whole reference policy). A test module's
 `start_early(items)` (called by tests/conftest.py when collection ends) submits them
 here; they run one after another while the tests collected before them run, on the core
-those leave mostly idle: one at a time, so they take at most that core. The fixture that
-needs a job's result calls `wait()`: a job not started yet starts then, out of turn.
+those leave mostly idle: one at a time, so they take at most that core, and at nice 19
+(`low`), so a test that wants the core gets it. The fixture that needs a job's result
+calls `wait()`: a job not started yet starts then, out of turn, and one running gets its
+normal priority back (the test is waiting for it now).
 """
 from __future__ import annotations
 
@@ -18,6 +20,11 @@ from typing import Callable
 _lock = threading.Lock()
 _queue: list[Job] = []
 _runner: threading.Thread | None = None
+
+
+def low(argv: list[str]) -> list[str]:
+    """argv at nice 19 (its children too): a test that wants the core gets it first."""
+    return ["nice", "-n", "19", *argv]
 
 
 class Job:
@@ -39,6 +46,11 @@ class Job:
         """The process's exit status, started now if it was not yet."""
         proc = self.run()
         assert proc is not None, "the background job was stopped"
+        if proc.poll() is None:
+            try:    # its process group (a session of its own): what it forks later too
+                os.setpriority(os.PRIO_PGRP, proc.pid, 0)
+            except OSError:
+                pass    # not root: it stays at nice 19, only slower
         return proc.wait(timeout=timeout)
 
     def kill(self) -> None:

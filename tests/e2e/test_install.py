@@ -56,7 +56,8 @@ def _start(test: str) -> Install:
 
     def start() -> subprocess.Popen:
         with open(base / "stdout", "w") as o, open(base / "stderr", "w") as e:
-            return subprocess.Popen([str(src / "install.sh")], env=env, stdout=o, stderr=e,
+            return subprocess.Popen(background.low([str(src / "install.sh")]), env=env,
+                                    stdout=o, stderr=e,
                                     stdin=subprocess.DEVNULL, start_new_session=True)
     _installs[name] = Install(src, prefix, env, background.submit(background.Job(start)), base)
     return _installs[name]

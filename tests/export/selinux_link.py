@@ -53,8 +53,9 @@ class Linking:
 
         def start() -> subprocess.Popen:
             with open(self.log, "w") as log:
-                return subprocess.Popen(["sh", "-c", script], stdout=log, stderr=log,
-                                        stdin=subprocess.DEVNULL, start_new_session=True)
+                return subprocess.Popen(background.low(["sh", "-c", script]), stdout=log,
+                                        stderr=log, stdin=subprocess.DEVNULL,
+                                        start_new_session=True)
         self.job = background.submit(background.Job(start))
 
     def wait(self) -> Path:
