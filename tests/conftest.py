@@ -524,6 +524,36 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.tools)
 
 
+def _modules(items) -> dict:
+    """The selected items by test module, in collection order."""
+    out: dict = {}
+    for item in items:
+        mod = getattr(item, "module", None)
+        if mod is not None:
+            out.setdefault(mod, []).append(item)
+    return out
+
+
+def pytest_collection_finish(session):
+    """A test module's `start_early(items)` (its selected items) submits an expensive
+    setup that waits for nothing (install.sh's installs, the linked SELinux policy) to
+    tests/background.py, which runs them one at a time while the tests collected before
+    them run. Its fixture waits for the result; `stop_early()` ends it."""
+    if session.config.option.collectonly:
+        return
+    for mod, items in _modules(session.items).items():
+        start = getattr(mod, "start_early", None)
+        if start is not None:
+            start(items)
+
+
+def pytest_sessionfinish(session):
+    for mod in _modules(getattr(session, "items", ())):
+        stop = getattr(mod, "stop_early", None)
+        if stop is not None:
+            stop()
+
+
 HELD_BASES = ("/var/lib/confine/held",
               os.path.expanduser("~confine-test/.local/state/confine/held"),
               # the runs' records (journal/store.py): one file per run, RUN.jsonl

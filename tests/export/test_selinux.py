@@ -12,9 +12,10 @@ import pytest
 
 from confine.export import selinux
 
-from .conftest import BUILTIN, REPO, need
+from . import selinux_link
+from .conftest import BUILTIN, REFPOLICY, REPO, need
 
-MAKEFILE = "/usr/share/selinux/devel/Makefile"
+MAKEFILE = selinux_link.MAKEFILE
 M = selinux.MODULE
 
 
@@ -68,23 +69,26 @@ def test_a_broken_module_is_rejected(tmp_path, policies):
 
 # --- linked against a real base policy ------------------------------------------------------
 
+def start_early(items) -> None:
+    """At the end of collection (tests/conftest.py), where a selected test uses the
+    linked policy and the tools are there: it is made in the background from then."""
+    if any("linked" in getattr(i, "fixturenames", ()) for i in items) \
+            and selinux_link.can_start(REFPOLICY):
+        selinux_link.start(REPO, REFPOLICY)
+
+
+def stop_early() -> None:
+    selinux_link.stop()
+
+
 @pytest.fixture(scope="module")
-def linked(tmp_path_factory, refpolicy):
-    """The shipped module linked with every module of Debian's reference policy
-    and expanded to a kernel policy: requires resolve, optional blocks switch on."""
-    need("semodule_link"), need("semodule_expand")
-    d = tmp_path_factory.mktemp("selinux")
-    shutil.copytree(REPO / "selinux", d / "src")
-    pp = refpolicy_build(d / "src")
-    mods = [str(refpolicy / "base.pp")] + sorted(str(p) for p in refpolicy.glob("*.pp")
-                                                 if p.name != "base.pp")
-    r = subprocess.run(["semodule_link", "-o", str(d / "all.lnk"), *mods, str(pp)],
-                       capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr[-2000:]
-    r = subprocess.run(["semodule_expand", str(d / "all.lnk"), str(d / "policy.bin")],
-                       capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr[-2000:]
-    return d / "policy.bin"
+def linked(refpolicy):
+    """The shipped module linked with every module of Debian's reference policy and
+    expanded to a kernel policy: requires resolve, optional blocks switch on. Made in
+    the background since collection ended (start_early, selinux_link.py)."""
+    need(MAKEFILE), need("semodule_link"), need("semodule_expand")
+    yield selinux_link.result(REPO, refpolicy)
+    selinux_link.stop()
 
 
 # sesearch is setools' command line: each call loads the whole expanded policy and scans
@@ -151,15 +155,12 @@ def allowed(rules, src, tgt, cls):
 
 
 def test_sesearch_and_the_query_process_agree(linked, rules):
-    """Control for the shared query process: the command line says the same."""
-    for q in (("confine_agent_t", "confine_agent_work_t", "file"),
-              ("confine_agent_t", "shadow_t", "file"),
-              ("unconfined_t", "confine_agent_t", "process")):
-        r = subprocess.run([need("sesearch"), "-A", "-s", q[0], "-t", q[1], "-c", q[2],
-                            str(linked)], capture_output=True, text=True)
-        assert r.returncode == 0, r.stderr
+    """Control for the shared query process: the command line says the same (asked
+    right after the expand, in the background: selinux_link.py)."""
+    need("sesearch")
+    for q, out in zip(selinux_link.SESEARCH, selinux_link.sesearch()):
         perms = set()
-        for line in r.stdout.splitlines():
+        for line in out.splitlines():
             body = line.split(":", 1)[1].split(None, 1)[1] if ":" in line else ""
             perms |= set(body.strip(" ;{}").split())
         assert perms == rules.allowed(*q), q

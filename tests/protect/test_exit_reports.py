@@ -31,13 +31,15 @@ from confine.protect import changes, index
 
 root_only = pytest.mark.skipif(os.geteuid() != 0, reason="a filesystem mark needs root")
 
-RACY_S = index.RACY_NS / 1e9 + 0.2     # for a real run (the installed confine's constant)
+# A stamp is never ahead of the clock (the kernel's coarse one lags it): the window and a
+# little from now, every stamp made so far is older than the window at the next walk.
+RACY_S = index.RACY_NS / 1e9 + 0.05    # for a real run (the installed confine's constant)
 # In this process the racy window is shortened (a fixture below): what the tests check is
 # how the reports and the index's vouching combine, not the window's length, and 2.4 s of
 # ageing per test was most of this file's time. 100 ms stays far above the filesystems'
 # timestamp granularity (the coarse clock: a few ms).
 TEST_RACY_NS = 100_000_000
-AGE_S = TEST_RACY_NS / 1e9 + 0.2
+AGE_S = TEST_RACY_NS / 1e9 + 0.05
 
 
 def keep_mtime(path: str):
