@@ -249,6 +249,8 @@ def _launch(plan: Plan, guard: Any, warn: Callable[[str], None] | None,
                                          landlock_log=watch is not None))
         finally:
             os._exit(125)
+    # a spared child /proc hid (HIDDEN) that died meanwhile may have left the agent its pid
+    spare = frozenset(c for c in spare if c[0] != pid)
     try:
         cg_failure = _move_to_cgroup(cg, pid, cg_r, cg_w, moved=born is not None)
         os.close(status_w)

@@ -116,9 +116,18 @@ def children_of(pid: int) -> list[int]:
     return [c for c, p in scan().items() if p.ppid == pid]
 
 
+# A /proc mounted with hidepid (systemd's ProtectProc=invisible, which confine's own
+# exported unit sets) hides a process that made itself non-dumpable (one prctl) from a
+# supervisor without CAP_SYS_PTRACE: its stat cannot be read, so no scan finds it or
+# what it starts. Such a child is still in this process's children lists; it is
+# spared as (pid, HIDDEN) when it is the embedding program's, and otherwise killed
+# unseen (_hidden, _Held.hidden), never taken for gone.
+HIDDEN = -1
+
+
 def own_children() -> frozenset[tuple[int, int]]:
     """(pid, start) of this process's children now: an embedding program's own
-    children, which kill_leftovers must spare."""
+    children, which kill_leftovers must spare ((pid, HIDDEN): one /proc hides)."""
     me = os.getpid()
     kids = _children_of_self()
     if kids is None:
@@ -126,7 +135,9 @@ def own_children() -> frozenset[tuple[int, int]]:
     out = set()
     for c in kids:
         p = _stat(c)
-        if p is not None and p.ppid == me:
+        if p is None:
+            out.add((c, HIDDEN))
+        elif p.ppid == me:
             out.add((c, p.start))
     return frozenset(out)
 
@@ -139,7 +150,26 @@ def _no_children(spare: frozenset[tuple[int, int]]) -> bool:
         me = os.getpid()
         table = scan()
         kids = [c for c, p in table.items() if p.ppid == me]
-    return all((c, p.start) in spare for c in kids if (p := _stat(c)) is not None)
+    # a child whose stat cannot be read is there (hidden), unless it is spared as such
+    return all((c, p.start) in spare if (p := _stat(c)) is not None else (c, HIDDEN) in spare
+               for c in kids)
+
+
+def _hidden(spare: frozenset[tuple[int, int]]) -> list[int]:
+    """This process's children that /proc does not show (HIDDEN), but the
+    embedding program's: they can be neither watched nor frozen, only killed."""
+    kids = _children_of_self()
+    out: list[int] = []
+    for c in kids or ():
+        if (c, HIDDEN) in spare or _stat(c) is not None:
+            continue
+        try:
+            if os.waitpid(c, os.WNOHANG)[0] == c:
+                continue            # dead, and reaped here: a zombie stays hidden too
+        except ChildProcessError:
+            continue
+        out.append(c)
+    return out
 
 
 def _one_thread() -> bool:
@@ -206,6 +236,23 @@ class _Held:
             except OSError:
                 pass
 
+    @staticmethod
+    def hidden(pid: int, sig: int) -> None:
+        """Signal a child /proc does not show (_hidden): through a pidfd opened
+        while the pid was still among this process's children (only this thread
+        reaps them), so a recycled pid is never signalled."""
+        try:
+            fd = os.pidfd_open(pid)
+        except OSError:
+            return
+        try:
+            if pid in (_children_of_self() or ()):
+                signal.pidfd_send_signal(fd, sig)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+
     def close(self) -> None:
         for fd, _ in self.fds.values():
             os.close(fd)
@@ -271,7 +318,10 @@ def kill_leftovers(spare: frozenset[tuple[int, int]] = frozenset(),
         quiet, end = 0, time.monotonic() + FREEZE_SECONDS
         while quiet < 2 and time.monotonic() < end:     # freeze
             table, found = tree()
-            if not found and _no_children(spare):
+            hidden = _hidden(spare)
+            for h in hidden:
+                held.hidden(h, signal.SIGKILL)          # cannot be seen stopping: killed now
+            if not found and not hidden and _no_children(spare):
                 # A full scan found no descendant, not even a zombie child, and then
                 # this process had no child at all (every descendant has an ancestor
                 # among them): none can appear any more.
@@ -289,14 +339,18 @@ def kill_leftovers(spare: frozenset[tuple[int, int]] = frozenset(),
             table, found = tree()
             if _reap_from(table, spare_pids):
                 table, found = tree()
-            if not found:
+            hidden = _hidden(spare)
+            if not found and not hidden:
                 return []
             for d in found:
                 held.signal(d, table[d], signal.SIGKILL)
+            for h in hidden:
+                held.hidden(h, signal.SIGKILL)
             if time.monotonic() > end and all(sysfs.kill_pending(d) for d in found):
                 # In the kernel (state D) with SIGKILL queued: they never run
-                # user code again, but may take as long as their I/O does.
-                return found
+                # user code again, but may take as long as their I/O does (a
+                # hidden one, killed again and again for as long, likewise).
+                return found + hidden
             time.sleep(0.001)
     finally:
         held.close()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import secrets
 import signal
+import subprocess
 import textwrap
 import time
 
@@ -363,3 +364,54 @@ def test_single_threaded_walk_without_children_returns_at_once_and_kills_the_res
     finally:
         kept.kill()
         kept.wait()
+
+
+# A child that hides: a new session, then non-dumpable (one prctl), which a /proc
+# mounted with hidepid (systemd's ProtectProc=invisible: confine's own exported unit)
+# turns into a process whose /proc entry the supervisor's account cannot read. The
+# agent says whether its own view (the same account unprivileged) lost the child.
+HIDING = LIB + textwrap.dedent("""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.setsid()
+        name()
+        libc.prctl(4, 0, 0, 0, 0)               # PR_SET_DUMPABLE 0
+        os.write(w, b"r")
+        while True:
+            time.sleep(60)
+    assert os.read(r, 1) == b"r"
+    try:
+        open(f"/proc/{pid}/stat").read()
+        seen = "visible"
+    except OSError:
+        seen = "hidden"
+    print("started", count(), seen, flush=True)
+""")
+
+HIDEPID = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+           'mount -t proc -o hidepid=invisible proc /proc && exec "$@"', "sh"]
+
+
+@pytest.mark.parametrize("layers", ["all", "landlock"])
+def test_a_child_that_hides_from_proc_is_dead_when_confine_returns(sandbox, layers):
+    """Under hidepid a non-dumpable process is missing from every scan of /proc an
+    unprivileged supervisor makes: it used to be taken for gone, outlive the run and
+    write the workdir during the exit check (and, with undo on, keep the run's end
+    waiting 10 s for the keeper). It is still among the supervisor's children, and
+    killed from there. Control: the agent saw it hide, and alive (root's supervisor
+    sees it anyway: the same kill, by the scan; with namespaces, the end of the pid
+    namespace takes it)."""
+    sb, tag = _layers(sandbox, layers), _tag()
+    try:
+        p = subprocess.run(HIDEPID + sb.exec_cmd([PY, "-c", HIDING, tag]), capture_output=True,
+                           text=True, timeout=60, cwd=sb.workdir)
+        assert p.returncode == 0, p.stderr
+        started, seen = p.stdout.split()[1:3]
+        if layers == "landlock":
+            assert started == "0" and seen == "hidden"  # control: it hid from its own account
+        else:                    # the run's own /proc (its pid namespace) has no hidepid
+            assert started == "1" and seen == "visible"
+        assert _survivors(tag) == []
+    finally:
+        _cleanup(tag)
