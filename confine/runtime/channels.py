@@ -9,7 +9,7 @@ import socket
 import time
 from typing import Any
 
-from ..kernel import caps, seccomp
+from ..kernel import caps, notify, seccomp
 
 # imported before the fork: the broker cannot read confine's files after Landlock
 from ..mediation import broker_main
@@ -133,6 +133,7 @@ class MediationChannel:
             os.close(nfd)
             raise OSError(errno.EBADMSG, f"the child passed {kind or 'an unknown descriptor'}, "
                           "not a seccomp listener")
+        notify.sync_wake_up(nfd)    # speed only (kernel 6.6+): the mediator runs on the caller's CPU
         return nfd
 
     def start_broker(self, filters: list[Any], status_w: int, supervisor: int,

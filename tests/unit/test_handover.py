@@ -58,6 +58,36 @@ def test_a_real_listener_is_taken(med):
         os.close(nfd)
 
 
+def test_the_listener_hands_the_cpu_over_at_each_call():
+    """notify.sync_wake_up sets SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP on a real listener
+    (kernel 6.6+), the mediator then running on the calling agent's CPU. Control: the
+    same ioctl with a flag the kernel does not know is refused, so the ioctl number and
+    the value's passing are what the kernel checks."""
+    import ctypes
+    from confine.kernel import notify
+    from confine.kernel.libc import libc
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            caps.set_no_new_privs()
+            nfd = seccomp.load_notify(ALLOW_ALL)
+            ok = notify.sync_wake_up(nfd)
+            bad = libc.ioctl(nfd, notify.IOCTL_SET_FLAGS, ctypes.c_uint64(2))
+            os.write(w, f"{int(ok)} {bad} {ctypes.get_errno()}".encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    os.waitpid(pid, 0)
+    ok, bad, err = (int(x) for x in os.read(r, 64).split())
+    os.close(r)
+    major, minor = (int(x) for x in os.uname().release.split(".")[:2])
+    if not ok and (major, minor) < (6, 6):
+        pytest.skip("SECCOMP_IOCTL_NOTIF_SET_FLAGS needs Linux 6.6")
+    assert ok == 1
+    assert bad == -1 and err == errno.EINVAL
+
+
 def test_nothing_passed_fails(med):
     with pytest.raises(OSError) as e:
         med.take_listener()
