@@ -64,6 +64,7 @@ def test_the_listener_hands_the_cpu_over_at_each_call():
     same ioctl with a flag the kernel does not know is refused, so the ioctl number and
     the value's passing are what the kernel checks."""
     import ctypes
+
     from confine.kernel import notify
     from confine.kernel.libc import libc
     r, w = os.pipe()
